@@ -1,0 +1,1 @@
+"""ShardMeter planner: chooses islands and batch splits on the exact cost-time Pareto frontier."""

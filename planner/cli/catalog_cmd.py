@@ -1,0 +1,1 @@
+"""Commands: placeholder until its issue lands."""
