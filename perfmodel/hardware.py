@@ -102,3 +102,45 @@ class IslandSpec:
         if self.num_nodes > 1:
             links.append(self.inter_link)
         return tuple(links)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ClusterSpec:
+    """A pool of identical nodes the planner may carve islands from (DESIGN §3)."""
+
+    name: str
+    """Cluster name as the user calls it (A, B, aws-us-east-1, ...)."""
+    gpu: GpuSpec
+    """Accelerator type of every node."""
+    num_nodes: int
+    """Nodes available."""
+    gpus_per_node: int
+    """GPUs per node available."""
+    allowed_gpus_per_node: tuple[int, ...]
+    """GPUs-per-node counts an island may use."""
+    usd_per_gpu_hour: float
+    """Price of one GPU-hour."""
+    intra_link: str
+    """Link between the GPUs of a node."""
+    inter_link: str
+    """NIC type between nodes."""
+    nics_per_node: int
+    """NICs per node."""
+    wan_bw_bytes_per_s: float
+    """Uplink bandwidth of the cluster to other islands, bytes/s."""
+    wan_latency_s: float
+    """One-way WAN latency to other islands, seconds."""
+
+    def __post_init__(self) -> None:
+        if self.num_nodes <= 0 or self.gpus_per_node <= 0 or self.usd_per_gpu_hour < 0:
+            raise ValueError(f"cluster {self.name!r}: sizes must be positive and price >= 0")
+        bad = [g for g in self.allowed_gpus_per_node if g <= 0 or g > self.gpus_per_node]
+        if bad or not self.allowed_gpus_per_node:
+            raise ValueError(f"cluster {self.name!r}: allowed_gpus_per_node {self.allowed_gpus_per_node} "
+                             f"must be non-empty and within 1..{self.gpus_per_node}")
+
+    def island(self, num_nodes: int, gpus_per_node: int) -> IslandSpec:
+        """The island of `num_nodes` x `gpus_per_node` GPUs of this cluster."""
+        return IslandSpec(gpu=self.gpu, num_nodes=num_nodes, gpus_per_node=gpus_per_node,
+                          intra_link=self.intra_link, inter_link=self.inter_link,
+                          nics_per_node=self.nics_per_node)
