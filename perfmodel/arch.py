@@ -277,15 +277,17 @@ def spec_from_hf_config(config: dict[str, Any], *, name: str, path: str = "<conf
         family = "llama"
     layout = dict(FAMILY_LAYOUT[family])
     fields = {k: _hf_get(config, k, path) for k in _HF_KEYS if k != "intermediate_size"}
-    if any(k in config for k in _HF_KEYS["intermediate_size"]):
+    if any(config.get(k) is not None for k in _HF_KEYS["intermediate_size"]):
         fields["intermediate_size"] = _hf_get(config, "intermediate_size", path)
     else:  # GPT-style configs (phi-msft) default to 4h
         fields["intermediate_size"] = 4 * fields["hidden_size"]
-    kv = config.get("num_key_value_heads") or fields["num_heads"]
+    kv = config.get("num_key_value_heads")
+    kv = fields["num_heads"] if kv is None else kv
     head_dim = config.get("head_dim") or 0
-    for key, value in (("num_key_value_heads", kv), ("head_dim", head_dim)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ConfigError(f"{path}: field {key!r} must be a non-negative integer, got {value!r}",
+    for key, value, least in (("num_key_value_heads", kv, 1), ("head_dim", head_dim, 0)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            kind = "a positive" if least else "a non-negative"
+            raise ConfigError(f"{path}: field {key!r} must be {kind} integer, got {value!r}",
                               hint=f"fix {key!r} in {path}.")
     if "tie_word_embeddings" in config:
         layout["tie_word_embeddings"] = bool(config["tie_word_embeddings"])
@@ -293,7 +295,10 @@ def spec_from_hf_config(config: dict[str, Any], *, name: str, path: str = "<conf
         layout["qkv_bias"] = layout["out_bias"] = True
     if config.get("mlp_bias"):
         layout["mlp_bias"] = True
-    return ModelSpec(name=name, family=family, num_kv_heads=kv, head_dim=head_dim, **fields, **layout)
+    try:
+        return ModelSpec(name=name, family=family, num_kv_heads=kv, head_dim=head_dim, **fields, **layout)
+    except ConfigError as err:  # shape inconsistencies: name the file, not only the model
+        raise ConfigError(f"{path}: {err.message}", hint=err.hint) from err
 
 
 def load_hf_config(path: str | Path) -> ModelSpec:

@@ -1,1 +1,164 @@
-"""Commands: placeholder until its issue lands."""
+"""Commands `catalog` (list models, GPUs, links, price lists) and `memory` (per-GPU memory)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from perfmodel import catalog as cat
+from perfmodel.errors import UserInputError
+from perfmodel.hardware import GIB
+from perfmodel.memory import AC_MODES, MemoryBreakdown, max_micro_batch, memory_breakdown
+from planner.cli.common import emit_json, emit_mapping, emit_records, emit_table, format_option
+
+_SOURCE_CHARS = 60
+"""Sources are long; the table shows their start, json/csv the whole text."""
+
+
+@click.group()
+def catalog() -> None:
+    """List catalog models, GPUs, links and price lists."""
+
+
+def _short(text: str, fmt: str) -> str:
+    if fmt != "table" or len(text) <= _SOURCE_CHARS:
+        return text
+    return text[: _SOURCE_CHARS - 1] + "…"
+
+
+@catalog.command("models")
+@format_option()
+def models_cmd(fmt: str) -> None:
+    """Catalog models with their shapes and total parameter counts."""
+    records = []
+    for spec in cat.load_models().values():
+        record = spec.summary()
+        record["params_b"] = spec.total_params / 1e9
+        record["published_params_b"] = (spec.published_params / 1e9
+                                        if spec.published_params else None)
+        records.append(record)
+    emit_records(records, fmt, title="models")
+
+
+@catalog.command("gpus")
+@format_option()
+def gpus_cmd(fmt: str) -> None:
+    """Catalog GPUs: memory, usable memory, bf16 TFLOP/s, links."""
+    records = [{
+        "name": g.name, "memory_gib": g.memory_bytes / GIB,
+        "usable_memory_gib": g.usable_memory_bytes / GIB,
+        "bf16_tflops": g.bf16_flops_per_s / 1e12, "hbm_tb_s": g.hbm_bytes_per_s / 1e12,
+        "intra_node_link": g.intra_node_link, "inter_node_link": g.inter_node_link,
+        "nics_per_node": g.nics_per_node, "max_gpus_per_node": g.max_gpus_per_node,
+        "source": _short(g.source, fmt),
+    } for g in cat.load_gpus().values()]
+    emit_records(records, fmt, title="gpus")
+
+
+@catalog.command("links")
+@format_option()
+def links_cmd(fmt: str) -> None:
+    """Catalog links: prior latency and bus bandwidth, with their source."""
+    records = [{
+        "name": link.name, "kind": link.kind, "latency_us": link.latency_s * 1e6,
+        "busbw_gb_s": link.busbw_bytes_per_s / 1e9,
+        "line_rate_gb_s": link.line_rate_bytes_per_s / 1e9, "per_nic": link.per_nic,
+        "source": _short(link.source, fmt),
+    } for link in cat.load_links().values()]
+    emit_records(records, fmt, title="links")
+
+
+@catalog.command("prices")
+@click.option("--list", "list_name", default=None, help="Only this price list (file stem).")
+@format_option()
+def prices_cmd(list_name: str | None, fmt: str) -> None:
+    """Price-list rows: provider, GPU, tier, USD per GPU-hour, date."""
+    lists = cat.load_price_lists()
+    if list_name is not None:
+        rows = cat.price_rows(list_name)  # unknown list: CatalogError with did-you-mean
+        lists = {k: v for k, v in lists.items() if v is rows}
+    records = [{
+        "list": name, "provider": r.provider, "gpu": r.gpu_type, "tier": r.tier,
+        "usd_per_gpu_hour": r.usd_per_gpu_hour, "as_of": r.as_of,
+        "gpus_per_node": r.gpus_per_node, "offer": r.offer,
+    } for name, rows in lists.items() for r in rows]
+    emit_records(records, fmt, title="prices")
+
+
+# ---- memory ---------------------------------------------------------------------------------
+
+def _check_positive(option: str, value: int) -> None:
+    if value <= 0:
+        raise UserInputError(f"{option} {value}: must be a positive integer",
+                             hint=f"pass {option} 1 or more.")
+
+
+def _memory_payload(breakdown: MemoryBreakdown, *, model: str, gpu: Any, nodes: int,
+                    max_m: int) -> dict[str, Any]:
+    gib = breakdown.as_gib()
+    peak_gib = gib.pop("peak")
+    return {
+        "model": model, "gpu": gpu.name, "nodes": nodes,
+        "gpus_per_node": breakdown.num_gpus // nodes, "num_gpus": breakdown.num_gpus,
+        "seq_len": breakdown.seq_len, "micro_batch": breakdown.micro_batch, "ac": breakdown.ac,
+        "peak_gib": peak_gib, "usable_memory_gib": gpu.usable_memory_bytes / GIB,
+        "fits": breakdown.peak_bytes <= gpu.usable_memory_bytes, "max_micro_batch": max_m,
+        "breakdown_gib": gib,
+    }
+
+
+def _emit_memory(payload: dict[str, Any], fmt: str) -> None:
+    if fmt == "json":
+        emit_json(payload)
+        return
+    if fmt == "csv":
+        flat = {k: v for k, v in payload.items() if k != "breakdown_gib"}
+        flat.update({f"{k}_gib": v for k, v in payload["breakdown_gib"].items()})
+        emit_mapping(flat, "csv")
+        return
+    import pandas as pd
+
+    rows = [{"component": k, "GiB": v} for k, v in payload["breakdown_gib"].items()]
+    rows.append({"component": "peak", "GiB": payload["peak_gib"]})
+    title = (f"{payload['model']} on {payload['num_gpus']} x {payload['gpu']} "
+             f"({payload['nodes']} node(s) x {payload['gpus_per_node']}), S={payload['seq_len']}, "
+             f"m={payload['micro_batch']}, ac={payload['ac']}")
+    click.echo(title)
+    emit_table(pd.DataFrame(rows))
+    verdict = "fits" if payload["fits"] else "does NOT fit"
+    click.echo(f"peak {payload['peak_gib']:.2f} GiB {verdict} in {payload['usable_memory_gib']:.2f} "
+               f"GiB usable; largest micro-batch that fits: {payload['max_micro_batch']}")
+
+
+@click.command()
+@click.argument("model_name", metavar="MODEL")
+@click.option("--gpu", "gpu_name", required=True, help="Catalog GPU name.")
+@click.option("--nodes", type=int, default=1, show_default=True, help="Nodes in the island.")
+@click.option("--gpus-per-node", type=int, default=8, show_default=True, help="GPUs used per node.")
+@click.option("--seq-len", type=int, required=True, help="Sequence length in tokens.")
+@click.option("--micro-batch", type=int, default=1, show_default=True,
+              help="Sequences per GPU per micro-step.")
+@click.option("--ac", type=click.Choice(AC_MODES), default="none", show_default=True,
+              help="Activation checkpointing.")
+@format_option()
+def memory(model_name: str, gpu_name: str, nodes: int, gpus_per_node: int, seq_len: int,
+           micro_batch: int, ac: str, fmt: str) -> None:
+    """Per-GPU memory of FSDP training of MODEL (catalog name or config.json path)."""
+    for option, value in (("--nodes", nodes), ("--gpus-per-node", gpus_per_node),
+                          ("--seq-len", seq_len), ("--micro-batch", micro_batch)):
+        _check_positive(option, value)
+    spec = cat.get_model(model_name)
+    gpu = cat.get_gpu(gpu_name)
+    if gpus_per_node > gpu.max_gpus_per_node:
+        raise UserInputError(
+            f"--gpus-per-node {gpus_per_node}: a {gpu.name} node holds at most "
+            f"{gpu.max_gpus_per_node} GPUs",
+            hint=f"pass --gpus-per-node {gpu.max_gpus_per_node} or fewer and add --nodes instead.")
+    num_gpus = nodes * gpus_per_node
+    breakdown = memory_breakdown(spec, num_gpus=num_gpus, seq_len=seq_len,
+                                 micro_batch=micro_batch, ac=ac)
+    max_m = max_micro_batch(spec, gpu_memory_bytes=gpu.usable_memory_bytes, num_gpus=num_gpus,
+                            seq_len=seq_len, ac=ac)
+    payload = _memory_payload(breakdown, model=spec.name, gpu=gpu, nodes=nodes, max_m=max_m)
+    _emit_memory(payload, fmt)

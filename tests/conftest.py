@@ -1,0 +1,59 @@
+"""Shared fixtures: a writable copy of the catalogs, and running the CLI in-process."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from perfmodel import catalog
+from perfmodel.paths import catalog_dir
+
+
+def clear_catalog_caches() -> None:
+    """Forget every cached catalog (the loaders are functools.cache'd)."""
+    for value in vars(catalog).values():
+        if callable(getattr(value, "cache_clear", None)):
+            value.cache_clear()
+
+
+@pytest.fixture
+def tmp_catalogs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A copy of the shipped catalogs that SHARDMETER_CATALOGS points to; caches cleared around."""
+    folder = tmp_path / "catalogs"
+    shutil.copytree(catalog_dir(), folder)
+    monkeypatch.setenv("SHARDMETER_CATALOGS", str(folder))
+    clear_catalog_caches()
+    yield folder
+    monkeypatch.delenv("SHARDMETER_CATALOGS")
+    clear_catalog_caches()
+
+
+@dataclass
+class CliResult:
+    """Exit code and captured output of one in-process `shardmeter` run."""
+
+    code: int
+    out: str
+    err: str
+
+
+@pytest.fixture
+def run_cli(capsys: pytest.CaptureFixture[str]) -> Callable[..., CliResult]:
+    """Run `planner.cli.main(args)`; a normal return is exit code 0."""
+    from planner.cli import main
+
+    def run(*args: str) -> CliResult:
+        capsys.readouterr()
+        try:
+            main(list(args))
+            code = 0
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 1
+        captured = capsys.readouterr()
+        return CliResult(code=code, out=captured.out, err=captured.err)
+
+    return run

@@ -1,0 +1,154 @@
+"""Architecture arithmetic: parameter counts, HF config loading, FLOPs, FSDP units."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from perfmodel.arch import ModelSpec, load_hf_config
+from perfmodel.catalog import get_model
+from perfmodel.errors import ConfigError
+
+CONFIGS = Path(__file__).parent / "data" / "configs"
+
+# Published totals (model cards / HF safetensors metadata), in parameters.
+PUBLISHED = {
+    "Llama-3-8B": 8.03e9,
+    "Llama-3.1-70B": 70.6e9,
+    "Llama-3.1-405B": 405.9e9,
+    "Mistral-7B-v0.1": 7.24e9,
+    "Qwen2.5-7B": 7.62e9,
+    "Gemma-2B": 2.51e9,
+    "Phi-1.5": 1.42e9,
+    "SmolLM-360M": 0.362e9,
+    "Llama-3.2-1B": 1.24e9,
+}
+
+
+@pytest.mark.parametrize(("name", "published"), PUBLISHED.items())
+def test_params_match_published_within_1pct(name: str, published: float) -> None:
+    params = get_model(name).total_params
+    assert abs(params - published) / published < 0.01, (name, params, published)
+
+
+# config.json fixture -> catalog row with the same shape
+CONFIG_TO_CATALOG = {
+    "llama3_8b.json": "Llama-3-8B",
+    "llama32_1b.json": "Llama-3.2-1B",
+    "mistral_7b.json": "Mistral-7B-v0.1",
+    "qwen25_7b.json": "Qwen2.5-7B",
+    "gemma_2b.json": "Gemma-2B",
+    "phi15.json": "Phi-1.5",
+    "phi15_msft.json": "Phi-1.5",
+    "smollm_360m.json": "SmolLM-360M",
+}
+SHAPE_FIELDS = ("family", "hidden_size", "num_layers", "num_heads", "num_kv_heads", "d",
+                "intermediate_size", "vocab_size", "tie_word_embeddings", "gated_mlp",
+                "qkv_bias", "out_bias", "mlp_bias", "norm", "norms_per_block", "lm_head_bias")
+
+
+@pytest.mark.parametrize(("filename", "catalog_name"), CONFIG_TO_CATALOG.items())
+def test_hf_config_matches_catalog_row(filename: str, catalog_name: str) -> None:
+    from_config = load_hf_config(CONFIGS / filename)
+    from_catalog = get_model(catalog_name)
+    assert from_config.total_params == from_catalog.total_params
+    for field in SHAPE_FIELDS:
+        assert getattr(from_config, field) == getattr(from_catalog, field), field
+
+
+def test_hf_config_name_is_file_stem() -> None:
+    assert load_hf_config(CONFIGS / "llama3_8b.json").name == "llama3_8b"
+
+
+def test_tiny_llama_params_by_hand() -> None:
+    # tiny-llama: h=64, L=2, a=4, a_kv=2 (d=16, kv width 32), f=176, V=512, untied, RMSNorm.
+    spec = get_model("tiny-llama")
+    attn = 64 * 64 + 2 * 64 * 32 + 64 * 64          # q, k, v, o
+    mlp = 3 * 64 * 176                              # gate, up, down
+    block = attn + mlp + 2 * 64                     # two RMSNorm weights
+    root = 512 * 64 + 64 + 512 * 64                 # embedding, final norm, LM head
+    assert spec.block_params == block
+    assert spec.total_params == 2 * block + root == 158_016
+
+
+def test_tiny_phi_params_by_hand() -> None:
+    # tiny-phi: h=64, L=2, a=4 (MHA), f=256, V=512; plain MLP, LayerNorm, biases everywhere,
+    # one norm per (parallel) block, LM-head bias.
+    spec = get_model("tiny-phi")
+    attn = 4 * 64 * 64 + 3 * 64 + 64                # q, k, v, dense weights + qkv and dense biases
+    mlp = 2 * 64 * 256 + 256 + 64                   # fc1, fc2 weights + biases
+    block = attn + mlp + 2 * 64                     # one LayerNorm (weight + bias)
+    root = 512 * 64 + 2 * 64 + 512 * 64 + 512       # embedding, final LN, LM head + bias
+    assert spec.total_params == 2 * block + root == 165_888
+
+
+def test_tied_embedding_counted_once() -> None:
+    untied = get_model("tiny-gqa")
+    assert untied.tie_word_embeddings
+    # tiny-gqa: V=1024, h=128 -> the root is embedding + final norm only
+    assert untied.root_params == 1024 * 128 + 128
+
+
+def test_forward_flops_per_token_by_hand() -> None:
+    # tiny-llama at S=128: per layer 2 x block matmul params + 2·2·S·a·d; plus the LM head.
+    spec = get_model("tiny-llama")
+    seq_len = 128
+    block_matmul = (64 * 64 + 2 * 64 * 32 + 64 * 64) + 3 * 64 * 176   # 46,080
+    attention = 2 * 2 * 128 * 4 * 16                                    # QKᵀ and AV: 32,768
+    lm_head = 2 * 512 * 64
+    forward = 2 * (2 * block_matmul + attention) + lm_head
+    assert forward == 315_392
+    assert spec.forward_flops_per_token(seq_len) == forward
+    assert spec.backward_flops_per_token(seq_len) == 2 * forward
+    assert spec.train_flops_per_token(seq_len) == 3 * forward
+    full = 3 * forward + 2 * (2 * block_matmul + attention)           # blocks recomputed
+    assert spec.train_flops_per_token(seq_len, "full") == full
+    assert spec.train_flops_per_token(seq_len, "selective") == 3 * forward + 2 * attention
+    assert spec.model_flops_per_token(seq_len) == 3 * forward
+
+
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-phi", "Gemma-2B", "Llama-3.1-70B"])
+def test_fsdp_units_sum_to_total(name: str) -> None:
+    spec = get_model(name)
+    units = spec.fsdp_units(seq_len=256)
+    assert len(units) == spec.num_layers + 1
+    assert sum(u.params for u in units) == spec.total_params
+    flops = sum(u.forward_flops_per_token for u in units)
+    assert flops == pytest.approx(spec.forward_flops_per_token(256))
+
+
+def test_explicit_head_dim_changes_widths() -> None:
+    # head_dim given explicitly and different from h/a = 32: q width a·d = 96, kv width 48.
+    spec = ModelSpec(name="x", hidden_size=64, num_layers=1, num_heads=2, num_kv_heads=1,
+                     head_dim=48, intermediate_size=128, vocab_size=10)
+    assert (spec.q_dim, spec.kv_dim) == (96, 48)
+    assert spec.attn_matmul_params == 64 * 96 + 2 * 64 * 48 + 96 * 64
+
+
+@pytest.mark.parametrize(("field", "value"), [
+    ("hidden_size", 0), ("num_layers", -1), ("num_heads", 2.5), ("vocab_size", True),
+])
+def test_model_spec_rejects_bad_sizes(field: str, value: object) -> None:
+    shape = dict(name="x", hidden_size=64, num_layers=1, num_heads=2, num_kv_heads=1,
+                 intermediate_size=128, vocab_size=10)
+    shape[field] = value
+    with pytest.raises(ConfigError, match=field):
+        ModelSpec(**shape)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("filename", "needles"), [
+    ("bad_json.json", ["bad_json.json", "not valid JSON"]),
+    ("missing_field.json", ["missing_field.json", "hidden_size", "missing"]),
+    ("negative_value.json", ["negative_value.json", "num_hidden_layers", "-32"]),
+    ("wrong_type.json", ["wrong_type.json", "hidden_size", "'4096'"]),
+    ("zero_kv_heads.json", ["zero_kv_heads.json", "num_key_value_heads", "0"]),
+    ("bad_heads.json", ["bad_heads.json", "num_key_value_heads 6"]),
+    ("not_object.json", ["not_object.json", "JSON object"]),
+])
+def test_malformed_configs_raise_config_error(filename: str, needles: list[str]) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_hf_config(CONFIGS / filename)
+    for needle in needles:
+        assert needle in str(info.value)
+    assert "To fix:" in str(info.value)
