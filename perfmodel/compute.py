@@ -1,0 +1,490 @@
+"""Compute regression (paper §III-B): T_phase = Σ_f c_f · f over static features, c_f ≥ 0.
+
+One `PhaseRegressor` per phase (forward, backward, optimizer) and hardware. It minimises the
+squared RELATIVE error (rows scaled by 1/y, non-negative least squares) because the accuracy metric
+is MAPE, and selects its features by cross-validation: leave-one-architecture-out when the rows
+are grouped by model name (the paper's "unseen models"), k-fold otherwise. Among all candidate
+subsets (exhaustive when few, greedy forward otherwise) the smallest whose CV MAPE is within
+one standard error (over the folds) of the best wins. All MAPE figures are in percent.
+"""
+
+from __future__ import annotations
+
+import inspect
+import itertools
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import numpy as np
+
+from perfmodel.arch import FAMILY_LAYOUT, ModelSpec
+from perfmodel.errors import ConfigError, DatasetError
+from perfmodel.features import (
+    PHASES,
+    SHAPE_COLUMNS,
+    UNITS,
+    dataset_features,
+    phase_features,
+    spec_from_row,
+    unit_feature_matrix,
+)
+from perfmodel.hardware import GpuSpec
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+logger = logging.getLogger(__name__)
+
+COMPUTE_COLUMNS = ("model", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                   "num_key_value_heads", "intermediate_size", "vocab_size", "seq_len",
+                   "micro_batch", "phase", "time_s")
+"""Required columns of a compute dataset (extra columns are allowed)."""
+
+_INT_COLUMNS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+                "intermediate_size", "vocab_size", "seq_len", "micro_batch")
+
+
+def mape_pct(y_true: np.ndarray, y_pred: np.ndarray) -> float:
+    """Mean absolute percentage error, in percent."""
+    y_true, y_pred = np.asarray(y_true, float), np.asarray(y_pred, float)
+    if y_true.size == 0:
+        return float("nan")
+    return float(np.mean(np.abs(y_pred - y_true) / y_true) * 100.0)
+
+
+# ---- dataset reading ----------------------------------------------------------------------
+
+def _fail(path: str, line: int, column: str, value: Any, problem: str, fix: str) -> DatasetError:
+    return DatasetError(f"{path}, line {line} (data row {line - 1}): column {column!r} = {value!r}: "
+                        f"{problem}", hint=fix)
+
+
+def read_dataset_csv(path: str, required: Sequence[str], *, positive_int: Iterable[str] = (),
+                     positive_float: Iterable[str] = (),
+                     choices: Mapping[str, Sequence[str]] | None = None) -> pd.DataFrame:
+    """Read and validate a benchmark CSV; problems raise DatasetError naming file, line, column."""
+    import pandas as pd
+
+    try:
+        frame = pd.read_csv(path, dtype=str, keep_default_na=False, skipinitialspace=True)
+    except FileNotFoundError as err:
+        raise DatasetError(f"{path}: file not found", hint="give the path of a benchmark CSV.") from err
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as err:
+        raise DatasetError(f"{path}: not a readable CSV ({err})",
+                           hint="write the dataset as comma-separated values with a header row.") from err
+    missing = [c for c in required if c not in frame.columns]
+    if missing:
+        raise DatasetError(f"{path}: missing column(s) {', '.join(missing)}",
+                           hint=f"the header must contain: {', '.join(required)}.")
+    if frame.empty:
+        raise DatasetError(f"{path}: no data rows", hint="add measurements below the header.")
+    for col in positive_int:
+        frame[col] = numeric_column(frame, col, path, integer=True)
+    for col in positive_float:
+        frame[col] = numeric_column(frame, col, path, integer=False)
+    for col, allowed in (choices or {}).items():
+        frame[col] = frame[col].str.strip()
+        _reject(frame, col, ~frame[col].isin(allowed), path, f"must be one of {', '.join(allowed)}",
+                f"use one of {', '.join(allowed)} in column {col!r}.")
+    return frame
+
+
+def _reject(frame: pd.DataFrame, col: str, bad: Any, path: str, problem: str, fix: str) -> None:
+    """Raise DatasetError at the first row where `bad` is true."""
+    bad = np.asarray(bad, dtype=bool)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise _fail(path, i + 2, col, frame[col].iloc[i], problem, fix)
+
+
+def numeric_column(frame: pd.DataFrame, col: str, path: str, *, integer: bool) -> pd.Series:
+    """Column `col` as positive numbers (integers if `integer`); DatasetError naming the line."""
+    import pandas as pd
+
+    values = pd.to_numeric(frame[col].str.strip(), errors="coerce")
+    kind = "a positive integer" if integer else "a positive number"
+    bad = values.isna() | ~np.isfinite(values) | (values <= 0)
+    if integer:
+        bad |= values.notna() & (values != values.round())
+    _reject(frame, col, bad, path, f"must be {kind}",
+            f"fix column {col!r} of that line in {path}, or drop the row.")
+    return values.astype(int) if integer else values.astype(float)
+
+
+def load_compute_dataset(path: str) -> pd.DataFrame:
+    """A compute benchmark dataset (COMPUTE_COLUMNS; optional head_dim, tie_word_embeddings,
+    family, num_shards, unit). Every row's architecture is checked."""
+    import pandas as pd
+
+    frame = read_dataset_csv(path, COMPUTE_COLUMNS, positive_int=_INT_COLUMNS,
+                             positive_float=("time_s",), choices={"phase": PHASES})
+    defaults = {"head_dim": "0", "tie_word_embeddings": "false", "family": "llama",
+                "num_shards": "1", "unit": "model"}
+    for col, default in defaults.items():
+        if col not in frame.columns:
+            frame[col] = default
+        frame[col] = frame[col].replace("", default)
+    frame["num_shards"] = numeric_column(frame, "num_shards", path, integer=True)
+    head_dim = pd.to_numeric(frame["head_dim"], errors="coerce")
+    _reject(frame, "head_dim", head_dim.isna() | (head_dim < 0) | (head_dim != head_dim.round()),
+            path, "must be an integer >= 0", "leave head_dim empty for hidden_size / num_attention_heads.")
+    frame["head_dim"] = head_dim.astype(int)
+    tie = frame["tie_word_embeddings"].str.strip().str.lower()
+    _reject(frame, "tie_word_embeddings", ~tie.isin(("true", "false", "1", "0")), path,
+            "must be true or false", "write true or false.")
+    frame["tie_word_embeddings"] = tie.isin(("true", "1"))
+    for col, allowed in (("family", tuple(FAMILY_LAYOUT)), ("unit", UNITS)):
+        frame[col] = frame[col].str.strip()
+        _reject(frame, col, ~frame[col].isin(allowed), path, f"must be one of {', '.join(allowed)}",
+                f"use one of {', '.join(allowed)}.")
+    for idx, row in frame.drop_duplicates(subset=list(SHAPE_COLUMNS)).iterrows():
+        try:
+            spec_from_row(row)
+        except ConfigError as err:
+            raise DatasetError(f"{path}, line {int(idx) + 2}: {err.message}", hint=err.hint) from err
+    frame.attrs["path"] = str(path)
+    return frame
+
+
+# ---- the regressor -------------------------------------------------------------------------
+
+class PhaseRegressor:
+    """Non-negative linear regression minimising relative error, with CV feature selection.
+
+    Selection keeps the smallest feature subset whose CV MAPE is within `_slack` of the best
+    (one-standard-error rule over the folds, floored by `tolerance` and `abs_tolerance_pct`).
+
+    scikit-learn conventions: hyperparameters in __init__, `fit` returns self, fitted attributes
+    end in `_`: `coef_` (seconds per feature unit, aligned with `feature_names`, zero where not
+    selected), `selected_features_`, `cv_mape_` (percent), `train_mape_` (percent),
+    `subset_scores_` (selected-size path: tuple of features -> CV MAPE), `cv_scheme_`.
+    """
+
+    def __init__(self, feature_names: Sequence[str] = phase_features("forward"), *,
+                 selection: str = "auto", max_features: int | None = None, se_factor: float = 1.0,
+                 tolerance: float = 0.05, abs_tolerance_pct: float = 0.05, n_splits: int = 5,
+                 random_state: int = 0) -> None:
+        self.feature_names = tuple(feature_names)
+        self.selection = selection  # auto | exhaustive | forward | none
+        self.max_features = max_features
+        self.se_factor = se_factor
+        self.tolerance = tolerance
+        self.abs_tolerance_pct = abs_tolerance_pct
+        self.n_splits = n_splits
+        self.random_state = random_state
+
+    def get_params(self, deep: bool = True) -> dict[str, Any]:
+        return {p: getattr(self, p) for p in inspect.signature(type(self).__init__).parameters
+                if p != "self"}
+
+    def set_params(self, **params: Any) -> PhaseRegressor:
+        for key, value in params.items():
+            setattr(self, key, value)
+        return self
+
+    # -- fitting --------------------------------------------------------------------------
+    def fit(self, X: Any, y: np.ndarray, groups: np.ndarray | None = None) -> PhaseRegressor:
+        X = self._matrix(X)
+        y = np.asarray(y, dtype=float)
+        if len(y) != len(X) or len(y) == 0:
+            raise ValueError(f"X has {len(X)} rows and y has {len(y)}")
+        if np.any(y <= 0):
+            raise ValueError("times must be positive (relative-error fit)")
+        rel = X / y[:, None]
+        scale = np.linalg.norm(rel, axis=0)
+        usable = [j for j in range(X.shape[1]) if scale[j] > 0]
+        scale[scale == 0] = 1.0
+        rel = rel / scale
+        splits, self.cv_scheme_ = self._splits(len(y), groups)
+        scores = self._search(rel, usable, splits)
+        chosen = self._choose(scores)
+        w = _nnls_rel(rel, list(chosen))
+        coef = np.zeros(X.shape[1])
+        coef[list(chosen)] = w / scale[list(chosen)]
+        self.coef_ = coef
+        self.selected_features_ = tuple(self.feature_names[j] for j in chosen)
+        self.cv_mape_ = scores[chosen].mape_pct
+        self.subset_scores_ = {tuple(self.feature_names[j] for j in s): v.mape_pct
+                               for s, v in scores.items()}
+        self.train_mape_ = mape_pct(y, X @ coef)
+        self.n_features_in_ = X.shape[1]
+        return self
+
+    def predict(self, X: Any) -> np.ndarray:
+        return self._matrix(X) @ self.coef_
+
+    @property
+    def coefficients(self) -> dict[str, float]:
+        """Selected feature -> coefficient (seconds per feature unit)."""
+        return {n: float(c) for n, c in zip(self.feature_names, self.coef_, strict=True)
+                if n in self.selected_features_}
+
+    def _matrix(self, X: Any) -> np.ndarray:
+        if hasattr(X, "columns"):
+            X = X[list(self.feature_names)].to_numpy(dtype=float)
+        X = np.asarray(X, dtype=float)
+        if X.ndim != 2 or X.shape[1] != len(self.feature_names):
+            raise ValueError(f"X must have {len(self.feature_names)} columns {self.feature_names}")
+        return X
+
+    def _splits(self, n: int, groups: np.ndarray | None) -> tuple[list[tuple[np.ndarray, np.ndarray]], str]:
+        if groups is not None and len(set(groups)) >= 3:
+            g = np.asarray(groups)
+            return [(np.flatnonzero(g != v), np.flatnonzero(g == v)) for v in dict.fromkeys(g)], \
+                "leave-one-model-out"
+        k = min(self.n_splits, n)
+        if k < 2:
+            logger.warning("only %d row(s): CV MAPE is the training error", n)
+            return [(np.arange(n), np.arange(n))], "in-sample"
+        order = np.random.default_rng(self.random_state).permutation(n)
+        folds = np.array_split(order, k)
+        return [(np.setdiff1d(order, f), f) for f in folds], f"{k}-fold"
+
+    def _search(self, rel: np.ndarray, usable: list[int],
+                splits: list[tuple[np.ndarray, np.ndarray]]) -> dict[tuple[int, ...], _Score]:
+        limit = min(self.max_features or len(usable), len(usable))
+        mode = self.selection
+        if mode == "auto":
+            mode = "exhaustive" if len(usable) <= 10 else "forward"
+        if mode == "none":
+            return {tuple(usable): _cv_score(rel, tuple(usable), splits)}
+        if mode == "exhaustive":
+            return {s: _cv_score(rel, s, splits)
+                    for k in range(1, limit + 1) for s in itertools.combinations(usable, k)}
+        if mode != "forward":
+            raise ValueError(f"selection must be auto, exhaustive, forward or none, not {mode!r}")
+        scores: dict[tuple[int, ...], _Score] = {}
+
+        def best_of(subsets: list[tuple[int, ...]]) -> tuple[int, ...]:
+            for s in subsets:
+                if s not in scores:
+                    scores[s] = _cv_score(rel, s, splits)
+            return min(subsets, key=lambda s: scores[s].mape_pct)
+
+        current: tuple[int, ...] = ()
+        while len(current) < limit:
+            best = best_of([tuple(sorted((*current, j))) for j in usable if j not in current])
+            if current and scores[best].mape_pct > scores[current].mape_pct - self._slack(scores[current]):
+                break
+            current = best
+        while len(current) > 1:  # backward pass: drop features an early proxy made redundant
+            best = best_of([tuple(j for j in current if j != k) for k in current])
+            if scores[best].mape_pct > scores[current].mape_pct + self._slack(scores[current]):
+                break
+            current = best
+        return scores
+
+    def _slack(self, score: _Score) -> float:
+        """CV differences smaller than this are noise: se_factor standard errors of the fold
+        MAPEs (the one-standard-error rule), at least `tolerance` x MAPE and abs_tolerance_pct."""
+        return max(self.se_factor * score.se_pct, self.tolerance * score.mape_pct,
+                   self.abs_tolerance_pct)
+
+    def _choose(self, scores: dict[tuple[int, ...], _Score]) -> tuple[int, ...]:
+        best = min(scores.values(), key=lambda v: v.mape_pct)
+        limit = best.mape_pct + self._slack(best)
+        ok = [s for s, v in scores.items() if v.mape_pct <= limit]
+        return min(ok, key=lambda s: (len(s), scores[s].mape_pct))
+
+
+def _nnls_rel(rel: np.ndarray, cols: list[int]) -> np.ndarray:
+    from scipy.optimize import nnls
+
+    w, _ = nnls(rel[:, cols], np.ones(len(rel)))
+    return w
+
+
+class _Score(NamedTuple):
+    mape_pct: float
+    """CV MAPE pooled over all held-out rows, percent."""
+    se_pct: float
+    """Standard error of the per-fold MAPEs, percent (0 with one fold)."""
+
+
+def _cv_score(rel: np.ndarray, subset: tuple[int, ...],
+              splits: list[tuple[np.ndarray, np.ndarray]]) -> _Score:
+    cols = list(subset)
+    errors = []
+    for train, test in splits:
+        w = _nnls_rel(rel[train], cols)
+        errors.append(np.abs(rel[np.ix_(test, cols)] @ w - 1.0) * 100.0)
+    folds = np.array([e.mean() for e in errors])
+    se = float(folds.std(ddof=1) / np.sqrt(len(folds))) if len(folds) > 1 else 0.0
+    return _Score(float(np.mean(np.concatenate(errors))), se)
+
+
+# ---- whole datasets ------------------------------------------------------------------------
+
+def fit_phases(frame: pd.DataFrame, **hyper: Any) -> dict[str, PhaseRegressor]:
+    """One fitted PhaseRegressor per phase present in `frame` (groups = model names)."""
+    out = {}
+    for phase in PHASES:
+        rows = frame[frame["phase"] == phase]
+        if rows.empty:
+            continue
+        reg = PhaseRegressor(phase_features(phase), **hyper)
+        out[phase] = reg.fit(dataset_features(rows, phase), rows["time_s"].to_numpy(float),
+                             groups=rows["model"].to_numpy())
+        logger.info("%s: features %s, CV MAPE %.2f%% (%s)", phase, reg.selected_features_,
+                    reg.cv_mape_, reg.cv_scheme_)
+    return out
+
+
+def leave_one_model_out(frame: pd.DataFrame, **hyper: Any) -> np.ndarray:
+    """Out-of-sample predictions: each row predicted by a model refitted without its model's rows
+    (feature selection included, nested). Models alone in the data cannot be held out: NaN."""
+    pred = np.full(len(frame), np.nan)
+    models = frame["model"].to_numpy()
+    for phase in PHASES:
+        in_phase = frame["phase"].to_numpy() == phase
+        for name in dict.fromkeys(models[in_phase]):
+            train = frame[in_phase & (models != name)]
+            test = in_phase & (models == name)
+            if train.empty:
+                continue
+            reg = PhaseRegressor(phase_features(phase), **hyper)
+            reg.fit(dataset_features(train, phase), train["time_s"].to_numpy(float),
+                    groups=train["model"].to_numpy())
+            pred[test] = reg.predict(dataset_features(frame[test], phase))
+    return pred
+
+
+def mape_table(frame: pd.DataFrame, predicted_s: np.ndarray) -> pd.DataFrame:
+    """Paper Table I form: per model forward / backward / optimizer / step MAPE (percent).
+
+    step = forward + backward (+ the model's mean optimizer time) per (seq_len, micro_batch),
+    whole-model rows only. The last row, 'all', pools every row.
+    """
+    import pandas as pd
+
+    data = frame.assign(predicted_s=np.asarray(predicted_s, float)).dropna(subset=["predicted_s"])
+    rows = [_model_row(name, part) for name, part in data.groupby("model", sort=False)]
+    rows.append(_model_row("all", data, params_b=float("nan")))
+    return pd.DataFrame(rows)
+
+
+def _model_row(name: str, part: pd.DataFrame, params_b: float | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = {"model": name, "params_b": params_b if params_b is not None
+                           else spec_from_row(part.iloc[0]).total_params / 1e9, "rows": len(part)}
+    for phase in PHASES:
+        sub = part[part["phase"] == phase]
+        out[f"{phase}_mape_pct"] = mape_pct(sub["time_s"], sub["predicted_s"])
+    out["step_mape_pct"] = _step_mape(part)
+    return out
+
+
+def _step_mape(part: pd.DataFrame) -> float:
+    whole = part[part["unit"] == "model"]
+    keys = ["model", "seq_len", "micro_batch"]
+    passes = whole[whole["phase"].isin(("forward", "backward"))]
+    table = passes.pivot_table(index=keys, columns="phase", values=["time_s", "predicted_s"],
+                               aggfunc="mean")
+    if table.empty or "forward" not in table["time_s"] or "backward" not in table["time_s"]:
+        return float("nan")
+    table = table.dropna()
+    measured = table["time_s"]["forward"] + table["time_s"]["backward"]
+    predicted = table["predicted_s"]["forward"] + table["predicted_s"]["backward"]
+    opt = whole[whole["phase"] == "optimizer"].groupby("model")[["time_s", "predicted_s"]].mean()
+    names = table.index.get_level_values("model")
+    measured = measured.to_numpy() + opt["time_s"].reindex(names).fillna(0).to_numpy()
+    predicted = predicted.to_numpy() + opt["predicted_s"].reindex(names).fillna(0).to_numpy()
+    return mape_pct(measured, predicted)
+
+
+# ---- prior coefficients from datasheet figures --------------------------------------------
+
+@dataclass(frozen=True, kw_only=True)
+class PriorAssumptions:
+    """Efficiency and byte-count assumptions of a datasheet-based (prior) compute model."""
+
+    matmul_efficiency: float = 0.44
+    """Fraction of dense bf16 peak reached by matmul and attention kernels: midpoint of the 40-48%
+    H100 range in shared/data/training_mfu.csv (Llama 3 405B: 430 and 400 TFLOP/s of 989 = 43%,
+    40%; Megatron-LM: 41-48% MFU). MFU counts whole-step time, so kernels reach at least about
+    this; the same value is assumed for every GPU (no sourced MFU for the others)."""
+    hbm_efficiency: float = 0.7
+    """Fraction of datasheet HBM bandwidth reached by elementwise and optimizer kernels (assumption)."""
+    kernel_gap_s: float = 2e-6
+    """Fixed cost per kernel launch on the GPU timeline, seconds (assumption)."""
+    kernels_per_block: Mapping[str, int] = field(default_factory=lambda: {
+        "forward": 15, "backward": 30, "optimizer": 2})
+    """Kernels per transformer block per phase (forward ~15: norms, q/k/v/o, rope, attention,
+    MLP, adds; backward twice that; optimizer: multi-tensor Adam kernels)."""
+    kernels_root: Mapping[str, int] = field(default_factory=lambda: {
+        "forward": 6, "backward": 12, "optimizer": 2})
+    """Kernels of the root unit per phase (embedding, final norm, LM head, loss)."""
+    bytes_per_token_hidden: Mapping[str, float] = field(default_factory=lambda: {
+        "forward": 20.0, "backward": 40.0})
+    """HBM bytes per token per hidden element (bf16): forward 2 norms (2 reads+writes) + 2
+    residual adds (3 each) = 10 elements x 2 B; backward twice."""
+    bytes_per_token_ffn: Mapping[str, float] = field(default_factory=lambda: {
+        "forward": 6.0, "backward": 10.0})
+    """HBM bytes per token per intermediate element: forward act(gate)*up reads 2 writes 1 (x2 B);
+    backward reads 3 writes 2."""
+    bytes_per_token_vocab: Mapping[str, float] = field(default_factory=lambda: {
+        "forward": 12.0, "backward": 12.0})
+    """HBM bytes per token per vocab entry for the fp32 softmax / cross-entropy."""
+    optimizer_bytes_per_param: float = 32.0
+    """AdamW with fp32 master weights: read param, grad, m, v (16 B), write param, m, v (12 B),
+    write the bf16 copy (2 B), rounded up to 32 B per parameter of the local shard."""
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain values (for the provenance block of a prior profile)."""
+        return {k: dict(v) if isinstance(v, Mapping) else v for k, v in asdict(self).items()}
+
+
+def prior_compute_coefficients(gpu: GpuSpec, assume: PriorAssumptions | None = None
+                               ) -> dict[str, dict[str, float]]:
+    """Datasheet compute coefficients: FLOPs / (peak · efficiency) for matmul and attention
+    features (backward = 2 x forward FLOPs), bytes / (HBM bandwidth · efficiency) for elementwise
+    and optimizer features, kernel gaps for the per-layer and per-pass overheads."""
+    a = assume or PriorAssumptions()
+    flop_s = 1.0 / (gpu.bf16_flops_per_s * a.matmul_efficiency)
+    byte_s = 1.0 / (gpu.hbm_bytes_per_s * a.hbm_efficiency)
+    out: dict[str, dict[str, float]] = {}
+    for phase, mult in (("forward", 1.0), ("backward", 2.0)):
+        out[phase] = {
+            "tok_block_matmul": 2.0 * mult * flop_s,   # 2 FLOPs per weight per token
+            "tok_attn": 4.0 * mult * flop_s,           # QK^T and AV: 2·2 FLOPs per (S·a·d)
+            "tok_lm_head": 2.0 * mult * flop_s,
+            "tok_vocab": a.bytes_per_token_vocab[phase] * byte_s,
+            "tok_hidden": a.bytes_per_token_hidden[phase] * byte_s,
+            "tok_ffn": a.bytes_per_token_ffn[phase] * byte_s,
+            "layers": a.kernels_per_block[phase] * a.kernel_gap_s,
+            "const": a.kernels_root[phase] * a.kernel_gap_s,
+        }
+    out["optimizer"] = {"shard_params": a.optimizer_bytes_per_param * byte_s,
+                        "layers": a.kernels_per_block["optimizer"] * a.kernel_gap_s,
+                        "const": a.kernels_root["optimizer"] * a.kernel_gap_s}
+    return out
+
+
+# ---- synthetic data (tests, docs) ----------------------------------------------------------
+
+def synthetic_compute_dataset(models: Sequence[ModelSpec],
+                              coefficients: Mapping[str, Mapping[str, float]], *,
+                              seq_lens: Sequence[int] = (512,),
+                              micro_batches: Sequence[int] = (1, 2, 4), units: Sequence[str] = ("model",),
+                              noise: float = 0.02, seed: int = 0) -> pd.DataFrame:
+    """Rows in the compute-dataset format with times from known coefficients, times a log-normal
+    multiplicative noise of relative size `noise` (seeded)."""
+    import pandas as pd
+
+    rng = np.random.default_rng(seed)
+    m = np.asarray(micro_batches, dtype=float)
+    records = []
+    for model, seq_len, unit in itertools.product(models, seq_lens, units):
+        shape = {"model": model.name, "family": model.family, "hidden_size": model.hidden_size,
+                 "num_hidden_layers": model.num_layers, "num_attention_heads": model.num_heads,
+                 "num_key_value_heads": model.num_kv_heads, "head_dim": model.head_dim,
+                 "intermediate_size": model.intermediate_size, "vocab_size": model.vocab_size,
+                 "tie_word_embeddings": model.tie_word_embeddings, "seq_len": seq_len}
+        for phase, coefs in coefficients.items():
+            X = unit_feature_matrix(model, seq_len, m, unit, phase)
+            t = X @ np.array([coefs.get(n, 0.0) for n in phase_features(phase)])
+            t *= np.exp(rng.normal(0.0, noise, len(t)))
+            records += [{**shape, "micro_batch": int(mb), "phase": phase, "unit": unit,
+                         "num_shards": 1, "time_s": float(ts)} for mb, ts in zip(m, t, strict=True)]
+    return pd.DataFrame.from_records(records)

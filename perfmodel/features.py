@@ -1,0 +1,176 @@
+"""Static regression features of (model, sequence length S, micro-batch m) per phase and FSDP unit.
+
+Every feature is a product of architecture numbers that scales one family of kernel dimensions
+linearly (paper §III-B: no interaction terms between features, the products are the features).
+Features are defined PER FSDP UNIT (`ModelSpec.fsdp_units`): the "block" unit is ONE transformer
+block and the "root" unit holds the embedding, final norm and LM head, so that
+
+    features(model) = L · features(block) + features(root)
+
+and one set of coefficients predicts a whole model's pass or a single unit's pass alike.
+
+With T = m·S tokens per micro-batch every forward/backward feature is `T·a + c` for per-unit
+vectors `a` (per token) and `c` (per pass), so for a fixed (model, S, unit) the time of a pass is an
+affine function of m; `unit_feature_affine` exposes that for fast evaluation.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from perfmodel.arch import FAMILY_LAYOUT, ModelSpec
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+PHASES = ("forward", "backward", "optimizer")
+UNITS = ("model", "block", "root")
+
+PASS_FEATURES: tuple[str, ...] = (
+    "tok_block_matmul", "tok_attn", "tok_lm_head", "tok_vocab", "tok_hidden", "tok_ffn",
+    "layers", "const",
+)
+"""Candidate features of the forward and backward passes (same names, separate coefficients)."""
+
+OPTIMIZER_FEATURES: tuple[str, ...] = ("shard_params", "layers", "const")
+"""Candidate features of the optimizer step."""
+
+FEATURE_DOCS: Mapping[str, str] = {
+    "tok_block_matmul": "tokens x matmul weights of the unit's block linears (block: one block; root: 0)",
+    "tok_attn": "tokens x S x heads x head_dim (attention score/value kernels; block only)",
+    "tok_lm_head": "tokens x hidden x vocab (LM-head matmul; root only)",
+    "tok_vocab": "tokens x vocab (logits softmax / cross-entropy, elementwise; root only)",
+    "tok_hidden": "tokens x hidden (norms, residual adds, embedding gather; each unit)",
+    "tok_ffn": "tokens x intermediate (MLP activation, elementwise; block only)",
+    "layers": "1 per transformer block (per-layer kernel-launch overhead; root: 0)",
+    "const": "1 per pass of the root unit (per-pass fixed overhead; block: 0)",
+    "shard_params": "parameters of the unit / num_shards (optimizer step on a G-way shard)",
+}
+"""What each feature counts; coefficients are seconds per unit of the feature."""
+
+
+def phase_features(phase: str) -> tuple[str, ...]:
+    """Candidate feature names of one phase."""
+    if phase in ("forward", "backward"):
+        return PASS_FEATURES
+    if phase == "optimizer":
+        return OPTIMIZER_FEATURES
+    raise ValueError(f"unknown phase {phase!r}; expected one of {PHASES}")
+
+
+def _check_unit(unit: str) -> None:
+    if unit not in UNITS:
+        raise ValueError(f"unknown unit {unit!r}; expected one of {UNITS}")
+
+
+@functools.lru_cache(maxsize=4096)
+def _pass_vectors(model: ModelSpec, seq_len: int, unit: str) -> tuple[np.ndarray, np.ndarray]:
+    h, f, V = model.hidden_size, model.intermediate_size, model.vocab_size
+    # order: tok_block_matmul, tok_attn, tok_lm_head, tok_vocab, tok_hidden, tok_ffn, layers, const
+    block_tok = np.array([model.block_matmul_params, seq_len * model.num_heads * model.d,
+                          0.0, 0.0, h, f, 0.0, 0.0])
+    block_one = np.array([0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0])
+    root_tok = np.array([0.0, 0.0, h * V, V, h, 0.0, 0.0, 0.0])
+    root_one = np.array([0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0])
+    if unit == "block":
+        out = block_tok, block_one
+    elif unit == "root":
+        out = root_tok, root_one
+    else:
+        out = model.num_layers * block_tok + root_tok, model.num_layers * block_one + root_one
+    for arr in out:
+        arr.setflags(write=False)
+    return out
+
+
+def _optimizer_vectors(model: ModelSpec, unit: str) -> tuple[np.ndarray, np.ndarray]:
+    """(sharded part, unsharded part): features = sharded / num_shards + unsharded."""
+    block = (np.array([model.block_params, 0.0, 0.0]), np.array([0.0, 1.0, 0.0]))
+    root = (np.array([model.root_params, 0.0, 0.0]), np.array([0.0, 0.0, 1.0]))
+    if unit == "block":
+        return block
+    if unit == "root":
+        return root
+    L = model.num_layers
+    return L * block[0] + root[0], L * block[1] + root[1]
+
+
+def unit_feature_affine(model: ModelSpec, seq_len: int, unit: str = "model",
+                        phase: str = "forward", num_shards: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """Feature vectors (per_micro_batch, constant): features(m) = m·per_micro_batch + constant.
+
+    For the optimizer the features do not depend on m (per_micro_batch is zero).
+    """
+    _check_unit(unit)
+    if phase == "optimizer":
+        if num_shards < 1:
+            raise ValueError(f"num_shards must be >= 1, got {num_shards}")
+        sharded, fixed = _optimizer_vectors(model, unit)
+        return np.zeros(len(OPTIMIZER_FEATURES)), sharded / num_shards + fixed
+    phase_features(phase)
+    per_token, const = _pass_vectors(model, int(seq_len), unit)
+    return per_token * seq_len, const
+
+
+def unit_feature_matrix(model: ModelSpec, seq_len: int, micro_batches: np.ndarray | int,
+                        unit: str = "model", phase: str = "forward",
+                        num_shards: np.ndarray | int = 1) -> np.ndarray:
+    """Feature matrix, one row per micro-batch size (and/or shard count, broadcast together).
+
+    Columns follow `phase_features(phase)`; unit is 'model', 'block' (ONE block) or 'root'.
+    """
+    _check_unit(unit)
+    m = np.atleast_1d(np.asarray(micro_batches, dtype=float))
+    if phase == "optimizer":
+        shards = np.atleast_1d(np.asarray(num_shards, dtype=float))
+        if np.any(shards < 1):
+            raise ValueError("num_shards must be >= 1")
+        m, shards = np.broadcast_arrays(m, shards)
+        sharded, fixed = _optimizer_vectors(model, unit)
+        return np.outer(1.0 / shards, sharded) + fixed
+    per_mb, const = unit_feature_affine(model, seq_len, unit, phase)
+    return np.outer(m, per_mb) + const
+
+
+def model_features(model: ModelSpec, seq_len: int, micro_batch: int, phase: str = "forward",
+                   num_shards: int = 1) -> dict[str, float]:
+    """Whole-model features as a name -> value mapping (for reports and tests)."""
+    row = unit_feature_matrix(model, seq_len, micro_batch, "model", phase, num_shards)[0]
+    return dict(zip(phase_features(phase), row.tolist(), strict=True))
+
+
+# ---- dataset rows (perfmodel.compute dataset format) -----------------------------------------
+
+SHAPE_COLUMNS = ("model", "family", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                  "num_key_value_heads", "head_dim", "intermediate_size", "vocab_size",
+                  "tie_word_embeddings")
+
+
+def spec_from_row(row: Mapping[str, Any]) -> ModelSpec:
+    """The ModelSpec of one dataset row (family layout from arch.FAMILY_LAYOUT)."""
+    layout = dict(FAMILY_LAYOUT[str(row.get("family", "llama"))])
+    tie = row.get("tie_word_embeddings", False)
+    layout["tie_word_embeddings"] = tie.strip().lower() in ("true", "1") if isinstance(tie, str) \
+        else bool(tie)
+    return ModelSpec(
+        name=str(row["model"]), family=str(row.get("family", "llama")),
+        hidden_size=int(row["hidden_size"]), num_layers=int(row["num_hidden_layers"]),
+        num_heads=int(row["num_attention_heads"]), num_kv_heads=int(row["num_key_value_heads"]),
+        head_dim=int(row.get("head_dim", 0) or 0), intermediate_size=int(row["intermediate_size"]),
+        vocab_size=int(row["vocab_size"]), **layout)
+
+
+def dataset_features(frame: pd.DataFrame, phase: str) -> np.ndarray:
+    """Feature matrix (columns `phase_features(phase)`) of dataset rows, all of one phase."""
+    out = np.zeros((len(frame), len(phase_features(phase))))
+    keys = [*SHAPE_COLUMNS, "seq_len", "unit", "num_shards"]
+    for idx in frame.groupby(keys, sort=False).indices.values():
+        row = frame.iloc[idx[0]]
+        out[idx] = unit_feature_matrix(
+            spec_from_row(row), int(row["seq_len"]), frame["micro_batch"].to_numpy()[idx],
+            unit=str(row["unit"]), phase=phase, num_shards=int(row["num_shards"]))
+    return out

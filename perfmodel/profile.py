@@ -1,0 +1,450 @@
+"""Hardware profiles: fitted or prior compute and communication coefficients with provenance.
+
+A profile is a versioned YAML file in catalogs/profiles/ (format: catalogs/profiles/README.md).
+Provenance is 'measured' (fitted from a dataset in the repo: path, sha256, CV MAPE, fit date,
+command) or 'prior' (datasheet figures and stated efficiency assumptions). Measured beats prior
+whenever a measured profile exists for the hardware. Links missing from a profile fall back to
+the catalog prior, and `comm_provenance` says so.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import hashlib
+import inspect
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from perfmodel.arch import ModelSpec
+from perfmodel.comm import (
+    BACKENDS,
+    OPS,
+    CommModel,
+    LinkCoefficients,
+    island_nics,
+    prior_link_coefficients,
+)
+from perfmodel.errors import CatalogError, ProfileError, did_you_mean
+from perfmodel.features import (
+    PHASES,
+    UNITS,
+    phase_features,
+    unit_feature_affine,
+    unit_feature_matrix,
+)
+from perfmodel.hardware import IslandSpec
+from perfmodel.paths import profiles_dir
+
+logger = logging.getLogger(__name__)
+
+SCHEMA_VERSION = 1
+PROVENANCES = ("measured", "prior")
+UNITS_DOC = {
+    "compute": "coefficients_s: seconds per unit of each feature (perfmodel/features.py FEATURE_DOCS)",
+    "comm": "T = k·(P-1)·(latency_s + D/(P·bandwidth_bytes_per_s)), k=1 all_gather/reduce_scatter, "
+            "2 all_reduce; D = unsharded payload bytes; per_nic: bandwidth is per NIC",
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class PhaseCoefficients:
+    """Compute coefficients of one phase."""
+
+    coefficients: Mapping[str, float]
+    """Feature name -> seconds per unit of the feature."""
+    provenance: str
+    """'measured' or 'prior'."""
+    cv_mape_pct: float | None = None
+    """Cross-validated MAPE of the fit, percent (measured only)."""
+    cv_scheme: str = ""
+    """How the CV MAPE was obtained (leave-one-model-out, k-fold)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class HardwareProfile:
+    """Compute and communication coefficients of one hardware type and collective backend."""
+
+    name: str
+    """Profile name (file stem)."""
+    hardware: str
+    """Catalog GPU name (or a local device name)."""
+    backend: str
+    """Collective backend: nccl, gloo or rccl."""
+    provenance: str
+    """'measured' when any part was fitted from data, else 'prior'."""
+    provenance_detail: dict[str, Any]
+    """Datasets with sha256 and CV MAPE, fit date and command; or datasheet figures and assumptions."""
+    compute: Mapping[str, PhaseCoefficients]
+    """Phase -> compute coefficients."""
+    comm: CommModel
+    """Communication coefficients per (op, link)."""
+    schema_version: int = SCHEMA_VERSION
+    """YAML schema version."""
+    _cache: dict[Any, tuple[Any, Any]] = field(default_factory=dict, init=False, compare=False,
+                                               repr=False)
+    """Affine compute-time cache per (phase, model, seq_len, unit, num_shards)."""
+
+    # -- compute --------------------------------------------------------------------------
+    def _phase(self, phase: str) -> PhaseCoefficients:
+        if phase not in PHASES:
+            raise ValueError(f"unknown phase {phase!r}; expected one of {PHASES}")
+        if phase not in self.compute:
+            raise ProfileError(f"profile {self.name!r} has no {phase} coefficients",
+                               hint=f"fit it with `shardmeter fit compute` on data with {phase} rows, "
+                                    "or pass --base with a prior profile.")
+        return self.compute[phase]
+
+    def _coef_vector(self, phase: str) -> np.ndarray:
+        coefs = self._phase(phase).coefficients
+        return np.array([coefs.get(name, 0.0) for name in phase_features(phase)])
+
+    def compute_affine_s(self, phase: str, model: ModelSpec, seq_len: int, unit: str = "model",
+                         num_shards: int = 1) -> tuple[float, float]:
+        """(seconds per micro-batch sequence, fixed seconds): time(m) = m·first + second."""
+        key = (phase, model, seq_len, unit, num_shards)
+        hit = self._cache.get(key)
+        if hit is None:
+            per_mb, const = unit_feature_affine(model, seq_len, unit, phase, num_shards)
+            w = self._coef_vector(phase)
+            hit = self._cache[key] = (float(per_mb @ w), float(const @ w))
+        return hit
+
+    def compute_time_s(self, phase: str, model: ModelSpec, seq_len: int, micro_batch: Any,
+                       unit: str = "model", num_shards: Any = 1) -> Any:
+        """Time of one forward/backward pass or optimizer step of the model, ONE block or the root.
+
+        micro_batch (and num_shards) may be numpy arrays; the result then is an array.
+        """
+        if unit not in UNITS:
+            raise ValueError(f"unknown unit {unit!r}; expected one of {UNITS}")
+        if isinstance(num_shards, np.ndarray):
+            X = unit_feature_matrix(model, seq_len, micro_batch, unit, phase, num_shards)
+            return X @ self._coef_vector(phase)
+        slope, fixed = self.compute_affine_s(phase, model, seq_len, unit, int(num_shards))
+        return slope * micro_batch + fixed
+
+    def compute_provenance(self, phase: str) -> str:
+        return self._phase(phase).provenance
+
+    # -- communication --------------------------------------------------------------------
+    def comm_time_s(self, op: str, links: Sequence[str], world_size: Any, payload_bytes: Any,
+                    nics_per_node: int = 1) -> Any:
+        """Ring collective over `links` (slowest decides); payload = unsharded bytes; P=1 -> 0 s."""
+        return self.comm.time_s(op, links, world_size, payload_bytes, nics_per_node)
+
+    def comm_provenance(self, op: str, links: Sequence[str]) -> str:
+        """'measured', 'prior' or 'mixed': the coefficients a prediction over `links` uses."""
+        return self.comm.provenance(op, links)
+
+    def island_comm_time_s(self, op: str, island: IslandSpec, payload_bytes: Any) -> Any:
+        """Ring collective over all GPUs of an island (intra/inter links and NICs resolved)."""
+        return self.comm.time_s(op, island.ring_links, island.num_gpus, payload_bytes,
+                                island_nics(island))
+
+    def island_comm_provenance(self, op: str, island: IslandSpec) -> str:
+        return self.comm.provenance(op, island.ring_links)
+
+    def provenance_summary(self) -> dict[str, Any]:
+        """Which parts are measured and which prior (for prediction outputs)."""
+        return {"profile": self.name, "hardware": self.hardware, "provenance": self.provenance,
+                "compute": {p: c.provenance for p, c in self.compute.items()},
+                "comm": {f"{op}/{link}": c.provenance
+                         for (op, link), c in self.comm.coefficients.items()},
+                "comm_fallback": "catalog prior (catalogs/links.csv) for links not listed"}
+
+    # -- serialisation --------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema_version": self.schema_version, "name": self.name, "hardware": self.hardware,
+            "backend": self.backend, "provenance": self.provenance, "units": dict(UNITS_DOC),
+            "compute": {phase: {"provenance": c.provenance, "cv_mape_pct": c.cv_mape_pct,
+                                "cv_scheme": c.cv_scheme,
+                                "coefficients_s": {k: float(v) for k, v in c.coefficients.items()}}
+                        for phase, c in self.compute.items()},
+            "comm": [{"op": op, "link": link, "latency_s": c.latency_s,
+                      "bandwidth_bytes_per_s": c.bandwidth_bytes_per_s, "per_nic": c.per_nic,
+                      "provenance": c.provenance, "cv_mape_pct": c.cv_mape_pct, "rows": c.rows}
+                     for (op, link), c in self.comm.coefficients.items()],
+            "provenance_detail": self.provenance_detail,
+        }
+
+
+# ---- YAML schema ---------------------------------------------------------------------------
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class _PhaseDoc(_Strict):
+    provenance: str = Field(pattern="^(measured|prior)$")
+    cv_mape_pct: float | None = None
+    cv_scheme: str = ""
+    coefficients_s: dict[str, float]
+
+
+class _CommDoc(_Strict):
+    op: str = Field(pattern="^(" + "|".join(OPS) + ")$")
+    link: str = Field(min_length=1)
+    latency_s: float = Field(ge=0)
+    bandwidth_bytes_per_s: float = Field(gt=0)
+    per_nic: bool = False
+    provenance: str = Field(pattern="^(measured|prior)$")
+    cv_mape_pct: float | None = None
+    rows: int = Field(default=0, ge=0)
+
+
+class _ProfileDoc(_Strict):
+    schema_version: int
+    name: str = Field(min_length=1)
+    hardware: str = Field(min_length=1)
+    backend: str = Field(pattern="^(" + "|".join(BACKENDS) + ")$")
+    provenance: str = Field(pattern="^(measured|prior)$")
+    units: dict[str, str] = Field(default_factory=dict)
+    compute: dict[str, _PhaseDoc] = Field(default_factory=dict)
+    comm: list[_CommDoc] = Field(default_factory=list)
+    provenance_detail: dict[str, Any] = Field(default_factory=dict)
+
+
+def profile_from_dict(data: Any, *, source: str = "<profile>") -> HardwareProfile:
+    """Validate a parsed YAML document; problems raise ProfileError naming source and field."""
+    if not isinstance(data, dict):
+        raise ProfileError(f"{source}: expected a YAML mapping, got {type(data).__name__}",
+                           hint="see catalogs/profiles/README.md for the format.")
+    if data.get("schema_version") != SCHEMA_VERSION:
+        raise ProfileError(f"{source}: schema_version {data.get('schema_version')!r} is not supported "
+                           f"(this version reads {SCHEMA_VERSION})",
+                           hint="regenerate the profile with this shardmeter version.")
+    try:
+        doc = _ProfileDoc.model_validate(data)
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise ProfileError(f"{source}: field {where!r} = {first.get('input')!r}: {first['msg']}",
+                           hint="see catalogs/profiles/README.md for the format.") from err
+    compute = {}
+    for phase, ph in doc.compute.items():
+        known = phase_features(phase) if phase in PHASES else None
+        if known is None or not set(ph.coefficients_s) <= set(known):
+            bad = phase if known is None else sorted(set(ph.coefficients_s) - set(known))
+            raise ProfileError(f"{source}: compute.{phase}: unknown phase or feature(s) {bad}",
+                               hint=f"phases: {', '.join(PHASES)}; features: perfmodel/features.py.")
+        if any(v < 0 for v in ph.coefficients_s.values()):
+            raise ProfileError(f"{source}: compute.{phase}: coefficients must be >= 0",
+                               hint="refit the profile (the fit keeps coefficients non-negative).")
+        compute[phase] = PhaseCoefficients(coefficients=dict(ph.coefficients_s),
+                                           provenance=ph.provenance, cv_mape_pct=ph.cv_mape_pct,
+                                           cv_scheme=ph.cv_scheme)
+    comm = {(c.op, c.link): LinkCoefficients(
+        latency_s=c.latency_s, bandwidth_bytes_per_s=c.bandwidth_bytes_per_s, per_nic=c.per_nic,
+        provenance=c.provenance, cv_mape_pct=c.cv_mape_pct, rows=c.rows) for c in doc.comm}
+    return HardwareProfile(name=doc.name, hardware=doc.hardware, backend=doc.backend,
+                           provenance=doc.provenance, provenance_detail=doc.provenance_detail,
+                           compute=compute, comm=CommModel(backend=doc.backend, coefficients=comm))
+
+
+@functools.lru_cache(maxsize=256)
+def _load_file(path: str, mtime_ns: int) -> HardwareProfile:
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+    except yaml.YAMLError as err:
+        raise ProfileError(f"{path}: not valid YAML ({err})",
+                           hint="fix the file or regenerate it.") from err
+    return profile_from_dict(data, source=path)
+
+
+def _profile_files() -> dict[str, Path]:
+    folder = profiles_dir()
+    return {p.stem.lower(): p for p in sorted(folder.glob("*.yaml"))} if folder.is_dir() else {}
+
+
+def load_profile(name_or_path: str) -> HardwareProfile:
+    """A profile by file stem in catalogs/profiles/ (case-insensitive) or by path."""
+    path = Path(name_or_path)
+    if not path.is_file():
+        found = _profile_files().get(name_or_path.lower())
+        if found is None:
+            if path.suffix in (".yaml", ".yml") or "/" in name_or_path:
+                raise ProfileError(f"profile file {name_or_path} not found",
+                                   hint="give an existing YAML path or a name from catalogs/profiles/.")
+            stems = [p.stem for p in _profile_files().values()]
+            raise ProfileError(f"unknown profile {name_or_path!r}; {did_you_mean(name_or_path, stems)}",
+                               hint=f"use a file stem from {profiles_dir()} or a YAML path.")
+        path = found
+    return _load_file(str(path.resolve()), path.stat().st_mtime_ns)
+
+
+def save_profile(profile: HardwareProfile, path: str | Path) -> None:
+    """Write a profile as YAML (round-trips through load_profile to equal predictions)."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(yaml.safe_dump(profile.to_dict(), sort_keys=False, width=100,
+                                              allow_unicode=True))
+
+
+def default_profile(gpu_name: str) -> HardwareProfile:
+    """The profile for a GPU: a measured one when it exists (newest fit), else the shipped prior,
+    else a prior built from the catalog on the fly."""
+    try:
+        from perfmodel.catalog import get_gpu
+
+        canonical = get_gpu(gpu_name).name
+    except CatalogError:
+        canonical = gpu_name
+    matches = [p for p in (load_profile(str(f)) for f in _profile_files().values())
+               if p.hardware.lower() == canonical.lower()]
+    measured = [p for p in matches if p.provenance == "measured"]
+    if measured:
+        return max(measured, key=lambda p: str(p.provenance_detail.get("fit_date", "")))
+    if matches:
+        return matches[0]
+    logger.info("no profile file for %s: building the catalog prior", canonical)
+    try:
+        return make_prior_profile(canonical)
+    except CatalogError as err:
+        raise ProfileError(f"no profile for hardware {gpu_name!r} and it is not in the GPU catalog",
+                           hint="fit one with `shardmeter fit`, or use a catalog GPU name.") from err
+
+
+# ---- priors --------------------------------------------------------------------------------
+
+def _field_docs(cls: type) -> dict[str, str]:
+    """Attribute docstrings of a dataclass (the string literal after each field)."""
+    try:
+        body = ast.parse(inspect.getsource(cls)).body[0].body  # type: ignore[attr-defined]
+    except (OSError, TypeError):
+        return {}
+    docs = {}
+    for node, nxt in zip(body, body[1:], strict=False):
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and \
+                isinstance(nxt, ast.Expr) and isinstance(getattr(nxt, "value", None), ast.Constant):
+            docs[node.target.id] = " ".join(str(nxt.value.value).split())
+    return docs
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def make_prior_profile(gpu_name: str, assumptions: Any = None) -> HardwareProfile:
+    """Datasheet-based profile of a catalog GPU (see compute.PriorAssumptions)."""
+    from perfmodel import __version__
+    from perfmodel.catalog import get_gpu, get_link
+    from perfmodel.compute import PriorAssumptions, prior_compute_coefficients
+
+    gpu = get_gpu(gpu_name)
+    assume = assumptions or PriorAssumptions()
+    coefs = prior_compute_coefficients(gpu, assume)
+    link_names = list(dict.fromkeys((gpu.intra_node_link, gpu.inter_node_link)))
+    comm = {(op, get_link(n).name): prior_link_coefficients(n) for op in OPS for n in link_names}
+    notes = _field_docs(PriorAssumptions)
+    detail = {
+        "kind": "prior",
+        "generated_by": "perfmodel.profile.make_prior_profile (shipped files: python "
+                        "scripts/make_prior_profiles.py)",
+        "shardmeter_version": __version__,
+        "datasheet": {
+            "gpu": {"name": gpu.name, "bf16_dense_flops_per_s": gpu.bf16_flops_per_s,
+                    "hbm_bytes_per_s": gpu.hbm_bytes_per_s, "source": gpu.source},
+            "links": {get_link(n).name: {"latency_s": get_link(n).latency_s,
+                                         "busbw_bytes_per_s": get_link(n).busbw_bytes_per_s,
+                                         "per_nic": get_link(n).per_nic, "source": get_link(n).source}
+                      for n in link_names},
+        },
+        "assumptions": {k: {"value": v, "note": notes.get(k, "")}
+                        for k, v in assume.as_dict().items()},
+        "method": "forward/backward: FLOPs/(peak bf16 x matmul_efficiency) for tok_block_matmul, "
+                  "tok_attn, tok_lm_head (backward = 2 x forward FLOPs); HBM bytes/(hbm bandwidth "
+                  "x hbm_efficiency) for tok_hidden, tok_ffn, tok_vocab and the optimizer; "
+                  "kernel_gap_s x kernels for layers and const. comm: catalog latency and busbw.",
+    }
+    backend = "rccl" if gpu.name.upper().startswith("AMD") else "nccl"
+    return HardwareProfile(
+        name=f"{gpu.name}-prior", hardware=gpu.name, backend=backend, provenance="prior",
+        provenance_detail=detail,
+        compute={p: PhaseCoefficients(coefficients=c, provenance="prior") for p, c in coefs.items()},
+        comm=CommModel(backend=backend, coefficients=comm))
+
+
+# ---- measured profiles ---------------------------------------------------------------------
+
+def predict_compute_dataset(profile: HardwareProfile, frame: Any) -> np.ndarray:
+    """The profile's prediction for every row of a compute dataset (perfmodel.compute format)."""
+    from perfmodel.features import dataset_features
+
+    pred = np.full(len(frame), np.nan)
+    phases = frame["phase"].to_numpy()
+    for phase in PHASES:
+        mask = phases == phase
+        if mask.any():
+            pred[mask] = dataset_features(frame[mask], phase) @ profile._coef_vector(phase)
+    return pred
+
+
+def dataset_record(path: str | Path, kind: str, rows: int) -> dict[str, Any]:
+    """Provenance entry of a dataset: path (relative to the repository when inside it), sha256."""
+    p = Path(path).resolve()
+    for root in (Path(__file__).resolve().parents[1], Path.cwd()):
+        if p.is_relative_to(root):
+            shown = str(p.relative_to(root))
+            break
+    else:
+        shown = str(p)
+    return {"kind": kind, "path": shown, "sha256": _sha256(p), "rows": int(rows)}
+
+
+def _measured_detail(base: HardwareProfile | None, dataset: dict[str, Any], command: str,
+                     cv_mape_pct: Mapping[str, float], fit_date: str,
+                     settings: Mapping[str, Any] | None) -> dict[str, Any]:
+    old = dict(base.provenance_detail) if base is not None and base.provenance == "measured" else {}
+    detail: dict[str, Any] = {"kind": "measured"}
+    base_name = old.get("base") or (base.name if base is not None and base.provenance == "prior" else None)
+    if base_name:
+        detail["base"] = base_name
+    datasets = [d for d in old.get("datasets", []) if d.get("kind") != dataset["kind"]]
+    detail["datasets"] = [*datasets, dataset]
+    kept = {k: v for k, v in old.get("cv_mape_pct", {}).items()
+            if (k.split("/")[0] in PHASES) != (dataset["kind"] == "compute")}
+    detail["cv_mape_pct"] = {**kept, **{k: float(v) for k, v in cv_mape_pct.items()}}
+    detail["fit_date"] = fit_date
+    detail["commands"] = [*old.get("commands", []), command]
+    detail["fit_settings"] = {**old.get("fit_settings", {}), **({dataset["kind"]: dict(settings)}
+                                                               if settings else {})}
+    return detail
+
+
+def with_compute_fit(base: HardwareProfile | None, *, name: str, hardware: str, backend: str,
+                     phases: Mapping[str, PhaseCoefficients], dataset: dict[str, Any],
+                     command: str, fit_date: str, settings: Mapping[str, Any]) -> HardwareProfile:
+    """`base` with the fitted phases replaced (other phases and comm kept) and measured provenance."""
+    compute = {**(dict(base.compute) if base else {}), **phases}
+    cv = {p: c.cv_mape_pct for p, c in phases.items() if c.cv_mape_pct is not None}
+    return HardwareProfile(
+        name=name, hardware=hardware, backend=backend, provenance="measured",
+        provenance_detail=_measured_detail(base, dataset, command, cv, fit_date, settings),
+        compute=compute,
+        comm=base.comm if base and base.backend == backend else CommModel(
+            backend=backend, coefficients={k: v for k, v in (base.comm.coefficients.items() if base else ())
+                                           if v.provenance == "prior"}))
+
+
+def with_comm_fit(base: HardwareProfile | None, *, name: str, hardware: str, backend: str,
+                  coefficients: Mapping[tuple[str, str], LinkCoefficients], dataset: dict[str, Any],
+                  command: str, fit_date: str) -> HardwareProfile:
+    """`base` with the fitted (op, link) coefficients added or replaced and measured provenance.
+    Measured coefficients of a base with another backend are dropped (priors are kept)."""
+    old = {} if base is None else {k: v for k, v in base.comm.coefficients.items()
+                                   if base.backend == backend or v.provenance == "prior"}
+    cv = {f"{op}/{link}": c.cv_mape_pct for (op, link), c in coefficients.items()
+          if c.cv_mape_pct is not None}
+    return HardwareProfile(
+        name=name, hardware=hardware, backend=backend, provenance="measured",
+        provenance_detail=_measured_detail(base, dataset, command, cv, fit_date, None),
+        compute=dict(base.compute) if base else {},
+        comm=CommModel(backend=backend, coefficients={**old, **coefficients}))

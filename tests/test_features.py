@@ -1,0 +1,69 @@
+"""Static features: per-unit definition, whole-model sums, linearity in the micro-batch."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from perfmodel.catalog import get_model
+from perfmodel.features import (
+    OPTIMIZER_FEATURES,
+    PASS_FEATURES,
+    model_features,
+    phase_features,
+    unit_feature_affine,
+    unit_feature_matrix,
+)
+
+MODELS = ["Llama-3.2-1B", "Phi-1.5", "Gemma-2B", "tiny-gqa"]
+
+
+@pytest.mark.parametrize("name", MODELS)
+@pytest.mark.parametrize("phase", ["forward", "backward", "optimizer"])
+def test_units_sum_to_model(name: str, phase: str) -> None:
+    model = get_model(name)
+    m = np.array([1, 3, 8])
+    whole = unit_feature_matrix(model, 1024, m, "model", phase, num_shards=4)
+    block = unit_feature_matrix(model, 1024, m, "block", phase, num_shards=4)
+    root = unit_feature_matrix(model, 1024, m, "root", phase, num_shards=4)
+    np.testing.assert_allclose(whole, model.num_layers * block + root, rtol=1e-12)
+    # the same sum over ModelSpec.fsdp_units (L blocks and one root)
+    units = model.fsdp_units(1024)
+    summed = sum(block if u.name != "root" else root for u in units)
+    np.testing.assert_allclose(whole, summed, rtol=1e-12)
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_forward_features_carry_the_flop_count(name: str) -> None:
+    model = get_model(name)
+    S, m = 2048, 2
+    f = model_features(model, S, m)
+    flops = 2 * f["tok_block_matmul"] + 2 * f["tok_lm_head"] + 4 * f["tok_attn"]
+    assert flops == pytest.approx(m * S * model.forward_flops_per_token(S), rel=1e-12)
+    assert f["layers"] == model.num_layers and f["const"] == 1
+    assert f["tok_hidden"] == m * S * model.hidden_size * (model.num_layers + 1)
+
+
+def test_linear_in_micro_batch_and_affine_form() -> None:
+    model = get_model("Llama-3.2-1B")
+    per_mb, const = unit_feature_affine(model, 512, "block", "backward")
+    X = unit_feature_matrix(model, 512, np.arange(1, 6), "block", "backward")
+    np.testing.assert_allclose(X, np.arange(1, 6)[:, None] * per_mb + const)
+    assert X.shape == (5, len(PASS_FEATURES))
+
+
+def test_optimizer_features_shard_and_ignore_micro_batch() -> None:
+    model = get_model("Llama-3.2-1B")
+    X = unit_feature_matrix(model, 512, 1, "model", "optimizer", num_shards=np.array([1, 2, 8]))
+    assert X.shape == (3, len(OPTIMIZER_FEATURES))
+    np.testing.assert_allclose(X[:, 0], model.total_params / np.array([1, 2, 8]))
+    same = unit_feature_matrix(model, 512, np.array([1, 7]), "model", "optimizer")
+    np.testing.assert_array_equal(same[0], same[1])
+
+
+def test_bad_names() -> None:
+    model = get_model("tiny-llama")
+    with pytest.raises(ValueError, match="unit"):
+        unit_feature_matrix(model, 64, 1, "layer")
+    with pytest.raises(ValueError, match="phase"):
+        phase_features("recompute")
