@@ -1,0 +1,167 @@
+"""Fast path vs graph simulator: FSDP step evaluations per second for a 32-layer model, one core.
+
+Run: .venv/bin/python benchmarks/bench_fastpath.py [--quick]
+Writes its section of docs/PERFORMANCE_fastpath.md (command, date, machine, every figure).
+
+Workload: Llama-3-8B (32 blocks + root = 33 FSDP units) with the H100-SXM5-80GB default profile;
+configurations are (island, micro-batch) pairs: nodes 1..4 x GPUs per node {1, 2, 4, 8} x
+micro-batch 1..N/16, i.e. real durations from the profile. One "step evaluation" is the step time
+of one configuration (the fast path returns microstep_s and step_fixed_s, i.e. every k, at once;
+the graph needs one simulation per k). Timed: the schedule only (durations are computed first),
+and separately the fast path including the duration arrays from the profile (what the island
+table builder does). Single core: thread pools pinned to 1 and the process to one CPU.
+"""
+
+from __future__ import annotations
+
+import os
+
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS"):
+    os.environ[_var] = "1"  # before numpy is imported
+
+import argparse  # noqa: E402
+import statistics  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from perfmodel.catalog import get_gpu, get_model  # noqa: E402
+from perfmodel.fastpath import FastCosts, fast_step, model_fast_costs  # noqa: E402
+from perfmodel.fsdp import simulate_step, step_costs  # noqa: E402
+from perfmodel.hardware import IslandSpec  # noqa: E402
+from perfmodel.profile import default_profile  # noqa: E402
+
+MODEL, GPU = "Llama-3-8B", "H100-SXM5-80GB"
+SEQ_LEN = 4096
+DOC = ROOT / "docs" / "PERFORMANCE_fastpath.md"
+
+
+# ---- helpers shared with bench_tables.py ----------------------------------------------------
+
+def pin_one_core() -> int | str:
+    """Pin this process to one CPU (the last one allowed) where the OS lets us."""
+    if not hasattr(os, "sched_setaffinity"):
+        return "unpinned"
+    cpu = max(os.sched_getaffinity(0))
+    os.sched_setaffinity(0, {cpu})
+    return cpu
+
+
+def machine_lines() -> list[str]:
+    import datetime as dt
+    import platform
+
+    cpu = platform.processor() or "unknown"
+    try:
+        names = [ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
+                 if ln.startswith("model name")]
+        cpu = f"{names[0]} ({len(names)} logical CPUs)" if names else cpu
+    except OSError:
+        pass
+    return [f"Date: {dt.datetime.now().astimezone().isoformat(timespec='seconds')}",
+            f"Machine: {platform.machine()}, {cpu}; {platform.system()} {platform.release()}",
+            f"Python {platform.python_version()}, numpy {np.__version__}"]
+
+
+def write_section(key: str, title: str, command: str, body: list[str]) -> Path:
+    """Replace (or append) the block between <!-- key --> markers of docs/PERFORMANCE_fastpath.md."""
+    start, end = f"<!-- {key} -->", f"<!-- /{key} -->"
+    block = "\n".join([start, f"## {title}", "", f"Command: `{command}`", "", *body, end])
+    text = DOC.read_text() if DOC.is_file() else (
+        "# Performance: fast path and island tables\n\nWritten by the benchmark scripts; do not edit by hand.\n")
+    if start in text and end in text:
+        text = text[: text.index(start)] + block + text[text.index(end) + len(end):]
+    else:
+        text = text.rstrip("\n") + "\n\n" + block + "\n"
+    DOC.parent.mkdir(parents=True, exist_ok=True)
+    DOC.write_text(text)
+    return DOC
+
+
+# ---- benchmark ----------------------------------------------------------------------------------
+
+
+def _islands() -> list[IslandSpec]:
+    gpu = get_gpu(GPU)
+    return [IslandSpec(gpu=gpu, num_nodes=n, gpus_per_node=g, intra_link=gpu.intra_node_link,
+                       inter_link=gpu.inter_node_link, nics_per_node=gpu.nics_per_node)
+            for n in (1, 2, 3, 4) for g in (1, 2, 4, 8)]
+
+
+def _median_s(fn: object, repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()  # type: ignore[operator]
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="Fewer configurations and repeats.")
+    args = parser.parse_args()
+    cpu = pin_one_core()
+    model, profile, islands = get_model(MODEL), default_profile(GPU), _islands()
+    n_fast = 4096 if args.quick else 16384
+    n_graph = 48 if args.quick else 192
+    repeats = 5 if args.quick else 9
+    mbs = np.arange(1, n_fast // len(islands) + 1)
+
+    parts = [model_fast_costs(model, profile, isl, seq_len=SEQ_LEN, micro_batches=mbs, ac="selective")
+             for isl in islands]
+    costs = FastCosts(**{k: np.concatenate([getattr(p, k) for p in parts], axis=-1)
+                         for k in ("forward_s", "backward_s", "all_gather_s", "reduce_scatter_s", "optimizer_s")},
+                      unit_types=parts[0].unit_types)
+    fast_s = _median_s(lambda: fast_step(costs), repeats)
+
+    def with_profile() -> None:
+        for isl in islands:
+            fast_step(model_fast_costs(model, profile, isl, seq_len=SEQ_LEN, micro_batches=mbs, ac="selective"))
+
+    fast_profile_s = _median_s(with_profile, repeats)
+    single = FastCosts(**{k: getattr(costs, k)[..., :1] for k in
+                          ("forward_s", "backward_s", "all_gather_s", "reduce_scatter_s", "optimizer_s")},
+                       unit_types=costs.unit_types)
+    n_single = 50 if args.quick else 200
+    single_s = _median_s(lambda: [fast_step(single) for _ in range(n_single)], repeats)
+    graph_cfgs = [step_costs(model, profile, islands[i % len(islands)], seq_len=SEQ_LEN,
+                             micro_batch=int(1 + i // len(islands)), ac="selective") for i in range(n_graph)]
+    graph_s = _median_s(lambda: [simulate_step(c) for c in graph_cfgs], max(3, repeats // 3))
+
+    fast_rate, profile_rate, graph_rate = n_fast / fast_s, n_fast / fast_profile_s, n_graph / graph_s
+    single_rate = n_single / single_s
+    check = fast_step(FastCosts.from_step_costs(graph_cfgs[:8])).step_time_s(1)
+    worst = max(abs(check[i] - simulate_step(c).step_time_s) / simulate_step(c).step_time_s
+                for i, c in enumerate(graph_cfgs[:8]))
+    lines = [
+        f"Workload: {MODEL} ({model.num_layers} blocks + root = {len(model.fsdp_units(SEQ_LEN))} FSDP units), "
+        f"{GPU} default profile ({profile.provenance}), seq {SEQ_LEN}, selective AC; configurations = "
+        f"{len(islands)} islands x micro-batches. Single core (CPU {cpu}, BLAS/OpenMP threads 1).",
+        "",
+        "| path | configurations | median time (s) | step evaluations / s |",
+        "| --- | ---: | ---: | ---: |",
+        f"| graph simulator (`fsdp.simulate_step`, one per configuration) | {n_graph} | {graph_s:.4f} | {graph_rate:,.0f} |",
+        f"| fast path (`fastpath.fast_step`, vectorised) | {n_fast} | {fast_s:.4f} | {fast_rate:,.0f} |",
+        f"| fast path incl. durations from the profile (`model_fast_costs` per island) | {n_fast} | "
+        f"{fast_profile_s:.4f} | {profile_rate:,.0f} |",
+        f"| fast path, one configuration per call (no batching) | {n_single} | {single_s:.4f} | {single_rate:,.0f} |",
+        "",
+        f"Fast path / graph: {fast_rate / graph_rate:,.0f}x (same run). Target >= 100,000 evaluations/s: "
+        f"{'met' if fast_rate >= 1e5 else 'NOT met'}. Largest relative difference fast vs graph on 8 of the "
+        f"configurations: {worst:.1e}. Medians of {repeats} repeats (graph: {max(3, repeats // 3)}).",
+    ]
+    path = write_section("bench_fastpath", "Fast path vs graph simulator",
+                         f".venv/bin/python benchmarks/bench_fastpath.py{' --quick' if args.quick else ''}",
+                         machine_lines() + [""] + lines)
+    print("\n".join(lines))
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
