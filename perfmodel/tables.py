@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -89,3 +90,58 @@ def _concat(parts: Sequence[FastCosts]) -> FastCosts:
         reduce_scatter_s=np.concatenate([p.reduce_scatter_s for p in parts], axis=1),
         optimizer_s=np.concatenate([p.optimizer_s for p in parts]),
         unit_types=parts[0].unit_types)
+
+
+# ---- the planner's entry point (the planner imports perfmodel only through this module) -------
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ClusterRequest:
+    """What the planner knows of a cluster: names and numbers from its instance file."""
+
+    name: str
+    """Cluster name."""
+    gpu: str
+    """Catalog GPU name (did-you-mean on typos)."""
+    num_nodes: int
+    """Nodes available."""
+    gpus_per_node: int
+    """GPUs per node available."""
+    allowed_gpus_per_node: tuple[int, ...]
+    """GPUs-per-node counts an island may use."""
+    usd_per_gpu_hour: float
+    """Resolved price of one GPU-hour."""
+    wan_bw_bytes_per_s: float
+    """WAN uplink, bytes/s."""
+    wan_latency_s: float
+    """WAN latency, seconds."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ModelTable:
+    """An island table together with the model facts the planner needs."""
+
+    table: pd.DataFrame
+    """Rows as in TABLE_COLUMNS."""
+    parameters: int
+    """Total model parameters (sets the pseudo-gradient size)."""
+    model_name: str
+    """Resolved model name."""
+
+
+def island_table_for(model: str, *, seq_len: int, ac: str,
+                     clusters: Sequence[ClusterRequest]) -> ModelTable:
+    """Resolve catalog names and build the island table (catalog errors name the bad value)."""
+    from perfmodel.catalog import get_gpu, get_model
+
+    spec = get_model(model)
+    specs = []
+    for c in clusters:
+        gpu = get_gpu(c.gpu)
+        specs.append(ClusterSpec(
+            name=c.name, gpu=gpu, num_nodes=c.num_nodes, gpus_per_node=c.gpus_per_node,
+            allowed_gpus_per_node=tuple(c.allowed_gpus_per_node), usd_per_gpu_hour=c.usd_per_gpu_hour,
+            intra_link=gpu.intra_node_link, inter_link=gpu.inter_node_link,
+            nics_per_node=gpu.nics_per_node, wan_bw_bytes_per_s=c.wan_bw_bytes_per_s,
+            wan_latency_s=c.wan_latency_s))
+    table = build_island_table(spec, seq_len=seq_len, ac=ac, clusters=specs)
+    return ModelTable(table=table, parameters=spec.total_params, model_name=spec.name)

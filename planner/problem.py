@@ -1,0 +1,488 @@
+"""The planning problem of DESIGN §3 in solver-neutral form, and the one plan evaluator.
+
+Every backend (CP-SAT, MILP, brute force, heuristic) reads the same `Problem` and scores a plan
+with the same `evaluate` function, so two backends that find the same plan report bit-identical
+(wall_time_s, cost_usd).
+
+Units and rounding
+------------------
+Times are kept as the floats of the island table; they never enter a solver as numbers, only as
+comparisons (an island may be used when its step time is at most a cut-off taken from the same
+floats), so time is not rounded anywhere. Money is quantised once, when the problem is built:
+`usd_per_hour` of every island option becomes an integer number of `1 / PRICE_UNITS_PER_USD_PER_HOUR`
+USD per hour. Backends minimise the exact integer sum; the cost of a plan is computed from that
+integer sum, so the only rounding is the input quantisation, at most
+`0.5 / PRICE_UNITS_PER_USD_PER_HOUR` USD/h per island (see `cost_rounding_bound_usd`).
+
+Island pairs and the menu
+-------------------------
+A *pair* is (island option, micro-batch m): one table row. An island of a pair with k
+accumulation micro-steps processes k·m·n·g sequences per inner step in
+t = step_fixed_s + k·microstep_s (`IslandPair.step_time_s`, the one formula every backend uses).
+
+The *menu* keeps, for each option o and each s (sequences per GPU per inner step, s·n·g <= B),
+only the (m, k) with k·m = s of minimum t (ties: smallest m). This is an exact reduction: an
+island's price, nodes and GPUs depend only on o, its batch contribution only on (o, s), and its
+t enters W only through τ = max t; swapping an island's (m, k) for the menu's (m', k') keeps the
+plan feasible and can only lower τ, hence W and C. So every non-dominated (W, C) point has a plan
+built from menu items only; the CP-SAT and MILP models choose menu items.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Collection, Iterable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from planner.instance import OPTION_KEY, Instance
+
+LOG = logging.getLogger(__name__)
+
+PRICE_UNITS_PER_USD_PER_HOUR = 1_000_000
+"""Integer price units per USD/h: prices are quantised to 1e-6 USD per hour."""
+SECONDS_PER_HOUR = 3600.0
+DTYPE_BYTES = {"fp32": 4, "bf16": 2, "int8": 1}
+"""Bytes per parameter of the pseudo-gradient exchanged across islands."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ClusterInfo:
+    """What the planner needs to know about one cluster."""
+
+    name: str
+    """Cluster name (matches the island table's `cluster` column)."""
+    num_nodes: int
+    """Nodes available to all islands of this cluster together."""
+    wan_bw_bytes_per_s: float
+    """WAN uplink bandwidth, bytes per second."""
+    wan_latency_s: float
+    """WAN latency, seconds."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class IslandOption:
+    """One island option (cluster, nodes, GPUs per node) of the island table."""
+
+    cluster: str
+    """Cluster the nodes come from."""
+    cluster_index: int
+    """Index of the cluster in `Problem.clusters`."""
+    gpu_type: str
+    """GPU name as in the table."""
+    nodes: int
+    """Nodes of the island."""
+    gpus_per_node: int
+    """GPUs used per node."""
+    usd_per_hour: float
+    """Price of the whole island per hour, as in the table."""
+    price_units: int
+    """`usd_per_hour` quantised to integer price units."""
+
+    @property
+    def num_gpus(self) -> int:
+        """GPUs of the island."""
+        return self.nodes * self.gpus_per_node
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class IslandPair:
+    """An island option with one micro-batch size: one row of the island table."""
+
+    option_index: int
+    """Index into `Problem.options`."""
+    micro_batch: int
+    """Sequences per GPU per micro-step."""
+    microstep_s: float
+    """Time of one accumulation micro-step."""
+    step_fixed_s: float
+    """Time added once per inner step."""
+    max_accum_steps: int
+    """Largest k with k·m·n·g <= global batch."""
+    seqs_per_accum_step: int
+    """m·n·g: sequences one accumulation step adds."""
+
+    def step_time_s(self, accum_steps: int) -> float:
+        """Inner-step time t = step_fixed_s + k·microstep_s (the one formula every backend uses)."""
+        return self.step_fixed_s + accum_steps * self.microstep_s
+
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class IslandChoice:
+    """One island of a plan in solver terms."""
+
+    pair_index: int
+    """Index into `Problem.pairs`."""
+    accum_steps: int
+    """Accumulation micro-steps k >= 1 per inner step."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class MenuItem:
+    """The fastest way an island of one option processes s sequences per GPU per inner step."""
+
+    option_index: int
+    """Index into `Problem.options`."""
+    pair_index: int
+    """Pair (micro-batch) achieving it."""
+    accum_steps: int
+    """k = s / m."""
+    seqs_per_gpu: int
+    """s."""
+    seqs: int
+    """s·n·g: sequences per inner step of the island."""
+    step_time_s: float
+    """t of the island."""
+
+
+def build_menu(options: Sequence[IslandOption], pairs: Sequence[IslandPair], batch: int) -> tuple[MenuItem, ...]:
+    """Menu items of every option (see the module docstring)."""
+    by_option: dict[int, list[int]] = {}
+    for i, pair in enumerate(pairs):
+        by_option.setdefault(pair.option_index, []).append(i)
+    items = []
+    for o, pair_ids in sorted(by_option.items()):
+        gpus = options[o].num_gpus
+        for s in range(1, batch // gpus + 1):
+            best: tuple[float, int, int] | None = None
+            for i in pair_ids:
+                m = pairs[i].micro_batch
+                if s % m == 0:
+                    t = pairs[i].step_time_s(s // m)
+                    if best is None or (t, m) < best[:2]:
+                        best = (t, m, i)
+            if best is not None:
+                items.append(MenuItem(option_index=o, pair_index=best[2], accum_steps=s // best[1],
+                                      seqs_per_gpu=s, seqs=s * gpus, step_time_s=best[0]))
+    return tuple(items)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Island:
+    """One island of an evaluated plan."""
+
+    cluster: str
+    """Cluster the island runs on."""
+    gpu_type: str
+    """GPU name."""
+    nodes: int
+    """Nodes of the island."""
+    gpus_per_node: int
+    """GPUs per node."""
+    micro_batch: int
+    """Sequences per GPU per micro-step (m)."""
+    accum_steps: int
+    """Accumulation micro-steps per inner step (k)."""
+    seqs_per_step: int
+    """Sequences per inner step: k·m·n·g."""
+    step_time_s: float
+    """Inner-step time of this island alone: step_fixed_s + k·microstep_s."""
+    usd_per_hour: float
+    """Price of the island per hour (quantised)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Plan:
+    """An evaluated plan: islands plus DESIGN §3 wall time and cost."""
+
+    islands: tuple[Island, ...]
+    """Islands, in a canonical order."""
+    choices: tuple[IslandChoice, ...]
+    """The same islands in solver terms (pair index, k)."""
+    inner_step_s: float
+    """τ = max island step time."""
+    sync_s: float
+    """σ: blocking pseudo-gradient all-reduce per outer step (0 for one island)."""
+    wall_time_s: float
+    """W = D/(B·S)·(τ + σ/H)."""
+    cost_usd: float
+    """C = W/3600·Σ usd_per_hour."""
+    usd_per_hour: float
+    """Σ usd_per_hour of the islands (quantised)."""
+    price_units: int
+    """Σ price units (the exact integer the solvers minimise)."""
+    tokens_per_s: float
+    """D / W."""
+    num_gpus: int
+    """Σ n·g."""
+    cost_rounding_bound_usd: float
+    """Largest difference between `cost_usd` and the cost at unquantised prices."""
+
+    @property
+    def key(self) -> tuple[float, float]:
+        """(wall_time_s, cost_usd)."""
+        return (self.wall_time_s, self.cost_usd)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Problem:
+    """A solver-neutral planning problem (DESIGN §3)."""
+
+    name: str
+    """Instance name."""
+    global_batch_seqs: int
+    """B: sequences per inner step, all islands together."""
+    seq_len: int
+    """S: tokens per sequence."""
+    train_tokens: float
+    """D: training tokens."""
+    inner_steps: int
+    """H: inner steps per outer step."""
+    pseudo_gradient_bytes: float
+    """P: bytes exchanged per island in the outer all-reduce."""
+    clusters: tuple[ClusterInfo, ...]
+    """Clusters named by the instance."""
+    options: tuple[IslandOption, ...]
+    """Usable island options."""
+    pairs: tuple[IslandPair, ...]
+    """Usable (option, micro-batch) pairs with at least one admissible k."""
+    max_islands: int
+    """Effective island cap (already bounded by nodes, GPUs and batch)."""
+    max_gpus: int | None
+    """GPU cap, None when unlimited."""
+    budget_usd: float | None = None
+    """Cost cap, None when unlimited."""
+    deadline_s: float | None = None
+    """Wall-time cap in seconds, None when unlimited."""
+    menu: tuple[MenuItem, ...] = ()
+    """The fastest (m, k) per (option, s): see the module docstring."""
+    levels_s: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    """Sorted distinct step times of the menu items: the values τ takes in solver plans."""
+
+    @property
+    def inner_steps_total(self) -> float:
+        """D/(B·S): inner steps of the whole run."""
+        return self.train_tokens / (self.global_batch_seqs * self.seq_len)
+
+
+
+def sync_time_s(num_islands: int, payload_bytes: float, bw_bytes_per_s: float, latency_s: float) -> float:
+    """σ = 0 for one island, else 2(M−1)/M·P/bw + 2(M−1)·lat."""
+    if num_islands <= 1:
+        return 0.0
+    return 2.0 * (num_islands - 1) / num_islands * payload_bytes / bw_bytes_per_s + 2.0 * (
+        num_islands - 1
+    ) * latency_s
+
+
+def wall_time_s(problem: Problem, inner_step_s: float, sync_s: float) -> float:
+    """W = D/(B·S)·(τ + σ/H)."""
+    return problem.inner_steps_total * (inner_step_s + sync_s / problem.inner_steps)
+
+
+def cost_usd(wall_s: float, price_units: int) -> float:
+    """C = W/3600·Σ price, from the exact integer price sum."""
+    return wall_s * price_units / (SECONDS_PER_HOUR * PRICE_UNITS_PER_USD_PER_HOUR)
+
+
+def group_sync_s(problem: Problem, num_islands: int, cluster_indices: Iterable[int]) -> float:
+    """σ of `num_islands` islands spread over the given clusters (slowest uplink, largest latency)."""
+    used = [problem.clusters[c] for c in set(cluster_indices)]
+    if num_islands <= 1 or not used:
+        return 0.0
+    bw = min(c.wan_bw_bytes_per_s for c in used)
+    lat = max(c.wan_latency_s for c in used)
+    return sync_time_s(num_islands, problem.pseudo_gradient_bytes, bw, lat)
+
+
+def evaluate(problem: Problem, choices: Sequence[IslandChoice]) -> Plan:
+    """Score a plan exactly as DESIGN §3 says (no feasibility check; see `violations`)."""
+    ordered = tuple(sorted(choices, key=lambda c: (c.pair_index, c.accum_steps)))
+    islands = []
+    price_units = 0
+    for choice in ordered:
+        pair = problem.pairs[choice.pair_index]
+        option = problem.options[pair.option_index]
+        price_units += option.price_units
+        islands.append(
+            Island(
+                cluster=option.cluster,
+                gpu_type=option.gpu_type,
+                nodes=option.nodes,
+                gpus_per_node=option.gpus_per_node,
+                micro_batch=pair.micro_batch,
+                accum_steps=choice.accum_steps,
+                seqs_per_step=choice.accum_steps * pair.seqs_per_accum_step,
+                step_time_s=pair.step_time_s(choice.accum_steps),
+                usd_per_hour=option.price_units / PRICE_UNITS_PER_USD_PER_HOUR,
+            )
+        )
+    tau = max(i.step_time_s for i in islands)
+    clusters = [problem.options[problem.pairs[c.pair_index].option_index].cluster_index for c in ordered]
+    sigma = group_sync_s(problem, len(ordered), clusters)
+    wall = wall_time_s(problem, tau, sigma)
+    rounding = wall / SECONDS_PER_HOUR * len(ordered) * 0.5 / PRICE_UNITS_PER_USD_PER_HOUR
+    return Plan(
+        islands=tuple(islands),
+        choices=ordered,
+        inner_step_s=tau,
+        sync_s=sigma,
+        wall_time_s=wall,
+        cost_usd=cost_usd(wall, price_units),
+        usd_per_hour=price_units / PRICE_UNITS_PER_USD_PER_HOUR,
+        price_units=price_units,
+        tokens_per_s=problem.train_tokens / wall,
+        num_gpus=sum(i.nodes * i.gpus_per_node for i in islands),
+        cost_rounding_bound_usd=rounding,
+    )
+
+
+def violations(problem: Problem, choices: Sequence[IslandChoice]) -> list[str]:
+    """DESIGN §3 constraints a plan breaks (empty list: feasible)."""
+    out = []
+    if not choices:
+        return ["no islands"]
+    seqs = sum(c.accum_steps * problem.pairs[c.pair_index].seqs_per_accum_step for c in choices)
+    if seqs != problem.global_batch_seqs:
+        out.append(f"batch {seqs} != {problem.global_batch_seqs}")
+    if any(c.accum_steps < 1 for c in choices):
+        out.append("accum_steps < 1")
+    if len(choices) > problem.max_islands:
+        out.append(f"{len(choices)} islands > {problem.max_islands}")
+    nodes = [0] * len(problem.clusters)
+    gpus = 0
+    for c in choices:
+        option = problem.options[problem.pairs[c.pair_index].option_index]
+        nodes[option.cluster_index] += option.nodes
+        gpus += option.num_gpus
+    for info, used in zip(problem.clusters, nodes, strict=True):
+        if used > info.num_nodes:
+            out.append(f"cluster {info.name}: {used} nodes > {info.num_nodes}")
+    if problem.max_gpus is not None and gpus > problem.max_gpus:
+        out.append(f"{gpus} GPUs > {problem.max_gpus}")
+    return out
+
+
+def nondominated(plans: Iterable[Plan]) -> list[Plan]:
+    """Non-dominated (W, C) points, one plan each (ties: smallest canonical plan), by W ascending."""
+    ordered = sorted(plans, key=lambda p: (p.wall_time_s, p.cost_usd, _plan_sort_key(p)))
+    front: list[Plan] = []
+    for plan in ordered:
+        if not front or plan.cost_usd < front[-1].cost_usd:
+            if front and plan.wall_time_s == front[-1].wall_time_s:
+                continue
+            front.append(plan)
+    return front
+
+
+def _plan_sort_key(plan: Plan) -> tuple[tuple[int, int], ...]:
+    return tuple((c.pair_index, c.accum_steps) for c in plan.choices)
+
+
+def quantise_price(usd_per_hour: float) -> int:
+    """USD/h as integer price units."""
+    return int(round(usd_per_hour * PRICE_UNITS_PER_USD_PER_HOUR))
+
+
+def island_cap(problem_clusters: Sequence[ClusterInfo], options: Sequence[IslandOption],
+               pairs: Sequence[IslandPair], batch: int, max_islands: int | None,
+               max_gpus: int | None) -> int:
+    """Largest useful island count: limited by max_islands, nodes, GPUs and the batch."""
+    if not pairs:
+        return 0
+    caps = [batch // min(p.seqs_per_accum_step for p in pairs)]
+    node_cap = 0
+    for ci, info in enumerate(problem_clusters):
+        sizes = [o.nodes for o in options if o.cluster_index == ci]
+        if sizes:
+            node_cap += info.num_nodes // min(sizes)
+    caps.append(node_cap)
+    if max_gpus is not None:
+        caps.append(max_gpus // min(o.num_gpus for o in options))
+    if max_islands is not None:
+        caps.append(max_islands)
+    return max(0, min(caps))
+
+
+RELAXABLE = ("max_islands", "num_nodes", "max_gpus")
+"""Limits `build_problem` can drop, for diagnosing infeasibility."""
+
+
+def build_problem(instance: Instance, table: pd.DataFrame, *, relax: Collection[str] = (),
+                  budget_usd: float | None = None, deadline_hours: float | None = None) -> Problem:
+    """The `Problem` of an instance and its validated island table.
+
+    Rows whose gpus_per_node is not allowed for their cluster, whose island needs more nodes than
+    the cluster has, or more GPUs than max_gpus, are dropped (logged). `relax` removes limits.
+    Budget and deadline default to the instance's limits.
+    """
+    batch = instance.training.global_batch_seqs
+    big = batch * max([int(n) for n in table["nodes"]] or [1])
+    clusters = tuple(
+        ClusterInfo(name=c.name, num_nodes=big if "num_nodes" in relax else c.num_nodes,
+                    wan_bw_bytes_per_s=c.wan_bw_bytes_per_s, wan_latency_s=c.wan_latency_s)
+        for c in instance.clusters
+    )
+    index = {c.name: i for i, c in enumerate(clusters)}
+    max_gpus = None if "max_gpus" in relax else instance.limits.max_gpus
+    options: list[IslandOption] = []
+    pairs: list[IslandPair] = []
+    for (cluster, nodes, gpn), rows in table.groupby(OPTION_KEY, sort=True):
+        spec = instance.cluster(str(cluster))
+        reason = _unusable(spec.gpus_per_node_choices, clusters[index[spec.name]].num_nodes,
+                           max_gpus, int(nodes), int(gpn))
+        if reason:
+            LOG.info("island option %s %dx%d dropped: %s", cluster, nodes, gpn, reason)
+            continue
+        first = rows.iloc[0]
+        option = IslandOption(cluster=spec.name, cluster_index=index[spec.name], gpu_type=str(first["gpu_type"]),
+                              nodes=int(nodes), gpus_per_node=int(gpn), usd_per_hour=float(first["usd_per_hour"]),
+                              price_units=quantise_price(float(first["usd_per_hour"])))
+        new_pairs = []
+        for row in rows.sort_values("micro_batch").itertuples(index=False):
+            step = int(row.micro_batch) * option.num_gpus
+            if step <= batch:
+                new_pairs.append(IslandPair(option_index=len(options), micro_batch=int(row.micro_batch),
+                                            microstep_s=float(row.microstep_s),
+                                            step_fixed_s=float(row.step_fixed_s),
+                                            max_accum_steps=batch // step, seqs_per_accum_step=step))
+        if new_pairs:
+            options.append(option)
+            pairs.extend(new_pairs)
+    menu = build_menu(options, pairs, batch)
+    max_islands = None if "max_islands" in relax else instance.max_islands
+    budget = budget_usd if budget_usd is not None else instance.limits.budget_usd
+    deadline_h = deadline_hours if deadline_hours is not None else instance.limits.deadline_hours
+    params = instance.pseudo_gradient_parameters
+    return Problem(
+        name=instance.name,
+        global_batch_seqs=batch,
+        seq_len=instance.training.seq_len,
+        train_tokens=instance.training.train_tokens,
+        inner_steps=instance.inner_steps,
+        pseudo_gradient_bytes=float(params * DTYPE_BYTES[instance.training.pseudo_gradient_dtype]),
+        clusters=clusters,
+        options=tuple(options),
+        pairs=tuple(pairs),
+        max_islands=island_cap(clusters, options, pairs, batch, max_islands, max_gpus),
+        max_gpus=max_gpus,
+        budget_usd=budget,
+        deadline_s=None if deadline_h is None else deadline_h * SECONDS_PER_HOUR,
+        menu=menu,
+        levels_s=np.unique(np.array([item.step_time_s for item in menu], dtype=float)),
+    )
+
+
+def _unusable(allowed: Sequence[int], num_nodes: int, max_gpus: int | None, nodes: int, gpn: int) -> str:
+    if gpn not in allowed:
+        return f"gpus_per_node {gpn} not in allowed_gpus_per_node {list(allowed)}"
+    if nodes > num_nodes:
+        return f"needs {nodes} nodes, cluster has {num_nodes}"
+    if max_gpus is not None and nodes * gpn > max_gpus:
+        return f"{nodes * gpn} GPUs > max_gpus {max_gpus}"
+    return ""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SubResult:
+    """Answer of a backend to "cheapest plan with W <= ε"."""
+
+    status: str
+    """optimal | feasible (time limit, not proven) | infeasible | unknown (no answer in time)."""
+    choices: tuple[IslandChoice, ...] = ()
+    """The plan found (empty unless optimal/feasible)."""
+    price_units: int = 0
+    """Its Σ price units."""

@@ -1,0 +1,114 @@
+"""End-to-end CLI runs on the shipped small instances (`instances/small-*.yaml`)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from planner.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+SMALL = sorted((ROOT / "instances").glob("small-*.yaml"))
+TWO = ROOT / "instances" / "small-two-clusters.yaml"
+
+
+def run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    try:
+        main(args)
+        code = 0
+    except SystemExit as exit_:
+        code = int(exit_.code or 0)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_small_instances_are_shipped() -> None:
+    assert len(SMALL) >= 2
+
+
+@pytest.mark.parametrize("instance", SMALL, ids=lambda p: p.stem)
+def test_pareto_json_has_required_keys(instance: Path, capsys) -> None:
+    code, out, err = run(["pareto", str(instance), "--format", "json"], capsys)
+    assert code == 0, err
+    points = json.loads(out)
+    assert isinstance(points, list) and points
+    for point in points:
+        assert {"wall_time_s", "cost_usd", "tokens_per_s", "islands", "proven_exact"} <= set(point)
+        assert point["proven_exact"] is True
+        for island in point["islands"]:
+            assert {"cluster", "nodes", "gpus_per_node", "micro_batch", "accum_steps"} <= set(island)
+    walls = [p["wall_time_s"] for p in points]
+    costs = [p["cost_usd"] for p in points]
+    assert walls == sorted(walls) and costs == sorted(costs, reverse=True)
+
+
+def test_pareto_writes_csv_and_both_plots(tmp_path: Path, capsys) -> None:
+    csv, png = tmp_path / "frontier.csv", tmp_path / "frontier.png"
+    code, out, err = run(["pareto", str(TWO), "-o", str(csv), "--plot", str(png)], capsys)
+    assert code == 0, err
+    assert "Pareto frontier" in out
+    second = tmp_path / "frontier_throughput.png"
+    for path in (png, second):
+        assert path.stat().st_size > 1000 and path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    frame = pd.read_csv(csv)
+    assert {"wall_time_s", "cost_usd", "tokens_per_s", "label"} <= set(frame.columns) and len(frame) >= 1
+
+
+@pytest.mark.parametrize("solver", ["milp", "brute", "heuristic"])
+def test_pareto_other_solvers_csv(solver: str, capsys) -> None:
+    code, out, err = run(["pareto", str(TWO), "--solver", solver, "--format", "csv"], capsys)
+    assert code == 0, err
+    assert out.splitlines()[0].startswith("point,label,wall_time_h")
+
+
+def test_exact_solvers_agree_through_cli(capsys) -> None:
+    fronts = {}
+    for solver in ("cpsat", "milp", "brute"):
+        code, out, err = run(["pareto", str(TWO), "--solver", solver, "--format", "json"], capsys)
+        assert code == 0, err
+        fronts[solver] = [(p["wall_time_s"], p["cost_usd"]) for p in json.loads(out)]
+    assert fronts["cpsat"] == fronts["milp"] == fronts["brute"]
+
+
+@pytest.mark.parametrize(
+    ("args", "key"),
+    [
+        (["--objective", "time"], "fastest"),
+        (["--objective", "cost"], "cheapest"),
+        (["--min-throughput-fraction", "0.9"], "cheapest with tokens/s"),
+    ],
+)
+def test_plan_queries(args: list[str], key: str, capsys) -> None:
+    code, out, err = run(["plan", str(TWO), *args, "--format", "json"], capsys)
+    assert code == 0, err
+    record = json.loads(out)
+    assert record["query"].startswith(key)
+    assert {"wall_time_s", "cost_usd", "tokens_per_s", "islands"} <= set(record)
+    if "min-throughput" in args[0]:
+        assert record["saving_pct_vs_fastest"] >= 0
+        assert record["tokens_per_s"] >= 0.9 * record["fastest_tokens_per_s"]
+
+
+def test_plan_fsdp_is_one_island(capsys) -> None:
+    code, out, err = run(["plan", str(ROOT / "instances" / "small-fsdp.yaml"), "--format", "json"], capsys)
+    assert code == 0, err
+    record = json.loads(out)
+    assert record["num_islands"] == 1 and record["sync_s"] == 0
+
+
+def test_budget_too_small_exits_1(capsys) -> None:
+    code, _, err = run(["plan", str(TWO), "--budget-usd", "1"], capsys)
+    assert code == 1
+    assert "budget" in err and "cheapest plan" in err and "To fix:" in err
+
+
+def test_islands_copies_the_validated_table(tmp_path: Path, capsys) -> None:
+    out_csv = tmp_path / "islands.csv"
+    code, _, err = run(["islands", str(TWO), "-o", str(out_csv)], capsys)
+    assert code == 0, err
+    written = pd.read_csv(out_csv)
+    original = pd.read_csv(ROOT / "instances" / "tables" / "small-two-clusters.csv")
+    pd.testing.assert_frame_equal(written, original, check_dtype=False)
