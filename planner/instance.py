@@ -352,8 +352,8 @@ OPTION_KEY = ["cluster", "nodes", "gpus_per_node"]
 def load_island_table(instance: Instance) -> pd.DataFrame:
     """The island table the planner solves: `islands_table` if given, else built by the perf model.
 
-    The builder is `perfmodel.tables.build_island_table(instance)`, imported lazily. Either way the
-    table is validated (`validate_island_table`).
+    The builder is `perfmodel.tables.island_table_for` (fed `ClusterRequest`s built from the
+    instance), imported lazily. Either way the table is validated (`validate_island_table`).
     """
     path = instance.islands_table_path
     if path is not None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import sys
 import types
 from pathlib import Path
@@ -9,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from perfmodel.errors import InstanceError
+from perfmodel.errors import InstanceError, ShardMeterError
 from planner.cli import main
 from planner.instance import TABLE_COLUMNS, gpu_prices, load_instance, load_island_table
 
@@ -146,13 +147,25 @@ def test_price_lists_unavailable_is_instance_error(tmp_path: Path, monkeypatch) 
         load_instance(write(tmp_path, PRICE_REF_YAML, table=None))
 
 
-def test_table_builder_is_called_lazily_or_reported(tmp_path: Path, monkeypatch, capsys) -> None:
+def test_table_builder_is_called_lazily_or_reported(tmp_path: Path, monkeypatch) -> None:
     path = write(tmp_path, PRICE_REF_YAML, table=None)
     instance = load_instance(path, resolve_price=lambda ref: 3.0)
     monkeypatch.setitem(sys.modules, "perfmodel.tables", None)
-    with pytest.raises(Exception, match="table builder is unavailable"):
+    with pytest.raises(ShardMeterError, match="table builder is unavailable"):
         load_island_table(instance)
+    asked = []
+
+    def island_table_for(model, *, seq_len, ac, clusters):
+        asked.append((model, seq_len, ac, clusters))
+        return types.SimpleNamespace(table=pd.read_csv(io.StringIO(GOOD_TABLE)), parameters=123,
+                                     model_name=model)
+
     fake = types.ModuleType("perfmodel.tables")
-    fake.build_island_table = lambda inst: pd.read_csv(pd.io.common.StringIO(GOOD_TABLE))  # type: ignore[attr-defined]
+    fake.ClusterRequest = lambda **kwargs: types.SimpleNamespace(**kwargs)  # type: ignore[attr-defined]
+    fake.island_table_for = island_table_for  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "perfmodel.tables", fake)
+    monkeypatch.setattr("planner.instance.catalog_price", lambda ref: 3.0)
     assert len(load_island_table(instance)) == 2
+    model, seq_len, ac, clusters = asked[0]
+    assert (model, seq_len, ac) == ("llama-3-8b", 8192, "selective")
+    assert clusters[0].name == "A" and clusters[0].allowed_gpus_per_node == (8,)
