@@ -1,7 +1,7 @@
 """Fast path vs graph simulator: FSDP step evaluations per second for a 32-layer model, one core.
 
 Run: .venv/bin/python benchmarks/bench_fastpath.py [--quick]
-Writes its section of docs/PERFORMANCE_fastpath.md (command, date, machine, every figure).
+Writes its section of docs/PERFORMANCE.md (command, date, machine, every figure).
 
 Workload: Llama-3-8B (32 blocks + root = 33 FSDP units) with the H100-SXM5-80GB default profile;
 configurations are (island, micro-batch) pairs: nodes 1..4 x GPUs per node {1, 2, 4, 8} x
@@ -38,7 +38,6 @@ from perfmodel.profile import default_profile  # noqa: E402
 
 MODEL, GPU = "Llama-3-8B", "H100-SXM5-80GB"
 SEQ_LEN = 4096
-DOC = ROOT / "docs" / "PERFORMANCE_fastpath.md"
 
 
 # ---- helpers shared with bench_tables.py ----------------------------------------------------
@@ -69,18 +68,10 @@ def machine_lines() -> list[str]:
 
 
 def write_section(key: str, title: str, command: str, body: list[str]) -> Path:
-    """Replace (or append) the block between <!-- key --> markers of docs/PERFORMANCE_fastpath.md."""
-    start, end = f"<!-- {key} -->", f"<!-- /{key} -->"
-    block = "\n".join([start, f"## {title}", "", f"Command: `{command}`", "", *body, end])
-    text = DOC.read_text() if DOC.is_file() else (
-        "# Performance: fast path and island tables\n\nWritten by the benchmark scripts; do not edit by hand.\n")
-    if start in text and end in text:
-        text = text[: text.index(start)] + block + text[text.index(end) + len(end):]
-    else:
-        text = text.rstrip("\n") + "\n\n" + block + "\n"
-    DOC.parent.mkdir(parents=True, exist_ok=True)
-    DOC.write_text(text)
-    return DOC
+    """Replace (or append) this benchmark's block of docs/PERFORMANCE.md."""
+    from _perfdoc import replace_block
+
+    return replace_block(key, "\n".join([f"## {title}", "", f"Command: `{command}`", "", *body]))
 
 
 # ---- benchmark ----------------------------------------------------------------------------------

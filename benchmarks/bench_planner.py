@@ -1,7 +1,7 @@
 """Planner benchmark: frontier time of CP-SAT vs brute force, CP-SAT scaling, heuristic gap.
 
 Run: .venv/bin/python benchmarks/bench_planner.py [--quick] [--budget-s 600] [--case-limit-s 120]
-Writes docs/PERFORMANCE_planner.md (the command, date, machine and every measured figure).
+Writes its section of docs/PERFORMANCE.md (the command, date, machine and every measured figure).
 
 Synthetic island tables (`synthetic_instance`): `clusters` clusters with seeded random GPU speed
 (seconds of compute per sequence per GPU, uniform 1-4 s), price per GPU-hour (uniform 1-4 USD),
@@ -224,7 +224,7 @@ def main() -> None:
     parser.add_argument("--budget-s", type=float, default=600.0, help="seconds for the scaling grid")
     parser.add_argument("--case-limit-s", type=float, default=150.0, help="time limit per scaling case")
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--output", type=Path, default=ROOT / "docs" / "PERFORMANCE_planner.md")
+    parser.add_argument("--output", type=Path, default=ROOT / "docs" / "PERFORMANCE.md")
     args = parser.parse_args()
     log = print  # this is a script, not library code
     command = "`.venv/bin/python benchmarks/bench_planner.py" + "".join(f" {a}" for a in sys.argv[1:]) + "`"
@@ -320,8 +320,13 @@ clusters' nodes and the batch); `menu_items` the (option, sequences-per-GPU) cho
 
 {table(scale, ["max_islands", "island_cap", "options", "clusters_x_nodes", "menu_items", "points", "solves", "time_s", "status"])}
 """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
+    from _perfdoc import DOC, replace_block
+
+    if path.resolve() == DOC:
+        replace_block("bench_planner", text)
+    else:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Island-table build time for the paper's case study (target < 2 s).
 
 Run: .venv/bin/python benchmarks/bench_tables.py [--quick]
-Writes its section of docs/PERFORMANCE_fastpath.md (command, date, machine, every figure).
+Writes its section of docs/PERFORMANCE.md (command, date, machine, every figure).
 
 Case study (paper §V; instances/paper-case-study.yaml): Llama-3-8B, seq 8192, selective
 activation checkpointing; cluster A = 10 nodes x 8 H200-SXM-141GB, cluster B = 10 nodes x 8
