@@ -1,0 +1,10 @@
+"""Real measurements with torch (the `[bench]` extra): the only package that imports torch.
+
+- `model`: a plain-torch decoder-only transformer built from a `ModelSpec` (exact parameter count).
+- `compute`: design spaces, Sobol sampling, profiler phase grouping, the micro-batch sweep.
+- `comm` / `comm_worker`: collective sweeps under torchrun (gloo or nccl).
+- `fsdp` / `fsdp_worker`: FSDP2 (`fully_shard`) end-to-end steps under torchrun.
+- `common`: append-only CSV with resume, environment record, statistics.
+
+Importing this package does not import torch; the submodules that need it do.
+"""

@@ -1,0 +1,119 @@
+"""Collective benchmark: all_gather, reduce_scatter and all_reduce through torch.distributed.
+
+The CLI side: it builds the payload plan and launches `torchrun ... -m perfmodel.bench.comm_worker`
+(one process per rank); rank 0 of the workers writes the dataset row by row. The payload is the
+full unsharded size D in bytes (all_gather output, reduce_scatter input, all_reduce tensor), log-spaced
+between --min-mib and --max-mib as in the paper (1-150 MiB).
+
+Multi-node: pass torchrun's own rendezvous flags with --torchrun-args instead of the default
+`--standalone`, e.g. `--torchrun-args "--nnodes 2 --node-rank 0 --rdzv-backend c10d
+--rdzv-endpoint host0:29500"` on every node (node-rank differing), and --link naming the slowest
+link of the ring (e.g. ib-ndr400). Only rank 0 (on the first node) writes the CSV.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shlex
+import subprocess
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from perfmodel.errors import ShardMeterError, UserInputError
+
+logger = logging.getLogger(__name__)
+
+OPS = ("all_gather", "reduce_scatter", "all_reduce")
+COLUMNS = ("backend", "op", "link", "world_size", "payload_bytes", "time_s", "time_iqr_s", "iters")
+KEY_COLUMNS = ("backend", "op", "link", "world_size", "payload_bytes")
+MIB = 1024**2
+
+
+@dataclass(frozen=True, slots=True)
+class CommSettings:
+    """What the collective sweep measures and how."""
+
+    backend: str
+    """'gloo' (CPU tensors) or 'nccl' (CUDA tensors)."""
+    link: str
+    """Link name recorded per row (catalogs/links.csv), the slowest link of the ring."""
+    ops: tuple[str, ...]
+    """Collectives to measure."""
+    min_mib: float
+    """Smallest payload, MiB."""
+    max_mib: float
+    """Largest payload, MiB."""
+    points: int
+    """Log-spaced payload sizes."""
+    iters: int
+    """Timed repetitions per (op, payload)."""
+    warmup: int
+    """Untimed repetitions first."""
+    threads: int = 1
+    """torch threads per rank."""
+    dtype: str = "float32"
+    """Element type of the payload."""
+
+
+def payload_sizes(min_mib: float, max_mib: float, points: int, world_size: int, elem_bytes: int) -> list[int]:
+    """Log-spaced payload sizes in bytes, each a multiple of world_size x element size."""
+    if not 0 < min_mib <= max_mib or points < 1:
+        raise UserInputError(f"bad payload range {min_mib}-{max_mib} MiB with {points} points",
+                             hint="use 0 < --min-mib <= --max-mib and --points >= 1.")
+    unit = world_size * elem_bytes
+    raw = np.geomspace(min_mib * MIB, max_mib * MIB, points) if points > 1 else [min_mib * MIB]
+    return sorted({max(unit, int(round(b / unit)) * unit) for b in raw})
+
+
+def check_settings(s: CommSettings) -> None:
+    """Reject unknown ops, backends and links with a clear message."""
+    from perfmodel.catalog import get_link
+
+    bad = [op for op in s.ops if op not in OPS]
+    if bad:
+        raise UserInputError(f"unknown collective(s) {bad}", hint=f"use some of {', '.join(OPS)}.")
+    if s.backend not in ("gloo", "nccl"):
+        raise UserInputError(f"unknown backend {s.backend!r}", hint="use --backend gloo (CPU) or nccl (CUDA).")
+    get_link(s.link)
+    if s.iters < 1 or s.warmup < 0:
+        raise UserInputError(f"--iters must be >= 1 and --warmup >= 0, got {s.iters}, {s.warmup}",
+                             hint="e.g. --iters 20 --warmup 3.")
+
+
+def torchrun_command(module: str, worker_args: Sequence[str], *, nproc: int,
+                     torchrun_args: str | None = None) -> list[str]:
+    """`python -m torch.distributed.run` (= torchrun) for a worker module."""
+    if nproc < 1:
+        raise UserInputError(f"--nproc must be >= 1, got {nproc}", hint="pass --nproc 2 on this machine.")
+    rdzv = shlex.split(torchrun_args) if torchrun_args else ["--standalone"]
+    return [sys.executable, "-m", "torch.distributed.run", *rdzv, "--nproc-per-node", str(nproc),
+            "-m", module, *worker_args]
+
+
+def launch(cmd: Sequence[str], *, threads: int, what: str) -> None:
+    """Run a torchrun command; a failing worker raises an error naming the command."""
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), PYTHONUNBUFFERED="1")
+    logger.info("launching: %s", shlex.join(cmd))
+    result = subprocess.run(list(cmd), env=env, check=False)
+    if result.returncode != 0:
+        raise ShardMeterError(
+            f"{what} workers failed (torchrun exit code {result.returncode}): {shlex.join(cmd)}",
+            hint="read the worker messages above; rerun the same command to resume (finished rows are kept).")
+
+
+def run_comm(out_path: str | Path, settings: CommSettings, *, nproc: int,
+             torchrun_args: str | None = None) -> None:
+    """Launch the collective sweep under torchrun; rows go to out_path (resumable)."""
+    check_settings(settings)
+    args = ["--out", str(out_path), "--backend", settings.backend, "--link", settings.link,
+            "--ops", ",".join(settings.ops), "--min-mib", str(settings.min_mib),
+            "--max-mib", str(settings.max_mib), "--points", str(settings.points),
+            "--iters", str(settings.iters), "--warmup", str(settings.warmup),
+            "--threads", str(settings.threads), "--dtype", settings.dtype]
+    launch(torchrun_command("perfmodel.bench.comm_worker", args, nproc=nproc, torchrun_args=torchrun_args),
+           threads=settings.threads, what="collective benchmark")

@@ -1,0 +1,132 @@
+"""torchrun entry point of the collective benchmark (one process per rank).
+
+`python -m torch.distributed.run --standalone --nproc-per-node N -m perfmodel.bench.comm_worker
+--out DATA.csv ...` — normally launched by `shardmeter bench comm`. Every timed repetition starts
+after a barrier; each rank times its own call and the per-repetition maximum over ranks is kept;
+rank 0 writes median and IQR per (op, payload) and skips rows already in the file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import time
+from collections.abc import Callable, Sequence
+
+import torch
+import torch.distributed as dist
+
+from perfmodel.bench.comm import COLUMNS, KEY_COLUMNS, payload_sizes
+from perfmodel.bench.common import (
+    CsvLog,
+    append_environment,
+    environment_record,
+    median_iqr,
+    resolve_dtype,
+)
+
+logger = logging.getLogger("perfmodel.bench.comm_worker")
+
+
+def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--out", required=True)
+    p.add_argument("--backend", default="gloo")
+    p.add_argument("--link", default="gloo-loopback")
+    p.add_argument("--ops", default="all_gather,reduce_scatter,all_reduce")
+    p.add_argument("--min-mib", type=float, default=1.0)
+    p.add_argument("--max-mib", type=float, default=150.0)
+    p.add_argument("--points", type=int, default=12)
+    p.add_argument("--iters", type=int, default=20)
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--dtype", default="float32")
+    return p.parse_args(argv)
+
+
+def collective(op: str, payload_elems: int, world: int, device: torch.device,
+               dtype: torch.dtype) -> Callable[[], None]:
+    """A closure running one collective on preallocated buffers of the full payload size."""
+    shard = payload_elems // world
+    if op == "all_gather":
+        inp, out = torch.ones(shard, device=device, dtype=dtype), torch.empty(payload_elems, device=device, dtype=dtype)
+        gather = getattr(dist, "all_gather_single", dist.all_gather_into_tensor)
+        return lambda: gather(out, inp)
+    if op == "reduce_scatter":
+        inp, out = torch.ones(payload_elems, device=device, dtype=dtype), torch.empty(shard, device=device, dtype=dtype)
+        scatter = getattr(dist, "reduce_scatter_single", dist.reduce_scatter_tensor)
+        return lambda: scatter(out, inp)
+    buf = torch.ones(payload_elems, device=device, dtype=dtype)
+    return lambda: dist.all_reduce(buf)
+
+
+def time_collective(run: Callable[[], None], *, iters: int, warmup: int, device: torch.device) -> list[float]:
+    """Per-repetition times (max over ranks) of `run`, each started after a barrier."""
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    times = []
+    for i in range(warmup + iters):
+        dist.barrier()
+        sync()
+        t0 = time.perf_counter()
+        run()
+        sync()
+        if i >= warmup:
+            times.append(time.perf_counter() - t0)
+    slowest = torch.tensor(times, dtype=torch.float64, device=device)
+    dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+    return slowest.cpu().tolist()
+
+
+def done_keys_rank0(log: CsvLog) -> set[tuple[str, ...]]:
+    """Rank 0 reads the keys already written; every rank receives them."""
+    holder: list[object] = [log.done_keys() if dist.get_rank() == 0 else None]
+    dist.broadcast_object_list(holder, src=0)
+    return holder[0]  # type: ignore[return-value]
+
+
+def setup(backend: str, threads: int) -> torch.device:
+    """Initialise the process group; CUDA ranks bind to their local GPU."""
+    import os
+
+    torch.set_num_threads(threads)
+    if backend == "nccl":
+        local = int(os.environ.get("LOCAL_RANK", "0"))
+        torch.cuda.set_device(local)
+        device = torch.device("cuda", local)
+        dist.init_process_group(backend, device_id=device)
+        return device
+    dist.init_process_group(backend)
+    return torch.device("cpu")
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = _parse(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    device = setup(args.backend, args.threads)
+    rank, world = dist.get_rank(), dist.get_world_size()
+    dtype = resolve_dtype(args.dtype)
+    elem = torch.tensor([], dtype=dtype).element_size()
+    log = CsvLog(args.out, COLUMNS, KEY_COLUMNS)
+    done = done_keys_rank0(log)
+    if rank == 0:
+        append_environment(args.out, environment_record(
+            device=device.type, threads=args.threads,
+            extra={"benchmark": "comm", "backend": args.backend, "world_size": world, "link": args.link}))
+    for op in args.ops.split(","):
+        for size in payload_sizes(args.min_mib, args.max_mib, args.points, world, elem):
+            row = {"backend": args.backend, "op": op, "link": args.link, "world_size": world,
+                   "payload_bytes": size, "iters": args.iters}
+            if log.key_of(row) in done:
+                continue
+            times = time_collective(collective(op, size // elem, world, device, dtype),
+                                    iters=args.iters, warmup=args.warmup, device=device)
+            spread = median_iqr(times)
+            if rank == 0:
+                log.append([row | {"time_s": spread.median_s, "time_iqr_s": spread.iqr_s}])
+                logger.info("%s %d ranks %.2f MiB: %.6f s", op, world, size / 2**20, spread.median_s)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

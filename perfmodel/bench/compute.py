@@ -1,0 +1,519 @@
+"""Compute benchmark: profile forward, backward and optimizer phases over a design space.
+
+As in the paper (III-A): a parameterised catalog of transformer shapes is sampled (here with a
+seeded scrambled Sobol sequence, rounded to valid shapes), each shape trains a few steps under
+`torch.profiler`, and the logical phase times come from grouping the trace's events by the
+`record_function` range ("forward", "backward", "optimizer") that encloses them. Per shape a
+micro-batch sweep 1, 2, 4, ... stops at out-of-memory (GPU) or at the space's time/memory caps.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from perfmodel.arch import FAMILY_LAYOUT, ModelSpec
+from perfmodel.bench.common import CsvLog, is_oom, median_iqr, time_budget_left
+from perfmodel.errors import DatasetError, UserInputError
+
+logger = logging.getLogger(__name__)
+
+PHASES = ("forward", "backward", "optimizer")
+COLUMNS = ("model", "family", "hidden_size", "num_hidden_layers", "num_attention_heads",
+           "num_key_value_heads", "head_dim", "intermediate_size", "vocab_size",
+           "tie_word_embeddings", "seq_len", "micro_batch", "phase", "time_s", "time_iqr_s",
+           "iters", "device", "dtype", "threads")
+KEY_COLUMNS = ("model", "seq_len", "micro_batch", "phase")
+_SHAPE_COLUMNS = COLUMNS[1:10]
+_DIMS = ("family", "tie_word_embeddings", "hidden_size", "num_hidden_layers", "num_attention_heads",
+         "num_key_value_heads", "intermediate_size", "vocab_size", "seq_len")
+_DEVICE_KERNEL_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
+_LAUNCH_CATS = ("cuda_runtime", "cuda_driver")
+
+
+# ---- design space -------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class IntRange:
+    """An integer range sampled uniformly or log-uniformly, rounded to a multiple."""
+
+    low: int
+    """Smallest value."""
+    high: int
+    """Largest value."""
+    log: bool = False
+    """Sample log-uniformly (sizes) rather than uniformly."""
+    multiple_of: int = 1
+    """Round sampled values to a multiple of this."""
+
+    def pick(self, u: float) -> float:
+        """Map u in [0, 1) onto the range (unrounded)."""
+        if self.log:
+            return math.exp(math.log(self.low) + u * (math.log(self.high) - math.log(self.low)))
+        return self.low + u * (self.high + 1 - self.low)
+
+
+@dataclass(frozen=True, slots=True)
+class NamedSettings:
+    """How the held-out named models are shrunk to fit the machine."""
+
+    models: tuple[str, ...]
+    """Catalog names of the named models."""
+    num_hidden_layers: int | None
+    """Layer count used (None: the catalog's)."""
+    seq_len: int
+    """Sequence length."""
+    micro_batches: tuple[int, ...]
+    """Micro-batches measured per model."""
+    iters: int | None = None
+    """Profiled iterations (None: the --iters default)."""
+
+
+@dataclass(frozen=True, slots=True)
+class DesignSpace:
+    """A benchmark design space (catalogs/spaces/*.yaml)."""
+
+    name: str
+    """Space name."""
+    families: tuple[str, ...]
+    """Family layouts sampled (arch.FAMILY_LAYOUT keys)."""
+    tie_choices: tuple[bool, ...]
+    """Tied-embedding choices."""
+    ranges: Mapping[str, IntRange]
+    """Integer dimensions: hidden_size, num_hidden_layers, num_attention_heads,
+    num_key_value_heads, intermediate_size, vocab_size."""
+    seq_lens: tuple[int, ...]
+    """Sequence-length choices."""
+    max_micro_batch: int
+    """Largest micro-batch of the doubling sweep."""
+    time_per_config_s: float
+    """Stop a micro-batch sweep once the next point would exceed this (CPU time cap)."""
+    memory_cap_bytes: float
+    """Stop the sweep when the estimated memory exceeds this (0: no cap; GPUs stop at OOM)."""
+    max_step_gflop: float
+    """Reject sampled shapes whose micro-batch-1 training step exceeds this (0: no limit)."""
+    named: NamedSettings | None
+    """Settings of the --named mode."""
+
+
+@dataclass(frozen=True, slots=True)
+class BenchConfig:
+    """One shape to benchmark with its micro-batch sweep."""
+
+    config_id: str
+    """Dataset `model` column: sobol-NNNN or the named model's name."""
+    spec: ModelSpec
+    """Architecture."""
+    seq_len: int
+    """Sequence length."""
+    micro_batches: tuple[int, ...]
+    """Micro-batches to try, in order (the sweep may stop early)."""
+
+
+def _fail(path: Path, msg: str) -> UserInputError:
+    return UserInputError(f"{path}: {msg}", hint=f"fix {path} (see catalogs/spaces/cpu.yaml for the format).")
+
+
+def _int_range(path: Path, name: str, raw: Any) -> IntRange:
+    if not isinstance(raw, dict) or "min" not in raw or "max" not in raw:
+        raise _fail(path, f"'{name}' must be a mapping with min and max, got {raw!r}")
+    try:
+        rng = IntRange(int(raw["min"]), int(raw["max"]), raw.get("scale", "linear") == "log",
+                       int(raw.get("multiple_of", 1)))
+    except (TypeError, ValueError) as err:
+        raise _fail(path, f"'{name}': {err}") from err
+    if not 1 <= rng.low <= rng.high or rng.multiple_of < 1:
+        raise _fail(path, f"'{name}' needs 1 <= min <= max and multiple_of >= 1, got {raw!r}")
+    return rng
+
+
+def load_space(path: str | Path) -> DesignSpace:
+    """Load and validate a design-space YAML file."""
+    p = Path(path)
+    try:
+        raw = yaml.safe_load(p.read_text())
+    except FileNotFoundError as err:
+        raise UserInputError(f"design space {p} not found",
+                             hint="pass --space catalogs/spaces/cpu.yaml or another existing file.") from err
+    except yaml.YAMLError as err:
+        raise _fail(p, f"not valid YAML ({err})") from err
+    if not isinstance(raw, dict):
+        raise _fail(p, "expected a mapping at the top level")
+    ranges = {k: _int_range(p, k, raw.get(k)) for k in _DIMS[2:8]}
+    families = tuple(raw.get("families", ["llama"]))
+    unknown = [f for f in families if f not in FAMILY_LAYOUT]
+    if unknown or not families:
+        raise _fail(p, f"unknown families {unknown}; known: {', '.join(FAMILY_LAYOUT)}")
+    seq = raw.get("seq_len")
+    if not isinstance(seq, list) or not seq or not all(isinstance(s, int) and s > 1 for s in seq):
+        raise _fail(p, f"'seq_len' must be a list of integers > 1, got {seq!r}")
+    limits = raw.get("limits", {}) or {}
+    return DesignSpace(
+        name=str(raw.get("name", p.stem)), families=families,
+        tie_choices=tuple(bool(t) for t in raw.get("tie_word_embeddings", [False])),
+        ranges=ranges, seq_lens=tuple(seq), max_micro_batch=int(raw.get("max_micro_batch", 64)),
+        time_per_config_s=float(limits.get("time_per_config_s", 0) or 0),
+        memory_cap_bytes=float(limits.get("memory_gib", 0) or 0) * 1024**3,
+        max_step_gflop=float(limits.get("max_step_gflop", 0) or 0),
+        named=_named(p, raw.get("named")))
+
+
+def _named(path: Path, raw: Any) -> NamedSettings | None:
+    if raw is None:
+        return None
+    try:
+        layers = raw.get("num_hidden_layers")
+        return NamedSettings(models=tuple(raw["models"]), num_hidden_layers=None if layers is None else int(layers),
+                             seq_len=int(raw["seq_len"]), micro_batches=tuple(int(m) for m in raw["micro_batches"]),
+                             iters=int(raw["iters"]) if raw.get("iters") else None)
+    except (KeyError, TypeError, ValueError) as err:
+        raise _fail(path, f"'named' needs models, seq_len, micro_batches ({err})") from err
+
+
+def doubling(max_micro_batch: int) -> tuple[int, ...]:
+    """1, 2, 4, ... up to max_micro_batch."""
+    return tuple(2**i for i in range(int(math.log2(max(1, max_micro_batch))) + 1))
+
+
+def shape_from_unit(space: DesignSpace, u: Sequence[float], name: str) -> tuple[ModelSpec, int]:
+    """Round one point of the unit cube onto a valid shape (h % a == 0, a % a_kv == 0, even d)."""
+    r = space.ranges
+    fam = space.families[min(int(u[0] * len(space.families)), len(space.families) - 1)]
+    tie = space.tie_choices[min(int(u[1] * len(space.tie_choices)), len(space.tie_choices) - 1)]
+    kv = _clip(int(r["num_key_value_heads"].pick(u[5])), r["num_key_value_heads"])
+    heads = max(kv, round(r["num_attention_heads"].pick(u[4]) / kv) * kv)
+    step = math.lcm(2 * heads, r["hidden_size"].multiple_of)
+    hidden = max(step, round(r["hidden_size"].pick(u[2]) / step) * step)
+    hidden += step * math.ceil(max(0, r["hidden_size"].low - hidden) / step)
+    layout = dict(FAMILY_LAYOUT[fam], tie_word_embeddings=tie)
+    spec = ModelSpec(name=name, family=fam, hidden_size=hidden, num_heads=heads, num_kv_heads=kv,
+                     num_layers=_clip(int(r["num_hidden_layers"].pick(u[3])), r["num_hidden_layers"]),
+                     intermediate_size=_rounded(r["intermediate_size"], u[6]),
+                     vocab_size=_rounded(r["vocab_size"], u[7]), **layout)
+    seq = space.seq_lens[min(int(u[8] * len(space.seq_lens)), len(space.seq_lens) - 1)]
+    return spec, seq
+
+
+def _clip(v: int, rng: IntRange) -> int:
+    return max(rng.low, min(rng.high, v))
+
+
+def _rounded(rng: IntRange, u: float) -> int:
+    m = rng.multiple_of
+    return max(m, round(_clip(int(rng.pick(u)), rng) / m) * m)
+
+
+def sample_configs(space: DesignSpace, n: int, seed: int) -> list[BenchConfig]:
+    """The first n shapes of a scrambled Sobol sequence that satisfy the space's step limit.
+
+    Ids are the index in the raw sequence, so they stay stable when n grows.
+    """
+    from scipy.stats import qmc
+
+    if n < 1:
+        raise UserInputError(f"-n must be >= 1, got {n}", hint="pass -n 150 (the CPU default).")
+    sobol = qmc.Sobol(d=len(_DIMS), scramble=True, rng=seed)
+    points = sobol.random_base2(int(math.ceil(math.log2(8 * n))))
+    out: list[BenchConfig] = []
+    for i, u in enumerate(points):
+        spec, seq = shape_from_unit(space, u, f"sobol-{i:04d}")
+        if space.max_step_gflop and _step_gflop(spec, seq, 1) > space.max_step_gflop:
+            continue
+        out.append(BenchConfig(spec.name, spec, seq, doubling(space.max_micro_batch)))
+        if len(out) == n:
+            return out
+    raise UserInputError(f"only {len(out)} of {n} Sobol points satisfy max_step_gflop in {space.name}",
+                         hint="raise limits.max_step_gflop or ask for fewer configurations.")
+
+
+def named_configs(space: DesignSpace) -> list[BenchConfig]:
+    """The held-out named models, layer count reduced as the space's `named` section says."""
+    from perfmodel.catalog import get_model
+
+    if space.named is None:
+        raise UserInputError(f"design space {space.name!r} has no 'named' section",
+                             hint="add named: {models, num_hidden_layers, seq_len, micro_batches}.")
+    out = []
+    for name in space.named.models:
+        spec = get_model(name)
+        if space.named.num_hidden_layers:
+            spec = replace(spec, num_layers=space.named.num_hidden_layers)
+        out.append(BenchConfig(spec.name, spec, space.named.seq_len, space.named.micro_batches))
+    return out
+
+
+def _step_gflop(spec: ModelSpec, seq_len: int, micro_batch: int) -> float:
+    return spec.train_flops_per_token(seq_len) * seq_len * micro_batch / 1e9
+
+
+def estimate_memory_bytes(spec: ModelSpec, seq_len: int, micro_batch: int, dtype_bytes: int = 4) -> float:
+    """Rough training memory: params, grads, two Adam moments and saved activations + logits."""
+    tokens = seq_len * micro_batch
+    per_token_layer = (6 * spec.hidden_size + 3 * spec.q_dim + 4 * spec.kv_dim
+                       + 4 * spec.intermediate_size + 2 * spec.num_heads * seq_len)
+    activations = tokens * (spec.num_layers * per_token_layer + 3 * spec.vocab_size) * dtype_bytes
+    return 4 * spec.total_params * dtype_bytes + 1.5 * activations
+
+
+# ---- phase grouping (pure) ----------------------------------------------------------------
+
+def group_phases(events: Sequence[Mapping[str, Any]], device: str = "cpu",
+                 phases: Sequence[str] = PHASES) -> list[dict[str, float]]:
+    """Phase durations (seconds) per iteration from Chrome-trace events of a profiler session.
+
+    CPU: each phase's time is the duration of its host `record_function` range (cat
+    'user_annotation'); the k-th range of each phase belongs to iteration k.
+    CUDA: each device kernel (cat kernel/gpu_memcpy/gpu_memset) is linked through its
+    'correlation' id to the host launch event, and assigned to the host phase range that
+    contains the launch; the phase time is the sum of its kernels' durations.
+    """
+    ranges = sorted((e for e in events if e.get("cat") == "user_annotation" and e.get("name") in phases),
+                    key=lambda e: float(e["ts"]))
+    per_phase: dict[str, list[tuple[float, float]]] = {p: [] for p in phases}
+    for e in ranges:
+        per_phase[e["name"]].append((float(e["ts"]), float(e["ts"]) + float(e["dur"])))
+    counts = {len(v) for v in per_phase.values()}
+    if len(counts) != 1:
+        raise DatasetError(f"trace has unequal phase range counts { {k: len(v) for k, v in per_phase.items()} }",
+                           hint="wrap every training step in forward/backward/optimizer record_function ranges.")
+    iterations = counts.pop()
+    if device == "cpu":
+        return [{p: (per_phase[p][i][1] - per_phase[p][i][0]) * 1e-6 for p in phases} for i in range(iterations)]
+    sums = [dict.fromkeys(phases, 0.0) for _ in range(iterations)]
+    for launch_ts, dur_us in _device_kernels(events):
+        for p in phases:
+            for i, (start, end) in enumerate(per_phase[p]):
+                if start <= launch_ts <= end:
+                    sums[i][p] += dur_us * 1e-6
+    return sums
+
+
+def _device_kernels(events: Sequence[Mapping[str, Any]]) -> list[tuple[float, float]]:
+    """(host launch timestamp, device duration) in microseconds for every device kernel."""
+    launches = {e["args"]["correlation"]: float(e["ts"]) for e in events
+                if e.get("cat") in _LAUNCH_CATS and "correlation" in e.get("args", {})}
+    out = []
+    for e in events:
+        if e.get("cat") in _DEVICE_KERNEL_CATS:
+            corr = e.get("args", {}).get("correlation")
+            if corr in launches:
+                out.append((launches[corr], float(e["dur"])))
+    return out
+
+
+# ---- measurement --------------------------------------------------------------------------
+
+_profiler_warm = False
+
+
+def _train_step(model: Any, tokens: Any, optimizer: Any, sync: Callable[[], None]) -> None:
+    from torch.profiler import record_function
+
+    with record_function("forward"):
+        loss = model(tokens)
+    with record_function("backward"):
+        loss.backward()
+    with record_function("optimizer"):
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    sync()
+
+
+def profile_steps(step: Callable[[], None], *, iters: int, device: str) -> list[dict[str, Any]]:
+    """Run `step` `iters` times under torch.profiler; return the Chrome-trace events."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
+    with profile(activities=activities) as prof:
+        for _ in range(iters):
+            step()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "trace.json"
+        prof.export_chrome_trace(str(path))
+        return list(json.loads(path.read_text())["traceEvents"])
+
+
+def measure_micro_batch(model: Any, optimizer: Any, spec: ModelSpec, seq_len: int, micro_batch: int,
+                        *, iters: int, warmup: int, device: str) -> dict[str, Any]:
+    """Warm up, then profile `iters` steps; median and IQR per phase (Spread objects)."""
+    import torch
+
+    from perfmodel.bench.model import random_tokens
+
+    global _profiler_warm
+    tokens = random_tokens(spec, micro_batch, seq_len, device=device, seed=micro_batch)
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+
+    def step() -> None:
+        _train_step(model, tokens, optimizer, sync)
+
+    for _ in range(warmup):
+        step()
+    if not _profiler_warm:  # the first profiler session of a process is slow: throw it away
+        profile_steps(step, iters=1, device=device)
+        _profiler_warm = True
+    per_iter = group_phases(profile_steps(step, iters=iters, device=device), device)
+    return {p: median_iqr([it[p] for it in per_iter]) for p in PHASES}
+
+
+def shape_row(cfg: BenchConfig) -> dict[str, Any]:
+    """The shape columns of a dataset row."""
+    s = cfg.spec
+    return {"model": cfg.config_id, "family": s.family, "hidden_size": s.hidden_size,
+            "num_hidden_layers": s.num_layers, "num_attention_heads": s.num_heads,
+            "num_key_value_heads": s.num_kv_heads, "head_dim": s.d,
+            "intermediate_size": s.intermediate_size, "vocab_size": s.vocab_size,
+            "tie_word_embeddings": s.tie_word_embeddings, "seq_len": cfg.seq_len}
+
+
+def check_existing(log: CsvLog, configs: Sequence[BenchConfig]) -> None:
+    """Refuse to resume into a file whose rows describe other shapes under the same ids."""
+    expected = {c.config_id: {k: str(v).lower() for k, v in shape_row(c).items()} for c in configs}
+    for row in log.rows():
+        want = expected.get(row["model"])
+        if want is None:
+            continue
+        got = {k: row[k].lower() for k in want}
+        if got != want:
+            raise DatasetError(
+                f"{log.path}: rows for {row['model']!r} describe another shape ({got} != {want})",
+                hint="resume with the same --space/--seed, or write to a new output file (-o).")
+
+
+def summarise_rows(rows: Sequence[Mapping[str, str]]) -> dict[str, int]:
+    """Rows and distinct (model, seq_len, micro_batch) points of a dataset."""
+    points = {(r["model"], r["seq_len"], r["micro_batch"]) for r in rows}
+    return {"rows": len(rows), "configs": len({r["model"] for r in rows}), "points": len(points)}
+
+
+# ---- the sweep ----------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class ComputeSettings:
+    """How each configuration is measured."""
+
+    device: str
+    """'cpu' or 'cuda'."""
+    dtype: Any
+    """torch dtype of parameters and activations."""
+    threads: int
+    """torch intra-op threads (recorded per row)."""
+    iters: int
+    """Profiled iterations per micro-batch."""
+    warmup: int
+    """Unprofiled warm-up steps per micro-batch."""
+    time_per_config_s: float
+    """Per-configuration time cap (0: none)."""
+    memory_cap_bytes: float
+    """Estimated-memory cap for the sweep (0: none)."""
+    seed: int = 0
+    """Seed of weights and tokens."""
+
+
+def run_compute(configs: Sequence[BenchConfig], out_path: str | Path, settings: ComputeSettings,
+                *, limit: int | None = None) -> dict[str, int]:
+    """Measure every configuration not finished in `out_path` yet; returns dataset counts.
+
+    Finished configurations are listed (with why their sweep stopped) in `<out>.progress`;
+    finished (configuration, micro-batch) rows are never measured again.
+    """
+    from perfmodel.bench.common import make_progress
+
+    out = Path(out_path)
+    log = CsvLog(out, COLUMNS, KEY_COLUMNS)
+    check_existing(log, configs)
+    progress_file = Path(f"{out}.progress")
+    finished = {line.split()[0] for line in progress_file.read_text().splitlines() if line.strip()} \
+        if progress_file.is_file() else set()
+    pending = [c for c in configs if c.config_id not in finished][: limit if limit is not None else None]
+    logger.info("%d configurations, %d already finished, %d to run now",
+                len(configs), len(finished & {c.config_id for c in configs}), len(pending))
+    measured = _measured_steps(log)
+    with make_progress() as bar:
+        task = bar.add_task("bench compute", total=len(pending))
+        for cfg in pending:
+            t0 = time.perf_counter()
+            reason = run_config(cfg, log, measured, settings)
+            with progress_file.open("a") as fh:
+                fh.write(f"{cfg.config_id} {reason}\n")
+            logger.info("%s (%s h=%d L=%d f=%d V=%d S=%d): %s after %.1f s", cfg.config_id,
+                        cfg.spec.family, cfg.spec.hidden_size, cfg.spec.num_layers,
+                        cfg.spec.intermediate_size, cfg.spec.vocab_size, cfg.seq_len, reason,
+                        time.perf_counter() - t0)
+            bar.advance(task)
+    return summarise_rows(log.rows())
+
+
+def _measured_steps(log: CsvLog) -> dict[tuple[str, int], dict[int, float]]:
+    """(model, seq_len) -> {micro_batch: step time} for points with all phases written."""
+    acc: dict[tuple[str, int, int], dict[str, float]] = {}
+    for r in log.rows():
+        acc.setdefault((r["model"], int(r["seq_len"]), int(r["micro_batch"])), {})[r["phase"]] = float(r["time_s"])
+    out: dict[tuple[str, int], dict[int, float]] = {}
+    for (model, seq, mb), phases in acc.items():
+        if set(PHASES) <= set(phases):
+            out.setdefault((model, seq), {})[mb] = sum(phases[p] for p in PHASES)
+    return out
+
+
+def _stop_reason(cfg: BenchConfig, mb: int, last: tuple[int, float] | None, start_s: float,
+                 st: ComputeSettings) -> str | None:
+    if st.memory_cap_bytes and estimate_memory_bytes(cfg.spec, cfg.seq_len, mb) > st.memory_cap_bytes:
+        return "memory-cap" if last else None
+    if last is None:
+        return None
+    predicted_s = last[1] * mb / last[0] * (st.iters + st.warmup + 1)
+    return "time-cap" if predicted_s > time_budget_left(start_s, st.time_per_config_s) else None
+
+
+def run_config(cfg: BenchConfig, log: CsvLog, measured: dict[tuple[str, int], dict[int, float]],
+               st: ComputeSettings) -> str:
+    """Micro-batch sweep of one configuration; returns why it stopped."""
+    import gc
+
+    import torch
+
+    from perfmodel.bench.common import dtype_name
+    from perfmodel.bench.model import build_model
+
+    start = time.perf_counter()
+    done = measured.get((cfg.config_id, cfg.seq_len), {})
+    model = optimizer = None
+    last: tuple[int, float] | None = None
+    try:
+        model = build_model(cfg.spec, device=st.device, dtype=st.dtype, seed=st.seed)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        for mb in cfg.micro_batches:
+            if mb in done:
+                last = (mb, done[mb])
+                continue
+            reason = _stop_reason(cfg, mb, last, start, st)
+            if reason:
+                return reason
+            spreads = measure_micro_batch(model, optimizer, cfg.spec, cfg.seq_len, mb,
+                                          iters=st.iters, warmup=st.warmup, device=st.device)
+            base = shape_row(cfg) | {"micro_batch": mb, "iters": st.iters, "device": st.device,
+                                     "dtype": dtype_name(st.dtype), "threads": st.threads}
+            log.append(base | {"phase": p, "time_s": spreads[p].median_s, "time_iqr_s": spreads[p].iqr_s}
+                       for p in PHASES)
+            last = (mb, sum(spreads[p].median_s for p in PHASES))
+        return "done"
+    except (RuntimeError, torch.OutOfMemoryError) as err:
+        if not is_oom(err):
+            raise
+        logger.info("%s: out of memory (%s)", cfg.config_id, str(err).splitlines()[0][:120])
+        return "oom"
+    finally:
+        del model, optimizer
+        gc.collect()
+        if st.device == "cuda":
+            torch.cuda.empty_cache()

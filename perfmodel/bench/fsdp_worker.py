@@ -1,0 +1,187 @@
+"""torchrun entry point of the FSDP2 end-to-end benchmark (one process per rank).
+
+Launched by `shardmeter bench fsdp`. Per case: build the model with the same seed on every rank,
+`fully_shard` each block then the root, AdamW; warm up, then time whole optimizer steps (k
+micro-steps, gradient sync only on the last) after a barrier, keeping the slowest rank per step.
+Peak memory: `torch.cuda.max_memory_allocated` on CUDA; on CPU the persistent state (parameter
+shards and Adam moments) plus the peak of the profiler's allocator trace (`profile_memory=True`)
+over one extra step, whose transient tensors (gradients, gathered parameters, activations,
+communication buffers) are all allocated while profiling.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import logging
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from perfmodel.bench.comm_worker import done_keys_rank0, setup
+from perfmodel.bench.common import (
+    CsvLog,
+    append_environment,
+    dtype_name,
+    environment_record,
+    median_iqr,
+    resolve_dtype,
+)
+from perfmodel.bench.fsdp import COLUMNS, KEY_COLUMNS, FsdpCase
+from perfmodel.bench.model import build_model, random_tokens
+
+logger = logging.getLogger("perfmodel.bench.fsdp_worker")
+
+
+def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--out", required=True)
+    p.add_argument("--plan", required=True, help="JSON list of cases (written by bench fsdp)")
+    p.add_argument("--backend", default="gloo")
+    p.add_argument("--link", default="gloo-loopback")
+    p.add_argument("--dtype", default="float32")
+    p.add_argument("--iters", type=int, default=5)
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--threads", type=int, default=1)
+    return p.parse_args(argv)
+
+
+def shard_model(case: FsdpCase, device: torch.device, dtype: torch.dtype) -> Any:
+    """The case's model with every block and then the root wrapped by fully_shard (FSDP2)."""
+    from torch.distributed.fsdp import fully_shard
+
+    model = build_model(case.spec, device=device, dtype=dtype, seed=0)
+    for block in model.layers:
+        fully_shard(block)
+    fully_shard(model)
+    return model
+
+
+def make_step(model: Any, optimizer: Any, tokens: torch.Tensor, grad_accum: int,
+              sync: Callable[[], None]) -> Callable[[], None]:
+    """One optimizer step of `grad_accum` micro-steps (reduce-scatter only on the last)."""
+    def step() -> None:
+        for k in range(grad_accum):
+            model.set_requires_gradient_sync(k == grad_accum - 1)
+            model(tokens).backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        sync()
+    return step
+
+
+def timed_steps(step: Callable[[], None], *, iters: int, device: torch.device) -> list[float]:
+    """Per-step wall times, max over ranks, each step started after a barrier."""
+    times = []
+    for _ in range(iters):
+        dist.barrier()
+        t0 = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - t0)
+    slowest = torch.tensor(times, dtype=torch.float64, device=device)
+    dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+    return slowest.cpu().tolist()
+
+
+def persistent_bytes(model: Any, optimizer: Any) -> int:
+    """Bytes of this rank's parameter shards and optimizer state tensors."""
+    def local(t: torch.Tensor) -> torch.Tensor:
+        return t.to_local() if hasattr(t, "to_local") else t
+
+    total = sum(local(p).numel() * local(p).element_size() for p in model.parameters())
+    for state in optimizer.state.values():
+        for value in state.values():
+            if torch.is_tensor(value):
+                total += local(value).numel() * local(value).element_size()
+    return int(total)
+
+
+def cpu_peak_bytes(step: Callable[[], None], model: Any, optimizer: Any) -> int:
+    """Persistent state plus the allocator peak seen by the profiler over one step."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        step()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "trace.json"
+        prof.export_chrome_trace(str(path))
+        events = json.loads(path.read_text())["traceEvents"]
+    totals = [e["args"]["Total Allocated"] for e in events
+              if e.get("name") == "[memory]" and "Total Allocated" in e.get("args", {})]
+    return persistent_bytes(model, optimizer) + int(max(totals, default=0))
+
+
+def peak_memory(step: Callable[[], None], model: Any, optimizer: Any, device: torch.device) -> tuple[int, str]:
+    """(peak bytes on the worst rank, how it was measured)."""
+    if device.type == "cuda":
+        value, source = torch.cuda.max_memory_allocated(device), "cuda.max_memory_allocated"
+    else:
+        value, source = cpu_peak_bytes(step, model, optimizer), "profiler+persistent"
+    peak = torch.tensor([value], dtype=torch.float64, device=device)
+    dist.all_reduce(peak, op=dist.ReduceOp.MAX)
+    return int(peak.item()), source
+
+
+def run_case(case: FsdpCase, args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
+    """Measure one case; returns its dataset row."""
+    dtype = resolve_dtype(args.dtype)
+    model = shard_model(case, device, dtype)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    tokens = random_tokens(case.spec, case.micro_batch, case.seq_len, device=device,
+                           seed=1000 * dist.get_rank() + case.micro_batch)
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    step = make_step(model, optimizer, tokens, case.grad_accum, sync)
+    for _ in range(args.warmup):
+        step()
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    spread = median_iqr(timed_steps(step, iters=args.iters, device=device))
+    peak, source = peak_memory(step, model, optimizer, device)
+    s = case.spec
+    return {"model": case.config_id, "family": s.family, "hidden_size": s.hidden_size,
+            "num_hidden_layers": s.num_layers, "num_attention_heads": s.num_heads,
+            "num_key_value_heads": s.num_kv_heads, "head_dim": s.d, "intermediate_size": s.intermediate_size,
+            "vocab_size": s.vocab_size, "tie_word_embeddings": s.tie_word_embeddings,
+            "seq_len": case.seq_len, "micro_batch": case.micro_batch, "grad_accum": case.grad_accum,
+            "world_size": dist.get_world_size(), "backend": args.backend, "link": args.link,
+            "device": device.type, "dtype": dtype_name(dtype), "threads": args.threads,
+            "step_time_s": spread.median_s, "step_time_iqr_s": spread.iqr_s, "iters": args.iters,
+            "peak_memory_bytes": peak, "memory_source": source}
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = _parse(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    device = setup(args.backend, args.threads)
+    rank = dist.get_rank()
+    cases = [FsdpCase.from_json(c) for c in json.loads(Path(args.plan).read_text())]
+    log = CsvLog(args.out, COLUMNS, KEY_COLUMNS)
+    done = done_keys_rank0(log)
+    if rank == 0:
+        append_environment(args.out, environment_record(
+            device=device.type, threads=args.threads,
+            extra={"benchmark": "fsdp", "backend": args.backend, "world_size": dist.get_world_size()}))
+    for case in cases:
+        key = log.key_of({"model": case.config_id, "seq_len": case.seq_len, "micro_batch": case.micro_batch,
+                          "grad_accum": case.grad_accum, "world_size": dist.get_world_size(),
+                          "backend": args.backend, "dtype": dtype_name(resolve_dtype(args.dtype))})
+        if key in done:
+            continue
+        row = run_case(case, args, device)
+        if rank == 0:
+            log.append([row])
+            logger.info("%s S=%d mb=%d ga=%d: %.4f s/step, peak %.1f MiB", case.config_id, case.seq_len,
+                        case.micro_batch, case.grad_accum, row["step_time_s"], row["peak_memory_bytes"] / 2**20)
+        gc.collect()
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

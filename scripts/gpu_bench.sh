@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# The one prepared benchmark run for a CUDA machine (about 9 minutes in all; installs nothing).
+#
+#   scripts/gpu_bench.sh [OUT_DIR]        # default: $OUT if set, else ./gpu-bench-out
+#
+# Needs a python (PYTHON, default python3) with a CUDA build of torch plus ShardMeter's
+# dependencies (click numpy pandas scipy pyyaml pydantic rich); the repository is used in place
+# through PYTHONPATH. Writes into OUT_DIR:
+#   gpu-compute.csv   paper-gpu design space (N Sobol shapes, default 8) + the 5 named models at
+#                     full depth, bf16, micro-batch sweep until OOM or the time cap
+#   gpu-comm.csv      all_gather / reduce_scatter / all_reduce, NCCL, nproc = all visible GPUs
+#   gpu-fsdp.csv      FSDP2 end-to-end steps (catalogs/spaces/fsdp-gpu.yaml), NCCL
+#   *.env.json        environment of each run;  nvidia-smi.txt, gpu_bench.log
+# Each step has its own time limit and resumes if rerun; a failing step does not stop the others.
+# LINK names the slowest link of the GPU ring for the comm/fsdp rows (catalogs/links.csv;
+# default nvlink4 = H100/H200 SXM; e.g. nvlink3 for A100 SXM, pcie4/pcie5 for PCIe cards).
+set -uo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+OUT_DIR=${1:-${OUT:-$ROOT/gpu-bench-out}}
+PYTHON=${PYTHON:-python3}
+N=${N:-8}
+LINK=${LINK:-nvlink4}
+mkdir -p "$OUT_DIR"
+export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+cd "$ROOT" || exit 2
+exec > >(tee -a "$OUT_DIR/gpu_bench.log") 2>&1
+
+"$PYTHON" - <<'EOF' || exit 2
+import importlib.util, sys
+missing = [m for m in ("torch", "click", "numpy", "pandas", "scipy", "yaml", "pydantic", "rich")
+           if importlib.util.find_spec(m) is None]
+if missing:
+    sys.exit(f"gpu_bench.sh: missing python packages {missing}; this script installs nothing.")
+import torch
+if not torch.cuda.is_available():
+    sys.exit(f"gpu_bench.sh: torch {torch.__version__} sees no CUDA GPU.")
+print(f"torch {torch.__version__}, CUDA {torch.version.cuda}, {torch.cuda.device_count()} x "
+      f"{torch.cuda.get_device_name(0)}")
+EOF
+NGPU=$("$PYTHON" -c 'import torch; print(max(1, torch.cuda.device_count()))')
+nvidia-smi > "$OUT_DIR/nvidia-smi.txt" 2>&1 || true
+
+# shardmeter CLI without installing the package; $1 = time limit in seconds.
+sm() {
+  local limit=$1; shift
+  echo "== $(date -u +%FT%TZ) shardmeter $*"
+  timeout --kill-after=10 "$limit" "$PYTHON" -c 'import sys; from planner.cli import main; main(sys.argv[1:])' "$@"
+  local rc=$?
+  [ "$rc" -eq 0 ] || echo "!! step exited with $rc (rows written so far are kept; rerun to resume)"
+}
+
+sm 230 -v bench compute --space catalogs/spaces/paper-gpu.yaml -n "$N" --device cuda --dtype bfloat16 \
+  --max-time-s 25 -o "$OUT_DIR/gpu-compute.csv"
+sm 150 -v bench compute --space catalogs/spaces/paper-gpu.yaml --named --device cuda --dtype bfloat16 \
+  --max-time-s 25 -o "$OUT_DIR/gpu-compute.csv"
+sm 60 -v bench comm --backend nccl --nproc "$NGPU" --link "$LINK" --iters 20 --warmup 5 \
+  -o "$OUT_DIR/gpu-comm.csv"
+sm 90 -v bench fsdp --space catalogs/spaces/fsdp-gpu.yaml --backend nccl --nproc "$NGPU" --link "$LINK" \
+  --dtype bfloat16 --iters 5 --warmup 2 -o "$OUT_DIR/gpu-fsdp.csv"
+echo "== $(date -u +%FT%TZ) done: $(ls "$OUT_DIR")"

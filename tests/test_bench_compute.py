@@ -1,0 +1,212 @@
+"""Compute benchmark: design space, Sobol shapes, profiler phase grouping, real CLI runs + resume."""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from perfmodel.errors import DatasetError, UserInputError
+
+torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.torch
+
+from perfmodel.bench import compute as cb  # noqa: E402
+from perfmodel.bench.model import build_model  # noqa: E402
+from perfmodel.catalog import get_model  # noqa: E402
+from perfmodel.paths import catalog_dir  # noqa: E402
+
+TINY_SPACE = """
+name: tiny
+families: [llama, phi, gemma]
+tie_word_embeddings: [false, true]
+hidden_size: {min: 16, max: 64, scale: log, multiple_of: 8}
+num_hidden_layers: {min: 1, max: 2}
+num_attention_heads: {min: 2, max: 4}
+num_key_value_heads: {min: 1, max: 2}
+intermediate_size: {min: 32, max: 128, scale: log, multiple_of: 16}
+vocab_size: {min: 64, max: 256, scale: log, multiple_of: 64}
+seq_len: [16, 32]
+max_micro_batch: 2
+limits: {time_per_config_s: 30, memory_gib: 1}
+named:
+  models: [tiny-llama, tiny-phi]
+  num_hidden_layers: 1
+  seq_len: 16
+  micro_batches: [1]
+  iters: 2
+"""
+
+
+@pytest.fixture
+def tiny_space(tmp_path: Path) -> Path:
+    path = tmp_path / "tiny.yaml"
+    path.write_text(TINY_SPACE)
+    return path
+
+
+def _rows(path: Path) -> list[dict[str, str]]:
+    with path.open(newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+# ---- design space -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("space", ["cpu.yaml", "paper-gpu.yaml"])
+def test_shipped_spaces_sample_valid_shapes(space: str) -> None:
+    design = cb.load_space(catalog_dir() / "spaces" / space)
+    configs = cb.sample_configs(design, 40, seed=0)
+    assert len(configs) == 40 and len({c.config_id for c in configs}) == 40
+    for c in configs:
+        s = c.spec
+        assert s.hidden_size % s.num_heads == 0 and s.num_heads % s.num_kv_heads == 0 and s.d % 2 == 0
+        assert design.ranges["num_hidden_layers"].low <= s.num_layers <= design.ranges["num_hidden_layers"].high
+        assert c.seq_len in design.seq_lens and c.micro_batches[0] == 1
+    assert design.named is not None and len(cb.named_configs(design)) == 5
+
+
+def test_sobol_sample_is_seeded_and_prefix_stable(tiny_space: Path) -> None:
+    design = cb.load_space(tiny_space)
+    a, b = cb.sample_configs(design, 6, seed=1), cb.sample_configs(design, 12, seed=1)
+    assert [c.spec for c in a] == [c.spec for c in b[:6]]
+    assert [c.spec for c in cb.sample_configs(design, 6, seed=2)] != [c.spec for c in a]
+    assert len(Counter(c.spec.family for c in b)) == 3
+
+
+def test_bad_space_files_are_user_errors(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(TINY_SPACE.replace("hidden_size: {min: 16", "hidden_size: {low: 16"))
+    with pytest.raises(UserInputError, match="hidden_size"):
+        cb.load_space(bad)
+    bad.write_text(TINY_SPACE.replace("[llama, phi, gemma]", "[llama, gpt9]"))
+    with pytest.raises(UserInputError, match="gpt9"):
+        cb.load_space(bad)
+    with pytest.raises(UserInputError, match="not found"):
+        cb.load_space(tmp_path / "missing.yaml")
+
+
+# ---- phase grouping -----------------------------------------------------------------------
+
+def test_group_phases_on_a_recorded_cpu_trace(tmp_path: Path) -> None:
+    spec = get_model("tiny-gqa")
+    model = build_model(spec)
+    opt = torch.optim.AdamW(model.parameters())
+    tokens = torch.randint(0, spec.vocab_size, (2, 16))
+    events = cb.profile_steps(lambda: cb._train_step(model, tokens, opt, lambda: None), iters=3, device="cpu")
+    (tmp_path / "trace.json").write_text(json.dumps(events))
+    per_iter = cb.group_phases(events, "cpu")
+    assert len(per_iter) == 3
+    for phase in cb.PHASES:
+        ranges = [e for e in events if e.get("cat") == "user_annotation" and e["name"] == phase]
+        assert sum(it[phase] for it in per_iter) == pytest.approx(sum(e["dur"] for e in ranges) * 1e-6)
+        # every op of the phase lies inside its range, so the range bounds the ops' own time
+        first = min(ranges, key=lambda e: e["ts"])
+        inside = [e for e in events if e.get("cat") == "cpu_op" and e.get("tid") == first["tid"]
+                  and first["ts"] <= e["ts"] and e["ts"] + e["dur"] <= first["ts"] + first["dur"]]
+        assert inside and per_iter[0][phase] > 0
+
+
+def _cuda_trace() -> list[dict]:
+    """Two iterations; kernels are launched inside the host ranges and run later on the device."""
+    events: list[dict] = []
+    corr = 0
+    for it, base in enumerate((0.0, 1000.0)):
+        for k, phase in enumerate(cb.PHASES):
+            start = base + 300.0 * k
+            events.append({"cat": "user_annotation", "name": phase, "ts": start, "dur": 250.0})
+            events.append({"cat": "gpu_user_annotation", "name": phase, "ts": start + 5, "dur": 999.0})
+            for j in range(3):
+                corr += 1
+                events.append({"cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": start + 10 + j,
+                               "dur": 1.0, "args": {"correlation": corr}})
+                events.append({"cat": "kernel", "name": f"k{corr}", "ts": start + 400 + 20 * j,
+                               "dur": float(10 * (k + 1) + it), "args": {"correlation": corr}})
+    events.append({"cat": "kernel", "name": "orphan", "ts": 5.0, "dur": 77.0, "args": {"correlation": 999}})
+    return events
+
+
+def test_group_phases_sums_device_kernels_by_launching_range() -> None:
+    per_iter = cb.group_phases(_cuda_trace(), "cuda")
+    assert per_iter == [pytest.approx({"forward": 30e-6, "backward": 60e-6, "optimizer": 90e-6}),
+                        pytest.approx({"forward": 33e-6, "backward": 63e-6, "optimizer": 93e-6})]
+    assert cb.group_phases(_cuda_trace(), "cpu")[0] == pytest.approx(dict.fromkeys(cb.PHASES, 250e-6))
+
+
+def test_group_phases_rejects_unbalanced_ranges() -> None:
+    events = [e for e in _cuda_trace() if not (e["name"] == "optimizer" and e["ts"] > 900)]
+    with pytest.raises(DatasetError, match="unequal"):
+        cb.group_phases(events, "cpu")
+
+
+# ---- real runs through the CLI ------------------------------------------------------------
+
+def test_bench_compute_cli_runs_and_resumes(run_cli, tiny_space: Path, tmp_path: Path) -> None:
+    out = tmp_path / "compute.csv"
+    args = ["bench", "compute", "--space", str(tiny_space), "-n", "3", "-o", str(out),
+            "--iters", "2", "--warmup", "1", "--seed", "5"]
+    first = run_cli(*args, "--limit", "2")
+    assert first.code == 0, first.err
+    rows = _rows(out)
+    assert list(rows[0]) == list(cb.COLUMNS)
+    assert {r["model"] for r in rows} == {"sobol-0000", "sobol-0001"}
+    second = run_cli(*args)
+    assert second.code == 0, second.err
+    rows = _rows(out)
+    keys = [(r["model"], r["seq_len"], r["micro_batch"], r["phase"]) for r in rows]
+    assert len(keys) == len(set(keys))
+    assert len({r["model"] for r in rows}) == 3
+    for model in {r["model"] for r in rows}:
+        mine = [r for r in rows if r["model"] == model]
+        assert {r["micro_batch"] for r in mine} <= {"1", "2"} and "1" in {r["micro_batch"] for r in mine}
+        assert Counter(r["phase"] for r in mine) == Counter({p: len(mine) // 3 for p in cb.PHASES})
+    assert all(float(r["time_s"]) > 0 and r["threads"] == "1" and r["iters"] == "2" for r in rows)
+    env = json.loads(Path(f"{out}.env.json").read_text())
+    assert len(env["sessions"]) == 2 and env["sessions"][0]["torch"] == torch.__version__
+    assert {"glibc_tunables", "transparent_hugepage", "loadavg_1m_at_start", "cpu_model"} <= set(env["sessions"][0])
+    assert len(Path(f"{out}.progress").read_text().split("\n")) == 4
+    third = run_cli(*args)  # everything finished: nothing is measured again
+    assert third.code == 0 and len(_rows(out)) == len(rows)
+
+
+def test_bench_compute_named_mode(run_cli, tiny_space: Path, tmp_path: Path) -> None:
+    out = tmp_path / "named.csv"
+    result = run_cli("bench", "compute", "--space", str(tiny_space), "--named", "-o", str(out), "--warmup", "1")
+    assert result.code == 0, result.err
+    rows = _rows(out)
+    assert {r["model"] for r in rows} == {"tiny-llama", "tiny-phi"}
+    assert {r["num_hidden_layers"] for r in rows} == {"1"} and {r["iters"] for r in rows} == {"2"}
+    assert {r["family"] for r in rows} == {"llama", "phi"}
+
+
+def test_bench_compute_refuses_a_changed_space(run_cli, tiny_space: Path, tmp_path: Path) -> None:
+    out = tmp_path / "c.csv"
+    assert run_cli("bench", "compute", "--space", str(tiny_space), "-n", "1", "-o", str(out),
+                   "--iters", "1", "--warmup", "0").code == 0
+    result = run_cli("bench", "compute", "--space", str(tiny_space), "-n", "1", "-o", str(out),
+                     "--iters", "1", "--seed", "9")
+    assert result.code == 2 and "To fix:" in result.err and "another shape" in result.err
+
+
+def test_small_page_warning(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    from perfmodel.bench import common
+
+    monkeypatch.setattr(common.sys, "platform", "linux")
+    monkeypatch.setenv("GLIBC_TUNABLES", "")
+    common.warn_small_pages("cpu")
+    assert "GLIBC_TUNABLES=glibc.malloc.hugetlb=1" in caplog.text
+    caplog.clear()
+    monkeypatch.setenv("GLIBC_TUNABLES", common.HUGEPAGE_TUNABLE)
+    common.warn_small_pages("cpu")
+    common.warn_small_pages("cuda")
+    assert caplog.text == ""
+
+
+def test_bench_compute_bad_input_exits_2(run_cli, tmp_path: Path) -> None:
+    result = run_cli("bench", "compute", "--space", str(tmp_path / "nope.yaml"), "-o", str(tmp_path / "x.csv"))
+    assert result.code == 2 and "To fix:" in result.err
+    result = run_cli("bench", "compute", "-o", str(tmp_path / "x.csv"), "--device", "cuda", "-n", "1")
+    if not torch.cuda.is_available():
+        assert result.code == 2 and "To fix:" in result.err

@@ -1,0 +1,118 @@
+"""FSDP2 end-to-end benchmark: case plan and a real 2-rank gloo run with resume."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+
+from perfmodel.errors import ConfigError, UserInputError
+
+torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.torch
+
+from perfmodel.bench import fsdp  # noqa: E402
+from perfmodel.catalog import get_model  # noqa: E402
+from perfmodel.paths import catalog_dir  # noqa: E402
+
+TINY = """
+seq_len: 16
+micro_batches: [1]
+grad_accum: [1, 2]
+shapes:
+  - {model: tiny-llama, name: t-llama, num_hidden_layers: 1}
+  - name: t-phi
+    family: phi
+    hidden_size: 32
+    num_hidden_layers: 1
+    num_attention_heads: 2
+    num_key_value_heads: 2
+    intermediate_size: 64
+    vocab_size: 128
+    micro_batches: [2]
+    grad_accum: [1]
+"""
+
+
+def _rows(path: Path) -> list[dict[str, str]]:
+    with path.open(newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def test_load_cases_expands_shapes(tmp_path: Path) -> None:
+    space = tmp_path / "f.yaml"
+    space.write_text(TINY)
+    cases = fsdp.load_cases(space)
+    assert [(c.config_id, c.micro_batch, c.grad_accum) for c in cases] == [
+        ("t-llama", 1, 1), ("t-llama", 1, 2), ("t-phi", 2, 1)]
+    assert cases[0].spec.num_layers == 1 and cases[0].spec.hidden_size == get_model("tiny-llama").hidden_size
+    assert cases[2].spec.gated_mlp is False and cases[2].spec.norm == "layer"
+    assert fsdp.FsdpCase.from_json(cases[2].to_json()) == cases[2]
+    shipped = fsdp.load_cases(catalog_dir() / "spaces" / "fsdp-cpu.yaml")
+    assert len(shipped) >= 8 and len({c.config_id for c in shipped}) >= 3
+
+
+def test_load_cases_errors(tmp_path: Path) -> None:
+    with pytest.raises(UserInputError, match="not found"):
+        fsdp.load_cases(tmp_path / "missing.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("shapes:\n  - {name: x, family: llama, hidden_size: 32}\n")
+    with pytest.raises(ConfigError, match="incomplete"):
+        fsdp.load_cases(bad)
+
+
+def test_bench_fsdp_gloo_two_ranks_runs_and_resumes(run_cli, tmp_path: Path) -> None:
+    space = tmp_path / "f.yaml"
+    space.write_text(TINY)
+    out = tmp_path / "fsdp.csv"
+    args = ["bench", "fsdp", "--space", str(space), "--nproc", "2", "-o", str(out), "--iters", "2",
+            "--warmup", "1"]
+    first = run_cli(*args)
+    assert first.code == 0, first.err
+    rows = _rows(out)
+    assert list(rows[0]) == list(fsdp.COLUMNS) and len(rows) == 3
+    for r in rows:
+        assert r["world_size"] == "2" and r["backend"] == "gloo" and r["link"] == "gloo-loopback"
+        assert float(r["step_time_s"]) > 0
+        case = next(c for c in fsdp.load_cases(space) if c.config_id == r["model"])
+        # at least the persistent fp32 state of one rank: parameter shard + two Adam moments
+        assert int(r["peak_memory_bytes"]) >= 3 * 4 * case.spec.total_params // 2
+        assert r["memory_source"] == "profiler+persistent"
+    # an interrupted run: drop the last row, rerun, exactly that case comes back
+    lines = out.read_text().splitlines()
+    out.write_text("\n".join(lines[:-1]) + "\n")
+    second = run_cli(*args)
+    assert second.code == 0, second.err
+    again = _rows(out)
+    assert len(again) == 3 and [r["model"] for r in again][:2] == [r["model"] for r in rows][:2]
+    keys = [(r["model"], r["micro_batch"], r["grad_accum"]) for r in again]
+    assert len(set(keys)) == 3
+
+
+def test_fsdp_compare_against_the_simulator(run_cli, tmp_path: Path) -> None:
+    from perfmodel.profile import make_prior_profile, save_profile
+
+    profile = tmp_path / "cpu-prior.yaml"
+    save_profile(make_prior_profile("CPU-x86-2core"), profile)
+    data = tmp_path / "fsdp.csv"
+    row = {"model": "t", "family": "llama", "hidden_size": 64, "num_hidden_layers": 2,
+           "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "intermediate_size": 176,
+           "vocab_size": 512, "tie_word_embeddings": "false", "seq_len": 32, "micro_batch": 1,
+           "grad_accum": 2, "world_size": 2, "backend": "gloo", "link": "gloo-loopback", "device": "cpu",
+           "dtype": "float32", "threads": 1, "step_time_s": 0.05, "step_time_iqr_s": 0.001, "iters": 3,
+           "peak_memory_bytes": 4_000_000, "memory_source": "profiler+persistent"}
+    with data.open("w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=fsdp.COLUMNS)
+        writer.writeheader()
+        writer.writerow(row)
+    rows = fsdp.compare_fsdp(data, str(profile))
+    assert len(rows) == 1 and rows[0]["predicted_step_s"] > 0 and rows[0]["predicted_peak_mib"] > 0
+    expected = 100 * (rows[0]["predicted_step_s"] - 0.05) / 0.05
+    assert rows[0]["step_error_pct"] == pytest.approx(expected)
+    result = run_cli("bench", "fsdp-compare", str(data), "--profile", str(profile))
+    assert result.code == 0 and "step MAPE" in result.out
+    bad = tmp_path / "bad.csv"
+    bad.write_text("model,step_time_s\nx,1\n")
+    result = run_cli("bench", "fsdp-compare", str(bad), "--profile", str(profile))
+    assert result.code == 2 and "To fix:" in result.err
