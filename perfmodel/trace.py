@@ -169,8 +169,11 @@ def plot_timelines(panels: Sequence[tuple[str, Sequence[Span]]], path: str | Pat
                      edgecolor="#555555", label=LABELS.get(k, k)) for k in kinds]
     if title:
         fig.suptitle(title, fontsize=10)
-    fig.tight_layout(rect=(0, 0.07, 1, 1))
-    fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 4), fontsize=8, frameon=False)
+    ncol = min(len(handles), 4)
+    # Reserve the legend's height in inches, so short one-panel figures keep the axis label clear.
+    legend_in = 0.22 * -(-len(handles) // max(ncol, 1)) + 0.15
+    fig.tight_layout(rect=(0, min(0.4, legend_in / fig.get_figheight()), 1, 1))
+    fig.legend(handles=handles, loc="lower center", ncol=ncol, fontsize=8, frameon=False)
     return _save(fig, path, plt)
 
 
