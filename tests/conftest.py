@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
@@ -32,8 +32,7 @@ def tmp_catalogs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Pa
     clear_catalog_caches()
 
 
-@dataclass
-class CliResult:
+class CliResult(NamedTuple):
     """Exit code and captured output of one in-process `shardmeter` run."""
 
     code: int

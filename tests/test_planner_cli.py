@@ -8,21 +8,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from planner.cli import main
-
 ROOT = Path(__file__).resolve().parent.parent
 SMALL = sorted((ROOT / "instances").glob("small-*.yaml"))
 TWO = ROOT / "instances" / "small-two-clusters.yaml"
-
-
-def run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    try:
-        main(args)
-        code = 0
-    except SystemExit as exit_:
-        code = int(exit_.code or 0)
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 def test_small_instances_are_shipped() -> None:
@@ -30,8 +18,8 @@ def test_small_instances_are_shipped() -> None:
 
 
 @pytest.mark.parametrize("instance", SMALL, ids=lambda p: p.stem)
-def test_pareto_json_has_required_keys(instance: Path, capsys) -> None:
-    code, out, err = run(["pareto", str(instance), "--format", "json"], capsys)
+def test_pareto_json_has_required_keys(instance: Path, run_cli) -> None:
+    code, out, err = run_cli("pareto", str(instance), "--format", "json")
     assert code == 0, err
     points = json.loads(out)
     assert isinstance(points, list) and points
@@ -45,9 +33,9 @@ def test_pareto_json_has_required_keys(instance: Path, capsys) -> None:
     assert walls == sorted(walls) and costs == sorted(costs, reverse=True)
 
 
-def test_pareto_writes_csv_and_both_plots(tmp_path: Path, capsys) -> None:
+def test_pareto_writes_csv_and_both_plots(tmp_path: Path, run_cli) -> None:
     csv, png = tmp_path / "frontier.csv", tmp_path / "frontier.png"
-    code, out, err = run(["pareto", str(TWO), "-o", str(csv), "--plot", str(png)], capsys)
+    code, out, err = run_cli("pareto", str(TWO), "-o", str(csv), "--plot", str(png))
     assert code == 0, err
     assert "Pareto frontier" in out
     second = tmp_path / "frontier_throughput.png"
@@ -58,16 +46,16 @@ def test_pareto_writes_csv_and_both_plots(tmp_path: Path, capsys) -> None:
 
 
 @pytest.mark.parametrize("solver", ["milp", "brute", "heuristic"])
-def test_pareto_other_solvers_csv(solver: str, capsys) -> None:
-    code, out, err = run(["pareto", str(TWO), "--solver", solver, "--format", "csv"], capsys)
+def test_pareto_other_solvers_csv(solver: str, run_cli) -> None:
+    code, out, err = run_cli("pareto", str(TWO), "--solver", solver, "--format", "csv")
     assert code == 0, err
     assert out.splitlines()[0].startswith("point,label,wall_time_h")
 
 
-def test_exact_solvers_agree_through_cli(capsys) -> None:
+def test_exact_solvers_agree_through_cli(run_cli) -> None:
     fronts = {}
     for solver in ("cpsat", "milp", "brute"):
-        code, out, err = run(["pareto", str(TWO), "--solver", solver, "--format", "json"], capsys)
+        code, out, err = run_cli("pareto", str(TWO), "--solver", solver, "--format", "json")
         assert code == 0, err
         fronts[solver] = [(p["wall_time_s"], p["cost_usd"]) for p in json.loads(out)]
     assert fronts["cpsat"] == fronts["milp"] == fronts["brute"]
@@ -81,8 +69,8 @@ def test_exact_solvers_agree_through_cli(capsys) -> None:
         (["--min-throughput-fraction", "0.9"], "cheapest with tokens/s"),
     ],
 )
-def test_plan_queries(args: list[str], key: str, capsys) -> None:
-    code, out, err = run(["plan", str(TWO), *args, "--format", "json"], capsys)
+def test_plan_queries(args: list[str], key: str, run_cli) -> None:
+    code, out, err = run_cli("plan", str(TWO), *args, "--format", "json")
     assert code == 0, err
     record = json.loads(out)
     assert record["query"].startswith(key)
@@ -92,22 +80,22 @@ def test_plan_queries(args: list[str], key: str, capsys) -> None:
         assert record["tokens_per_s"] >= 0.9 * record["fastest_tokens_per_s"]
 
 
-def test_plan_fsdp_is_one_island(capsys) -> None:
-    code, out, err = run(["plan", str(ROOT / "instances" / "small-fsdp.yaml"), "--format", "json"], capsys)
+def test_plan_fsdp_is_one_island(run_cli) -> None:
+    code, out, err = run_cli("plan", str(ROOT / "instances" / "small-fsdp.yaml"), "--format", "json")
     assert code == 0, err
     record = json.loads(out)
     assert record["num_islands"] == 1 and record["sync_s"] == 0
 
 
-def test_budget_too_small_exits_1(capsys) -> None:
-    code, _, err = run(["plan", str(TWO), "--budget-usd", "1"], capsys)
+def test_budget_too_small_exits_1(run_cli) -> None:
+    code, _, err = run_cli("plan", str(TWO), "--budget-usd", "1")
     assert code == 1
     assert "budget" in err and "cheapest plan" in err and "To fix:" in err
 
 
-def test_islands_copies_the_validated_table(tmp_path: Path, capsys) -> None:
+def test_islands_copies_the_validated_table(tmp_path: Path, run_cli) -> None:
     out_csv = tmp_path / "islands.csv"
-    code, _, err = run(["islands", str(TWO), "-o", str(out_csv)], capsys)
+    code, _, err = run_cli("islands", str(TWO), "-o", str(out_csv))
     assert code == 0, err
     written = pd.read_csv(out_csv)
     original = pd.read_csv(ROOT / "instances" / "tables" / "small-two-clusters.csv")

@@ -11,7 +11,6 @@ import pandas as pd
 import pytest
 
 from perfmodel.errors import InstanceError, ShardMeterError
-from planner.cli import main
 from planner.instance import TABLE_COLUMNS, gpu_prices, load_instance, load_island_table
 
 GOOD_TABLE = """cluster,gpu_type,nodes,gpus_per_node,micro_batch,microstep_s,step_fixed_s,usd_per_hour,memory_gib,bound
@@ -43,16 +42,6 @@ parameters: 8030261248
 """
 
 
-def run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    try:
-        main(args)
-        code = 0
-    except SystemExit as exit_:
-        code = int(exit_.code or 0)
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
-
-
 def write(tmp_path: Path, yaml_text: str = GOOD_YAML, table: str | None = GOOD_TABLE) -> Path:
     if table is not None:
         (tmp_path / "islands.csv").write_text(table)
@@ -80,10 +69,10 @@ def write(tmp_path: Path, yaml_text: str = GOOD_YAML, table: str | None = GOOD_T
         ("bad YAML", "name: t", "name: [t", ["not valid YAML"]),
     ],
 )
-def test_instance_errors_exit_2(tmp_path: Path, capsys, name: str, old: str, new: str, expected: list[str]) -> None:
+def test_instance_errors_exit_2(tmp_path: Path, run_cli, name: str, old: str, new: str, expected: list[str]) -> None:
     assert old in GOOD_YAML
     path = write(tmp_path, GOOD_YAML.replace(old, new))
-    code, _, err = run(["plan", str(path)], capsys)
+    code, _, err = run_cli("plan", str(path))
     assert code == 2, name
     assert str(path) in err and "To fix:" in err and "Traceback" not in err
     for text in expected:
@@ -103,17 +92,17 @@ def test_instance_errors_exit_2(tmp_path: Path, capsys, name: str, old: str, new
         ("price differs by micro-batch", GOOD_TABLE.replace("28.72,80", "30,80"), ["usd_per_hour"]),
     ],
 )
-def test_table_errors_exit_2(tmp_path: Path, capsys, name: str, table: str, expected: list[str]) -> None:
+def test_table_errors_exit_2(tmp_path: Path, run_cli, name: str, table: str, expected: list[str]) -> None:
     path = write(tmp_path, table=table)
-    code, _, err = run(["pareto", str(path)], capsys)
+    code, _, err = run_cli("pareto", str(path))
     assert code == 2, name
     assert "islands.csv" in err and "To fix:" in err
     for text in expected:
         assert text in err, (name, text, err)
 
 
-def test_missing_instance_file(tmp_path: Path, capsys) -> None:
-    code, _, err = run(["plan", str(tmp_path / "none.yaml")], capsys)
+def test_missing_instance_file(tmp_path: Path, run_cli) -> None:
+    code, _, err = run_cli("plan", str(tmp_path / "none.yaml"))
     assert code == 2 and "none.yaml" in err
 
 
