@@ -269,3 +269,17 @@ def make_progress() -> Any:
     return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                     TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
                     console=Console(stderr=True))
+
+
+def read_space_yaml(path: Path, *, what: str, example: str) -> Any:
+    """Parse a design-space YAML file; a missing or malformed file is a UserInputError."""
+    import yaml
+
+    try:
+        return yaml.safe_load(path.read_text())
+    except FileNotFoundError as err:
+        raise UserInputError(f"{what} {path} not found",
+                             hint=f"pass --space {example} or another existing file.") from err
+    except yaml.YAMLError as err:
+        raise UserInputError(f"{path}: not valid YAML ({err})",
+                             hint=f"fix {path} (see {example} for the format).") from err

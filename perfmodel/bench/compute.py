@@ -19,10 +19,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from perfmodel.arch import FAMILY_LAYOUT, ModelSpec
-from perfmodel.bench.common import CsvLog, is_oom, median_iqr, time_budget_left
+from perfmodel.bench.common import CsvLog, is_oom, median_iqr, read_space_yaml, time_budget_left
 from perfmodel.errors import DatasetError, UserInputError
 
 logger = logging.getLogger(__name__)
@@ -139,13 +137,7 @@ def _int_range(path: Path, name: str, raw: Any) -> IntRange:
 def load_space(path: str | Path) -> DesignSpace:
     """Load and validate a design-space YAML file."""
     p = Path(path)
-    try:
-        raw = yaml.safe_load(p.read_text())
-    except FileNotFoundError as err:
-        raise UserInputError(f"design space {p} not found",
-                             hint="pass --space catalogs/spaces/cpu.yaml or another existing file.") from err
-    except yaml.YAMLError as err:
-        raise _fail(p, f"not valid YAML ({err})") from err
+    raw = read_space_yaml(p, what="design space", example="catalogs/spaces/cpu.yaml")
     if not isinstance(raw, dict):
         raise _fail(p, "expected a mapping at the top level")
     ranges = {k: _int_range(p, k, raw.get(k)) for k in _DIMS[2:8]}

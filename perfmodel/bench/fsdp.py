@@ -18,10 +18,9 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from perfmodel.arch import FAMILY_LAYOUT, ModelSpec
 from perfmodel.bench.comm import launch, torchrun_command
+from perfmodel.bench.common import read_space_yaml
 from perfmodel.errors import ConfigError, UserInputError
 
 logger = logging.getLogger(__name__)
@@ -102,11 +101,7 @@ def _case_spec(path: Path, raw: Mapping[str, Any]) -> ModelSpec:
 def load_cases(path: str | Path) -> list[FsdpCase]:
     """Cases of an FSDP space file: every shape x micro_batches x grad_accum."""
     p = Path(path)
-    try:
-        raw = yaml.safe_load(p.read_text())
-    except FileNotFoundError as err:
-        raise UserInputError(f"FSDP space {p} not found",
-                             hint="pass --space catalogs/spaces/fsdp-cpu.yaml or another existing file.") from err
+    raw = read_space_yaml(p, what="FSDP space", example="catalogs/spaces/fsdp-cpu.yaml")
     if not isinstance(raw, dict) or not isinstance(raw.get("shapes"), list):
         raise UserInputError(f"{p}: expected a mapping with a 'shapes' list",
                              hint="see catalogs/spaces/fsdp-cpu.yaml for the format.")
