@@ -1,0 +1,81 @@
+"""The training-recipe CLI options every modelling command shares (`perfmodel.recipe`).
+
+`--recipe` names a shipped recipe (`torchtitan`, `paper`) or a YAML file with `base:` and
+overrides; the single-field flags override it. Unset flags keep the recipe's value, so
+`--ac` defaults to the recipe's checkpointing mode.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+import yaml
+
+from perfmodel.errors import UserInputError
+from perfmodel.recipe import (
+    AC_MODES,
+    ACCUM_MODES,
+    ATTENTION_KERNELS,
+    DTYPES,
+    LOSS_MODES,
+    TrainingRecipe,
+    named_recipe,
+    recipe_from_mapping,
+)
+
+RECIPE_FLAG_FIELDS = ("ac", "accum_mode", "param_dtype", "reduce_dtype", "attention", "loss")
+"""Keyword names the options below pass to the command, in `TrainingRecipe` field names."""
+
+
+def recipe_option_list(*, ac: bool = True) -> list[Callable[..., Any]]:
+    """`--recipe` plus per-field overrides; `ac=False` for commands that declare --ac themselves."""
+    options = [
+        click.option("--recipe", "recipe_name", default="torchtitan", show_default=True,
+                     help="Training recipe: torchtitan, paper, or a recipe YAML file."),
+        click.option("--accum-mode", "accum_mode", type=click.Choice(ACCUM_MODES), default=None,
+                     help="Gradient accumulation: reduce_scatter every micro-step, or no_sync "
+                          "(default: the recipe's)."),
+        click.option("--param-dtype", type=click.Choice(DTYPES), default=None,
+                     help="Dtype of gathered parameters (default: the recipe's)."),
+        click.option("--reduce-dtype", type=click.Choice(DTYPES), default=None,
+                     help="Dtype of the gradient reduce-scatter (default: the recipe's)."),
+        click.option("--attention", type=click.Choice(ATTENTION_KERNELS), default=None,
+                     help="Attention kernel (default: the recipe's)."),
+        click.option("--loss", type=click.Choice(LOSS_MODES), default=None,
+                     help="Loss computation (default: the recipe's)."),
+    ]
+    if ac:
+        options.insert(1, click.option("--ac", type=click.Choice(AC_MODES), default=None,
+                                       help="Activation checkpointing (default: the recipe's)."))
+    return options
+
+
+def recipe_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Decorator adding `recipe_option_list()` to a click command."""
+    for option in reversed(recipe_option_list()):
+        func = option(func)
+    return func
+
+
+def load_recipe(name_or_path: str) -> TrainingRecipe:
+    """A named recipe, or one read from a YAML file (exit 2 with file and field on errors)."""
+    path = Path(name_or_path)
+    if not (name_or_path.endswith((".yaml", ".yml")) or path.is_file()):
+        return named_recipe(name_or_path)
+    if not path.is_file():
+        raise UserInputError(f"recipe file {name_or_path} does not exist",
+                             hint="give an existing recipe YAML file, or torchtitan / paper.")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise UserInputError(f"{path}: not valid YAML ({exc})", hint="fix the YAML syntax.") from None
+    return recipe_from_mapping(data or {}, source=str(path))
+
+
+def recipe_from_options(recipe_name: str, **flags: Any) -> TrainingRecipe:
+    """The recipe named by `--recipe` with the per-field flags that were set applied."""
+    overrides = {k: flags.get(k) for k in RECIPE_FLAG_FIELDS}
+    return load_recipe(recipe_name).with_overrides(**overrides)
