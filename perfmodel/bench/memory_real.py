@@ -1,0 +1,156 @@
+"""Is the tracker right? FSDPMemTracker on real tensors vs the CPU allocator, 2-rank gloo FSDP2.
+
+Each case runs a real 2-process gloo job (`torch.multiprocessing`, one process per rank) that
+wraps and trains the model exactly as `shardmeter bench memory` does (same recipe wrapper, same
+fused AdamW, optimizer state created first), with real tensors on the CPU:
+
+1. the optimizer state is created (as in the fake-mode bench), then one step runs under
+   `FSDPMemTracker` (real tensors): the tracker's peak and breakdown;
+2. two identical steps, each inside a `record_function` window, measured by torch's own CPU
+   allocator accounting: the profiler runs with `profile_memory=True` from before the model is built, so
+   its "Total Allocated" counter covers every live allocation of the process; the allocator peak
+   is its maximum over a window, less the bytes gloo's own worker threads hold at that moment
+   (kept separately); the row keeps the lower and the higher of the two windows.
+
+Like with like: the same rank, the same step, bytes as allocated (the CPU allocator does not
+round). What the allocator sees and the tracker does not shows up as the difference; gloo's
+worker threads' staging buffers are reported apart (`allocator_process_peak_bytes`): they
+depend on thread timing and on the gloo backend (NCCL keeps its buffers outside the caching
+allocator). Rank 0 writes one row per case.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import tempfile
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from perfmodel.bench.memory import COLUMNS as FAKE_COLUMNS
+from perfmodel.bench.memory import MemoryCase, shape_columns, tracked_steps
+
+logger = logging.getLogger(__name__)
+
+COLUMNS = (*FAKE_COLUMNS, "allocator_peak_bytes", "allocator_peak_max_bytes",
+           "allocator_process_peak_bytes", "tracker_vs_allocator_pct")
+"""allocator_peak_bytes: the CPU allocator's live bytes at their peak, less what gloo's worker
+threads hold at that moment (their staging buffers sit below the dispatcher, so no tracker sees
+them, and whether they overlap the peak depends on thread timing), the lower of `WINDOWS`
+identical steps; _max: the higher; allocator_process_peak_bytes: the whole process, gloo's
+threads included (the higher window)."""
+KEY_COLUMNS = ("model", "world_size", "seq_len", "micro_batch", "accum_steps", "accum_mode", "ac",
+               "recipe", "param_dtype", "reduce_dtype", "attention", "tensors")
+WORLD_SIZE = 2
+WINDOW = "shardmeter_measured_step"
+WINDOWS = 2
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _allocator_peaks(prof: Any) -> tuple[list[int], list[int]]:
+    """Per measured-step window: (the peak of the live bytes the training thread allocated, the
+    peak of the process's "Total Allocated"). The training thread is the one with the most
+    memory events; other threads' net bytes are subtracted from the running total."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "trace.json"
+        prof.export_chrome_trace(str(path))
+        events = json.loads(path.read_text())["traceEvents"]
+    windows = [e for e in events if e.get("name") == WINDOW and e.get("ph") == "X"]
+    if not windows:
+        raise RuntimeError("profiler trace has no measured-step window")
+    memory = sorted((float(e.get("ts", -1)), e.get("tid"), int(e["args"].get("Bytes", 0)),
+                     int(e["args"]["Total Allocated"])) for e in events
+                    if e.get("name") == "[memory]" and "Total Allocated" in e.get("args", {}))
+    main_tid = Counter(tid for _, tid, _, _ in memory).most_common(1)[0][0]
+    others, own = 0, []
+    for ts, tid, nbytes, total in memory:
+        others += nbytes if tid != main_tid else 0
+        own.append((ts, total - others, total))
+    main_peaks, process_peaks = [], []
+    for w in windows:
+        start, end = float(w["ts"]), float(w["ts"]) + float(w["dur"])
+        inside = [(mine, total) for ts, mine, total in own if start <= ts <= end]
+        main_peaks.append(max(m for m, _ in inside))
+        process_peaks.append(max(t for _, t in inside))
+    return main_peaks, process_peaks
+
+
+def _rank_main(rank: int, case: MemoryCase, port: int, out: str) -> None:
+    import time
+
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    from perfmodel.bench.common import resolve_dtype
+    from perfmodel.bench.model import build_model, random_tokens
+    from perfmodel.bench.recipe_wrap import make_optimizer, shard_with_recipe, train_step
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=WORLD_SIZE)
+    start_s = time.perf_counter()
+    # Profile from before the model exists so "Total Allocated" counts every live allocation.
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        mesh = init_device_mesh("cpu", (WORLD_SIZE,))
+        model = build_model(case.spec, dtype=resolve_dtype(case.recipe.master_dtype))
+        shard_with_recipe(model, case.recipe, mesh=mesh)
+        optimizer = make_optimizer(model, case.recipe)
+        tokens = random_tokens(case.spec, case.micro_batch, case.seq_len, seed=rank)
+        columns = tracked_steps(model, optimizer, tokens, case, steps=1)  # warm state inside
+        for _ in range(WINDOWS):
+            dist.barrier()
+            with record_function(WINDOW):
+                train_step(model, optimizer, tokens, accum_steps=case.accum_steps,
+                           recipe=case.recipe)
+        dist.barrier()
+    peaks, process_peaks = _allocator_peaks(prof)
+    allocator = min(peaks)
+    if rank == 0:
+        from perfmodel.bench.common import CsvLog
+
+        tracked = columns["peak_bytes"]
+        row = {**shape_columns(case.config_id, case.spec), **case.key("real"), **columns,
+               "wall_s": time.perf_counter() - start_s, "torch_version": torch.__version__,
+               "allocator_peak_bytes": allocator, "allocator_peak_max_bytes": max(peaks),
+               "allocator_process_peak_bytes": max(process_peaks),
+               "tracker_vs_allocator_pct": 100.0 * (tracked - allocator) / allocator}
+        CsvLog(out, COLUMNS, KEY_COLUMNS).append([row])
+    dist.destroy_process_group()
+
+
+def run_real_case(case: MemoryCase, out_path: str | Path) -> None:
+    """One 2-rank gloo run of `case` (its world size must be 2); rank 0 appends the row."""
+    import torch.multiprocessing as mp
+
+    if case.world_size != WORLD_SIZE:
+        raise ValueError(f"real-tensor runs use {WORLD_SIZE} ranks, got world_size {case.world_size}")
+    mp.spawn(_rank_main, args=(case, _free_port(), str(out_path)), nprocs=WORLD_SIZE, join=True)
+
+
+def run_real_cases(cases: list[MemoryCase], out_path: str | Path) -> dict[str, int]:
+    """Every case not yet in `out_path` (resume), one gloo job each."""
+    from perfmodel.bench.common import CsvLog, append_environment, environment_record
+
+    log = CsvLog(out_path, COLUMNS, KEY_COLUMNS)
+    done = log.done_keys()
+    append_environment(out_path, environment_record(device="cpu", threads=1,
+                                                    extra={"benchmark": "memory-real",
+                                                           "backend": "gloo",
+                                                           "world_size": WORLD_SIZE}))
+    counts = {"measured": 0, "skipped": 0}
+    for case in cases:
+        if log.key_of(case.key("real")) in done:
+            counts["skipped"] += 1
+            continue
+        run_real_case(case, out_path)
+        counts["measured"] += 1
+    return counts
