@@ -241,11 +241,38 @@ FAMILY_LAYOUT: dict[str, dict[str, Any]] = {
     "yi": {},
     "qwen2": {"qkv_bias": True},
     "gemma": {"tie_word_embeddings": True},
-    "gemma2": {"tie_word_embeddings": True},
+    # Gemma-2: input, post-attention, pre-feed-forward and post-feed-forward RMSNorm per block
+    "gemma2": {"tie_word_embeddings": True, "norms_per_block": 4},
+    # Phi-1/1.5/2: parallel block with one LayerNorm, plain GELU MLP, biases everywhere
     "phi": {"gated_mlp": False, "qkv_bias": True, "out_bias": True, "mlp_bias": True,
             "norm": "layer", "norms_per_block": 1, "lm_head_bias": True},
+    # Phi-3: a Llama layout (fused qkv and gate_up projections, RMSNorm, no biases, untied)
+    "phi3": {},
+    # Chinchilla (Hoffmann et al. 2022) as in the Streaming DiLoCo experiments: plain 4h MLP,
+    # RMSNorm, no biases, tied embeddings (not a Hugging Face model_type)
+    "chinchilla": {"gated_mlp": False, "tie_word_embeddings": True},
 }
 """Layout facts per architecture family that config.json files leave implicit."""
+
+MODEL_TYPE_FAMILY: dict[str, str] = {
+    "llama": "llama", "mistral": "mistral", "yi": "yi", "qwen2": "qwen2", "gemma": "gemma",
+    "gemma2": "gemma2", "phi": "phi", "phi-msft": "phi", "phi3": "phi3",
+}
+"""Hugging Face `model_type` -> family, explicitly (no prefix matching: phi3 is not phi)."""
+
+UNSUPPORTED_MODEL_TYPES: dict[str, str] = {
+    "mixtral": "a mixture-of-experts model", "qwen2_moe": "a mixture-of-experts model",
+    "qwen3_moe": "a mixture-of-experts model", "deepseek_v2": "a mixture-of-experts model",
+    "deepseek_v3": "a mixture-of-experts model", "dbrx": "a mixture-of-experts model",
+    "olmoe": "a mixture-of-experts model", "phimoe": "a mixture-of-experts model",
+    "jamba": "a hybrid state-space / mixture-of-experts model", "mamba": "a state-space model",
+    "mamba2": "a state-space model", "falcon_mamba": "a state-space model",
+    "rwkv": "a recurrent (RWKV) model", "recurrent_gemma": "a recurrent model",
+}
+"""Known model types whose parameter layout ShardMeter does not model yet."""
+
+MOE_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_intermediate_size")
+"""config.json keys that mark a mixture-of-experts model whatever its model_type says."""
 
 _HF_KEYS = {
     "hidden_size": ("hidden_size", "n_embd", "d_model"),
@@ -268,13 +295,29 @@ def _hf_get(config: dict[str, Any], field_name: str, path: str) -> int:
                       hint=f"add {_HF_KEYS[field_name][0]!r} to {path} (a Hugging Face config.json).")
 
 
+def _family(config: dict[str, Any], path: str) -> str:
+    """The family of a config's `model_type`; ConfigError (exit 2) for anything not modelled."""
+    if "model_type" not in config:
+        raise ConfigError(f"{path}: field 'model_type' is missing",
+                          hint=f"add \"model_type\" (one of {', '.join(MODEL_TYPE_FAMILY)}) to {path}.")
+    model_type = str(config["model_type"]).lower()
+    moe = [k for k in MOE_KEYS if config.get(k)]
+    if model_type in UNSUPPORTED_MODEL_TYPES or moe:
+        what = UNSUPPORTED_MODEL_TYPES.get(model_type) or f"a mixture-of-experts model ({moe[0]})"
+        raise ConfigError(f"{path}: model_type {model_type!r} is {what}, which ShardMeter does not model yet",
+                          hint=f"use a dense decoder config (model_type one of {', '.join(MODEL_TYPE_FAMILY)}).")
+    if model_type not in MODEL_TYPE_FAMILY:
+        raise ConfigError(f"{path}: model_type {model_type!r} has no known parameter layout",
+                          hint=f"use one of {', '.join(MODEL_TYPE_FAMILY)}, or add a catalog row with an "
+                               "explicit shape.")
+    return MODEL_TYPE_FAMILY[model_type]
+
+
 def spec_from_hf_config(config: dict[str, Any], *, name: str, path: str = "<config>") -> ModelSpec:
-    """Build a ModelSpec from a Hugging Face config.json dict (llama, mistral, qwen2, gemma, phi, yi)."""
-    model_type = str(config.get("model_type", "llama")).lower()
-    family = "phi" if model_type.startswith("phi") else model_type
-    if family not in FAMILY_LAYOUT:
-        logger.warning("%s: model_type %r not known; assuming a Llama layout", path, model_type)
-        family = "llama"
+    """Build a ModelSpec from a Hugging Face config.json dict: an explicit layout per model_type
+    (llama, mistral, yi, qwen2, gemma, gemma2, phi, phi-msft, phi3); MoE, state-space and unknown
+    types raise ConfigError."""
+    family = _family(config, path)
     layout = dict(FAMILY_LAYOUT[family])
     fields = {k: _hf_get(config, k, path) for k in _HF_KEYS if k != "intermediate_size"}
     if any(config.get(k) is not None for k in _HF_KEYS["intermediate_size"]):

@@ -15,6 +15,9 @@ Inter-node links carry bandwidth PER NIC: a node's ring bandwidth is n_nic x B, 
 min(NICs per node, GPUs per node) (NCCL runs one ring channel per NIC, rail-matched to one GPU
 each). This reproduces the 84.8 GB/s busbw of 3 nodes x 8 A100 with 4 HDR-200 NICs
 (shared/data/collectives.csv) from 21.2 GB/s per NIC.
+
+The ring formula itself lives in `perfmodel.formulas` (one home, shared with the planner);
+`ring_time_s` and `OP_MULTIPLIER` are re-exported here for the callers that time collectives.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from perfmodel.errors import CatalogError, DatasetError, ProfileError
+from perfmodel.formulas import OP_MULTIPLIER, ring_time_s
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -35,9 +39,8 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-OPS = ("all_gather", "reduce_scatter", "all_reduce")
-OP_MULTIPLIER: Mapping[str, float] = {"all_gather": 1.0, "reduce_scatter": 1.0, "all_reduce": 2.0}
-"""k_op: an all_reduce is a reduce_scatter followed by an all_gather."""
+OPS = tuple(OP_MULTIPLIER)
+"""Collectives the model times (k_op of each: `perfmodel.formulas.OP_MULTIPLIER`)."""
 BACKENDS = ("nccl", "gloo", "rccl")
 COMM_COLUMNS = ("backend", "op", "link", "world_size", "payload_bytes", "time_s")
 """Required columns of a communication dataset (optional: nics_per_node)."""
@@ -64,24 +67,6 @@ class LinkCoefficients:
         if not self.latency_s >= 0 or not self.bandwidth_bytes_per_s > 0:
             raise ValueError(f"need latency_s >= 0 and bandwidth_bytes_per_s > 0, got "
                              f"{self.latency_s}, {self.bandwidth_bytes_per_s}")
-
-
-def ring_time_s(op: str, world_size: Any, payload_bytes: Any, latency_s: float,
-                bandwidth_bytes_per_s: float) -> Any:
-    """k_op·(P−1)·(α + D/(P·B)); 0 where P <= 1. Broadcasts over world_size / payload arrays."""
-    if op not in OP_MULTIPLIER:
-        raise ValueError(f"unknown collective {op!r}; expected one of {OPS}")
-    P = np.asarray(world_size, dtype=float)
-    D = np.asarray(payload_bytes, dtype=float)
-    steps = np.maximum(P - 1.0, 0.0)
-    t = OP_MULTIPLIER[op] * steps * (latency_s + D / (np.maximum(P, 1.0) * bandwidth_bytes_per_s))
-    return float(t) if t.ndim == 0 else t
-
-
-def wan_all_reduce_time_s(payload_bytes: Any, num_islands: Any, bw_bytes_per_s: float,
-                          latency_s: float) -> Any:
-    """Ring all_reduce across M islands: 2(M−1)/M·P/bw + 2(M−1)·lat; 0 for M = 1 (DESIGN §3 σ)."""
-    return ring_time_s("all_reduce", num_islands, payload_bytes, latency_s, bw_bytes_per_s)
 
 
 def prior_link_coefficients(link_name: str) -> LinkCoefficients:

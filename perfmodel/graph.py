@@ -11,6 +11,14 @@ agrees with every stream's order, and the schedule is a single pass:
 
     start(t) = max(end of the previous task of t's stream, end of every dependency of t)
 
+Contention (`TaskGraph.set_overlap_slowdown`): on an island with factor f >= 1, a compute task
+progresses at rate 1/f while any communication task of the same island is in flight, so its end
+is found by walking the island's communication intervals (`contended_end_s`). The single pass
+sees the communication added before the compute task; a communication task added later that
+would start under an earlier compute task of such an island is rejected (ValueError), so the
+result is exact. FSDP graphs issue every collective before the compute it overlaps. f = 1 (the
+default) is the plain rule above.
+
 Every quantity is derived from that schedule; the simulator is pure (same tasks -> same result)
 and logs nothing at info level.
 """
@@ -18,8 +26,11 @@ and logs nothing at info level.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
 
 COMPUTE_KINDS = frozenset({"forward", "backward", "optimizer", "compute", "inner_step"})
 """Task kinds that occupy a compute stream."""
@@ -73,6 +84,13 @@ class TaskGraph:
 
     def __init__(self) -> None:
         self._tasks: list[Task] = []
+        self._slowdown: dict[str, float] = {}
+
+    def set_overlap_slowdown(self, island: str, factor: float) -> None:
+        """Compute of `island` runs `factor` (>= 1) times slower while its communication runs."""
+        if not (math.isfinite(factor) and factor >= 1):
+            raise ValueError(f"overlap slowdown of {island!r} must be finite and >= 1, got {factor}")
+        self._slowdown[island] = float(factor)
 
     def add(self, name: str, *, island: str, stream: str, kind: str, duration_s: float,
             deps: Iterable[int | None] = ()) -> int:
@@ -86,8 +104,13 @@ class TaskGraph:
     def tasks(self) -> tuple[Task, ...]:
         return tuple(self._tasks)
 
+    @property
+    def overlap_slowdown(self) -> dict[str, float]:
+        """Islands with a contention factor other than 1."""
+        return {k: v for k, v in self._slowdown.items() if v != 1.0}
+
     def simulate(self) -> Schedule:
-        return simulate(self._tasks)
+        return simulate(self._tasks, overlap_slowdown=self._slowdown)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -140,8 +163,9 @@ class Schedule:
         return tuple(dict.fromkeys(iv.task.island for iv in self.intervals))
 
     def busy_s(self, *, comm: bool, island: str | None = None) -> float:
-        """Summed durations of compute (comm=False) or communication tasks."""
-        return sum(iv.task.duration_s for iv in self.intervals
+        """Busy time of compute (comm=False) or communication tasks: summed durations, compute
+        tasks slowed by contention counted as long as they ran."""
+        return sum(iv.task.duration_s if comm else iv.end_s - iv.start_s for iv in self.intervals
                    if iv.task.is_comm == comm and (island is None or iv.task.island == island))
 
     def exposed_comm_s(self, island: str | None = None) -> float:
@@ -167,12 +191,16 @@ class Schedule:
                 if iv.task.island == island and iv.task.is_comm == comm and iv.end_s > iv.start_s]
 
 
-def simulate(tasks: Sequence[Task]) -> Schedule:
+def simulate(tasks: Sequence[Task], *, overlap_slowdown: Mapping[str, float] | None = None) -> Schedule:
     """Schedule tasks in add order (see module docstring)."""
+    slow = {k: float(v) for k, v in (overlap_slowdown or {}).items() if v != 1.0}
     ends: list[float] = []
     stream_last: dict[StreamKey, int] = {}
     binding: list[int | None] = []  # predecessor that fixed each start (for the critical path)
     intervals: list[Interval] = []
+    comm_seen: dict[str, list[int]] = {}  # contended islands: their communication so far
+    compute_end: dict[str, float] = {}  # contended islands: latest compute end so far
+    compute_streams: dict[str, set[str]] = {}  # contended islands: their compute streams
     for idx, task in enumerate(tasks):
         if task.task_id != idx:
             raise ValueError(f"task {task.name!r} has task_id {task.task_id}, expected {idx}")
@@ -185,6 +213,9 @@ def simulate(tasks: Sequence[Task]) -> Schedule:
             if ends[dep] > start or (ends[dep] == start and why in (None, prev)):
                 start, why = ends[dep], dep
         end = start + task.duration_s
+        if task.island in slow:
+            end = _contended(task, start, end, intervals, comm_seen, compute_end, compute_streams,
+                             slow[task.island])
         ends.append(end)
         binding.append(why)
         stream_last[task.stream_key] = idx
@@ -193,6 +224,64 @@ def simulate(tasks: Sequence[Task]) -> Schedule:
     return Schedule(intervals=tuple(intervals), makespan_s=makespan,
                     critical_path=_critical_path(ends, binding, makespan),
                     streams=_stream_stats(intervals, makespan))
+
+
+def _contended(task: Task, start: float, end: float, intervals: list[Interval],
+               comm_seen: dict[str, list[int]], compute_end: dict[str, float],
+               compute_streams: dict[str, set[str]], factor: float) -> float:
+    """End of `task` on an island with contention factor `factor` (and the bookkeeping)."""
+    island = task.island
+    if task.is_comm:
+        if start < compute_end.get(island, 0.0):
+            raise ValueError(f"task {task.name!r} would start under compute added before it on island "
+                             f"{island!r} with an overlap slowdown: add communication before the "
+                             "compute it overlaps")
+        comm_seen.setdefault(island, []).append(task.task_id)
+        return end
+    live = [i for i in comm_seen.get(island, ()) if intervals[i].end_s > start]
+    streams = compute_streams.setdefault(island, set())
+    streams.add(task.stream)
+    if len(streams) == 1:  # later compute of this stream starts later: ended spans never matter
+        comm_seen[island] = live
+    spans = [(intervals[i].start_s, intervals[i].end_s) for i in live]
+    if len({intervals[i].task.stream for i in live}) > 1:
+        spans = _union(spans)  # several communication streams: in flight = their union
+    end = float(contended_end_s(start, task.duration_s, spans, factor)) if spans else end
+    compute_end[island] = max(compute_end.get(island, 0.0), end)
+    return end
+
+
+def contention_delay(start: np.ndarray, end: np.ndarray, spans: Sequence[tuple[Any, Any]],
+                     extra_in: np.ndarray, lost: np.ndarray) -> np.ndarray:
+    """`contended_end_s` from the uncontended `end` = start + work, with f − 1 and 1 − 1/f given
+    (the fast path computes them once per pass)."""
+    for a, b in spans:
+        lo = np.maximum(a, start)
+        delay = (end - lo) * extra_in
+        span = b - lo
+        np.maximum(span, 0.0, out=span)
+        span *= lost
+        np.minimum(delay, span, out=delay)
+        np.maximum(delay, 0.0, out=delay)
+        end = end + delay
+    return end
+
+
+def contended_end_s(start_s: Any, work_s: Any, spans: Sequence[tuple[Any, Any]], slowdown: Any) -> Any:
+    """End of `work_s` seconds of compute starting at `start_s` that progresses at rate 1/slowdown
+    inside the time-ordered, disjoint communication `spans` ((start, end) pairs) and at rate 1
+    outside them. Broadcasts over numpy arrays (the fast path calls it with (N,) arrays).
+
+    E is the end if no further span slowed the task. A span clipped to the task, [lo, b] with
+    lo = max(a, start), delays it only if E > lo: the x = E − lo seconds of work left at lo take
+    x·f inside the span if they fit ((b − lo)/f), else the span costs (b − lo)·(1 − 1/f) extra,
+    so E grows by max(0, min(x·(f − 1), (b − lo)·(1 − 1/f)))."""
+    start = np.atleast_1d(np.asarray(start_s, dtype=float))  # 1-d: the delays are computed in place
+    f = np.asarray(slowdown, dtype=float)
+    end = contention_delay(start, start + np.asarray(work_s, dtype=float), spans, f - 1.0, 1.0 - 1.0 / f)
+    if max(np.ndim(start_s), np.ndim(work_s), np.ndim(slowdown)) == 0:
+        return float(end[0])
+    return end
 
 
 def _critical_path(ends: list[float], binding: list[int | None], makespan: float) -> tuple[int, ...]:
@@ -221,7 +310,8 @@ def _stream_stats(intervals: list[Interval], makespan: float) -> dict[StreamKey,
         if makespan > cursor:
             gaps.append((cursor, makespan))
         out[key] = StreamStats(island=key[0], stream=key[1], gaps=tuple(gaps),
-                               busy_s=sum(iv.task.duration_s for iv in ivs))
+                               busy_s=sum(iv.task.duration_s if iv.task.is_comm else iv.end_s - iv.start_s
+                                          for iv in ivs))
     return out
 
 

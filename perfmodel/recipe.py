@@ -172,7 +172,8 @@ class TrainingRecipe:
     def with_overrides(self, **overrides: Any) -> TrainingRecipe:
         """A copy with fields replaced; keys of `OuterRecipe` go to `outer`. None values are skipped
         (so unset CLI flags keep the recipe's value)."""
-        outer_names = {f.name for f in fields(OuterRecipe)}
+        # A name of both (`optimizer`) is the top-level field; the outer one is set nested.
+        outer_names = {f.name for f in fields(OuterRecipe)} - {f.name for f in fields(TrainingRecipe)}
         top = {k: v for k, v in overrides.items() if v is not None and k not in outer_names}
         outer = {k: v for k, v in overrides.items() if v is not None and k in outer_names}
         unknown = set(top) - {f.name for f in fields(TrainingRecipe)}

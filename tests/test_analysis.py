@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from perfmodel import formulas
 from perfmodel.analysis import (
     COMM_BOUND,
     COMPUTE_BOUND,
@@ -14,16 +15,19 @@ from perfmodel.analysis import (
     MIXED,
     WanLink,
     analyse_step,
+    bandwidth_for_utilisation,
     batch_sweep,
     classify_regime,
+    fabric_link,
     regime_changes,
     required_wan_bw_bytes_per_s,
     run_streaming,
     streaming_examples,
+    streaming_utilisation,
     transition_micro_batch,
     tune_streaming,
 )
-from perfmodel.catalog import get_gpu, get_model
+from perfmodel.catalog import get_gpu, get_link, get_model
 from perfmodel.diloco import StreamingConfig
 from perfmodel.fsdp import StepCosts, UnitCosts, simulate_step
 from perfmodel.hardware import IslandSpec
@@ -42,14 +46,15 @@ def test_classify_regime_thresholds() -> None:
 
 
 def test_analyse_step_hand_example() -> None:
-    """The two-unit step of test_fsdp: T 14.5, compute 9.5, comm 11 -> both idle > 10 %: mixed."""
+    """The two-unit step of test_fsdp (torchtitan recipe): T 16.5, compute 9.5, comm 7 -> both
+    idle > 10 %: mixed. Compute waits [0, 4] for AG u1 + AG u0 and [13, 16] for the RS tail."""
     u0 = UnitCosts(name="u0", forward_s=2, backward_s=4, all_gather_s=1, reduce_scatter_s=1)
     u1 = UnitCosts(name="u1", forward_s=1, backward_s=2, all_gather_s=3, reduce_scatter_s=2)
     info = analyse_step(simulate_step(StepCosts(units=(u0, u1), optimizer_s=0.5)))
     assert info.regime == MIXED
-    assert info.compute_idle_s == 5 and info.comm_idle_s == 3.5 and info.exposed_comm_s == 5
-    assert info.largest_compute_gap_s == 2  # [5, 7] waiting for AG u1 bwd
-    assert info.critical_comm_fraction == pytest.approx(8 / 14.5)  # AG u0, AG u1, AG u1 bwd, RS u0
+    assert info.compute_idle_s == 7 and info.comm_idle_s == 9.5 and info.exposed_comm_s == 7
+    assert info.largest_compute_gap_s == 4  # [0, 4] waiting for the root's and u0's all_gathers
+    assert info.critical_comm_fraction == pytest.approx(7 / 16.5)  # AG u1, AG u0, RS u0, RS u1
 
 
 class ConstantCommProfile:
@@ -90,24 +95,29 @@ def _wan(gbit: float, dtype: str = "fp32", islands: int = 2) -> WanLink:
     return WanLink(num_islands=islands, bw_bytes_per_s=gbit * 1e9 / 8, latency_s=0.02, dtype=dtype)
 
 
-def test_tuner_picks_fewest_fragments_then_shortest_delay() -> None:
-    step_s = 2.0
-    wan = _wan(5)
-    tuning = tune_streaming(MODEL, step_s=step_s, wan=wan, max_delay_steps=3, max_sync_every=100)
+def test_tuner_keeps_h_and_picks_shortest_delay_then_fewest_fragments() -> None:
+    step_s, wan = 2.0, _wan(5)
+    current = StreamingConfig(num_fragments=2, sync_every=12, delay_steps=0)
+    tuning = tune_streaming(MODEL, step_s=step_s, wan=wan, current=current, max_delay_steps=3)
     cfg = tuning.config
-    assert cfg is not None and not tuning.result.blocks
-    assert cfg.sync_every == cfg.num_fragments * cfg.delay_steps and cfg.delay_steps <= 3
-    # Nothing with fewer fragments, or the same fragments and a shorter delay, avoids blocking.
-    for f in range(1, cfg.num_fragments + 1):
-        for d in range(1, 4 if f < cfg.num_fragments else cfg.delay_steps):
-            other = StreamingConfig(num_fragments=f, sync_every=f * d, delay_steps=d)
-            assert run_streaming(MODEL, step_s=step_s, wan=wan, config=other).blocks
+    assert cfg is not None and not tuning.result.blocks and cfg.sync_every == 12
+    assert f"τ={cfg.delay_steps}" in tuning.reason and f"F={cfg.num_fragments}" in tuning.reason
+    # Nothing with a shorter delay, or the same delay and fewer fragments, avoids blocking.
+    for d in range(0, cfg.delay_steps + 1):
+        for f in range(1, MODEL.num_layers + 1 if d < cfg.delay_steps else cfg.num_fragments):
+            other = StreamingConfig(num_fragments=f, sync_every=12, delay_steps=d)
+            assert run_streaming(MODEL, step_s=step_s, wan=wan, config=other).blocks, (f, d)
+    # the recommendation is the first remedy printed, so table and remedies agree
+    assert tuning.remedies[0].startswith(f"recommended: F={cfg.num_fragments}, τ={cfg.delay_steps} (H=12)")
 
 
-def test_tuner_bounds_and_single_island() -> None:
-    assert tune_streaming(MODEL, step_s=1.0, wan=_wan(0.001), max_delay_steps=2, max_sync_every=8).config is None
-    one = tune_streaming(MODEL, step_s=1.0, wan=_wan(0.001, islands=1))
-    assert one.config == StreamingConfig(num_fragments=1, sync_every=1, delay_steps=1)
+def test_tuner_bounds_explain_and_single_island() -> None:
+    none = tune_streaming(MODEL, step_s=1.0, wan=_wan(0.001), max_delay_steps=2, sync_every=8)
+    assert none.config is None and "cannot carry one pseudo-gradient per period" in none.reason
+    one = tune_streaming(MODEL, step_s=1.0, wan=_wan(0.001, islands=1), sync_every=10)
+    assert one.config == StreamingConfig(num_fragments=1, sync_every=10, delay_steps=0)
+    capped = tune_streaming(MODEL, step_s=1.0, wan=_wan(100), sync_every=400, max_sync_every=50)
+    assert capped.sync_every == 50 and "capped" in capped.reason
 
 
 def test_remedies_each_remove_blocking() -> None:
@@ -115,13 +125,14 @@ def test_remedies_each_remove_blocking() -> None:
     examples = streaming_examples(MODEL, step_s=step_s, latency_s=0.02)
     slow, base, _ = examples["B"]
     tuning = tune_streaming(MODEL, step_s=step_s, wan=slow, current=base)
+    assert tuning.config is not None and tuning.config.sync_every == base.sync_every
     text = " | ".join(tuning.remedies)
-    for kind in ("more fragments", "longer delay", "faster WAN", "lower pseudo-gradient dtype"):
+    for kind in ("recommended", "more fragments", "longer delay", "faster link", "lower pseudo-gradient dtype"):
         assert kind in text
     needed = required_wan_bw_bytes_per_s(MODEL, step_s=step_s, wan=slow, config=base)
-    faster = WanLink(num_islands=2, bw_bytes_per_s=needed * (1 + 1e-9), latency_s=slow.latency_s)
-    assert not run_streaming(MODEL, step_s=step_s, wan=faster, config=base).blocks
-    assert tune_streaming(MODEL, step_s=step_s, wan=faster, current=base).remedies == ()
+    assert run_streaming(MODEL, step_s=step_s, wan=slow.with_bandwidth(needed), config=base).blocks is False
+    assert run_streaming(MODEL, step_s=step_s, wan=slow.with_bandwidth(needed * 0.99), config=base).blocks
+    assert tune_streaming(MODEL, step_s=step_s, wan=slow.with_bandwidth(needed), current=base).remedies == ()
 
 
 @pytest.mark.parametrize("model_name", ["Llama-3.2-1B", "Llama-3-8B", "SmolLM-360M"])
@@ -133,3 +144,54 @@ def test_figure6_situations(model_name: str) -> None:
     assert blocks == {"A": False, "B": True, "C": False, "D": False}
     assert cases["C"][1].num_fragments == 2 * cases["B"][1].num_fragments
     assert cases["D"][1].delay_steps == cases["B"][1].delay_steps + 1
+
+
+def test_bandwidth_for_utilisation_matches_blocking_diloco_closed_form() -> None:
+    """F = 1, τ = 0, no overlap: CU = H·t / (H·t + σ), so σ = H·t·(1/CU − 1) and the bandwidth is
+    σ inverted (formulas.bandwidth_for_sync_s). The bisection must land on it."""
+    config = StreamingConfig(num_fragments=1, sync_every=50, delay_steps=0)
+    wan = _wan(1, dtype="bf16", islands=3)
+    rows = bandwidth_for_utilisation(MODEL, step_s=0.4, wan=wan, config=config, targets=(0.5, 0.9))
+    payload = formulas.payload_bytes(MODEL.total_params, "bf16")
+    for row in rows:
+        sigma = 50 * 0.4 * (1 / row.target - 1)
+        exact = formulas.bandwidth_for_sync_s(3, payload, sigma, wan.latency_s)
+        assert row.bw_bytes_per_s == pytest.approx(exact, rel=2e-4)
+        assert row.utilisation >= row.target and row.gbit_s == pytest.approx(row.bw_bytes_per_s * 8e-9)
+
+
+def test_bandwidth_for_utilisation_properties() -> None:
+    step_s = 0.5
+    plain = StreamingConfig(num_fragments=4, sync_every=40, delay_steps=1)
+    over = StreamingConfig(num_fragments=4, sync_every=40, delay_steps=1, overlap_backward=True)
+    wan, fp4 = _wan(1, dtype="bf16"), _wan(1, dtype="fp4")
+    cases = [(wan, plain), (wan, over), (fp4, over)]
+    a, b, c = (bandwidth_for_utilisation(MODEL, step_s=step_s, wan=w, config=cfg) for w, cfg in cases)
+    for rows, (link, cfg) in zip((a, b, c), cases, strict=True):
+        bws = [r.bw_bytes_per_s for r in rows]
+        assert all(x is not None for x in bws) and bws == sorted(bws)  # more utilisation, more bandwidth
+        for r in rows:  # just below the answer the target is missed
+            below = streaming_utilisation(MODEL, step_s=step_s, wan=link.with_bandwidth(r.bw_bytes_per_s * 0.99),
+                                          config=cfg)
+            assert below < r.target
+    assert all(y.bw_bytes_per_s <= x.bw_bytes_per_s for x, y in zip(a, b, strict=True))  # overlap helps
+    # fp4 + scales is 0.53 B/value against 2 B for bf16
+    assert all(z.bw_bytes_per_s < y.bw_bytes_per_s / 2.5 for y, z in zip(b, c, strict=True))
+    # latency alone: two islands 2 s apart cannot reach 99 % with 0.5 s steps and τ = 1
+    far = WanLink(num_islands=2, bw_bytes_per_s=1, latency_s=2.0, dtype="bf16")
+    assert bandwidth_for_utilisation(MODEL, step_s=step_s, wan=far, config=plain, targets=(0.99,))[0].bw_bytes_per_s is None
+
+
+def test_fabric_link_for_islands_of_one_cluster() -> None:
+    """Same-cluster islands sync over the node's inter-node link (bus bandwidth x NICs), the
+    planner's rule (perfmodel.tables.cluster_fabric), not over the WAN."""
+    gpu = get_gpu("H100-SXM5-80GB")
+    link = get_link(gpu.inter_node_link)
+    fabric = fabric_link(gpu.name, num_islands=2, dtype="bf16")
+    assert fabric.kind == "fabric" and fabric.latency_s == link.latency_s
+    assert fabric.bw_bytes_per_s == link.busbw_bytes_per_s * (gpu.nics_per_node if link.per_nic else 1)
+    fast = run_streaming(MODEL, step_s=0.5, wan=fabric, config=StreamingConfig(num_fragments=1, sync_every=10,
+                                                                               delay_steps=0))
+    slow = run_streaming(MODEL, step_s=0.5, wan=_wan(1, dtype="bf16"), config=StreamingConfig(
+        num_fragments=1, sync_every=10, delay_steps=0))
+    assert fast.blocked_s < slow.blocked_s

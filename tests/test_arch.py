@@ -152,3 +152,64 @@ def test_malformed_configs_raise_config_error(filename: str, needles: list[str])
     for needle in needles:
         assert needle in str(info.value)
     assert "To fix:" in str(info.value)
+
+
+# Published totals of models loaded from their config.json (tests/data/configs/README.md).
+PUBLISHED_FROM_CONFIG = {"phi3_mini_4k.json": 3.82e9, "gemma2_2b.json": 2.61e9}
+
+
+@pytest.mark.parametrize(("filename", "published"), PUBLISHED_FROM_CONFIG.items())
+def test_config_totals_match_published(filename: str, published: float) -> None:
+    spec = load_hf_config(CONFIGS / filename)
+    assert abs(spec.total_params - published) / published < 0.005, (filename, spec.total_params)
+
+
+def test_phi3_is_not_the_phi2_layout() -> None:
+    spec = load_hf_config(CONFIGS / "phi3_mini_4k.json")
+    assert spec.family == "phi3" and spec.gated_mlp and spec.norm == "rms" and spec.norms_per_block == 2
+    assert not (spec.qkv_bias or spec.out_bias or spec.mlp_bias or spec.lm_head_bias or spec.tie_word_embeddings)
+    # by hand: per block q, k, v, o (3072²) + gate, up, down (3072·8192) + two RMSNorm weights
+    block = 4 * 3072**2 + 3 * 3072 * 8192 + 2 * 3072
+    assert spec.total_params == 32 * block + 2 * 32064 * 3072 + 3072 == 3_821_079_552
+
+
+def test_gemma2_has_four_norms_per_block() -> None:
+    spec = load_hf_config(CONFIGS / "gemma2_2b.json")
+    assert spec.family == "gemma2" and spec.norms_per_block == 4 and spec.tie_word_embeddings
+    attn = 2304 * 8 * 256 + 2 * 2304 * 4 * 256 + 8 * 256 * 2304
+    block = attn + 3 * 2304 * 9216 + 4 * 2304
+    assert spec.total_params == 26 * block + 256000 * 2304 + 2304 == 2_614_341_888
+
+
+@pytest.mark.parametrize(("filename", "needles"), [
+    ("mixtral_8x7b.json", ["mixtral", "mixture-of-experts", "does not model"]),
+    ("mamba_2_8b.json", ["mamba", "state-space"]),
+    ("moe_as_llama.json", ["mixture-of-experts", "num_local_experts"]),
+])
+def test_unsupported_architectures_raise_config_error(filename: str, needles: list[str]) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_hf_config(CONFIGS / filename)
+    for needle in needles:
+        assert needle in str(info.value)
+    assert "To fix:" in str(info.value)
+
+
+def test_unknown_or_missing_model_type_is_refused(tmp_path: Path) -> None:
+    import json
+
+    base = json.loads((CONFIGS / "llama3_8b.json").read_text())
+    for model_type, needle in (("gpt_bigcode", "no known parameter layout"), (None, "'model_type' is missing")):
+        cfg = dict(base)
+        if model_type is None:
+            cfg.pop("model_type")
+        else:
+            cfg["model_type"] = model_type
+        path = tmp_path / "c.json"
+        path.write_text(json.dumps(cfg))
+        with pytest.raises(ConfigError, match=needle):
+            load_hf_config(path)
+
+
+def test_unsupported_config_exits_2_on_the_cli(run_cli) -> None:
+    result = run_cli("predict", str(CONFIGS / "mixtral_8x7b.json"), "--gpu", "A100-PCIe-80GB", "--seq-len", "512")
+    assert result.code == 2 and "To fix:" in result.err and "Traceback" not in result.err

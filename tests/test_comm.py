@@ -14,9 +14,9 @@ from perfmodel.comm import (
     island_collective_time_s,
     ring_time_s,
     synthetic_comm_dataset,
-    wan_all_reduce_time_s,
 )
 from perfmodel.errors import ProfileError
+from perfmodel.formulas import sync_time_s
 from perfmodel.hardware import IslandSpec
 
 FAST = LinkCoefficients(latency_s=5e-6, bandwidth_bytes_per_s=300e9, provenance="measured")
@@ -89,8 +89,8 @@ def test_hierarchical_island_uses_nics_times_per_nic_bandwidth() -> None:
 
 def test_wan_all_reduce_matches_design_sigma() -> None:
     # M = 4 islands, P = 1 GB, 10 Gbit/s, 50 ms: 2·3/4·1e9/1.25e9 + 2·3·0.05 = 1.2 + 0.3 = 1.5 s
-    assert wan_all_reduce_time_s(1e9, 4, 1.25e9, 0.05) == pytest.approx(1.5)
-    got = wan_all_reduce_time_s(1e9, np.array([1, 2, 4]), 1.25e9, 0.05)
+    assert sync_time_s(4, 1e9, 1.25e9, 0.05) == pytest.approx(1.5)
+    got = sync_time_s(np.array([1, 2, 4]), 1e9, 1.25e9, 0.05)
     np.testing.assert_allclose(got, [0.0, 0.8 + 0.1, 1.5])
 
 

@@ -1,4 +1,4 @@
-"""perfmodel.fastpath agrees with the graph simulator."""
+"""perfmodel.fastpath (the step graph compiled once, evaluated vectorised) equals the simulator."""
 
 from __future__ import annotations
 
@@ -9,9 +9,16 @@ import pytest
 
 from perfmodel.arch import ModelSpec
 from perfmodel.catalog import get_gpu
-from perfmodel.fastpath import FastCosts, fast_step, model_fast_costs
-from perfmodel.fsdp import StepCosts, UnitCosts, simulate_step, step_costs
+from perfmodel.fastpath import (
+    FastCosts,
+    compile_step,
+    concat_fast_costs,
+    fast_step,
+    model_fast_costs,
+)
+from perfmodel.fsdp import StepCosts, UnitCosts, simulate_step, step_costs, step_plan
 from perfmodel.hardware import IslandSpec
+from perfmodel.recipe import ACCUM_MODES, DEFAULT_RECIPE, PAPER_RECIPE, TrainingRecipe
 
 N_CONFIGS = 1200
 TINY = ModelSpec(name="tiny", hidden_size=64, num_layers=3, num_heads=4, num_kv_heads=2,
@@ -33,8 +40,18 @@ class LinearProfile:
         return payload_bytes / self.bw
 
 
-def _random_costs(rng: np.random.Generator, num_units: int) -> StepCosts:
-    """Durations spanning compute-bound to communication-bound, with some exact zeros."""
+def _random_recipe(rng: np.random.Generator) -> TrainingRecipe:
+    return TrainingRecipe(accum_mode=str(rng.choice(ACCUM_MODES)),
+                          reshard_root_after_forward=bool(rng.random() < 0.5),
+                          reshard_last_block_after_forward=bool(rng.random() < 0.5),
+                          reshard_blocks_after_forward=bool(rng.random() < 0.8),
+                          prefetch_depth=int(rng.integers(0, 4)))
+
+
+def _random_costs(rng: np.random.Generator, num_units: int, recipe: TrainingRecipe,
+                  has_root: bool) -> StepCosts:
+    """Durations spanning compute-bound to communication-bound, with some exact zeros; half of
+    the configurations with compute-communication contention."""
 
     def dur(scale: float) -> float:
         return 0.0 if rng.random() < 0.1 else float(rng.exponential(scale))
@@ -42,16 +59,22 @@ def _random_costs(rng: np.random.Generator, num_units: int) -> StepCosts:
     comm_scale = float(rng.choice([0.1, 1.0, 10.0]))
     units = tuple(UnitCosts(name=f"u{i}", forward_s=dur(1.0), backward_s=dur(2.0), all_gather_s=dur(comm_scale),
                             reduce_scatter_s=dur(2 * comm_scale)) for i in range(num_units))
-    return StepCosts(units=units, optimizer_s=dur(0.5))
+    slowdown = 1.0 if rng.random() < 0.5 else float(1.0 + 2.0 * rng.random())
+    return StepCosts(units=units, optimizer_s=dur(0.5), recipe=recipe, has_root=has_root,
+                     overlap_slowdown=slowdown)
 
 
 def test_fast_path_equals_graph_on_random_configurations() -> None:
+    """>= 1,000 random configurations: unit counts, durations, recipes (accumulation mode,
+    resharding of root / last block / blocks, prefetch depth), root or not, contention, k."""
     rng = np.random.default_rng(20240601)
-    groups: dict[int, list[tuple[StepCosts, int]]] = {}
+    groups: dict[tuple[int, bool, TrainingRecipe], list[tuple[StepCosts, int]]] = {}
+    shapes = [(int(rng.integers(1, 7)), bool(rng.random() < 0.8), _random_recipe(rng)) for _ in range(40)]
     for _ in range(N_CONFIGS):
-        n = int(rng.integers(1, 6))
-        groups.setdefault(n, []).append((_random_costs(rng, n), int(rng.integers(1, 5))))
-    checked = 0
+        n, has_root, recipe = shapes[int(rng.integers(len(shapes)))]
+        groups.setdefault((n, has_root, recipe), []).append(
+            (_random_costs(rng, n, recipe, has_root), int(rng.integers(1, 5))))
+    checked, contended = 0, 0
     for configs in groups.values():
         fast = fast_step(FastCosts.from_step_costs([c for c, _ in configs]))
         ks = np.array([k for _, k in configs])
@@ -62,7 +85,21 @@ def test_fast_path_equals_graph_on_random_configurations() -> None:
             assert fast.compute_busy_s(k)[i] == pytest.approx(graph.compute_busy_s, rel=1e-9, abs=1e-12)
             assert fast.comm_busy_s(k)[i] == pytest.approx(graph.comm_busy_s, rel=1e-9, abs=1e-12)
             checked += 1
+            contended += graph.compute_busy_s > costs.compute_s * k + costs.optimizer_s + 1e-9
     assert checked == N_CONFIGS
+    assert contended > 100  # contention really changed many of the compared schedules
+    assert len({key[2].accum_mode for key in groups}) == 2
+
+
+def test_compiled_graph_is_the_plan() -> None:
+    """The compiled DAG has one node per planned task, and its critical inputs come from the plan."""
+    for recipe in (DEFAULT_RECIPE, PAPER_RECIPE):
+        plan = step_plan(4, recipe=recipe, accum_steps=2)
+        compiled = compile_step(4, True, recipe, 2, (0, 0, 0, 1))
+        assert len(compiled.preds) == len(plan)
+        assert compiled.sinks == (len(plan) - 1,)  # the optimizer ends every step
+        for spec, pred in zip(plan, compiled.preds, strict=True):
+            assert set(spec.deps) <= set(pred)
 
 
 def test_model_fast_costs_match_step_costs() -> None:
@@ -70,11 +107,27 @@ def test_model_fast_costs_match_step_costs() -> None:
     gpu = get_gpu("H100-SXM5-80GB")
     island = IslandSpec(gpu=gpu, num_nodes=2, gpus_per_node=4, intra_link="nvlink4", inter_link="ib-ndr400")
     mbs = np.array([1, 2, 3, 8])
-    fast = fast_step(model_fast_costs(TINY, prof, island, seq_len=128, micro_batches=mbs, ac="selective"))
-    for i, m in enumerate(mbs):
-        costs = step_costs(TINY, prof, island, seq_len=128, micro_batch=int(m), ac="selective")
-        for k in (1, 3):
-            assert fast.step_time_s(k)[i] == pytest.approx(simulate_step(costs, accum_steps=k).step_time_s, rel=1e-9)
+    for recipe in (DEFAULT_RECIPE, PAPER_RECIPE, DEFAULT_RECIPE.with_overrides(ac="full", reduce_dtype="bf16")):
+        fast = fast_step(model_fast_costs(TINY, prof, island, seq_len=128, micro_batches=mbs, recipe=recipe))
+        for i, m in enumerate(mbs):
+            costs = step_costs(TINY, prof, island, seq_len=128, micro_batch=int(m), recipe=recipe)
+            for k in (1, 3):
+                assert fast.step_time_s(k)[i] == pytest.approx(simulate_step(costs, accum_steps=k).step_time_s,
+                                                               rel=1e-9)
+
+
+def test_chunks_and_concatenation_keep_results() -> None:
+    prof = LinearProfile(block_s=0.003, bw=5e8)
+    gpu = get_gpu("H100-SXM5-80GB")
+    island = IslandSpec(gpu=gpu, num_nodes=1, gpus_per_node=8, intra_link="nvlink4", inter_link="ib-ndr400")
+    a = model_fast_costs(TINY, prof, island, seq_len=128, micro_batches=np.arange(1, 5000))
+    b = model_fast_costs(TINY, prof, island, seq_len=256, micro_batches=np.arange(1, 4000))
+    joined = fast_step(concat_fast_costs([a, b]))  # > one chunk
+    np.testing.assert_allclose(joined.microstep_s, np.concatenate([fast_step(a).microstep_s,
+                                                                   fast_step(b).microstep_s]), rtol=1e-12)
+    with pytest.raises(ValueError, match="share"):
+        concat_fast_costs([a, model_fast_costs(TINY, prof, island, seq_len=128, micro_batches=np.arange(1, 3),
+                                               recipe=PAPER_RECIPE)])
 
 
 def test_fast_costs_validation() -> None:
@@ -85,6 +138,9 @@ def test_fast_costs_validation() -> None:
     with pytest.raises(ValueError, match="unit_types"):
         FastCosts(forward_s=ok, backward_s=ok, all_gather_s=ok, reduce_scatter_s=ok,
                   optimizer_s=np.ones(3), unit_types=(0, 2))
+    with pytest.raises(ValueError, match="overlap_slowdown"):
+        FastCosts(forward_s=ok, backward_s=ok, all_gather_s=ok, reduce_scatter_s=ok,
+                  optimizer_s=np.ones(3), unit_types=(0, 1), overlap_slowdown=np.array([1.0, 0.5, 1.0]))
     with pytest.raises(ValueError, match="share the unit count"):
         FastCosts.from_step_costs([StepCosts(units=(UnitCosts(name="a", forward_s=1, backward_s=1, all_gather_s=1,
                                                               reduce_scatter_s=1),) * n, optimizer_s=0)

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from perfmodel.graph import Task, TaskGraph, simulate
+from perfmodel.graph import Task, TaskGraph, contended_end_s, simulate
 
 
 def _hand_graph() -> TaskGraph:
@@ -103,3 +104,41 @@ def test_random_graphs_start_as_early_as_allowed(tasks: list[Task]) -> None:
     assert all(a.end_s == b.start_s for a, b in zip(path, path[1:], strict=False))
     for stats in sched.streams.values():
         assert stats.busy_s + stats.idle_s == pytest.approx(sched.makespan_s)
+
+
+def test_overlap_slowdown_by_hand() -> None:
+    """W [0,1] then X [1,3] are in flight while C (4 s of work, from 0) runs: 3 s at half rate
+    (1.5 s of work), then 2.5 s alone -> C ends at 5.5. The other island is unaffected."""
+    g = TaskGraph()
+    g.set_overlap_slowdown("i", 2.0)
+    g.add("W", island="i", stream="comm", kind="all_gather", duration_s=1)
+    g.add("X", island="i", stream="comm", kind="all_gather", duration_s=2)
+    g.add("C", island="i", stream="compute", kind="forward", duration_s=4)
+    g.add("D", island="j", stream="compute", kind="forward", duration_s=4)
+    g.add("Y", island="j", stream="comm", kind="all_gather", duration_s=2)
+    sched = g.simulate()
+    assert [(iv.start_s, iv.end_s) for iv in sched.intervals] == [(0, 1), (1, 3), (0, 5.5), (0, 4), (0, 2)]
+    assert sched.busy_s(comm=False, island="i") == 5.5  # the compute stream was occupied 5.5 s
+    assert g.overlap_slowdown == {"i": 2.0}
+
+
+def test_contended_end_matches_by_hand_and_vectorised() -> None:
+    spans = [(1.0, 3.0), (4.0, 4.0), (5.0, 9.0)]
+    # 1 alone, 2 at 1/4 (0.5 work), 2 alone (1->3.5 work done at 5), 0.5 more at 1/4 -> 7
+    assert contended_end_s(0.0, 4.0, spans, 4.0) == pytest.approx(7.0)
+    assert contended_end_s(0.0, 0.5, spans, 4.0) == 0.5
+    assert contended_end_s(10.0, 1.0, spans, 4.0) == 11.0
+    starts = np.array([0.0, 0.0, 10.0])
+    np.testing.assert_array_equal(contended_end_s(starts, np.array([4.0, 0.5, 1.0]), spans, 4.0),
+                                  [contended_end_s(0.0, 4.0, spans, 4.0), 0.5, 11.0])
+
+
+def test_late_communication_under_slowed_compute_is_rejected() -> None:
+    g = TaskGraph()
+    g.set_overlap_slowdown("i", 1.5)
+    g.add("C", island="i", stream="compute", kind="forward", duration_s=4)
+    g.add("X", island="i", stream="comm", kind="all_gather", duration_s=2)
+    with pytest.raises(ValueError, match="before the compute it overlaps"):
+        g.simulate()
+    with pytest.raises(ValueError, match=">= 1"):
+        g.set_overlap_slowdown("i", 0.5)

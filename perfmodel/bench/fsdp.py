@@ -2,11 +2,13 @@
 
 `shardmeter bench fsdp --space catalogs/spaces/fsdp-cpu.yaml -o DATA.csv` resolves the cases of
 the space file (shapes x micro-batches x gradient-accumulation steps), writes them to a JSON plan
-next to the output and launches `torchrun ... -m perfmodel.bench.fsdp_worker`. Each worker wraps
-every block and the root with `torch.distributed.fsdp.fully_shard`, trains with AdamW and skips
-gradient synchronisation on non-final micro-steps (`set_requires_gradient_sync(False)`), as FSDP2
-gradient accumulation does. Rank 0 writes the median step time (max over ranks per step) and the
-peak memory per rank, row by row; rerunning resumes.
+next to the output and launches `torchrun ... -m perfmodel.bench.fsdp_worker`. Each worker trains
+exactly the run's `TrainingRecipe` (`--recipe`, default torchtitan) through
+`perfmodel.bench.recipe_wrap`: activation checkpointing, `fully_shard` per block then the root with
+the recipe's `MixedPrecisionPolicy` and resharding, its accumulation mode (reduce-scatter every
+micro-step, or `set_requires_gradient_sync(False)` until the last), AdamW. Rank 0 writes the
+median step time (max over ranks per step), the peak memory per rank and the recipe (JSON), row
+by row; rerunning resumes. `compare_fsdp` predicts every row with the recipe it trained.
 """
 
 from __future__ import annotations
@@ -20,8 +22,14 @@ from typing import Any
 
 from perfmodel.arch import FAMILY_LAYOUT, ModelSpec
 from perfmodel.bench.comm import launch, torchrun_command
-from perfmodel.bench.common import read_space_yaml
+from perfmodel.bench.common import (
+    check_run_inputs,
+    positive_int,
+    read_space_yaml,
+    reject_unknown_keys,
+)
 from perfmodel.errors import ConfigError, UserInputError
+from perfmodel.recipe import DEFAULT_RECIPE, TrainingRecipe, recipe_from_mapping
 
 logger = logging.getLogger(__name__)
 
@@ -30,8 +38,11 @@ SHAPE_COLUMNS = ("model", "family", "hidden_size", "num_hidden_layers", "num_att
                  "tie_word_embeddings")
 COLUMNS = (*SHAPE_COLUMNS, "seq_len", "micro_batch", "grad_accum", "world_size", "backend", "link",
            "device", "dtype", "threads", "step_time_s", "step_time_iqr_s", "iters", "peak_memory_bytes",
-           "memory_source")
-KEY_COLUMNS = ("model", "seq_len", "micro_batch", "grad_accum", "world_size", "backend", "dtype")
+           "memory_source", "recipe")
+"""`recipe` is the JSON mapping of the TrainingRecipe the step trained (datasets recorded before
+it existed lack the column: `LEGACY_RECIPE` describes how they trained)."""
+KEY_COLUMNS = ("model", "seq_len", "micro_batch", "grad_accum", "world_size", "backend", "dtype",
+               "recipe")
 _SPEC_KEYS = {"hidden_size": "hidden_size", "num_hidden_layers": "num_layers",
               "num_attention_heads": "num_heads", "num_key_value_heads": "num_kv_heads",
               "intermediate_size": "intermediate_size", "vocab_size": "vocab_size",
@@ -80,6 +91,8 @@ class FsdpSettings:
     """Untimed steps per case."""
     threads: int = 1
     """torch threads per rank."""
+    recipe: TrainingRecipe = DEFAULT_RECIPE
+    """Training recipe the workers train (MixedPrecisionPolicy, resharding, accumulation, AC)."""
 
 
 def _case_spec(path: Path, raw: Mapping[str, Any]) -> ModelSpec:
@@ -96,6 +109,8 @@ def _case_spec(path: Path, raw: Mapping[str, Any]) -> ModelSpec:
     except (KeyError, TypeError) as err:
         raise ConfigError(f"{path}: case {dict(raw)} is incomplete ({err})",
                           hint="give `model:` (catalog name) or `name:` plus every shape field.") from err
+    except UserInputError as err:  # an invalid shape or unknown model: name the space file
+        raise ConfigError(f"{path}: case {dict(raw)}: {err.message}", hint=err.hint) from err
 
 
 def load_cases(path: str | Path) -> list[FsdpCase]:
@@ -105,13 +120,31 @@ def load_cases(path: str | Path) -> list[FsdpCase]:
     if not isinstance(raw, dict) or not isinstance(raw.get("shapes"), list):
         raise UserInputError(f"{p}: expected a mapping with a 'shapes' list",
                              hint="see catalogs/spaces/fsdp-cpu.yaml for the format.")
+    example = "catalogs/spaces/fsdp-cpu.yaml"
+    reject_unknown_keys(p, "", raw, ("name", "seq_len", "micro_batches", "grad_accum", "shapes"),
+                        example=example)
+    if not raw["shapes"]:
+        raise UserInputError(f"{p}: 'shapes' is empty: nothing to measure",
+                             hint="list at least one shape (see catalogs/spaces/fsdp-cpu.yaml).")
     cases = []
-    for shape in raw["shapes"]:
+    for i, shape in enumerate(raw["shapes"]):
+        if not isinstance(shape, dict):
+            raise UserInputError(f"{p}: shapes[{i}] = {shape!r} is not a mapping",
+                                 hint="write each shape as `- {model: NAME, ...}`.")
+        reject_unknown_keys(p, f"shapes[{i}]", shape, ("model", "name", "family", *_SPEC_KEYS, "seq_len",
+                                                      "micro_batches", "grad_accum"), example=example)
         spec = _case_spec(p, shape)
+        seq_len = positive_int(p, f"shapes[{i}].seq_len", shape.get("seq_len", raw.get("seq_len", 128)))
+        for key in ("micro_batches", "grad_accum"):
+            values = shape.get(key, raw.get(key, [1]))
+            if not isinstance(values, list) or not values:
+                raise UserInputError(f"{p}: shapes[{i}].{key} = {values!r}: must be a non-empty list",
+                                     hint=f"write e.g. `{key}: [1, 2]`.")
         for mb in shape.get("micro_batches", raw.get("micro_batches", [1])):
             for ga in shape.get("grad_accum", raw.get("grad_accum", [1])):
-                cases.append(FsdpCase(spec.name, spec, int(shape.get("seq_len", raw.get("seq_len", 128))),
-                                      int(mb), int(ga)))
+                cases.append(FsdpCase(spec.name, spec, seq_len,
+                                      positive_int(p, f"shapes[{i}].micro_batches", mb),
+                                      positive_int(p, f"shapes[{i}].grad_accum", ga)))
     return cases
 
 
@@ -124,12 +157,17 @@ def run_fsdp(cases: Sequence[FsdpCase], out_path: str | Path, settings: FsdpSett
     if settings.iters < 1 or settings.warmup < 0:
         raise UserInputError(f"--iters must be >= 1 and --warmup >= 0, got {settings.iters}, {settings.warmup}",
                              hint="e.g. --iters 5 --warmup 2.")
+    if not cases:  # checked here too: torchrun must not start for nothing
+        raise UserInputError("no FSDP cases to run", hint="list shapes in the --space file.")
+    check_run_inputs(out=out_path, columns=COLUMNS, key_columns=KEY_COLUMNS, dtype=settings.dtype,
+                     threads=settings.threads, nproc=nproc, iters=settings.iters, warmup=settings.warmup)
     plan = Path(f"{out_path}.plan.json")
     plan.parent.mkdir(parents=True, exist_ok=True)
     plan.write_text(json.dumps([c.to_json() for c in cases], indent=1) + "\n")
     args = ["--out", str(out_path), "--plan", str(plan), "--backend", settings.backend,
             "--link", settings.link, "--dtype", settings.dtype, "--iters", str(settings.iters),
-            "--warmup", str(settings.warmup), "--threads", str(settings.threads)]
+            "--warmup", str(settings.warmup), "--threads", str(settings.threads),
+            "--recipe", json.dumps(recipe_mapping(settings.recipe))]
     launch(torchrun_command("perfmodel.bench.fsdp_worker", args, nproc=nproc, torchrun_args=torchrun_args),
            threads=settings.threads, what="FSDP2 benchmark")
     return plan
@@ -148,6 +186,40 @@ def _memory_config(dtype: str) -> Any:
     return MemoryConfig()
 
 
+def recipe_mapping(recipe: TrainingRecipe) -> dict[str, Any]:
+    """The recipe as a JSON-able mapping without the DiLoCo settings (FSDP training ignores them)."""
+    data = recipe.to_dict()
+    data.pop("outer", None)
+    return data
+
+
+def recipe_cell(recipe: TrainingRecipe) -> str:
+    """The dataset's `recipe` cell (canonical JSON, so it is also a resume key)."""
+    return json.dumps(recipe_mapping(recipe), sort_keys=True)
+
+
+def legacy_recipe(dtype: str) -> TrainingRecipe:
+    """How rows without a `recipe` column trained: no MixedPrecisionPolicy (parameters and
+    gradients in the run dtype), gradient sync only on the last micro-step, every block resharded
+    after forward (FSDP2's default; the root is kept), no activation checkpointing."""
+    name = "fp32" if dtype in ("float32", "fp32") else "bf16" if dtype in ("bfloat16", "bf16") else "fp16"
+    return TrainingRecipe(name=f"legacy-{name}", param_dtype=name, reduce_dtype=name, master_dtype=name,
+                          accum_mode="no_sync", ac="none", reshard_last_block_after_forward=True)
+
+
+def row_recipe(row: Mapping[str, Any], source: str) -> TrainingRecipe:
+    """The recipe a dataset row trained with (its `recipe` column, else `legacy_recipe`)."""
+    text = str(row.get("recipe", "") or "").strip()
+    if not text:
+        return legacy_recipe(str(row["dtype"]))
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise UserInputError(f"{source}: column 'recipe' is not JSON ({err})",
+                             hint="give a CSV written by `shardmeter bench fsdp`.") from None
+    return recipe_from_mapping(data, source=f"{source}: recipe")
+
+
 def compare_fsdp(data: str | Path, profile_name: str, *, hardware: str | None = None) -> list[dict[str, Any]]:
     """Measured FSDP2 steps beside the simulator's prediction (perfmodel.fsdp.simulate_step over
     the profile's compute and comm coefficients) and the memory model's peak, per row."""
@@ -163,7 +235,7 @@ def compare_fsdp(data: str | Path, profile_name: str, *, hardware: str | None = 
     profile = load_profile(profile_name)
     gpu = get_gpu(hardware or profile.hardware)
     frame = pd.read_csv(data, dtype=str, keep_default_na=False)
-    missing = [c for c in COLUMNS if c not in frame.columns]
+    missing = [c for c in COLUMNS if c not in frame.columns and c != "recipe"]
     if missing:
         raise UserInputError(f"{data}: missing column(s) {', '.join(missing)}",
                              hint="give a CSV written by `shardmeter bench fsdp`.")
@@ -173,15 +245,16 @@ def compare_fsdp(data: str | Path, profile_name: str, *, hardware: str | None = 
         world, seq, mb, ga = (int(row[k]) for k in ("world_size", "seq_len", "micro_batch", "grad_accum"))
         island = IslandSpec(gpu=gpu, num_nodes=1, gpus_per_node=world, intra_link=row["link"],
                             inter_link=row["link"])
-        elem = 4 if row["dtype"] in ("float32", "fp32") else 2
-        costs = step_costs(spec, profile, island, seq_len=seq, micro_batch=mb, param_bytes=elem,
-                           grad_bytes=elem if elem == 4 else 4)
+        # Like with like: the prediction uses the recipe the row was measured with.
+        recipe = row_recipe(row, str(data))
+        costs = step_costs(spec, profile, island, seq_len=seq, micro_batch=mb, recipe=recipe)
         sim = simulate_step(costs, accum_steps=ga)
         measured = float(row["step_time_s"])
         peak = memory_breakdown(spec, num_gpus=world, seq_len=seq, micro_batch=mb,
                                 config=_memory_config(row["dtype"])).peak_bytes
         measured_mem = float(row["peak_memory_bytes"])
-        out.append({"model": row["model"], "seq_len": seq, "micro_batch": mb, "grad_accum": ga,
+        out.append({"model": row["model"], "recipe": recipe.name, "accum_mode": recipe.accum_mode,
+                    "seq_len": seq, "micro_batch": mb, "grad_accum": ga,
                     "world_size": world, "measured_step_s": measured, "predicted_step_s": sim.step_time_s,
                     "step_error_pct": 100.0 * (sim.step_time_s - measured) / measured,
                     "predicted_compute_s": sim.compute_busy_s, "predicted_comm_s": sim.comm_busy_s,

@@ -1,8 +1,10 @@
 """torchrun entry point of the FSDP2 end-to-end benchmark (one process per rank).
 
 Launched by `shardmeter bench fsdp`. Per case: build the model with the same seed on every rank,
-`fully_shard` each block then the root, AdamW; warm up, then time whole optimizer steps (k
-micro-steps, gradient sync only on the last) after a barrier, keeping the slowest rank per step.
+shard it and train exactly the run's `TrainingRecipe` (`perfmodel.bench.recipe_wrap`:
+activation checkpointing, `fully_shard` per block then the root with the recipe's
+MixedPrecisionPolicy and resharding, the recipe's accumulation mode, AdamW); warm up, then time
+whole optimizer steps (k micro-steps) after a barrier, keeping the slowest rank per step.
 Peak memory: `torch.cuda.max_memory_allocated` on CUDA; on CPU the persistent state (parameter
 shards and Adam moments) plus the peak of the profiler's allocator trace (`profile_memory=True`)
 over one extra step, whose transient tensors (gradients, gathered parameters, activations,
@@ -33,8 +35,10 @@ from perfmodel.bench.common import (
     median_iqr,
     resolve_dtype,
 )
-from perfmodel.bench.fsdp import COLUMNS, KEY_COLUMNS, FsdpCase
+from perfmodel.bench.fsdp import COLUMNS, KEY_COLUMNS, FsdpCase, recipe_cell
 from perfmodel.bench.model import build_model, random_tokens
+from perfmodel.bench.recipe_wrap import make_optimizer, shard_with_recipe, train_step
+from perfmodel.recipe import DEFAULT_RECIPE, TrainingRecipe, recipe_from_mapping
 
 logger = logging.getLogger("perfmodel.bench.fsdp_worker")
 
@@ -49,29 +53,20 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--iters", type=int, default=5)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--recipe", default=None, help="TrainingRecipe as a JSON mapping (default torchtitan)")
     return p.parse_args(argv)
 
 
-def shard_model(case: FsdpCase, device: torch.device, dtype: torch.dtype) -> Any:
-    """The case's model with every block and then the root wrapped by fully_shard (FSDP2)."""
-    from torch.distributed.fsdp import fully_shard
-
-    model = build_model(case.spec, device=device, dtype=dtype, seed=0)
-    for block in model.layers:
-        fully_shard(block)
-    fully_shard(model)
-    return model
+def shard_model(case: FsdpCase, device: torch.device, dtype: torch.dtype, recipe: TrainingRecipe) -> Any:
+    """The case's model sharded as the recipe says (`recipe_wrap.shard_with_recipe`)."""
+    return shard_with_recipe(build_model(case.spec, device=device, dtype=dtype, seed=0), recipe)
 
 
 def make_step(model: Any, optimizer: Any, tokens: torch.Tensor, grad_accum: int,
-              sync: Callable[[], None]) -> Callable[[], None]:
-    """One optimizer step of `grad_accum` micro-steps (reduce-scatter only on the last)."""
+              sync: Callable[[], None], recipe: TrainingRecipe) -> Callable[[], None]:
+    """One optimizer step of `grad_accum` micro-steps in the recipe's accumulation mode."""
     def step() -> None:
-        for k in range(grad_accum):
-            model.set_requires_gradient_sync(k == grad_accum - 1)
-            model(tokens).backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+        train_step(model, optimizer, tokens, accum_steps=grad_accum, recipe=recipe)
         sync()
     return step
 
@@ -131,12 +126,13 @@ def peak_memory(step: Callable[[], None], model: Any, optimizer: Any, device: to
 def run_case(case: FsdpCase, args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
     """Measure one case; returns its dataset row."""
     dtype = resolve_dtype(args.dtype)
-    model = shard_model(case, device, dtype)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    recipe = _recipe(args)
+    model = shard_model(case, device, dtype, recipe)
+    optimizer = make_optimizer(model, recipe)
     tokens = random_tokens(case.spec, case.micro_batch, case.seq_len, device=device,
                            seed=1000 * dist.get_rank() + case.micro_batch)
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    step = make_step(model, optimizer, tokens, case.grad_accum, sync)
+    step = make_step(model, optimizer, tokens, case.grad_accum, sync, recipe)
     for _ in range(args.warmup):
         step()
     if device.type == "cuda":
@@ -152,7 +148,13 @@ def run_case(case: FsdpCase, args: argparse.Namespace, device: torch.device) -> 
             "world_size": dist.get_world_size(), "backend": args.backend, "link": args.link,
             "device": device.type, "dtype": dtype_name(dtype), "threads": args.threads,
             "step_time_s": spread.median_s, "step_time_iqr_s": spread.iqr_s, "iters": args.iters,
-            "peak_memory_bytes": peak, "memory_source": source}
+            "peak_memory_bytes": peak, "memory_source": source,
+            "recipe": recipe_cell(recipe)}
+
+
+def _recipe(args: argparse.Namespace) -> TrainingRecipe:
+    return DEFAULT_RECIPE if not args.recipe else recipe_from_mapping(json.loads(args.recipe),
+                                                                      source="--recipe")
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -170,7 +172,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     for case in cases:
         key = log.key_of({"model": case.config_id, "seq_len": case.seq_len, "micro_batch": case.micro_batch,
                           "grad_accum": case.grad_accum, "world_size": dist.get_world_size(),
-                          "backend": args.backend, "dtype": dtype_name(resolve_dtype(args.dtype))})
+                          "backend": args.backend, "dtype": dtype_name(resolve_dtype(args.dtype)),
+                          "recipe": recipe_cell(_recipe(args))})
         if key in done:
             continue
         row = run_case(case, args, device)
