@@ -23,8 +23,10 @@ from perfmodel.arch import FAMILY_LAYOUT, ModelSpec
 from perfmodel.errors import ConfigError, DatasetError
 from perfmodel.features import (
     PHASES,
+    REGRESSION_CANDIDATES,
     SHAPE_COLUMNS,
     UNITS,
+    candidate_columns,
     dataset_features,
     phase_features,
     spec_from_row,
@@ -128,7 +130,8 @@ def load_compute_dataset(path: str) -> pd.DataFrame:
         frame[col] = frame[col].replace("", default)
     frame["num_shards"] = numeric_column(frame, "num_shards", path, integer=True)
     head_dim = pd.to_numeric(frame["head_dim"], errors="coerce")
-    _reject(frame, "head_dim", head_dim.isna() | (head_dim < 0) | (head_dim != head_dim.round()),
+    _reject(frame, "head_dim", head_dim.isna() | ~np.isfinite(head_dim) | (head_dim < 0)
+            | (head_dim != head_dim.round()),
             path, "must be an integer >= 0", "leave head_dim empty for hidden_size / num_attention_heads.")
     frame["head_dim"] = head_dim.astype(int)
     tie = frame["tie_word_embeddings"].str.strip().str.lower()
@@ -162,7 +165,7 @@ class PhaseRegressor:
     `subset_scores_` (selected-size path: tuple of features -> CV MAPE), `cv_scheme_`.
     """
 
-    def __init__(self, feature_names: Sequence[str] = phase_features("forward"), *,
+    def __init__(self, feature_names: Sequence[str] = REGRESSION_CANDIDATES["forward"], *,
                  selection: str = "auto", max_features: int | None = None, se_factor: float = 1.0,
                  tolerance: float = 0.05, abs_tolerance_pct: float = 0.05, n_splits: int = 5,
                  random_state: int = 0) -> None:
@@ -263,12 +266,14 @@ class PhaseRegressor:
                     scores[s] = _cv_score(rel, s, splits)
             return min(subsets, key=lambda s: scores[s].mape_pct)
 
+        # Forward pass to the full size (an early stop strands the search when a proxy feature
+        # wins the first steps), then a backward pass from the best subset on that path.
         current: tuple[int, ...] = ()
+        path: list[tuple[int, ...]] = []
         while len(current) < limit:
-            best = best_of([tuple(sorted((*current, j))) for j in usable if j not in current])
-            if current and scores[best].mape_pct > scores[current].mape_pct - self._slack(scores[current]):
-                break
-            current = best
+            current = best_of([tuple(sorted((*current, j))) for j in usable if j not in current])
+            path.append(current)
+        current = min(path, key=lambda s: scores[s].mape_pct)
         while len(current) > 1:  # backward pass: drop features an early proxy made redundant
             best = best_of([tuple(j for j in current if j != k) for k in current])
             if scores[best].mape_pct > scores[current].mape_pct + self._slack(scores[current]):
@@ -324,9 +329,9 @@ def fit_phases(frame: pd.DataFrame, **hyper: Any) -> dict[str, PhaseRegressor]:
         rows = frame[frame["phase"] == phase]
         if rows.empty:
             continue
-        reg = PhaseRegressor(phase_features(phase), **hyper)
-        out[phase] = reg.fit(dataset_features(rows, phase), rows["time_s"].to_numpy(float),
-                             groups=rows["model"].to_numpy())
+        reg = PhaseRegressor(REGRESSION_CANDIDATES[phase], **hyper)
+        out[phase] = reg.fit(dataset_features(rows, phase)[:, candidate_columns(phase)],
+                             rows["time_s"].to_numpy(float), groups=rows["model"].to_numpy())
         logger.info("%s: features %s, CV MAPE %.2f%% (%s)", phase, reg.selected_features_,
                     reg.cv_mape_, reg.cv_scheme_)
     return out
@@ -344,10 +349,11 @@ def leave_one_model_out(frame: pd.DataFrame, **hyper: Any) -> np.ndarray:
             test = in_phase & (models == name)
             if train.empty:
                 continue
-            reg = PhaseRegressor(phase_features(phase), **hyper)
-            reg.fit(dataset_features(train, phase), train["time_s"].to_numpy(float),
+            cols = candidate_columns(phase)
+            reg = PhaseRegressor(REGRESSION_CANDIDATES[phase], **hyper)
+            reg.fit(dataset_features(train, phase)[:, cols], train["time_s"].to_numpy(float),
                     groups=train["model"].to_numpy())
-            pred[test] = reg.predict(dataset_features(frame[test], phase))
+            pred[test] = reg.predict(dataset_features(frame[test], phase)[:, cols])
     return pred
 
 

@@ -32,12 +32,23 @@ UNITS = ("model", "block", "root")
 
 PASS_FEATURES: tuple[str, ...] = (
     "tok_block_matmul", "tok_attn", "tok_lm_head", "tok_vocab", "tok_hidden", "tok_ffn",
-    "layers", "const",
+    "layers", "const", "gemm_fixed", "emb_grad", "tied_grad", "param_grads",
 )
 """Candidate features of the forward and backward passes (same names, separate coefficients)."""
 
 OPTIMIZER_FEATURES: tuple[str, ...] = ("shard_params", "layers", "const")
 """Candidate features of the optimizer step."""
+
+_BASE_PASS = PASS_FEATURES[:8]
+REGRESSION_CANDIDATES: Mapping[str, tuple[str, ...]] = {
+    "forward": _BASE_PASS,
+    "backward": (*_BASE_PASS, "emb_grad", "tied_grad", "param_grads"),
+    "optimizer": OPTIMIZER_FEATURES,
+}
+"""Features the measured regression (perfmodel.compute) selects from, per phase. `gemm_fixed` is
+left out: its coefficient is a physical one of calibrated profiles (perfmodel.calibrate). The
+parameter-count features are backward candidates only: that is where the dense embedding
+gradient, tied-weight accumulation and fresh gradient buffers run."""
 
 FEATURE_DOCS: Mapping[str, str] = {
     "tok_block_matmul": "tokens x matmul weights of the unit's block linears (block: one block; root: 0)",
@@ -48,6 +59,14 @@ FEATURE_DOCS: Mapping[str, str] = {
     "tok_ffn": "tokens x intermediate (MLP activation, elementwise; block only)",
     "layers": "1 per transformer block (per-layer kernel-launch overhead; root: 0)",
     "const": "1 per pass of the root unit (per-pass fixed overhead; block: 0)",
+    "gemm_fixed": "matmul weights / hidden per pass (block: block linears / h; root: vocab): the "
+                  "fixed cost of a GEMM whose efficiency saturates with tokens x width",
+    "emb_grad": "vocab x hidden per pass of the root (the embedding's dense gradient is zeroed and "
+                "scattered into whatever the token count; block: 0)",
+    "tied_grad": "vocab x hidden per pass of a tied root (the LM-head gradient accumulated into the "
+                 "embedding's; untied or block: 0)",
+    "param_grads": "parameters of the unit per pass (fresh gradient buffers allocated and written "
+                   "once per backward)",
     "shard_params": "parameters of the unit / num_shards (optimizer step on a G-way shard)",
 }
 """What each feature counts; coefficients are seconds per unit of the feature."""
@@ -62,6 +81,12 @@ def phase_features(phase: str) -> tuple[str, ...]:
     raise ValueError(f"unknown phase {phase!r}; expected one of {PHASES}")
 
 
+def candidate_columns(phase: str) -> list[int]:
+    """Indices of the phase's regression candidates among `phase_features(phase)`."""
+    names = phase_features(phase)
+    return [names.index(n) for n in REGRESSION_CANDIDATES[phase]]
+
+
 def _check_unit(unit: str) -> None:
     if unit not in UNITS:
         raise ValueError(f"unknown unit {unit!r}; expected one of {UNITS}")
@@ -70,12 +95,19 @@ def _check_unit(unit: str) -> None:
 @functools.lru_cache(maxsize=4096)
 def _pass_vectors(model: ModelSpec, seq_len: int, unit: str) -> tuple[np.ndarray, np.ndarray]:
     h, f, V = model.hidden_size, model.intermediate_size, model.vocab_size
-    # order: tok_block_matmul, tok_attn, tok_lm_head, tok_vocab, tok_hidden, tok_ffn, layers, const
+    # order: tok_block_matmul, tok_attn, tok_lm_head, tok_vocab, tok_hidden, tok_ffn, layers, const,
+    # gemm_fixed. A GEMM of g = tokens x width at efficiency e_max·g/(g + g_half) takes
+    # FLOPs/(peak·e_max) + 2·weights·g_half/(width·peak·e_max): the second term is gemm_fixed.
+    # emb_grad, tied_grad, param_grads: per-pass work that grows with parameters, not tokens.
+    tied = float(h * V) if model.tie_word_embeddings else 0.0
     block_tok = np.array([model.block_matmul_params, seq_len * model.num_heads * model.d,
-                          0.0, 0.0, h, f, 0.0, 0.0])
-    block_one = np.array([0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0])
-    root_tok = np.array([0.0, 0.0, h * V, V, h, 0.0, 0.0, 0.0])
-    root_one = np.array([0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0])
+                          0.0, 0.0, h, f, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0])
+    block_one = np.array([0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, model.block_matmul_params / h,
+                          0.0, 0.0, float(model.block_params)])
+    root_tok = np.zeros(len(PASS_FEATURES))
+    root_tok[[2, 3, 4]] = h * V, V, h
+    root_one = np.array([0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, float(V), float(h * V), tied,
+                         float(model.root_params)])
     if unit == "block":
         out = block_tok, block_one
     elif unit == "root":

@@ -2,9 +2,10 @@
 
 A profile is a versioned YAML file in catalogs/profiles/ (format: catalogs/profiles/README.md).
 Provenance is 'measured' (fitted from a dataset in the repo: path, sha256, CV MAPE, fit date,
-command) or 'prior' (datasheet figures and stated efficiency assumptions). Measured beats prior
-whenever a measured profile exists for the hardware. Links missing from a profile fall back to
-the catalog prior, and `comm_provenance` says so.
+command), 'calibrated' (a few physical coefficients fitted to published throughput runs in
+catalogs/published/, perfmodel.calibrate) or 'prior' (datasheet figures and stated efficiency
+assumptions). `default_profile` prefers measured, then calibrated, then prior. Links missing from
+a profile fall back to the catalog prior, and `comm_provenance` says so.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import functools
 import hashlib
 import inspect
 import logging
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,7 +48,9 @@ from perfmodel.paths import profiles_dir
 logger = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 1
-PROVENANCES = ("measured", "prior")
+PROVENANCES = ("measured", "calibrated", "prior")
+"""Profile provenances, most trusted first (the order of `default_profile`)."""
+_PROVENANCE_RE = "^(" + "|".join(PROVENANCES) + ")$"
 UNITS_DOC = {
     "compute": "coefficients_s: seconds per unit of each feature (perfmodel/features.py FEATURE_DOCS)",
     "comm": "T = k·(P-1)·(latency_s + D/(P·bandwidth_bytes_per_s)), k=1 all_gather/reduce_scatter, "
@@ -61,9 +65,9 @@ class PhaseCoefficients:
     coefficients: Mapping[str, float]
     """Feature name -> seconds per unit of the feature."""
     provenance: str
-    """'measured' or 'prior'."""
+    """'measured', 'calibrated' or 'prior'."""
     cv_mape_pct: float | None = None
-    """Cross-validated MAPE of the fit, percent (measured only)."""
+    """Cross-validated MAPE of the fit, percent (measured and calibrated)."""
     cv_scheme: str = ""
     """How the CV MAPE was obtained (leave-one-model-out, k-fold)."""
 
@@ -79,18 +83,34 @@ class HardwareProfile:
     backend: str
     """Collective backend: nccl, gloo or rccl."""
     provenance: str
-    """'measured' when any part was fitted from data, else 'prior'."""
+    """'measured' when any part was fitted from data in the repo, 'calibrated' when fitted to
+    published runs, else 'prior'."""
     provenance_detail: dict[str, Any]
     """Datasets with sha256 and CV MAPE, fit date and command; or datasheet figures and assumptions."""
     compute: Mapping[str, PhaseCoefficients]
     """Phase -> compute coefficients."""
     comm: CommModel
     """Communication coefficients per (op, link)."""
+    overlap_slowdown: float = 1.0
+    """Compute runs this many times slower while a collective of the same island is in flight
+    (NCCL kernels take SMs; gloo threads take CPU cores); 1.0 = no contention. Read by the FSDP
+    step builders; >= 1."""
+    recompute_factor: float = 1.0
+    """Time of an activation-checkpointing recompute as a multiple of the forward time of the
+    FLOPs it recomputes (1.0 = as fast as the forward pass); > 0."""
     schema_version: int = SCHEMA_VERSION
     """YAML schema version."""
     _cache: dict[Any, tuple[Any, Any]] = field(default_factory=dict, init=False, compare=False,
                                                repr=False)
     """Affine compute-time cache per (phase, model, seq_len, unit, num_shards)."""
+
+    def __post_init__(self) -> None:
+        if self.provenance not in PROVENANCES:
+            raise ValueError(f"provenance must be one of {PROVENANCES}, got {self.provenance!r}")
+        if not (math.isfinite(self.overlap_slowdown) and self.overlap_slowdown >= 1.0):
+            raise ValueError(f"overlap_slowdown must be finite and >= 1, got {self.overlap_slowdown}")
+        if not (math.isfinite(self.recompute_factor) and self.recompute_factor > 0.0):
+            raise ValueError(f"recompute_factor must be finite and > 0, got {self.recompute_factor}")
 
     # -- compute --------------------------------------------------------------------------
     def _phase(self, phase: str) -> PhaseCoefficients:
@@ -156,6 +176,7 @@ class HardwareProfile:
         """Which parts are measured and which prior (for prediction outputs)."""
         return {"profile": self.name, "hardware": self.hardware, "provenance": self.provenance,
                 "compute": {p: c.provenance for p, c in self.compute.items()},
+                "overlap_slowdown": self.overlap_slowdown, "recompute_factor": self.recompute_factor,
                 "comm": {f"{op}/{link}": c.provenance
                          for (op, link), c in self.comm.coefficients.items()},
                 "comm_fallback": "catalog prior (catalogs/links.csv) for links not listed"}
@@ -165,6 +186,8 @@ class HardwareProfile:
         return {
             "schema_version": self.schema_version, "name": self.name, "hardware": self.hardware,
             "backend": self.backend, "provenance": self.provenance, "units": dict(UNITS_DOC),
+            "overlap_slowdown": float(self.overlap_slowdown),
+            "recompute_factor": float(self.recompute_factor),
             "compute": {phase: {"provenance": c.provenance, "cv_mape_pct": c.cv_mape_pct,
                                 "cv_scheme": c.cv_scheme,
                                 "coefficients_s": {k: float(v) for k, v in c.coefficients.items()}}
@@ -180,11 +203,12 @@ class HardwareProfile:
 # ---- YAML schema ---------------------------------------------------------------------------
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # strict: YAML's true/false never pass as numbers; no NaN/inf coefficient is accepted.
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
 
 class _PhaseDoc(_Strict):
-    provenance: str = Field(pattern="^(measured|prior)$")
+    provenance: str = Field(pattern=_PROVENANCE_RE)
     cv_mape_pct: float | None = None
     cv_scheme: str = ""
     coefficients_s: dict[str, float]
@@ -206,8 +230,10 @@ class _ProfileDoc(_Strict):
     name: str = Field(min_length=1)
     hardware: str = Field(min_length=1)
     backend: str = Field(pattern="^(" + "|".join(BACKENDS) + ")$")
-    provenance: str = Field(pattern="^(measured|prior)$")
+    provenance: str = Field(pattern=_PROVENANCE_RE)
     units: dict[str, str] = Field(default_factory=dict)
+    overlap_slowdown: float = Field(default=1.0, ge=1.0, allow_inf_nan=False)
+    recompute_factor: float = Field(default=1.0, gt=0.0, allow_inf_nan=False)
     compute: dict[str, _PhaseDoc] = Field(default_factory=dict)
     comm: list[_CommDoc] = Field(default_factory=list)
     provenance_detail: dict[str, Any] = Field(default_factory=dict)
@@ -236,6 +262,11 @@ def profile_from_dict(data: Any, *, source: str = "<profile>") -> HardwareProfil
             bad = phase if known is None else sorted(set(ph.coefficients_s) - set(known))
             raise ProfileError(f"{source}: compute.{phase}: unknown phase or feature(s) {bad}",
                                hint=f"phases: {', '.join(PHASES)}; features: perfmodel/features.py.")
+        if not any(v > 0 for v in ph.coefficients_s.values()):
+            raise ProfileError(f"{source}: compute.{phase}: no positive coefficient "
+                               f"({dict(ph.coefficients_s)}), so every {phase} would take 0 s",
+                               hint="refit the profile (`shardmeter fit compute`) or drop the phase "
+                                    "to use the prior's.")
         if any(v < 0 for v in ph.coefficients_s.values()):
             raise ProfileError(f"{source}: compute.{phase}: coefficients must be >= 0",
                                hint="refit the profile (the fit keeps coefficients non-negative).")
@@ -247,7 +278,9 @@ def profile_from_dict(data: Any, *, source: str = "<profile>") -> HardwareProfil
         provenance=c.provenance, cv_mape_pct=c.cv_mape_pct, rows=c.rows) for c in doc.comm}
     return HardwareProfile(name=doc.name, hardware=doc.hardware, backend=doc.backend,
                            provenance=doc.provenance, provenance_detail=doc.provenance_detail,
-                           compute=compute, comm=CommModel(backend=doc.backend, coefficients=comm))
+                           compute=compute, comm=CommModel(backend=doc.backend, coefficients=comm),
+                           overlap_slowdown=doc.overlap_slowdown,
+                           recompute_factor=doc.recompute_factor)
 
 
 @functools.lru_cache(maxsize=256)
@@ -289,8 +322,8 @@ def save_profile(profile: HardwareProfile, path: str | Path) -> None:
 
 
 def default_profile(gpu_name: str) -> HardwareProfile:
-    """The profile for a GPU: a measured one when it exists (newest fit), else the shipped prior,
-    else a prior built from the catalog on the fly."""
+    """The profile for a GPU: measured (newest fit) > calibrated (on published runs) > the shipped
+    prior > a prior built from the catalog on the fly."""
     try:
         from perfmodel.catalog import get_gpu
 
@@ -299,11 +332,10 @@ def default_profile(gpu_name: str) -> HardwareProfile:
         canonical = gpu_name
     matches = [p for p in (load_profile(str(f)) for f in _profile_files().values())
                if p.hardware.lower() == canonical.lower()]
-    measured = [p for p in matches if p.provenance == "measured"]
-    if measured:
-        return max(measured, key=lambda p: str(p.provenance_detail.get("fit_date", "")))
-    if matches:
-        return matches[0]
+    for provenance in PROVENANCES:
+        found = [p for p in matches if p.provenance == provenance]
+        if found:
+            return max(found, key=lambda p: (str(p.provenance_detail.get("fit_date", "")), p.name))
     logger.info("no profile file for %s: building the catalog prior", canonical)
     try:
         return make_prior_profile(canonical)
@@ -365,6 +397,8 @@ def make_prior_profile(gpu_name: str, assumptions: Any = None) -> HardwareProfil
                   "kernel_gap_s x kernels for layers and const. comm: catalog latency and busbw.",
     }
     backend = "rccl" if gpu.name.upper().startswith("AMD") else "nccl"
+    if gpu.intra_node_link.startswith("gloo"):  # a CPU "device" (catalogs/gpus_local.csv)
+        backend = "gloo"
     return HardwareProfile(
         name=f"{gpu.name}-prior", hardware=gpu.name, backend=backend, provenance="prior",
         provenance_detail=detail,
@@ -404,7 +438,8 @@ def _measured_detail(base: HardwareProfile | None, dataset: dict[str, Any], comm
                      settings: Mapping[str, Any] | None) -> dict[str, Any]:
     old = dict(base.provenance_detail) if base is not None and base.provenance == "measured" else {}
     detail: dict[str, Any] = {"kind": "measured"}
-    base_name = old.get("base") or (base.name if base is not None and base.provenance == "prior" else None)
+    base_name = old.get("base") or (base.name if base is not None and base.provenance != "measured"
+                                    else None)
     if base_name:
         detail["base"] = base_name
     datasets = [d for d in old.get("datasets", []) if d.get("kind") != dataset["kind"]]
@@ -428,10 +463,17 @@ def with_compute_fit(base: HardwareProfile | None, *, name: str, hardware: str, 
     return HardwareProfile(
         name=name, hardware=hardware, backend=backend, provenance="measured",
         provenance_detail=_measured_detail(base, dataset, command, cv, fit_date, settings),
-        compute=compute,
+        compute=compute, **_contention(base),
         comm=base.comm if base and base.backend == backend else CommModel(
             backend=backend, coefficients={k: v for k, v in (base.comm.coefficients.items() if base else ())
                                            if v.provenance == "prior"}))
+
+
+def _contention(base: HardwareProfile | None) -> dict[str, float]:
+    """The base's overlap_slowdown and recompute_factor (kept by a refit of other parts)."""
+    if base is None:
+        return {}
+    return {"overlap_slowdown": base.overlap_slowdown, "recompute_factor": base.recompute_factor}
 
 
 def with_comm_fit(base: HardwareProfile | None, *, name: str, hardware: str, backend: str,
@@ -446,5 +488,5 @@ def with_comm_fit(base: HardwareProfile | None, *, name: str, hardware: str, bac
     return HardwareProfile(
         name=name, hardware=hardware, backend=backend, provenance="measured",
         provenance_detail=_measured_detail(base, dataset, command, cv, fit_date, None),
-        compute=dict(base.compute) if base else {},
+        compute=dict(base.compute) if base else {}, **_contention(base),
         comm=CommModel(backend=backend, coefficients={**old, **coefficients}))

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The one prepared benchmark run for a CUDA machine (about 9 minutes in all; installs nothing).
+# The one prepared benchmark run for a CUDA machine (under 10 minutes in all; installs nothing).
 #
 #   scripts/gpu_bench.sh [OUT_DIR]        # default: $OUT if set, else ./gpu-bench-out
 #
@@ -10,10 +10,13 @@
 #                     full depth, bf16, micro-batch sweep until OOM or the time cap
 #   gpu-comm.csv      all_gather / reduce_scatter / all_reduce, NCCL, nproc = all visible GPUs
 #   gpu-fsdp.csv      FSDP2 end-to-end steps (catalogs/spaces/fsdp-gpu.yaml), NCCL
+#   gpu-memory.csv    FSDPMemTracker peaks of held-out cases (`shardmeter bench memory`)
+#   gpu-profile.yaml  the MEASURED profile fitted from the above (compute, comm, overlap_slowdown)
 #   *.env.json        environment of each run;  nvidia-smi.txt, gpu_bench.log
 # Each step has its own time limit and resumes if rerun; a failing step does not stop the others.
 # LINK names the slowest link of the GPU ring for the comm/fsdp rows (catalogs/links.csv;
 # default nvlink4 = H100/H200 SXM; e.g. nvlink3 for A100 SXM, pcie4/pcie5 for PCIe cards).
+# HARDWARE names the catalog GPU of the fitted profile (default: from the CUDA device name).
 set -uo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -39,6 +42,19 @@ print(f"torch {torch.__version__}, CUDA {torch.version.cuda}, {torch.cuda.device
       f"{torch.cuda.get_device_name(0)}")
 EOF
 NGPU=$("$PYTHON" -c 'import torch; print(max(1, torch.cuda.device_count()))')
+HARDWARE=${HARDWARE:-$("$PYTHON" - <<'EOF'
+import torch
+name = torch.cuda.get_device_name(0).upper()
+for key, gpu in (("H200", "H200-SXM-141GB"), ("H100", "H100-SXM5-80GB"), ("B200", "B200"),
+                 ("L40S", "L40S"), ("MI300X", "AMD-MI300X")):
+    if key in name:
+        print(gpu)
+        break
+else:
+    if "A100" in name:
+        print("A100-SXM4-80GB" if "80GB" in name else "A100-SXM4-40GB")
+EOF
+)}
 nvidia-smi > "$OUT_DIR/nvidia-smi.txt" 2>&1 || true
 
 # shardmeter CLI without installing the package; $1 = time limit in seconds.
@@ -50,12 +66,22 @@ sm() {
   [ "$rc" -eq 0 ] || echo "!! step exited with $rc (rows written so far are kept; rerun to resume)"
 }
 
-sm 230 -v bench compute --space catalogs/spaces/paper-gpu.yaml -n "$N" --device cuda --dtype bfloat16 \
+sm 220 -v bench compute --space catalogs/spaces/paper-gpu.yaml -n "$N" --device cuda --dtype bfloat16 \
   --max-time-s 25 -o "$OUT_DIR/gpu-compute.csv"
-sm 150 -v bench compute --space catalogs/spaces/paper-gpu.yaml --named --device cuda --dtype bfloat16 \
+sm 140 -v bench compute --space catalogs/spaces/paper-gpu.yaml --named --device cuda --dtype bfloat16 \
   --max-time-s 25 -o "$OUT_DIR/gpu-compute.csv"
 sm 60 -v bench comm --backend nccl --nproc "$NGPU" --link "$LINK" --iters 20 --warmup 5 \
   -o "$OUT_DIR/gpu-comm.csv"
 sm 90 -v bench fsdp --space catalogs/spaces/fsdp-gpu.yaml --backend nccl --nproc "$NGPU" --link "$LINK" \
   --dtype bfloat16 --iters 5 --warmup 2 -o "$OUT_DIR/gpu-fsdp.csv"
+sm 45 -v bench memory --heldout --limit 10 --jobs 4 -o "$OUT_DIR/gpu-memory.csv"
+# The measured profile (CPU work, seconds): compute, comm, then the contention factor.
+if [ -n "$HARDWARE" ]; then
+  P="$OUT_DIR/gpu-profile.yaml"
+  sm 60 fit compute "$OUT_DIR/gpu-compute.csv" -o "$P" --hardware "$HARDWARE" --backend nccl
+  sm 30 fit comm "$OUT_DIR/gpu-comm.csv" -o "$P"
+  sm 60 fit overlap "$OUT_DIR/gpu-fsdp.csv" -o "$P"
+else
+  echo "!! unknown GPU: set HARDWARE to a catalog GPU name to fit gpu-profile.yaml"
+fi
 echo "== $(date -u +%FT%TZ) done: $(ls "$OUT_DIR")"

@@ -7,6 +7,12 @@ Every number comes from catalogs/gpus.csv (peak bf16 FLOP/s, HBM bandwidth, link
 catalogs/links.csv (latency and bus-bandwidth priors with sources) and the stated assumptions of
 perfmodel.compute.PriorAssumptions (matmul efficiency from shared/data/training_mfu.csv, byte
 counts, kernel gaps); each YAML repeats them under provenance_detail.
+
+GPUs with published runs (A100 40/80GB, H100) keep this datasheet prior: it is what their
+calibrated profiles are compared against. GPUs without published runs (perfmodel.calibrate
+PRIOR_REFERENCE: H200, B200, MI300X, L40S, A100 PCIe) get a prior SCALED from the calibrated
+profile of a reference GPU by datasheet ratios (run scripts/make_calibrated_profiles.py first);
+their YAML says so under provenance_detail.scaled_from.
 """
 
 from __future__ import annotations
@@ -21,11 +27,22 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from perfmodel.profile import make_prior_profile, save_profile  # noqa: E402
+from perfmodel.calibrate import PRIOR_REFERENCE, scaled_prior_profile  # noqa: E402
+from perfmodel.profile import load_profile, make_prior_profile, save_profile  # noqa: E402
 
-GPUS = ("A100-SXM4-80GB", "A100-PCIe-80GB", "H100-SXM5-80GB", "H200-SXM-141GB", "B200", "L40S",
-        "AMD-MI300X")
+GPUS = ("A100-SXM4-80GB", "A100-SXM4-40GB", "A100-PCIe-80GB", "H100-SXM5-80GB", "H200-SXM-141GB",
+        "B200", "L40S", "AMD-MI300X")
 """The hardware that ships with a prior profile."""
+
+
+def prior_for(gpu: str, folder: Path):
+    """The scaled prior when the GPU has a calibrated reference in `folder`, else the datasheet one."""
+    reference = PRIOR_REFERENCE.get(gpu)
+    path = folder / f"{reference}-calibrated.yaml"
+    if reference and path.is_file():
+        return scaled_prior_profile(gpu, load_profile(str(path)))
+    return make_prior_profile(gpu)
+
 
 logger = logging.getLogger("make_prior_profiles")
 
@@ -38,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     stale = []
     for gpu in GPUS:
-        profile = make_prior_profile(gpu)
+        profile = prior_for(gpu, args.out)
         path = args.out / f"{profile.name}.yaml"
         if args.check:
             current = yaml.safe_load(path.read_text()) if path.is_file() else None

@@ -15,7 +15,10 @@ from perfmodel.compute import (
     mape_table,
     synthetic_compute_dataset,
 )
-from perfmodel.features import PASS_FEATURES, unit_feature_matrix
+from perfmodel.features import REGRESSION_CANDIDATES, candidate_columns, unit_feature_matrix
+
+PASS_FEATURES = REGRESSION_CANDIDATES["forward"]
+"""The forward candidates (the regression never selects outside its phase's candidates)."""
 
 TRUE = {
     "forward": {"tok_block_matmul": 2.0e-15, "tok_attn": 6.0e-15, "tok_lm_head": 3.0e-15,
@@ -43,7 +46,8 @@ def _xy(frame, phase):
     from perfmodel.features import dataset_features
 
     rows = frame[frame["phase"] == phase]
-    return dataset_features(rows, phase), rows["time_s"].to_numpy(), rows["model"].to_numpy()
+    X = dataset_features(rows, phase)[:, candidate_columns("forward")]
+    return X, rows["time_s"].to_numpy(), rows["model"].to_numpy()
 
 
 def test_recovers_coefficients_exactly_without_noise() -> None:
@@ -98,7 +102,7 @@ def test_estimator_conventions() -> None:
     assert reg.set_params(n_splits=3) is reg and reg.n_splits == 3
     assert not hasattr(reg, "coef_")
     model = get_model("tiny-llama")
-    X = unit_feature_matrix(model, 64, np.arange(1, 9))
+    X = unit_feature_matrix(model, 64, np.arange(1, 9))[:, candidate_columns("forward")]
     y = X @ np.array([1e-12, 0, 0, 0, 0, 0, 1e-5, 0])
     assert reg.fit(X, y) is reg
     assert reg.cv_scheme_ == "3-fold"
@@ -144,5 +148,5 @@ def test_fit_on_single_units_predicts_whole_models() -> None:
     whole = synthetic_compute_dataset(models, truth, seq_lens=(1024,), noise=0.0)
     from perfmodel.features import dataset_features
 
-    pred = regs["forward"].predict(dataset_features(whole, "forward"))
+    pred = regs["forward"].predict(dataset_features(whole, "forward")[:, candidate_columns("forward")])
     assert mape_pct(whole["time_s"], pred) < 2.0

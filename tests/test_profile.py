@@ -26,8 +26,10 @@ from perfmodel.profile import (
 )
 
 ROOT = Path(__file__).resolve().parent.parent
-SHIPPED = ("A100-SXM4-80GB", "A100-PCIe-80GB", "H100-SXM5-80GB", "H200-SXM-141GB", "B200", "L40S",
-           "AMD-MI300X")
+SHIPPED = ("A100-SXM4-80GB", "A100-SXM4-40GB", "A100-PCIe-80GB", "H100-SXM5-80GB", "H200-SXM-141GB",
+           "B200", "L40S", "AMD-MI300X")
+DATASHEET_PRIORS = ("A100-SXM4-80GB", "A100-SXM4-40GB", "H100-SXM5-80GB")
+"""GPUs with published runs keep the datasheet prior; the others' priors scale from a calibrated one."""
 
 
 @pytest.mark.parametrize("gpu", SHIPPED)
@@ -36,7 +38,11 @@ def test_shipped_priors_load_with_provenance(gpu: str) -> None:
     assert profile.hardware == gpu and profile.provenance == "prior"
     detail = profile.provenance_detail
     assert detail["datasheet"]["gpu"]["bf16_dense_flops_per_s"] == get_gpu(gpu).bf16_flops_per_s
-    assert "matmul_efficiency" in detail["assumptions"]
+    if gpu in DATASHEET_PRIORS:
+        assert "matmul_efficiency" in detail["assumptions"]
+    else:  # scaled from a calibrated GPU's physical parameters, and saying so
+        assert detail["scaled_from"]["provenance"] == "calibrated"
+        assert "not calibrated" in detail["method"] and "matmul_efficiency" in detail["params"]
     assert all(a["note"] for a in detail["assumptions"].values())
     assert set(profile.compute) == {"forward", "backward", "optimizer"}
     assert profile.backend == ("rccl" if gpu.startswith("AMD") else "nccl")
@@ -147,9 +153,13 @@ def test_round_trip_gives_equal_predictions(tmp_path: Path) -> None:
 
 
 def test_default_profile_prefers_measured(tmp_catalogs: Path, tmp_path: Path) -> None:
-    assert default_profile("h100-sxm5-80gb").provenance == "prior"
+    # measured > calibrated > prior
+    assert default_profile("h100-sxm5-80gb").provenance == "calibrated"
+    assert default_profile("H200-SXM-141GB").name == "H200-SXM-141GB-prior"
     save_profile(_measured(tmp_path), tmp_catalogs / "profiles" / "h100-lab.yaml")
     assert default_profile("H100-SXM5-80GB").name == "h100-lab"
+    assert default_profile("A100-SXM4-80GB").name == "A100-SXM4-80GB-calibrated"
+    (tmp_catalogs / "profiles" / "A100-SXM4-80GB-calibrated.yaml").unlink()
     assert default_profile("A100-SXM4-80GB").name == "A100-SXM4-80GB-prior"
     built = default_profile("H100-PCIe")  # no file: the prior is built from the catalog
     assert built.provenance == "prior" and built.name == "H100-PCIe-prior"
