@@ -73,10 +73,16 @@ def did_you_mean(name: str, choices: Iterable[str], n: int = 3) -> str:
     return "known names: " + ", ".join(sorted(choices)[:12]) + (" …" if len(choices) > 12 else "")
 
 
+LISTING_COMMANDS = {"model": "catalog models", "gpu": "catalog gpus", "link": "catalog links",
+                    "price provider": "catalog prices", "price list": "catalog prices"}
+"""The `shardmeter` command listing each kind of catalog name."""
+
+
 def unknown_name(kind: str, name: str, choices: Iterable[str], *, where: str) -> CatalogError:
     """The standard error for an unknown catalog entry, with suggestions."""
     choices = list(choices)
+    listing = LISTING_COMMANDS.get(kind, "catalog --help")
     return CatalogError(
         f"unknown {kind} {name!r} in {where}; {did_you_mean(name, choices)}",
-        hint=f"use one of the names listed by `shardmeter catalog {kind}s`, or add a row to {where}.",
+        hint=f"use one of the names listed by `shardmeter {listing}`, or add a row to {where}.",
     )

@@ -126,7 +126,7 @@ def test_memory_csv(run_cli) -> None:
     assert result.code == 0
     (row,) = list(csv.DictReader(io.StringIO(result.out)))
     assert row["ac"] == "full" and int(row["max_micro_batch"]) > 0
-    assert float(row["recompute_gib"]) > 0
+    assert float(row["temporaries_gib"]) > 0   # the recomputed block (issue 9's breakdown)
 
 
 # ---- bad input -------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ link of the ring (e.g. ib-ndr400). Only rank 0 (on the first node) writes the CS
 from __future__ import annotations
 
 import logging
+import math
 import os
 import shlex
 import subprocess
@@ -62,7 +63,8 @@ class CommSettings:
 
 def payload_sizes(min_mib: float, max_mib: float, points: int, world_size: int, elem_bytes: int) -> list[int]:
     """Log-spaced payload sizes in bytes, each a multiple of world_size x element size."""
-    if not 0 < min_mib <= max_mib or points < 1:
+    if not (math.isfinite(min_mib) and math.isfinite(max_mib)) or not 0 < min_mib <= max_mib \
+            or points < 1:
         raise UserInputError(f"bad payload range {min_mib}-{max_mib} MiB with {points} points",
                              hint="use 0 < --min-mib <= --max-mib and --points >= 1.")
     unit = world_size * elem_bytes
@@ -106,10 +108,23 @@ def launch(cmd: Sequence[str], *, threads: int, what: str) -> None:
             hint="read the worker messages above; rerun the same command to resume (finished rows are kept).")
 
 
+def check_launch(out_path: str | Path, settings: CommSettings, *, nproc: int) -> None:
+    """Every check of a collective sweep that can run before torchrun (so a mistake is one clean
+    message, not one traceback per rank)."""
+    from perfmodel.bench.common import check_dtype_name, check_run_inputs
+
+    check_settings(settings)
+    check_run_inputs(out=out_path, columns=COLUMNS, key_columns=KEY_COLUMNS, dtype=settings.dtype,
+                     threads=settings.threads, nproc=nproc, iters=settings.iters,
+                     warmup=settings.warmup)
+    payload_sizes(settings.min_mib, settings.max_mib, settings.points, nproc,
+                  check_dtype_name(settings.dtype))
+
+
 def run_comm(out_path: str | Path, settings: CommSettings, *, nproc: int,
              torchrun_args: str | None = None) -> None:
     """Launch the collective sweep under torchrun; rows go to out_path (resumable)."""
-    check_settings(settings)
+    check_launch(out_path, settings, nproc=nproc)
     args = ["--out", str(out_path), "--backend", settings.backend, "--link", settings.link,
             "--ops", ",".join(settings.ops), "--min-mib", str(settings.min_mib),
             "--max-mib", str(settings.max_mib), "--points", str(settings.points),

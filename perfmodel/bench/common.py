@@ -1,15 +1,18 @@
 """Shared benchmark plumbing: append-only CSV with resume, environment record, statistics.
 
-Datasets are written row by row (flushed and fsynced), so an interrupted run loses at most the
-measurement in flight; rerunning the same command skips every key already in the file.
+Datasets are written row by row (one write + fsync per batch), so an interrupted run loses at most
+the measurement in flight; rerunning the same command skips every key already in the file
+(`CsvLog` documents how a damaged file is detected).
 The environment of each session (torch version, device, CPU model, threads, date, command) is
 appended to a sidecar JSON file `<csv>.env.json`.
 """
 
 from __future__ import annotations
 
+import atexit
 import csv
 import datetime as dt
+import io
 import json
 import logging
 import math
@@ -23,7 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from perfmodel.errors import DatasetError, UserInputError
+from perfmodel.errors import DatasetError, UserInputError, did_you_mean
+from perfmodel.formulas import dtype_bytes
 
 logger = logging.getLogger(__name__)
 
@@ -50,32 +54,105 @@ def median_iqr(values_s: Sequence[float]) -> Spread:
     return Spread(float(statistics.median(values_s)), float(q3 - q1), len(values_s))
 
 
-class CsvLog:
-    """An append-only CSV dataset keyed by some of its columns (resume support)."""
+NUMERIC_SUFFIXES = ("_s", "_bytes", "_size", "_layers", "_heads", "_dim", "_len", "_batch",
+                    "_accum", "_mib", "_gib", "_count", "_pct")
+"""Column-name endings of numeric dataset columns (checked on resume when not listed)."""
+NUMERIC_NAMES = frozenset({"iters", "warmup", "threads", "world_size", "nproc", "seed"})
+"""Numeric dataset columns whose names have none of the NUMERIC_SUFFIXES."""
 
-    def __init__(self, path: str | Path, columns: Sequence[str], key_columns: Sequence[str]) -> None:
+
+def looks_numeric(column: str) -> bool:
+    """Whether a dataset column holds numbers, judged by its name (see NUMERIC_SUFFIXES)."""
+    return column in NUMERIC_NAMES or column.endswith(NUMERIC_SUFFIXES)
+
+
+class CsvLog:
+    """An append-only CSV dataset keyed by some of its columns (resume support).
+
+    Data safety: every batch of rows reaches the file in one `write` + fsync. Reading the file
+    drops a partial last line (the trace of a killed run: its rows are measured again) and
+    refuses a damaged file (NUL bytes, a line with the wrong number of fields, a non-numeric
+    or non-finite number, a duplicate key, another header) naming the file and line.
+    Appending skips rows whose key is already in the file, so a row is never duplicated.
+    """
+
+    def __init__(self, path: str | Path, columns: Sequence[str], key_columns: Sequence[str], *,
+                 numeric_columns: Sequence[str] | None = None) -> None:
         self.path = Path(path)
         self.columns = list(columns)
         self.key_columns = list(key_columns)
-        self._check_header()
+        self.numeric_columns = [c for c in self.columns if looks_numeric(c)] \
+            if numeric_columns is None else list(numeric_columns)
+        self._keys: set[tuple[str, ...]] | None = None
+        self.rows()  # validate (and repair a partial last line) before any measurement
 
-    def _check_header(self) -> None:
-        if not self.path.is_file() or self.path.stat().st_size == 0:
-            return
-        with self.path.open(newline="") as fh:
-            header = next(csv.reader(fh), [])
-        if header != self.columns:
-            raise DatasetError(
-                f"{self.path}: existing header {header} does not match this benchmark's columns "
-                f"{self.columns}",
-                hint="write to a new output file (-o) or delete the old one.")
+    def _fail(self, line: int | None, problem: str, hint: str | None = None) -> DatasetError:
+        where = f"{self.path}, line {line}" if line is not None else str(self.path)
+        return DatasetError(f"{where}: {problem}", hint=hint or (
+            f"delete line {line} of {self.path} (rerunning the same command measures it again), "
+            "or write to a new output file (-o)."))
+
+    def _text(self) -> str:
+        """The file's complete lines; a partial last line is cut off the file first."""
+        if self.path.is_dir():
+            raise self._fail(None, "is a directory, not a CSV file",
+                             f"pass a file name, e.g. -o {self.path / 'data.csv'}.")
+        if not self.path.is_file():
+            return ""
+        data = self.path.read_bytes()
+        if data and not data.endswith(b"\n"):
+            keep = data.rfind(b"\n") + 1
+            logger.warning("%s: dropping a partial last line (%d bytes) left by an interrupted run; "
+                           "its measurement is repeated", self.path, len(data) - keep)
+            os.truncate(self.path, keep)
+            data = data[:keep]
+        nul = data.find(b"\0")
+        if nul >= 0:
+            raise self._fail(data.count(b"\n", 0, nul) + 1, "contains NUL bytes (the file is corrupt)")
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise self._fail(data.count(b"\n", 0, err.start) + 1, "is not UTF-8 text") from err
 
     def rows(self) -> list[dict[str, str]]:
-        """Rows already in the file (strings, as read)."""
-        if not self.path.is_file():
+        """Rows already in the file (strings, as read), validated."""
+        text = self._text()
+        if not text.strip():
+            self._keys = set()
             return []
-        with self.path.open(newline="") as fh:
-            return list(csv.DictReader(fh))
+        reader = csv.reader(io.StringIO(text, newline=""))
+        header = next(reader)
+        if header != self.columns:
+            raise self._fail(1, f"existing header {header} does not match this benchmark's columns "
+                             f"{self.columns}", "write to a new output file (-o) or delete the old one.")
+        out: list[dict[str, str]] = []
+        seen: dict[tuple[str, ...], int] = {}
+        for fields in reader:
+            line = reader.line_num
+            if not fields:
+                continue
+            if len(fields) != len(self.columns):
+                raise self._fail(line, f"{len(fields)} fields where the header has {len(self.columns)}")
+            row = dict(zip(self.columns, fields, strict=True))
+            self._check_numbers(row, line)
+            key = self.key_of(row)
+            if key in seen:
+                raise self._fail(line, f"duplicate of line {seen[key]} (same {', '.join(self.key_columns)}"
+                                 f" = {', '.join(key)})")
+            seen[key] = line
+            out.append(row)
+        self._keys = set(seen)
+        return out
+
+    def _check_numbers(self, row: Mapping[str, str], line: int) -> None:
+        for column in self.numeric_columns:
+            value = row[column].strip()
+            try:
+                number = float(value)
+            except ValueError:
+                number = math.nan
+            if not math.isfinite(number):
+                raise self._fail(line, f"column {column!r} = {value!r} is not a finite number")
 
     def key_of(self, row: Mapping[str, Any]) -> tuple[str, ...]:
         """The resume key of a row, normalised to strings."""
@@ -85,21 +162,44 @@ class CsvLog:
         """Keys of the rows already written."""
         return {self.key_of(r) for r in self.rows()}
 
-    def append(self, rows: Iterable[Mapping[str, Any]]) -> None:
-        """Append rows and flush them to disk (header first if the file is new)."""
-        rows = list(rows)
-        if not rows:
-            return
+    def append(self, rows: Iterable[Mapping[str, Any]]) -> int:
+        """Append the rows whose key is new in one write, fsynced (header first if the file is
+        new); returns how many were written."""
+        if self._keys is None:
+            self.rows()
+        keys = self._keys if self._keys is not None else set()
+        buffer = io.StringIO()
+        writer = csv.DictWriter(buffer, fieldnames=self.columns, extrasaction="raise", lineterminator="\n")
+        written = 0
+        for row in rows:
+            key = self.key_of(row)
+            if key in keys:
+                logger.warning("%s: a row with key %s is already there; not written again", self.path, key)
+                continue
+            keys.add(key)
+            writer.writerow({c: _cell(row[c]) for c in self.columns})
+            written += 1
+        if not written:
+            return 0
         self.path.parent.mkdir(parents=True, exist_ok=True)
         new = not self.path.is_file() or self.path.stat().st_size == 0
-        with self.path.open("a", newline="") as fh:
-            writer = csv.DictWriter(fh, fieldnames=self.columns, extrasaction="raise")
-            if new:
-                writer.writeheader()
-            for row in rows:
-                writer.writerow({c: _cell(row[c]) for c in self.columns})
-            fh.flush()
-            os.fsync(fh.fileno())
+        header = io.StringIO()
+        if new:
+            csv.writer(header, lineterminator="\n").writerow(self.columns)
+        _append_atomic(self.path, (header.getvalue() + buffer.getvalue()).encode("utf-8"))
+        return written
+
+
+def _append_atomic(path: Path, data: bytes) -> None:
+    """Append `data` with O_APPEND in as few writes as the kernel allows, then fsync."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _cell(value: Any) -> str:
@@ -184,9 +284,94 @@ def device_name(device: str) -> str:
     return cpu_model_name()
 
 
+POWERCAP = Path("/sys/class/powercap")
+"""Linux RAPL energy counters (CPU package / DRAM zones), where the kernel exposes them."""
+
+
+def energy_counters() -> dict[str, Any]:
+    """Cumulative energy counters this machine exposes, for the power model (issue 14): NVML per
+    GPU (`nvmlDeviceGetTotalEnergyConsumption`, mJ since the driver loaded; `pynvml`, optional)
+    and RAPL powercap zones (µJ). `energy_unavailable` lists what is missing here."""
+    out: dict[str, Any] = {}
+    missing: list[str] = []
+    try:
+        import pynvml  # optional: pip install nvidia-ml-py
+    except ImportError:
+        missing.append("NVML: pynvml is not installed (pip install nvidia-ml-py)")
+    else:
+        try:
+            pynvml.nvmlInit()
+            try:
+                out["nvml"] = [_nvml_device(pynvml, i) for i in range(pynvml.nvmlDeviceGetCount())]
+            finally:
+                pynvml.nvmlShutdown()
+        except pynvml.NVMLError as err:
+            missing.append(f"NVML: {err}")
+        if not out.get("nvml"):
+            missing.append("NVML: no device with an energy counter")
+    rapl = {}
+    for counter in sorted(POWERCAP.glob("*/energy_uj")) if POWERCAP.is_dir() else []:
+        try:
+            rapl[counter.parent.name] = int(counter.read_text())
+        except (OSError, ValueError):
+            continue
+    if rapl:
+        out["rapl_uj"] = rapl
+    else:
+        missing.append(f"RAPL: no readable powercap energy counter at {POWERCAP}")
+    if missing:
+        out["energy_unavailable"] = missing
+    return out
+
+
+def _nvml_device(pynvml: Any, index: int) -> dict[str, Any]:
+    handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+    name = pynvml.nvmlDeviceGetName(handle)
+    return {"index": index, "name": name.decode() if isinstance(name, bytes) else str(name),
+            "energy_mj": int(pynvml.nvmlDeviceGetTotalEnergyConsumption(handle)),
+            "power_w": pynvml.nvmlDeviceGetPowerUsage(handle) / 1000.0,
+            "power_limit_w": pynvml.nvmlDeviceGetEnforcedPowerLimit(handle) / 1000.0}
+
+
+def energy_delta(start: Mapping[str, Any], end: Mapping[str, Any], window_s: float) -> dict[str, Any]:
+    """Measured energy between two `energy_counters` snapshots, joules (RAPL wrap-arounds skipped)."""
+    out: dict[str, Any] = {"window_s": window_s}
+    before = {d["index"]: d["energy_mj"] for d in start.get("nvml", [])}
+    gpus = [{"index": d["index"], "name": d["name"], "energy_j": (d["energy_mj"] - before[d["index"]]) / 1e3}
+            for d in end.get("nvml", []) if d["index"] in before]
+    if gpus:
+        out["nvml"] = gpus
+    rapl = {zone: (uj - start["rapl_uj"][zone]) / 1e6 for zone, uj in end.get("rapl_uj", {}).items()
+            if zone in start.get("rapl_uj", {}) and uj >= start["rapl_uj"][zone]}
+    if rapl:
+        out["rapl_j"] = rapl
+    if not gpus and not rapl:
+        out["energy_unavailable"] = end.get("energy_unavailable", ["no energy counter"])
+    return out
+
+
+def _record_energy_at_exit(path: Path, index: int, start: Mapping[str, Any], start_s: float) -> None:
+    """atexit: the session's measured energy into its record (skipped when the file changed shape)."""
+    try:
+        payload = json.loads(path.read_text())
+        session = payload["sessions"][index]
+        session["energy_measured"] = energy_delta(start, energy_counters(), time.monotonic() - start_s)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps(payload, indent=2) + "\n")
+        os.replace(tmp, path)
+    except (OSError, ValueError, KeyError, IndexError) as err:
+        logger.warning("could not record the session's measured energy in %s: %s", path, err)
+
+
 def append_environment(csv_path: str | Path, record: Mapping[str, Any]) -> Path:
-    """Append one session record to `<csv>.env.json` (a JSON object with a `sessions` list)."""
+    """Append one session record to `<csv>.env.json` (a JSON object with a `sessions` list).
+
+    The record gets the machine's energy counters now (`energy_at_start`) and, when the process
+    exits normally, the energy measured since (`energy_measured`: NVML joules per GPU, RAPL joules
+    per zone, or what is unavailable on this machine)."""
     path = Path(f"{csv_path}.env.json")
+    start_s = time.monotonic()
+    record = {**record, "energy_at_start": energy_counters()}
     payload: dict[str, Any] = {"sessions": []}
     if path.is_file():
         try:
@@ -196,7 +381,11 @@ def append_environment(csv_path: str | Path, record: Mapping[str, Any]) -> Path:
             payload = {"sessions": []}
     payload.setdefault("sessions", []).append(dict(record))
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(payload, indent=2) + "\n")
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(payload, indent=2) + "\n")
+    os.replace(tmp, path)  # a kill mid-write leaves the old record, never half a JSON file
+    atexit.register(_record_energy_at_exit, path, len(payload["sessions"]) - 1,
+                    record["energy_at_start"], start_s)
     return path
 
 
@@ -214,15 +403,52 @@ def resolve_device(device: str) -> str:
     return device
 
 
+BENCH_DTYPE_ALIASES = {"float32": "fp32", "fp32": "fp32", "bfloat16": "bf16", "bf16": "bf16",
+                       "float16": "fp16", "fp16": "fp16"}
+"""Benchmark dtype names (the --dtype flag) and the `perfmodel.formulas` dtype each one is."""
+DTYPE_ELEMENT_BYTES = {name: int(dtype_bytes(short)) for name, short in BENCH_DTYPE_ALIASES.items()}
+"""Element size in bytes of each --dtype name: derived from `perfmodel.formulas.DTYPE_BYTES`."""
+
+
+def check_dtype_name(name: str) -> int:
+    """Validate a --dtype name without importing torch; returns the element size in bytes."""
+    if name not in DTYPE_ELEMENT_BYTES:
+        raise UserInputError(f"--dtype {name}: unknown dtype; "
+                             f"{did_you_mean(name, DTYPE_ELEMENT_BYTES)}",
+                             hint="use float32, bfloat16 or float16.")
+    return DTYPE_ELEMENT_BYTES[name]
+
+
 def resolve_dtype(name: str) -> Any:
     """torch dtype from its short name (float32, bfloat16, float16)."""
     import torch
 
+    check_dtype_name(name)
     table = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
              "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}
-    if name not in table:
-        raise UserInputError(f"unknown dtype {name!r}", hint="use float32, bfloat16 or float16.")
     return table[name]
+
+
+def check_run_inputs(*, out: str | Path, columns: Sequence[str], key_columns: Sequence[str],
+                     dtype: str, threads: int, nproc: int = 1, iters: int = 1,
+                     warmup: int = 0) -> None:
+    """Everything a benchmark launch can check before torch or torchrun starts: the output CSV
+    (a file of another benchmark, or a damaged one, is refused), dtype, threads, ranks, repeats."""
+    for flag, value, low in (("--threads", threads, 1), ("--nproc", nproc, 1), ("--iters", iters, 1),
+                             ("--warmup", warmup, 0)):
+        if value < low:
+            raise UserInputError(f"{flag} {value}: must be >= {low}", hint=f"pass {flag} {max(low, 1)} or more.")
+    check_dtype_name(dtype)
+    CsvLog(out, columns, key_columns)
+
+
+def positive_int(path: Path, field: str, value: Any) -> int:
+    """A positive integer read from a YAML file (not a boolean, not 2.5, not 'abc')."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) \
+            or value != int(value) or value < 1:
+        raise UserInputError(f"{path}: field {field!r} = {value!r}: must be a positive integer",
+                             hint=f"write a whole number >= 1 for {field} in {path}.")
+    return int(value)
 
 
 def dtype_name(dtype: Any) -> str:
@@ -275,6 +501,9 @@ def read_space_yaml(path: Path, *, what: str, example: str) -> Any:
     """Parse a design-space YAML file; a missing or malformed file is a UserInputError."""
     import yaml
 
+    if path.is_dir():
+        raise UserInputError(f"{what} {path} is a directory, not a YAML file",
+                             hint=f"pass --space {example} or another YAML file.")
     try:
         return yaml.safe_load(path.read_text())
     except FileNotFoundError as err:
@@ -283,3 +512,13 @@ def read_space_yaml(path: Path, *, what: str, example: str) -> Any:
     except yaml.YAMLError as err:
         raise UserInputError(f"{path}: not valid YAML ({err})",
                              hint=f"fix {path} (see {example} for the format).") from err
+
+
+def reject_unknown_keys(path: Path, where: str, raw: Mapping[str, Any], known: Sequence[str], *,
+                        example: str) -> None:
+    """A YAML mapping may hold only `known` keys (a typo must not be silently ignored)."""
+    for key in raw:
+        if key not in known:
+            dotted = f"{where}.{key}" if where else str(key)
+            raise UserInputError(f"{path}: unknown key {dotted!r}; {did_you_mean(str(key), known)}",
+                                 hint=f"fix {path} (see {example} for the format).")

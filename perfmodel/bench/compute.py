@@ -20,7 +20,14 @@ from pathlib import Path
 from typing import Any
 
 from perfmodel.arch import FAMILY_LAYOUT, ModelSpec
-from perfmodel.bench.common import CsvLog, is_oom, median_iqr, read_space_yaml, time_budget_left
+from perfmodel.bench.common import CsvLog, is_oom, median_iqr, time_budget_left
+from perfmodel.bench.space import DIMS as _DIMS
+from perfmodel.bench.space import (  # noqa: F401 - also imported from here (their former home)
+    DesignSpace,
+    IntRange,
+    NamedSettings,
+    load_space,
+)
 from perfmodel.errors import DatasetError, UserInputError
 
 logger = logging.getLogger(__name__)
@@ -32,76 +39,11 @@ COLUMNS = ("model", "family", "hidden_size", "num_hidden_layers", "num_attention
            "iters", "device", "dtype", "threads")
 KEY_COLUMNS = ("model", "seq_len", "micro_batch", "phase")
 _SHAPE_COLUMNS = COLUMNS[1:10]
-_DIMS = ("family", "tie_word_embeddings", "hidden_size", "num_hidden_layers", "num_attention_heads",
-         "num_key_value_heads", "intermediate_size", "vocab_size", "seq_len")
 _DEVICE_KERNEL_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 _LAUNCH_CATS = ("cuda_runtime", "cuda_driver")
 
 
-# ---- design space -------------------------------------------------------------------------
-
-@dataclass(frozen=True, slots=True)
-class IntRange:
-    """An integer range sampled uniformly or log-uniformly, rounded to a multiple."""
-
-    low: int
-    """Smallest value."""
-    high: int
-    """Largest value."""
-    log: bool = False
-    """Sample log-uniformly (sizes) rather than uniformly."""
-    multiple_of: int = 1
-    """Round sampled values to a multiple of this."""
-
-    def pick(self, u: float) -> float:
-        """Map u in [0, 1) onto the range (unrounded)."""
-        if self.log:
-            return math.exp(math.log(self.low) + u * (math.log(self.high) - math.log(self.low)))
-        return self.low + u * (self.high + 1 - self.low)
-
-
-@dataclass(frozen=True, slots=True)
-class NamedSettings:
-    """How the held-out named models are shrunk to fit the machine."""
-
-    models: tuple[str, ...]
-    """Catalog names of the named models."""
-    num_hidden_layers: int | None
-    """Layer count used (None: the catalog's)."""
-    seq_len: int
-    """Sequence length."""
-    micro_batches: tuple[int, ...]
-    """Micro-batches measured per model."""
-    iters: int | None = None
-    """Profiled iterations (None: the --iters default)."""
-
-
-@dataclass(frozen=True, slots=True)
-class DesignSpace:
-    """A benchmark design space (catalogs/spaces/*.yaml)."""
-
-    name: str
-    """Space name."""
-    families: tuple[str, ...]
-    """Family layouts sampled (arch.FAMILY_LAYOUT keys)."""
-    tie_choices: tuple[bool, ...]
-    """Tied-embedding choices."""
-    ranges: Mapping[str, IntRange]
-    """Integer dimensions: hidden_size, num_hidden_layers, num_attention_heads,
-    num_key_value_heads, intermediate_size, vocab_size."""
-    seq_lens: tuple[int, ...]
-    """Sequence-length choices."""
-    max_micro_batch: int
-    """Largest micro-batch of the doubling sweep."""
-    time_per_config_s: float
-    """Stop a micro-batch sweep once the next point would exceed this (CPU time cap)."""
-    memory_cap_bytes: float
-    """Stop the sweep when the estimated memory exceeds this (0: no cap; GPUs stop at OOM)."""
-    max_step_gflop: float
-    """Reject sampled shapes whose micro-batch-1 training step exceeds this (0: no limit)."""
-    named: NamedSettings | None
-    """Settings of the --named mode."""
-
+# ---- design space (perfmodel.bench.space) and configurations -------------------------------
 
 @dataclass(frozen=True, slots=True)
 class BenchConfig:
@@ -115,60 +57,6 @@ class BenchConfig:
     """Sequence length."""
     micro_batches: tuple[int, ...]
     """Micro-batches to try, in order (the sweep may stop early)."""
-
-
-def _fail(path: Path, msg: str) -> UserInputError:
-    return UserInputError(f"{path}: {msg}", hint=f"fix {path} (see catalogs/spaces/cpu.yaml for the format).")
-
-
-def _int_range(path: Path, name: str, raw: Any) -> IntRange:
-    if not isinstance(raw, dict) or "min" not in raw or "max" not in raw:
-        raise _fail(path, f"'{name}' must be a mapping with min and max, got {raw!r}")
-    try:
-        rng = IntRange(int(raw["min"]), int(raw["max"]), raw.get("scale", "linear") == "log",
-                       int(raw.get("multiple_of", 1)))
-    except (TypeError, ValueError) as err:
-        raise _fail(path, f"'{name}': {err}") from err
-    if not 1 <= rng.low <= rng.high or rng.multiple_of < 1:
-        raise _fail(path, f"'{name}' needs 1 <= min <= max and multiple_of >= 1, got {raw!r}")
-    return rng
-
-
-def load_space(path: str | Path) -> DesignSpace:
-    """Load and validate a design-space YAML file."""
-    p = Path(path)
-    raw = read_space_yaml(p, what="design space", example="catalogs/spaces/cpu.yaml")
-    if not isinstance(raw, dict):
-        raise _fail(p, "expected a mapping at the top level")
-    ranges = {k: _int_range(p, k, raw.get(k)) for k in _DIMS[2:8]}
-    families = tuple(raw.get("families", ["llama"]))
-    unknown = [f for f in families if f not in FAMILY_LAYOUT]
-    if unknown or not families:
-        raise _fail(p, f"unknown families {unknown}; known: {', '.join(FAMILY_LAYOUT)}")
-    seq = raw.get("seq_len")
-    if not isinstance(seq, list) or not seq or not all(isinstance(s, int) and s > 1 for s in seq):
-        raise _fail(p, f"'seq_len' must be a list of integers > 1, got {seq!r}")
-    limits = raw.get("limits", {}) or {}
-    return DesignSpace(
-        name=str(raw.get("name", p.stem)), families=families,
-        tie_choices=tuple(bool(t) for t in raw.get("tie_word_embeddings", [False])),
-        ranges=ranges, seq_lens=tuple(seq), max_micro_batch=int(raw.get("max_micro_batch", 64)),
-        time_per_config_s=float(limits.get("time_per_config_s", 0) or 0),
-        memory_cap_bytes=float(limits.get("memory_gib", 0) or 0) * 1024**3,
-        max_step_gflop=float(limits.get("max_step_gflop", 0) or 0),
-        named=_named(p, raw.get("named")))
-
-
-def _named(path: Path, raw: Any) -> NamedSettings | None:
-    if raw is None:
-        return None
-    try:
-        layers = raw.get("num_hidden_layers")
-        return NamedSettings(models=tuple(raw["models"]), num_hidden_layers=None if layers is None else int(layers),
-                             seq_len=int(raw["seq_len"]), micro_batches=tuple(int(m) for m in raw["micro_batches"]),
-                             iters=int(raw["iters"]) if raw.get("iters") else None)
-    except (KeyError, TypeError, ValueError) as err:
-        raise _fail(path, f"'named' needs models, seq_len, micro_batches ({err})") from err
 
 
 def doubling(max_micro_batch: int) -> tuple[int, ...]:
@@ -424,12 +312,15 @@ def run_compute(configs: Sequence[BenchConfig], out_path: str | Path, settings: 
     log = CsvLog(out, COLUMNS, KEY_COLUMNS)
     check_existing(log, configs)
     progress_file = Path(f"{out}.progress")
-    finished = {line.split()[0] for line in progress_file.read_text().splitlines() if line.strip()} \
-        if progress_file.is_file() else set()
+    measured = _measured_steps(log)
+    reasons = _finished_configs(progress_file)
+    written: dict[str, set[int]] = {}
+    for r in log.rows():
+        written.setdefault(r["model"], set()).add(int(r["micro_batch"]))
+    finished = {c.config_id for c in configs if _is_finished(c, reasons, written, measured)}
     pending = [c for c in configs if c.config_id not in finished][: limit if limit is not None else None]
     logger.info("%d configurations, %d already finished, %d to run now",
-                len(configs), len(finished & {c.config_id for c in configs}), len(pending))
-    measured = _measured_steps(log)
+                len(configs), len(finished), len(pending))
     with make_progress() as bar:
         task = bar.add_task("bench compute", total=len(pending))
         for cfg in pending:
@@ -443,6 +334,28 @@ def run_compute(configs: Sequence[BenchConfig], out_path: str | Path, settings: 
                         time.perf_counter() - t0)
             bar.advance(task)
     return summarise_rows(log.rows())
+
+
+def _finished_configs(progress_file: Path) -> dict[str, str]:
+    """Configuration -> why its sweep stopped, as listed in the progress file; an unterminated
+    last line (a killed run) does not count."""
+    if not progress_file.is_file():
+        return {}
+    complete = progress_file.read_text(errors="replace").split("\n")[:-1]
+    return {parts[0]: parts[1] for parts in (line.split() for line in complete) if len(parts) >= 2}
+
+
+def _is_finished(cfg: BenchConfig, reasons: Mapping[str, str], written: Mapping[str, set[int]],
+                 measured: Mapping[tuple[str, int], Mapping[int, float]]) -> bool:
+    """Listed as finished and its rows are all in the dataset: a row dropped from a damaged file
+    (a partial last line) sends the configuration back to measurement."""
+    reason = reasons.get(cfg.config_id)
+    if reason is None:
+        return False
+    complete = set(measured.get((cfg.config_id, cfg.seq_len), {}))
+    if written.get(cfg.config_id, set()) - complete:  # a micro-batch with some phases missing
+        return False
+    return reason != "done" or set(cfg.micro_batches) <= complete
 
 
 def _measured_steps(log: CsvLog) -> dict[tuple[str, int], dict[int, float]]:

@@ -1,20 +1,38 @@
-"""Shared CLI helpers: output formats (table/json/csv) and common options."""
+"""Shared CLI helpers: output formats (table/json/csv), strict parameter types, human formats.
+
+`harden_command` walks a click command (and its sub-commands) and swaps every parameter type for
+a stricter one, so each flag that any engineer adds is covered without listing it here:
+floats reject NaN/inf, choices say "did you mean", output paths get their folder created and
+figure paths must have an extension matplotlib can write.
+"""
 
 from __future__ import annotations
 
 import json
 import math
+import os
+import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import click
 import pandas as pd
 
+from perfmodel.errors import did_you_mean
+
 FORMATS = ("table", "json", "csv")
+OUTPUT_PARAM_NAMES = frozenset({"output", "out", "plot", "plot_path", "trace_path", "timeline_path",
+                                "timelines", "trace"})
+"""Parameter names that are files the command writes (their folder is created)."""
+FIGURE_WORDS = ("plot", "timeline", "figure")
+"""A written path whose parameter name contains one of these is a matplotlib figure."""
+_WIDE_CONSOLE = 1000
+"""Table width when stdout is not a terminal: wide enough that no cell is cut short."""
 
 
 def format_option(default: str = "table") -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """The `--format table|json|csv` option every command takes."""
+    """The `--format table|json|csv` option of every listing, prediction and planning command."""
     return click.option(
         "--format",
         "fmt",
@@ -23,6 +41,169 @@ def format_option(default: str = "table") -> Callable[[Callable[..., Any]], Call
         show_default=True,
         help="Output format.",
     )
+
+
+# ---- strict parameter types ------------------------------------------------------------------
+
+
+class FiniteFloat(click.ParamType):
+    """A float (or FloatRange) parameter that rejects NaN and ±inf."""
+
+    def __init__(self, inner: click.ParamType) -> None:
+        self.inner = inner
+        self.name = inner.name
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, bool):
+            self.fail(f"{value!r} is a boolean, not a number", param, ctx)
+        if isinstance(value, str) and not math.isfinite(_loose_float(value)):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        number = self.inner.convert(value, param, ctx)
+        if isinstance(number, float) and not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return number
+
+    def get_metavar(self, param: click.Parameter, ctx: click.Context) -> str | None:
+        return self.inner.get_metavar(param, ctx)
+
+    def to_info_dict(self) -> dict[str, Any]:
+        return self.inner.to_info_dict()
+
+    def __repr__(self) -> str:
+        return f"FiniteFloat({self.inner!r})"
+
+
+def _loose_float(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        return 0.0  # not a number at all: the inner type reports it
+
+
+class SuggestingChoice(click.Choice):
+    """click.Choice whose error adds the closest choices ("did you mean ...?")."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        try:
+            return super().convert(value, param, ctx)
+        except click.BadParameter:
+            names = [str(c) for c in self.choices]
+            self.fail(f"{value!r} is not one of {', '.join(map(repr, names))}; "
+                      f"{did_you_mean(str(value), names)}", param, ctx)
+
+
+class OutputPath(click.ParamType):
+    """A path the command writes: not a directory, its folder created, figures by extension."""
+
+    def __init__(self, inner: click.ParamType, *, figure: bool) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.figure = figure
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        result = self.inner.convert(value, param, ctx)
+        path = Path(os.fsdecode(result))
+        if path.is_dir():
+            self.fail(f"{str(path)!r} is a directory; give a file name inside it", param, ctx)
+        if self.figure:
+            suffix = path.suffix.lower().lstrip(".")
+            supported = figure_formats()
+            if suffix not in supported:
+                self.fail(f"{str(path)!r}: cannot write a figure with extension {suffix or '(none)'!r}; "
+                          f"supported: {', '.join(supported)}", param, ctx)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            self.fail(f"cannot create the folder of {str(path)!r}: {err.strerror}", param, ctx)
+        return result
+
+    def get_metavar(self, param: click.Parameter, ctx: click.Context) -> str | None:
+        return self.inner.get_metavar(param, ctx)
+
+    def to_info_dict(self) -> dict[str, Any]:
+        return self.inner.to_info_dict()
+
+
+def figure_formats() -> list[str]:
+    """File extensions matplotlib can save figures as (png, pdf, svg, ...)."""
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    return sorted(FigureCanvasBase.get_supported_filetypes())
+
+
+def _strict_type(param: click.Parameter) -> click.ParamType:
+    kind = param.type
+    if isinstance(kind, FiniteFloat | SuggestingChoice | OutputPath):
+        return kind
+    if isinstance(kind, click.types.FloatParamType):
+        return FiniteFloat(kind)
+    if isinstance(kind, click.Choice):
+        return SuggestingChoice(kind.choices, case_sensitive=kind.case_sensitive)
+    name = param.name or ""
+    if isinstance(kind, click.Path | click.types.StringParamType) and name in OUTPUT_PARAM_NAMES \
+            and isinstance(param, click.Option):
+        return OutputPath(kind, figure=any(w in name for w in FIGURE_WORDS))
+    return kind
+
+
+def harden_command(command: click.Command) -> click.Command:
+    """Give every parameter of `command` (and of its sub-commands) its strict type, once."""
+    if getattr(command, "_shardmeter_hardened", False):
+        return command
+    for param in command.params:
+        if param.nargs == 1 and not getattr(param, "is_flag", False):
+            param.type = _strict_type(param)
+    if isinstance(command, click.Group) and type(command).get_command is click.Group.get_command:
+        for sub in command.commands.values():
+            harden_command(sub)
+    command._shardmeter_hardened = True  # type: ignore[attr-defined]
+    return command
+
+
+# ---- human number formats (table output only; JSON/CSV keep full precision) -------------------
+
+
+def human_usd(value: float) -> str:
+    """Dollars for people: $17,831, $3.59, $0.0042."""
+    if abs(value) >= 100:
+        return f"${value:,.0f}"
+    if abs(value) >= 1:
+        return f"${value:,.2f}"
+    return f"${value:.2g}"
+
+
+def human_count(value: float, unit: str = "") -> str:
+    """A large quantity with an SI prefix: 477k, 1.25M, 3.2G (with a unit: '477k tok/s')."""
+    magnitude = abs(value)
+    for scale, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if magnitude >= scale:
+            scaled = value / scale
+            text = f"{scaled:.3g}" if abs(scaled) < 100 else f"{scaled:.0f}"
+            return f"{text}{prefix}" + (f" {unit}" if unit else "")
+    return f"{value:.3g}" + (f" {unit}" if unit else "")
+
+
+def human_cell(column: str, value: Any, float_digits: int = 4) -> str:
+    """One table cell; money and token rates in human units, other floats to `float_digits`."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        if hasattr(value, "item") and callable(value.item):  # numpy scalars
+            return human_cell(column, value.item(), float_digits)
+        return "-" if value is None else str(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        return "-"
+    name = column.lower()
+    if "usd" in name or name.startswith("cost") or name.endswith("_cost"):
+        return human_usd(float(value))
+    if "tokens_per_s" in name or name.endswith("tok_s"):
+        return human_count(float(value), "tok/s")
+    if isinstance(value, int):
+        return f"{value:,}" if abs(value) >= 1_000_000 else str(value)
+    if 1e4 <= abs(value) < 1e15:
+        return f"{value:,.0f}"
+    return f"{value:.{float_digits}g}"
+
+
+# ---- output -----------------------------------------------------------------------------------
 
 
 def _jsonable(value: Any) -> Any:
@@ -59,25 +240,27 @@ def emit_records(
         emit_table(frame, title=title, float_digits=float_digits)
 
 
-def _cell(value: Any, float_digits: int) -> str:
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            return "-"
-        return f"{value:.{float_digits}g}"
-    return str(value)
+def _console() -> Any:
+    """A rich console as wide as the terminal; unlimited when stdout is a pipe or file."""
+    from rich.console import Console
+
+    if sys.stdout.isatty():
+        return Console()
+    columns = os.environ.get("COLUMNS", "")
+    return Console(width=int(columns) if columns.isdigit() and int(columns) > 0 else _WIDE_CONSOLE)
 
 
 def emit_table(frame: pd.DataFrame, *, title: str | None = None, float_digits: int = 4) -> None:
-    """Print a DataFrame as a rich terminal table."""
-    from rich.console import Console
+    """Print a DataFrame as a rich terminal table (cells wrap rather than being cut)."""
     from rich.table import Table
 
     table = Table(title=title, show_lines=False)
-    for column in frame.columns:
-        table.add_column(str(column))
+    columns = [str(c) for c in frame.columns]
+    for column in columns:
+        table.add_column(column, overflow="fold")
     for row in frame.itertuples(index=False):
-        table.add_row(*(_cell(v, float_digits) for v in row))
-    Console(width=200).print(table)
+        table.add_row(*(human_cell(c, v, float_digits) for c, v in zip(columns, row, strict=True)))
+    _console().print(table)
 
 
 def emit_mapping(payload: dict[str, Any], fmt: str, *, title: str | None = None) -> None:
@@ -89,7 +272,8 @@ def emit_mapping(payload: dict[str, Any], fmt: str, *, title: str | None = None)
         click.echo(pd.DataFrame([flat]).to_csv(index=False), nl=False)
     else:
         rows = [
-            {"field": k, "value": _cell(v, 6) if not isinstance(v, dict | list) else json.dumps(_jsonable(v))}
+            {"field": k, "value": human_cell(k, v, 6) if not isinstance(v, dict | list)
+             else json.dumps(_jsonable(v))}
             for k, v in payload.items()
         ]
         emit_table(pd.DataFrame(rows), title=title)
