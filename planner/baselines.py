@@ -214,7 +214,7 @@ def proportional_split(problem: Problem, option_ids: tuple[int, ...]) -> list[Is
         pairs = [problem.pairs[ladders[i][level[i]]] for i in range(len(option_ids))]
         rate = [p.seqs_per_accum_step / p.step_time_s(1) for p in pairs]
         share = [problem.global_batch_seqs * r / sum(rate) for r in rate]
-        ks = [max(1, int(s // p.seqs_per_accum_step)) for s, p in zip(share, pairs, strict=True)]
+        ks = [min(p.max_accum_steps, max(1, int(s // p.seqs_per_accum_step))) for s, p in zip(share, pairs, strict=True)]
         ks = _refine(problem.global_batch_seqs, pairs, ks)
         if ks is not None:
             return [IslandChoice(pair_index=ladders[i][level[i]], accum_steps=k) for i, k in enumerate(ks)]

@@ -20,7 +20,8 @@ Data (from `step_data`; every number below comes from exact comparisons of the e
     π_o        island price per hour in integer units (`MONEY_SCALE_PER_USD_PER_HOUR`)
     u_i        most islands of item i: min(max_islands, N_c // n_o, G // (n_o g_o), B // b_i)
     L_i        last ladder level whose cut-off admits item i (t_i <= τ̄_l for l <= L_i)
-    λ(M,a,b)   ladder level of σ(M, uplink of a, latency of b), "none" if W > ε for every τ
+    λ(M,a,b)   ladder level of σ(M, {a, b}) (a < b: the pair's slowest WAN uplink and largest
+               latency; a = b: cluster a alone, over its fabric), "none" if W > ε for every τ
 Variables:
     x_i ∈ {0..u_i}    islands of item i
     μ_M ∈ {0,1}       the plan has exactly M islands
@@ -36,12 +37,14 @@ Constraints:
     (5) v_{L_i+1} => x_i = 0          ∀i          item too slow beyond its level
     (6) ¬z_c => x_i = 0 (i ∈ I_c),  z_c => Σ_{i∈I_c} x_i >= 1   cluster use
     (7) v_l => v_{l-1}                            ladder
-    (8) μ_M ∧ z_a ∧ z_b => v_{λ(M,a,b)}  (a clause forbidding μ_M ∧ z_a ∧ z_b when λ is "none")
+    (8) μ_M ∧ z_a ∧ z_b => v_{λ(M,a,b)} (a < b),  μ_M ∧ z_a ∧ ¬z_(c≠a) => v_{λ(M,a,a)}
+        (clauses forbidding the combination when λ is "none")
     (9) Σ_i π_o(i)·x_i >= F                       a known floor F (optional)
     (10) x_i >= 1 => Σprice <= Π_i,  μ_M => Σprice <= Π_M   cost-cap cuts (optional, `step_data`)
 
-Why this is exact. W = D/(B·S)·(τ + σ/H) and σ of M islands on clusters U is
-max_{a,b∈U} σ(M, a, b) (σ falls with the uplink, grows with the latency). Each distinct σ has a
+Why this is exact. W = D/(B·S)·(τ + σ/H) and σ of M islands on clusters U is σ(M, a, a) when
+U = {a}, else max_{a<b∈U} σ(M, a, b) (the WAN σ falls with the uplink, grows with the latency, so
+the worst pair holds the slowest uplink and the largest latency). Each distinct σ has a
 cut-off τ̄(σ) = the largest menu step time with W(τ̄, σ) <= ε; equal cut-offs share a ladder
 level. (8) lifts the ladder to at least the level of the plan's own σ and (5) then admits exactly
 the islands with t <= τ̄(σ): the feasible set is exactly the (menu) plans with W <= ε. Nothing
@@ -69,7 +72,7 @@ from planner.problem import (
     Problem,
     SubResult,
     cost_usd,
-    sync_time_s,
+    group_sync_s,
     wall_time_s,
 )
 
@@ -173,9 +176,8 @@ def step_data(problem: Problem, max_wall_s: float | None, *, strict: bool,
     for m in range(1, problem.max_islands + 1):
         for a in clusters:
             for b in clusters:
-                sigma[(m, a, b)] = sync_time_s(m, problem.pseudo_gradient_bytes,
-                                               problem.clusters[a].wan_bw_bytes_per_s,
-                                               problem.clusters[b].wan_latency_s)
+                if a <= b:  # (m, a, a): one cluster alone (its fabric); a < b: the pair's WAN
+                    sigma[(m, a, b)] = group_sync_s(problem, m, (a, b))
     cut = {}
     search = bisect.bisect_left if strict else bisect.bisect_right
     for value in set(sigma.values()):
@@ -257,7 +259,9 @@ def build_step_model(problem: Problem, data: StepData) -> tuple[cp_model.CpModel
     for (m, a, b), lvl in data.sigma_level.items():  # (8)
         if a not in z or b not in z:
             continue
-        clause = [~mu[m], ~z[a]] + ([~z[b]] if b != a else [])
+        # a pair of used clusters syncs over the WAN; one cluster alone (all others unused) over
+        # its fabric
+        clause = [~mu[m], ~z[a]] + ([~z[b]] if b != a else [z[c] for c in z if c != a])
         if lvl is None:
             model.add_bool_or(clause)
         elif lvl >= 1:

@@ -1,4 +1,4 @@
-"""MILP backend through PuLP (CBC bundled; HiGHS when `pulp.HiGHS` is usable and asked for).
+"""MILP backend through PuLP: HiGHS (highspy, the default) or CBC (bundled with PuLP, the fallback).
 
 The same step as `planner.cpsat` — the cheapest plan with wall time W <= ε — as a mixed-integer
 linear program; `planner.pareto` sweeps ε to trace the staircase and the frontier.
@@ -17,8 +17,8 @@ Constraints:
     (5) x_i <= u_i·(1 − v_{L_i+1})                        ∀i with L_i below the last level
     (6) x_i <= u_i·z_c (i ∈ I_c),   z_c <= Σ_{i∈I_c} x_i
     (7) v_l <= v_{l-1}
-    (8) v_{λ(M,a,b)} >= μ_M + z_a + z_b − 2   (a ≠ b; μ_M + z_a − 1 when a = b);
-        μ_M + z_a + z_b <= 2 when λ(M,a,b) is "none"
+    (8) v_{λ(M,a,b)} >= μ_M + z_a + z_b − 2   (a < b; μ_M + z_a − Σ_{c≠a} z_c − 1 when a = b);
+        the right-hand side forced <= 0 when λ(M,a,b) is "none"
     (9) Σprice >= F                                     known floor (optional)
     (10) x_i <= u_i·β_i,  Σprice <= Π_i + (Π̄ − Π_i)(1 − β_i),  Σprice <= Π_M + (Π̄ − Π_M)(1 − μ_M)
          cost-cap cuts (optional; Π̄ an upper bound on Σprice; β_i ∈ {0,1})
@@ -34,6 +34,8 @@ from __future__ import annotations
 
 import logging
 import math
+import os
+import sys
 import warnings
 
 import pulp
@@ -48,14 +50,49 @@ ABS_GAP_PRICE_UNITS = 0.5
 """Absolute optimality gap: below one integer price unit, so optimal is the integer optimum."""
 
 
+_BANNER_SILENCED: list[bool] = []
+
+
+def _silence_highs_banner() -> None:
+    """HiGHS prints a copyright banner to the C-level stdout when the process creates its first
+    solver object, before any option can switch output off; it would corrupt `--format json`.
+    Create that first object once with file descriptor 1 pointed at /dev/null."""
+    if _BANNER_SILENCED:
+        return
+    _BANNER_SILENCED.append(True)
+    try:
+        import highspy
+    except ImportError:
+        return
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 1)
+            highspy.Highs()
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+def highs_available() -> bool:
+    """Is PuLP's HiGHS interface (highspy) usable here?"""
+    solver_cls = getattr(pulp, "HiGHS", None)
+    if solver_cls is None or not solver_cls(msg=False).available():
+        return False
+    _silence_highs_banner()
+    return True
+
+
 def _make_solver(backend: str, threads: int, time_limit_s: float | None) -> pulp.LpSolver:
     if backend == "highs":
         solver_cls = getattr(pulp, "HiGHS", None)
-        if solver_cls is None or not solver_cls(msg=False).available():
+        if solver_cls is None or not highs_available():
             raise ShardMeterError("the HiGHS MILP backend is not available in this environment",
                                   hint="use --milp-backend cbc (bundled with PuLP) or install highspy.")
-        return solver_cls(msg=False, timeLimit=time_limit_s, threads=threads, gapRel=0.0,
-                          gapAbs=ABS_GAP_PRICE_UNITS)
+        # no `threads`: HiGHS sizes one scheduler per process on first use and fails every later
+        # solve that asks for a different count (seen as "not solved" after a 2-thread solve)
+        return solver_cls(msg=False, timeLimit=time_limit_s, gapRel=0.0, gapAbs=ABS_GAP_PRICE_UNITS)
     if backend != "cbc":
         raise ShardMeterError(f"unknown MILP backend {backend!r}", hint="use cbc or highs.")
     with warnings.catch_warnings():  # PuLP 3 flags its bundled CBC as deprecated; it is what ships
@@ -121,7 +158,9 @@ def build_step_milp(problem: Problem, data: StepData) -> tuple[pulp.LpProblem, d
     for (m, a, b), lvl in data.sigma_level.items():
         if a not in z or b not in z:
             continue
-        used = mu[m] + z[a] + (z[b] if b != a else 0)
+        # pair a < b: both used; a alone: used and every other cluster unused
+        others = pulp.lpSum(z[c] for c in z if c != a) if b == a else 0
+        used = mu[m] + z[a] + (z[b] if b != a else 0) - others
         count = 3 if b != a else 2
         if lvl is None:
             lp += used <= count - 1, f"c8_{m}_{a}_{b}"
@@ -135,7 +174,7 @@ class MilpSubsolver:
 
     name = "milp"
 
-    def __init__(self, problem: Problem, *, threads: int = 1, backend: str = "cbc") -> None:
+    def __init__(self, problem: Problem, *, threads: int = 1, backend: str = "highs") -> None:
         self.problem = problem
         self.threads = max(1, threads)
         self.backend = backend

@@ -25,13 +25,15 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
 import pandas as pd
 
-from perfmodel.errors import InfeasibleError, ShardMeterError
+from perfmodel.errors import InfeasibleError, ShardMeterError, UserInputError
 from planner.instance import Instance
 from planner.problem import (
     PRICE_UNITS_PER_USD_PER_HOUR,
@@ -83,18 +85,26 @@ class Frontier:
     """Prices are quantised to this step before solving."""
     max_cost_rounding_usd: float = 0.0
     """Largest |cost at quantised prices − cost at table prices| over the points."""
+    note: str = ""
+    """Why the frontier is not proven exact (empty when it is)."""
+    cross_checks: int = 0
+    """Infeasible steps after a feasible one that were re-checked by a second method."""
 
 
 class StaircaseOracle:
     """Exact "cheapest plan with W <= ε" by a cost-capped staircase walk over a backend."""
 
-    def __init__(self, problem: Problem, subsolver: Subsolver, *, time_limit_s: float | None = None) -> None:
+    def __init__(self, problem: Problem, subsolver: Subsolver, *, time_limit_s: float | None = None,
+                 checker: Checker | None = None) -> None:
         self.problem = problem
         self.subsolver = subsolver
         self.pool: list[Plan] = []
         self.stop_at = None if time_limit_s is None else time.monotonic() + time_limit_s
         self.proven_exact = True
         self.num_solves = 0
+        self.checker = checker
+        self.cross_checks = 0
+        self.note = ""
 
     def min_cost(self, max_wall_s: float | None, *, strict: bool) -> Plan | None:
         """Cheapest plan with W <= max_wall_s (W < if strict); ties → smaller W."""
@@ -120,13 +130,33 @@ class StaircaseOracle:
         result = self.subsolver.min_price(eps, strict=strict, time_limit_s=remaining,
                                           price_floor_units=floor, cost_cap_usd=cap)
         self.num_solves += 1
+        if result.status == "infeasible" and self.pool:
+            result = self._cross_check(result, eps, strict, cap)
         if result.status == "unknown":
-            self.proven_exact = False
+            self._unproven("a solver step ended without an answer (time limit or solver error)")
         if result.status in ("infeasible", "unknown"):
             return None
         if result.status != "optimal":
-            self.proven_exact = False
+            self._unproven("a solver step ended unproven (time limit)")
         return result
+
+    def _unproven(self, why: str) -> None:
+        self.proven_exact = False
+        self.note = self.note or why
+
+    def _cross_check(self, result: SubResult, eps: float | None, strict: bool, cap: float | None) -> SubResult:
+        """An infeasible step after a feasible one is re-checked before it may end the walk."""
+        if self.checker is None:
+            self._unproven(f"{self.subsolver.name} reported a step infeasible and no second method checked it")
+            return result
+        self.cross_checks += 1
+        witness = self.checker(eps, strict, cap)
+        if witness is None:
+            return result
+        LOG.warning("%s reported a feasible step infeasible (W %s %s); continuing with the plan the "
+                    "cross-check found", self.subsolver.name, "<" if strict else "<=", eps)
+        self._unproven(f"{self.subsolver.name} reported a feasible step infeasible (cross-check found a plan)")
+        return SubResult(status="feasible", choices=witness.choices, price_units=witness.price_units)
 
     def _check(self, result: SubResult, eps: float | None, strict: bool) -> Plan:
         plan = evaluate(self.problem, result.choices)
@@ -197,21 +227,88 @@ def cheapest_at_throughput(points: list[Plan] | tuple[Plan, ...], fraction: floa
 
 # ---- solving an instance ---------------------------------------------------------------------
 
-SOLVERS = ("cpsat", "milp", "brute", "heuristic")
+SOLVERS = ("auto", "dp", "cpsat", "milp", "brute", "heuristic")
+"""auto: the exact DP where the problem's structure allows it (`planner.dp`), else CP-SAT."""
+MILP_BACKENDS = ("highs", "cbc")
+DEFAULT_TIME_LIMIT_S = 300.0
+"""Total solve time of a frontier when none is given; a frontier cut short says it is not exact."""
+
+Checker = Callable[[float | None, bool, float | None], Plan | None]
+"""(ε, strict, cost cap) -> a plan with W <= ε (< if strict) and C <= cap, or None if none exists."""
+
+
+def default_threads() -> int:
+    """Solver threads when none are given: the machine's CPUs (at most 8)."""
+    return max(1, min(8, os.cpu_count() or 1))
+
+
+def resolve_solver(problem: Problem, solver: str) -> str:
+    """`auto` becomes dp or cpsat; `dp` on a problem the DP cannot take is a user error."""
+    from planner.dp import dp_unsupported
+
+    reason = dp_unsupported(problem)
+    if solver == "auto":
+        return "dp" if reason is None else "cpsat"
+    if solver == "dp" and reason is not None:
+        raise UserInputError(f"--solver dp cannot solve {problem.name!r}: {reason}",
+                             hint="use --solver auto or cpsat.")
+    return solver
+
+
+def dp_checker(problem: Problem) -> Checker | None:
+    """A cross-check from the DP's frontier (None where the DP does not apply); built on first use."""
+    from planner.dp import dp_frontier, dp_unsupported
+
+    if dp_unsupported(problem) is not None:
+        return None
+    cache: list[tuple[Plan, ...]] = []
+
+    def check(eps: float | None, strict: bool, cap: float | None) -> Plan | None:
+        if not cache:
+            cache.append(dp_frontier(dataclasses.replace(problem, budget_usd=None)).points)
+        fits = [p for p in cache[0] if (eps is None or (p.wall_time_s < eps if strict else p.wall_time_s <= eps))
+                and (cap is None or p.cost_usd <= cap)]
+        # the cheapest such point is what a correct step would lead the walk to
+        return min(fits, key=lambda p: (p.cost_usd, p.wall_time_s)) if fits else None
+
+    return check
+
+
+def subsolver_checker(problem: Problem, sub: Subsolver) -> Checker:
+    """A cross-check by a second backend: any plan of its step is a witness."""
+    def check(eps: float | None, strict: bool, cap: float | None) -> Plan | None:
+        result = sub.min_price(eps, strict=strict, time_limit_s=DEFAULT_TIME_LIMIT_S, cost_cap_usd=cap)
+        if result.status not in ("optimal", "feasible"):
+            return None
+        plan = evaluate(problem, result.choices)
+        return plan if cap is None or plan.cost_usd <= cap else None
+
+    return check
+
+
+def _milp(problem: Problem, threads: int, backend: str) -> Subsolver:
+    from planner.milp import MilpSubsolver, highs_available
+
+    if backend == "highs" and not highs_available():
+        LOG.warning("HiGHS (highspy) is not installed: using CBC for the MILP backend")
+        backend = "cbc"
+    return MilpSubsolver(problem, threads=threads, backend=backend)
 
 
 def make_oracle(problem: Problem, solver: str, *, threads: int = 1, time_limit_s: float | None = None,
-                milp_backend: str = "cbc") -> CostOracle:
-    """The exact oracle of a backend name (heuristic has none)."""
-    if solver == "cpsat":
+                milp_backend: str = "highs") -> CostOracle:
+    """The exact oracle of a backend name (heuristic has none), with its cross-check."""
+    if solver in ("cpsat", "milp"):
         from planner.cpsat import CpSatSubsolver
 
-        return StaircaseOracle(problem, CpSatSubsolver(problem, threads=threads), time_limit_s=time_limit_s)
-    if solver == "milp":
-        from planner.milp import MilpSubsolver
-
-        sub = MilpSubsolver(problem, threads=threads, backend=milp_backend)
-        return StaircaseOracle(problem, sub, time_limit_s=time_limit_s)
+        if solver == "cpsat":
+            sub: Subsolver = CpSatSubsolver(problem, threads=threads)
+            second: Callable[[], Subsolver] = lambda: _milp(problem, threads, milp_backend)  # noqa: E731
+        else:
+            sub = _milp(problem, threads, milp_backend)
+            second = lambda: CpSatSubsolver(problem, threads=threads)  # noqa: E731
+        checker = dp_checker(problem) or subsolver_checker(problem, second())
+        return StaircaseOracle(problem, sub, time_limit_s=time_limit_s, checker=checker)
     if solver == "brute":
         from planner.baselines import BruteForce
 
@@ -219,11 +316,16 @@ def make_oracle(problem: Problem, solver: str, *, threads: int = 1, time_limit_s
     raise ValueError(f"no exact oracle for solver {solver!r}")
 
 
-def compute_frontier(problem: Problem, *, solver: str = "cpsat", threads: int = 1,
-                     time_limit_s: float | None = None, milp_backend: str = "cbc",
+def compute_frontier(problem: Problem, *, solver: str = "auto", threads: int | None = None,
+                     time_limit_s: float | None = None, milp_backend: str = "highs",
                      first_only: bool = False) -> Frontier:
-    """The frontier of a problem (within its budget/deadline) with the chosen backend."""
+    """The frontier of a problem (within its budget/deadline) with the chosen backend.
+
+    `time_limit_s` defaults to DEFAULT_TIME_LIMIT_S, `threads` to `default_threads()`."""
     start = time.perf_counter()
+    threads = default_threads() if threads is None else threads
+    limit = DEFAULT_TIME_LIMIT_S if time_limit_s is None else time_limit_s
+    solver = resolve_solver(problem, solver)
     if solver == "heuristic":
         from planner.baselines import heuristic_plans
         from planner.problem import nondominated
@@ -232,16 +334,30 @@ def compute_frontier(problem: Problem, *, solver: str = "cpsat", threads: int = 
         points = nondominated(plans)
         if first_only and points:
             points = [cheapest(points)]
-        return _frontier(points, solver, False, 0, start)
-    oracle = make_oracle(problem, solver, threads=threads, time_limit_s=time_limit_s, milp_backend=milp_backend)
+        return _frontier(points, solver, False, 0, start, note="heuristic (not an exact method)")
+    if solver == "dp":
+        from planner.dp import dp_frontier
+
+        result = dp_frontier(problem, time_limit_s=limit)
+        points = list(result.points)
+        if first_only and points:
+            points = [cheapest(points)]
+        return _frontier(points, solver, result.proven_exact, 0, start,
+                         note="" if result.proven_exact else f"the DP sweep hit the {limit:g} s time limit")
+    oracle = make_oracle(problem, solver, threads=threads, time_limit_s=limit, milp_backend=milp_backend)
     points = epsilon_frontier(problem, oracle, first_only=first_only)
-    return _frontier(points, solver, oracle.proven_exact, oracle.num_solves, start)
+    note = getattr(oracle, "note", "")
+    return _frontier(points, solver, oracle.proven_exact, oracle.num_solves, start,
+                     note=note if not oracle.proven_exact else "",
+                     cross_checks=getattr(oracle, "cross_checks", 0))
 
 
-def _frontier(points: list[Plan], solver: str, exact: bool, solves: int, start: float) -> Frontier:
+def _frontier(points: list[Plan], solver: str, exact: bool, solves: int, start: float, *,
+              note: str = "", cross_checks: int = 0) -> Frontier:
     return Frontier(points=tuple(points), solver=solver, proven_exact=exact, num_solves=solves,
                     solve_time_s=time.perf_counter() - start,
-                    max_cost_rounding_usd=max((p.cost_rounding_bound_usd for p in points), default=0.0))
+                    max_cost_rounding_usd=max((p.cost_rounding_bound_usd for p in points), default=0.0),
+                    note=note or ("" if exact else "not proven exact"), cross_checks=cross_checks)
 
 
 # ---- infeasibility -------------------------------------------------------------------------
@@ -253,8 +369,8 @@ _LIMIT_HINTS = {
 }
 
 
-def solve_instance(instance: Instance, table: pd.DataFrame, *, solver: str = "cpsat", threads: int = 1,
-                   time_limit_s: float | None = None, milp_backend: str = "cbc",
+def solve_instance(instance: Instance, table: pd.DataFrame, *, solver: str = "auto", threads: int | None = None,
+                   time_limit_s: float | None = None, milp_backend: str = "highs",
                    budget_usd: float | None = None, deadline_hours: float | None = None,
                    first_only: bool = False) -> tuple[Problem, Frontier]:
     """Build the problem and its frontier; raise `InfeasibleError` naming the binding limit."""
@@ -263,13 +379,14 @@ def solve_instance(instance: Instance, table: pd.DataFrame, *, solver: str = "cp
                                 milp_backend=milp_backend, first_only=first_only)
     if frontier.points:
         return problem, frontier
-    exact_solver = "cpsat" if solver == "heuristic" else solver
+    exact_solver = "cpsat" if solver in ("heuristic", "dp", "auto") else solver
     raise explain_infeasible(instance, table, problem, solver=exact_solver, threads=threads,
                              heuristic=solver == "heuristic", exact=frontier.proven_exact)
 
 
 def explain_infeasible(instance: Instance, table: pd.DataFrame, problem: Problem, *, solver: str = "cpsat",
-                       threads: int = 1, heuristic: bool = False, exact: bool = True) -> ShardMeterError:
+                       threads: int | None = None, heuristic: bool = False,
+                       exact: bool = True) -> ShardMeterError:
     """Name what binds by re-solving with limits relaxed one at a time."""
     from planner.cpsat import any_plan as batch_feasible
 
