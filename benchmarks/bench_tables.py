@@ -24,6 +24,7 @@ from bench_fastpath import machine_lines, pin_one_core, write_section  # noqa: E
 
 from perfmodel.catalog import get_gpu, get_model, price_usd_per_gpu_hour  # noqa: E402
 from perfmodel.hardware import ClusterSpec  # noqa: E402
+from perfmodel.recipe import DEFAULT_RECIPE  # noqa: E402
 from perfmodel.tables import build_island_table  # noqa: E402
 
 TARGET_S = 2.0
@@ -46,7 +47,7 @@ def main() -> None:
     clusters = [_cluster("A", "H200-SXM-141GB"), _cluster("B", "A100-PCIe-80GB")]
 
     def build() -> object:
-        return build_island_table(model, seq_len=8192, ac="selective", clusters=clusters)
+        return build_island_table(model, seq_len=8192, clusters=clusters, recipe=DEFAULT_RECIPE)
 
     t0 = time.perf_counter()
     table = build()
@@ -61,7 +62,7 @@ def main() -> None:
     options = sum(c.num_nodes * len(c.allowed_gpus_per_node) for c in clusters)
     per_cluster = table.groupby("cluster").size().to_dict()
     lines = [
-        f"Case study table: {model.name}, seq 8192, selective AC, clusters A (10 x 8 H200-SXM-141GB) and B "
+        f"Case study table: {model.name}, seq 8192, recipe {DEFAULT_RECIPE.name} (selective AC), clusters A (10 x 8 H200-SXM-141GB) and B "
         f"(10 x 8 A100-PCIe-80GB), GPUs per node {{1, 2, 4, 8}}: {options} island options, {len(table)} rows "
         f"(A {per_cluster.get('A', 0)}, B {per_cluster.get('B', 0)}; options where not even micro-batch 1 fits "
         f"have no rows). Profiles: {', '.join(sorted(set(table['provenance'])))}. Single core (CPU {cpu}).",

@@ -24,21 +24,40 @@ import pandas as pd
 
 from perfmodel.analysis import classify_regime
 from perfmodel.arch import ModelSpec
-from perfmodel.fastpath import FastCosts, fast_step, model_fast_costs
+from perfmodel.energy_catalog import gpu_tdp_w
+from perfmodel.fastpath import FastCosts, concat_fast_costs, fast_step, model_fast_costs
+from perfmodel.fsdp import resolve_recipe
 from perfmodel.hardware import GIB, ClusterSpec
+from perfmodel.recipe import TrainingRecipe
 
 logger = logging.getLogger(__name__)
 
 TABLE_COLUMNS = ("cluster", "gpu_type", "nodes", "gpus_per_node", "micro_batch", "microstep_s",
-                 "step_fixed_s", "usd_per_hour", "memory_gib", "bound", "provenance")
+                 "step_fixed_s", "usd_per_hour", "memory_gib", "bound", "provenance",
+                 "memory_accum_gib", "accum_fits", "compute_fixed_s", "compute_micro_s",
+                 "comm_only_fixed_s", "comm_only_micro_s", "tdp_w")
+"""memory_gib is the peak at k = 1; memory_accum_gib the peak at any k >= 2 (the same for every
+k >= 2: the last micro-step holds what earlier ones accumulated) in the recipe's accumulation
+mode; accum_fits says whether that fits the GPU (the planner keeps k = 1 where it does not).
+
+The activity split of the step (issue 14, for the power model): compute-stream busy time
+C(k) = compute_fixed_s + k·compute_micro_s and communication-only time
+X(k) = comm_only_fixed_s + k·comm_only_micro_s. The step graph is a list schedule (a task starts
+when its predecessors end), so one island's step has no moment where neither stream runs:
+X(k) = T(k) − C(k), and both are linear in k because T(k) and C(k) are (perfmodel.fastpath).
+tdp_w is the GPU's datasheet TDP (NaN when the catalog gives none)."""
 
 
-def build_island_table(model: ModelSpec, *, seq_len: int, ac: str, clusters: Sequence[ClusterSpec],
-                       profiles: Mapping[str, Any] | None = None) -> pd.DataFrame:
+def build_island_table(model: ModelSpec, *, seq_len: int, ac: str | None = None,
+                       clusters: Sequence[ClusterSpec], profiles: Mapping[str, Any] | None = None,
+                       recipe: TrainingRecipe | None = None) -> pd.DataFrame:
     """The island table of `model` over `clusters` (profiles keyed by GPU name; default: the GPU's
-    default profile, measured beating prior)."""
+    default profile, measured beating prior) for `recipe` (default torchtitan; `ac` overrides its
+    checkpointing mode)."""
     from perfmodel.memory import max_micro_batch, memory_coefficients
 
+    recipe = resolve_recipe(recipe, ac)
+    ac = recipe.ac
     if seq_len < 1:
         raise ValueError(f"seq_len must be >= 1, got {seq_len}")
     costs: list[FastCosts] = []
@@ -49,26 +68,38 @@ def build_island_table(model: ModelSpec, *, seq_len: int, ac: str, clusters: Seq
             for gpn in cluster.allowed_gpus_per_node:
                 gpus = nodes * gpn
                 largest = max_micro_batch(model, gpu_memory_bytes=cluster.gpu.usable_memory_bytes,
-                                          num_gpus=gpus, seq_len=seq_len, ac=ac)
+                                          num_gpus=gpus, seq_len=seq_len, recipe=recipe)
                 if largest < 1:
                     logger.info("%s %dx%d: not even micro-batch 1 fits; no rows", cluster.name, nodes, gpn)
                     continue
                 mb = np.arange(1, largest + 1)
                 costs.append(model_fast_costs(model, profile, cluster.island(nodes, gpn), seq_len=seq_len,
-                                              micro_batches=mb, ac=ac))
-                peak = memory_coefficients(model, num_gpus=gpus, seq_len=seq_len, ac=ac).peak_bytes(mb)
+                                              micro_batches=mb, recipe=recipe))
+                peak = memory_coefficients(model, num_gpus=gpus, seq_len=seq_len,
+                                           recipe=recipe).peak_bytes(mb)
+                accum_peak = memory_coefficients(model, num_gpus=gpus, seq_len=seq_len, recipe=recipe,
+                                                 accum_steps=2).peak_bytes(mb)
                 meta.append({"cluster": cluster.name, "gpu_type": cluster.gpu.name, "nodes": nodes,
                              "gpus_per_node": gpn, "micro_batch": mb,
                              "usd_per_hour": gpus * cluster.usd_per_gpu_hour, "memory_gib": peak / GIB,
+                             "memory_accum_gib": accum_peak / GIB,
+                             "accum_fits": accum_peak <= cluster.gpu.usable_memory_bytes,
+                             "tdp_w": gpu_tdp_w(cluster.gpu.name) or float("nan"),
                              "provenance": getattr(profile, "provenance", "unknown")})
     if not costs:
         return pd.DataFrame({c: [] for c in TABLE_COLUMNS})
-    fast = fast_step(_concat(costs))
+    fast = fast_step(concat_fast_costs(costs))
     frame = pd.concat([pd.DataFrame(m) for m in meta], ignore_index=True)
     frame["microstep_s"] = fast.microstep_s
     frame["step_fixed_s"] = fast.step_fixed_s
+    frame["compute_fixed_s"] = fast.step_fixed_compute_s
+    frame["compute_micro_s"] = fast.microstep_compute_s
+    frame["comm_only_fixed_s"] = fast.step_fixed_s - fast.step_fixed_compute_s
+    frame["comm_only_micro_s"] = fast.microstep_s - fast.microstep_compute_s
     frame["bound"] = classify_regime(fast.step_time_s(1), fast.compute_busy_s(1), fast.comm_busy_s(1))
-    return frame.loc[:, list(TABLE_COLUMNS)]
+    frame = frame.loc[:, list(TABLE_COLUMNS)]
+    frame.attrs["recipe"] = recipe.to_dict()  # what every row trains, for callers that report it
+    return frame
 
 
 def _profile_for(gpu_name: str, profiles: Mapping[str, Any] | None) -> Any:
@@ -79,17 +110,6 @@ def _profile_for(gpu_name: str, profiles: Mapping[str, Any] | None) -> Any:
     from perfmodel.profile import default_profile
 
     return default_profile(gpu_name)
-
-
-def _concat(parts: Sequence[FastCosts]) -> FastCosts:
-    """One FastCosts over all options (same model, so the same unit sequence): one vectorised pass."""
-    return FastCosts(
-        forward_s=np.concatenate([p.forward_s for p in parts], axis=1),
-        backward_s=np.concatenate([p.backward_s for p in parts], axis=1),
-        all_gather_s=np.concatenate([p.all_gather_s for p in parts], axis=1),
-        reduce_scatter_s=np.concatenate([p.reduce_scatter_s for p in parts], axis=1),
-        optimizer_s=np.concatenate([p.optimizer_s for p in parts]),
-        unit_types=parts[0].unit_types)
 
 
 # ---- the planner's entry point (the planner imports perfmodel only through this module) -------
@@ -128,11 +148,17 @@ class ModelTable:
     """Resolved model name."""
 
 
-def island_table_for(model: str, *, seq_len: int, ac: str,
-                     clusters: Sequence[ClusterRequest]) -> ModelTable:
-    """Resolve catalog names and build the island table (catalog errors name the bad value)."""
+def island_table_for(model: str, *, seq_len: int, ac: str | None = None,
+                     clusters: Sequence[ClusterRequest],
+                     recipe: TrainingRecipe | Mapping[str, Any] | None = None) -> ModelTable:
+    """Resolve catalog names and build the island table (catalog errors name the bad value);
+    `recipe` (default torchtitan; a mapping is an instance's `training.recipe` section) is what
+    every island trains, `ac` overrides its checkpointing mode."""
     from perfmodel.catalog import get_gpu, get_model
+    from perfmodel.recipe import recipe_from_mapping
 
+    if isinstance(recipe, Mapping):
+        recipe = recipe_from_mapping(recipe, source="training.recipe")
     spec = get_model(model)
     specs = []
     for c in clusters:
@@ -143,5 +169,21 @@ def island_table_for(model: str, *, seq_len: int, ac: str,
             intra_link=gpu.intra_node_link, inter_link=gpu.inter_node_link,
             nics_per_node=gpu.nics_per_node, wan_bw_bytes_per_s=c.wan_bw_bytes_per_s,
             wan_latency_s=c.wan_latency_s))
-    table = build_island_table(spec, seq_len=seq_len, ac=ac, clusters=specs)
+    table = build_island_table(spec, seq_len=seq_len, ac=ac, clusters=specs, recipe=recipe)
     return ModelTable(table=table, parameters=spec.total_params, model_name=spec.name)
+
+
+def cluster_fabric(gpu: str) -> tuple[float, float] | None:
+    """(bytes/s, latency s) of the inter-node fabric of a catalog GPU's node: the catalog
+    inter-node link's bus bandwidth x NICs per node (per-NIC links) and its latency; None when
+    the GPU is not in the catalog. The planner's σ for islands that share one cluster."""
+    from perfmodel.catalog import get_gpu, get_link
+    from perfmodel.errors import ShardMeterError
+
+    try:
+        spec = get_gpu(gpu)
+        link = get_link(spec.inter_node_link)
+    except ShardMeterError:
+        return None
+    nics = spec.nics_per_node if link.per_nic else 1
+    return link.busbw_bytes_per_s * nics, link.latency_s

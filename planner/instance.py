@@ -21,19 +21,44 @@ from typing import Any, Literal
 
 import pandas as pd
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 
 from perfmodel.errors import InstanceError, ShardMeterError, did_you_mean
 
 LOG = logging.getLogger(__name__)
 
 Strategy = Literal["fsdp", "diloco", "streaming-diloco"]
-Dtype = Literal["fp32", "bf16", "int8"]
+Dtype = Literal["fp32", "bf16", "int8", "fp4"]
 Checkpointing = Literal["none", "selective", "full"]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # NaN/inf are never a valid size, price or latency; YAML's true/false are never numbers.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_booleans_as_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        field = cls.model_fields.get(info.field_name or "")
+        if field is not None and not _admits_bool(field.annotation):
+            items = value if isinstance(value, list | tuple) else [value]
+            if any(isinstance(v, bool) for v in items):
+                raise ValueError("a boolean (true/false) is not accepted here; write a number or name")
+        return value
+
+
+def _admits_bool(annotation: Any) -> bool:
+    if annotation is bool or annotation is Any:
+        return True
+    return any(_admits_bool(a) for a in typing.get_args(annotation) if a is not Ellipsis)
 
 
 class PriceRef(_Strict):
@@ -42,11 +67,21 @@ class PriceRef(_Strict):
     provider: str = Field(min_length=1)
     tier: Literal["on-demand", "spot", "community"] = "on-demand"
     as_of: str | None = None
+    per_instance_size: bool = False
+    """Price an island of g GPUs per node at the list's per-GPU price for a g-GPU instance when
+    the list has that size (e.g. a 1-GPU slice at its own rate, not the 8-GPU one)."""
 
     @field_validator("as_of", mode="before")
     @classmethod
     def _date_to_str(cls, value: Any) -> Any:
-        return value.isoformat() if isinstance(value, dt.date) else value
+        if isinstance(value, dt.date):
+            return value.isoformat()
+        if isinstance(value, str):
+            try:
+                dt.date.fromisoformat(value)
+            except ValueError as err:
+                raise ValueError(f"not a date YYYY-MM-DD ({err})") from None
+        return value
 
 
 class Training(_Strict):
@@ -59,6 +94,9 @@ class Training(_Strict):
     inner_steps: int | None = Field(default=None, gt=0)  # H
     pseudo_gradient_dtype: Dtype = "fp32"
     activation_checkpointing: Checkpointing = "selective"
+    recipe: dict[str, Any] | None = None
+    """Training recipe for the island tables: `base:` (torchtitan | paper) plus TrainingRecipe
+    fields (`perfmodel.recipe.recipe_from_mapping`); an explicit activation_checkpointing wins."""
 
 
 class Cluster(_Strict):
@@ -73,6 +111,20 @@ class Cluster(_Strict):
     price: PriceRef | None = None
     wan_gbit_s: float | None = Field(default=None, gt=0)
     wan_latency_ms: float | None = Field(default=None, ge=0)
+    fabric_gbit_s: float | None = Field(default=None, gt=0)
+    """Inter-node fabric bandwidth per node for a sync among islands of this cluster alone
+    (default: the GPU's catalog inter-node link x NICs per node; the WAN when unknown)."""
+    fabric_latency_ms: float | None = Field(default=None, ge=0)
+    """Latency of that fabric (default: the catalog link's)."""
+    max_nodes_per_island: int | None = Field(default=None, gt=0)
+    """Largest island in nodes (1: the nodes have no fast fabric and cannot form multi-node
+    islands, as cloud pods without InfiniBand); None: up to num_nodes."""
+    region: str | None = None
+    """Grid region of the data centre, a key of catalogs/energy/carbon_intensity.csv
+    (`gcp/us-central1`, `country/FIN`, ...): sets the CO2 of its energy (None: CO2 unknown)."""
+    pue: float | None = Field(default=None, ge=1.0)
+    """Power usage effectiveness of the data centre (default: the price list provider's
+    published figure, catalogs/energy/pue.csv)."""
 
     @property
     def gpus_per_node_choices(self) -> tuple[int, ...]:
@@ -240,7 +292,13 @@ def load_instance(path: str | Path, *, resolve_price: PriceResolver | None = Non
     instance._source = path.resolve()
     _check_semantics(instance, path)
     if instance.islands_table is None:
-        gpu_prices(instance, resolve_price)
+        try:
+            gpu_prices(instance, resolve_price)
+        except InstanceError:
+            raise
+        except ShardMeterError as err:
+            raise InstanceError(f"{path}: cannot price a cluster: {err.message}",
+                                hint=err.hint or "fix the cluster's price: reference.") from err
     return instance
 
 
@@ -316,10 +374,14 @@ def _check_semantics(instance: Instance, path: Path) -> None:
                 fail(f"{where}.allowed_gpus_per_node", list(allowed),
                      f"values {bad} are outside 1..gpus_per_node={c.gpus_per_node}",
                      f"use values between 1 and {c.gpus_per_node}.")
-        if (c.price_usd_per_gpu_hour is None) == (c.price is None):
+        priced = (c.price_usd_per_gpu_hour is not None) + (c.price is not None)
+        if priced > 1 or (priced == 0 and instance.islands_table is None):
             fail(f"{where}.price_usd_per_gpu_hour", c.price_usd_per_gpu_hour,
-                 "give exactly one of price_usd_per_gpu_hour and price",
+                 "give exactly one of price_usd_per_gpu_hour and price (or neither when "
+                 "islands_table prices the islands)",
                  "set `price_usd_per_gpu_hour: 3.59` or `price: {provider: ..., tier: on-demand}`.")
+        if c.region is not None:
+            _check_region(f"{where}.region", c.region, fail)
         if instance.training.strategy != "fsdp":
             for key in ("wan_gbit_s", "wan_latency_ms"):
                 if getattr(c, key) is None:
@@ -330,12 +392,59 @@ def _check_semantics(instance: Instance, path: Path) -> None:
              "add `inner_steps: 100` (H, inner steps per outer step).")
     if instance.islands_table is not None:
         table = instance.islands_table_path
+        if table is not None and table.is_dir():
+            fail("islands_table", instance.islands_table, f"{table} is a directory, not a CSV file",
+                 "give the path of the island table CSV, relative to the YAML file.")
         if table is None or not table.is_file():
             fail("islands_table", instance.islands_table, f"file {table} does not exist",
                  "give a CSV path relative to the YAML file, or set islands_table: null.")
         if instance.parameters is None:
             fail("parameters", None, "required when islands_table is given",
                  "add `parameters: <number of model parameters>` (sets the pseudo-gradient size).")
+    _check_catalog_names(instance, path)
+
+
+def _check_region(where: str, region: str, fail: Any) -> None:
+    """An unknown grid region is a user error with a did-you-mean (catalogs/energy/)."""
+    from perfmodel.energy_catalog import carbon_intensity_g_per_kwh
+    from perfmodel.errors import CatalogError
+
+    try:
+        carbon_intensity_g_per_kwh(region)
+    except CatalogError as err:
+        fail(where, region, "unknown grid region", err.hint or "use a key of catalogs/energy/carbon_intensity.csv.")
+
+
+def _check_catalog_names(instance: Instance, path: Path) -> None:
+    """The model and every cluster's GPU must be known (catalog name or config.json path), and a
+    cluster may not use more GPUs per node than its node type holds."""
+    try:
+        from perfmodel.catalog import get_gpu, get_model
+    except ImportError:  # no catalogs to check against (the planner alone)
+        return
+    from perfmodel.errors import CatalogError, ConfigError
+
+    def fail(field: str, value: Any, err: ShardMeterError) -> None:
+        raise InstanceError(f"{path}: field {field!r} = {value!r}: {err.message}",
+                            hint=err.hint or "use a catalog name.")
+
+    model_path = Path(instance.model)
+    if not model_path.is_absolute():
+        model_path = path.parent / model_path
+    try:
+        get_model(str(model_path) if model_path.suffix == ".json" else instance.model)
+    except (CatalogError, ConfigError) as err:
+        fail("model", instance.model, err)
+    for i, c in enumerate(instance.clusters):
+        try:
+            gpu = get_gpu(c.gpu)
+        except CatalogError as err:
+            fail(f"clusters[{i}].gpu", c.gpu, err)
+        if c.gpus_per_node > gpu.max_gpus_per_node:
+            raise InstanceError(
+                f"{path}: field 'clusters[{i}].gpus_per_node' = {c.gpus_per_node}: a {gpu.name} node "
+                f"holds at most {gpu.max_gpus_per_node} GPUs",
+                hint=f"use gpus_per_node <= {gpu.max_gpus_per_node} and raise num_nodes instead.")
 
 
 # ---- island table --------------------------------------------------------------------------
@@ -347,6 +456,11 @@ _POSITIVE = ("nodes", "gpus_per_node", "micro_batch", "microstep_s", "usd_per_ho
 _NON_NEGATIVE = ("step_fixed_s", "memory_gib")  # a zero fixed tail or memory is accepted
 _BOUNDS = {"compute", "communication", "mixed"}
 OPTION_KEY = ["cluster", "nodes", "gpus_per_node"]
+ENERGY_COLUMNS = ("compute_fixed_s", "compute_micro_s", "comm_only_fixed_s", "comm_only_micro_s", "tdp_w")
+"""The step's activity split and the GPU's TDP (perfmodel.tables; the power model of issue 14)."""
+OPTIONAL_COLUMNS = ("memory_accum_gib", "accum_fits", *ENERGY_COLUMNS)
+"""Kept when present: peak memory with k >= 2 accumulation micro-steps, and whether it fits the GPU
+(a row with accum_fits false may only run k = 1; a table without the column allows every k)."""
 
 
 def load_island_table(instance: Instance) -> pd.DataFrame:
@@ -359,10 +473,12 @@ def load_island_table(instance: Instance) -> pd.DataFrame:
     if path is not None:
         try:
             frame = pd.read_csv(path, skipinitialspace=True)
-        except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError) as err:
+        except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as err:
             raise InstanceError(f"{path}: cannot read island table: {err}",
                                 hint="give a CSV with the columns " + ", ".join(TABLE_COLUMNS) + ".") from err
-        return validate_island_table(frame, str(path), instance)
+        table = validate_island_table(frame, str(path), instance)
+        check_table_against_clusters(table, str(path), instance)
+        return table
     try:
         from perfmodel.tables import ClusterRequest, island_table_for
     except ImportError as err:
@@ -379,8 +495,13 @@ def load_island_table(instance: Instance) -> pd.DataFrame:
                        wan_bw_bytes_per_s=c.wan_bw_bytes_per_s, wan_latency_s=c.wan_latency_s)
         for c in instance.clusters
     ]
-    built = island_table_for(instance.model, seq_len=instance.training.seq_len,
-                             ac=instance.training.activation_checkpointing, clusters=requests)
+    training = instance.training
+    # The recipe section reaches the table builder as a mapping (planner never parses recipes).
+    explicit_ac = training.recipe is None or "activation_checkpointing" in training.model_fields_set
+    extra = {} if training.recipe is None else {"recipe": training.recipe}
+    built = island_table_for(instance.model, seq_len=training.seq_len,
+                             ac=training.activation_checkpointing if explicit_ac else None,
+                             clusters=requests, **extra)
     # The pseudo-gradient size comes from the model unless the instance overrides it.
     instance._model_parameters = built.parameters
     return validate_island_table(built.table, f"island table of model {built.model_name!r}", instance)
@@ -398,14 +519,25 @@ def validate_island_table(frame: pd.DataFrame, source: str, instance: Instance |
     if missing:
         raise InstanceError(f"{source}: island table lacks columns {missing}",
                             hint="the header must be: " + ",".join(TABLE_COLUMNS))
-    frame = frame.loc[:, list(TABLE_COLUMNS)].reset_index(drop=True).copy()
+    extra = [c for c in OPTIONAL_COLUMNS if c in frame.columns]
+    frame = frame.loc[:, [*TABLE_COLUMNS, *extra]].reset_index(drop=True).copy()
     if frame.empty:
         return frame
+    if "accum_fits" in extra:
+        frame["accum_fits"] = frame["accum_fits"].map(_as_bool)
+    for column in (c for c in ENERGY_COLUMNS if c in extra):
+        numbers = pd.to_numeric(frame[column], errors="coerce")
+        # tdp_w may be empty (GPU without a catalog TDP); the activity split must be finite
+        bad = numbers.isna() if column != "tdp_w" else numbers.le(0)
+        for row in numbers.index[bad | numbers.abs().eq(float("inf"))]:
+            fail(int(row), column, frame.at[row, column], "not a finite number",
+                 "put a finite number there (perfmodel.tables writes these columns).")
+        frame[column] = numbers.astype(float)
     for column in ("cluster", "gpu_type", "bound"):
-        frame[column] = frame[column].astype(str).str.strip()
+        frame[column] = frame[column].fillna("").astype(str).str.strip()  # an empty cell is ""
     for column in TABLE_COLUMNS[2:9]:
         numbers = pd.to_numeric(frame[column], errors="coerce")
-        for row in numbers.index[numbers.isna()]:
+        for row in numbers.index[numbers.isna() | numbers.abs().eq(float("inf"))]:
             fail(int(row), column, frame.at[row, column], "not a number", "put a finite number there.")
         if column in _INT_COLUMNS:
             for row in numbers.index[numbers != numbers.round()]:
@@ -433,6 +565,122 @@ def validate_island_table(frame: pd.DataFrame, source: str, instance: Instance |
         names = [c.name for c in instance.clusters]
         for row, cluster in frame["cluster"].items():
             if cluster not in names:
-                fail(int(row), "cluster", cluster, f"not a cluster of instance {instance.name!r}; "
+                fail(int(row), "cluster", cluster, f"not a cluster of instance {instance.name!r} "
+                     f"({instance.source or 'no file'}); "
                      + did_you_mean(cluster, names), "use the cluster names of the instance file.")
     return frame
+
+
+def _as_bool(value: Any) -> bool:
+    """A CSV/DataFrame truth value (True/False, 1/0, "true"/"false"); missing means True."""
+    if isinstance(value, str):
+        text = value.strip().lower()
+        if text in ("true", "1", "yes", ""):
+            return True
+        if text in ("false", "0", "no"):
+            return False
+        raise InstanceError(f"island table column 'accum_fits' = {value!r}: not a boolean",
+                            hint="use true or false.")
+    if value is None or (isinstance(value, float) and value != value):
+        return True
+    return bool(value)
+
+
+def check_table_against_clusters(frame: pd.DataFrame, source: str, instance: Instance) -> None:
+    """Rows of a user's island table must describe their cluster: its GPU type, at most its node
+    count and GPUs per node, memory within the GPU's, and (when the cluster has a price) a cost
+    of nodes x gpus_per_node x that price. An empty table is refused here: nothing to plan."""
+    from perfmodel.errors import CatalogError
+    from perfmodel.hardware import GIB
+
+    try:
+        from perfmodel.catalog import get_gpu
+    except ImportError:  # no GPU catalog: memory is not compared
+        def get_gpu(name: str) -> Any:
+            raise CatalogError(name)
+
+    if frame.empty:
+        raise InstanceError(f"{source}: the island table has no rows (instance "
+                            f"{instance.source or instance.name})",
+                            hint="add one row per island option and micro-batch, or drop islands_table "
+                                 "to build the table from the performance model.")
+    prices = gpu_prices(instance)
+
+    def fail(row: int, column: str, value: Any, problem: str, hint: str) -> None:
+        value = value.item() if hasattr(value, "item") else value
+        raise InstanceError(f"{source}, line {row + 2}: column {column!r} = {value!r}: {problem}",
+                            hint=hint)
+
+    for row, r in frame.iterrows():
+        c = instance.cluster(r["cluster"])
+        where = f"cluster {c.name!r} of {instance.source or instance.name}"
+        if r["gpu_type"].lower() != c.gpu.lower():
+            fail(int(row), "gpu_type", r["gpu_type"], f"{where} has gpu {c.gpu!r}",
+                 f"write gpu_type {c.gpu} on the rows of cluster {c.name}.")
+        if r["nodes"] > c.num_nodes:
+            fail(int(row), "nodes", r["nodes"], f"{where} has only {c.num_nodes} nodes",
+                 f"keep nodes <= {c.num_nodes}, or raise num_nodes of the cluster.")
+        if r["gpus_per_node"] > c.gpus_per_node:
+            fail(int(row), "gpus_per_node", r["gpus_per_node"],
+                 f"{where} has {c.gpus_per_node} GPUs per node", f"keep gpus_per_node <= {c.gpus_per_node}.")
+        try:
+            memory_gib = get_gpu(c.gpu).memory_bytes / GIB
+        except CatalogError:
+            memory_gib = float("inf")  # a GPU outside the catalog: nothing to compare with
+        if r["memory_gib"] > memory_gib * (1 + 1e-9):
+            fail(int(row), "memory_gib", r["memory_gib"], f"above the {memory_gib:.4g} GiB of a {c.gpu}",
+                 "such an option does not fit: drop the row or fix its memory_gib.")
+        price = prices.get(c.name)
+        expected = None if price is None else price * r["nodes"] * r["gpus_per_node"]
+        if expected is not None and abs(r["usd_per_hour"] - expected) > max(0.01, 1e-6 * expected):
+            fail(int(row), "usd_per_hour", r["usd_per_hour"],
+                 f"{where} costs ${price}/GPU-hour, so {r['nodes']}x{r['gpus_per_node']} GPUs cost "
+                 f"${expected:.2f}/h",
+                 "make usd_per_hour = nodes x gpus_per_node x the cluster's price, or remove the "
+                 "cluster's price_usd_per_gpu_hour/price to let the table price the islands.")
+
+
+def instance_from_mapping(raw: dict[str, Any], path: str | Path, *,
+                          resolve_price: PriceResolver | None = None) -> Instance:
+    """Validate an instance mapping as if it had been read from `path` (relative table paths and
+    error messages refer to that file); used for what-if scenarios (`planner.scenarios`)."""
+    path = Path(path)
+    try:
+        instance = Instance.model_validate(raw)
+    except ValidationError as err:
+        raise _instance_error(path, err) from None
+    instance._source = path.resolve()
+    _check_semantics(instance, path)
+    if instance.islands_table is None:
+        try:
+            gpu_prices(instance, resolve_price)
+        except InstanceError:
+            raise
+        except ShardMeterError as err:
+            raise InstanceError(f"{path}: cannot price a cluster: {err.message}",
+                                hint=err.hint or "fix the cluster's price: reference.") from err
+    return instance
+
+
+def size_prices(instance: Instance) -> dict[str, dict[int, float]]:
+    """Per cluster whose `price:` sets per_instance_size: {GPUs per instance: USD per GPU-hour}
+    of the instance sizes its price list has (newest snapshot per size unless `as_of` is set)."""
+    wanted = [c for c in instance.clusters if c.price is not None and c.price.per_instance_size]
+    if not wanted:
+        return {}
+    from perfmodel.catalog import get_gpu, price_rows
+
+    rows = price_rows()
+    out: dict[str, dict[int, float]] = {}
+    for cluster in wanted:
+        ref = cluster.price
+        gpu = get_gpu(cluster.gpu).name
+        best: dict[int, Any] = {}
+        for r in rows:
+            if (r.provider.lower() != ref.provider.lower() or r.gpu_type != gpu or r.tier != ref.tier
+                    or r.gpus_per_node is None or (ref.as_of is not None and r.as_of != ref.as_of)):
+                continue
+            if r.gpus_per_node not in best or r.as_of > best[r.gpus_per_node].as_of:
+                best[r.gpus_per_node] = r
+        out[cluster.name] = {size: r.usd_per_gpu_hour for size, r in best.items()}
+    return out

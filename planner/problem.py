@@ -33,19 +33,20 @@ from __future__ import annotations
 import logging
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from planner.instance import OPTION_KEY, Instance
+from perfmodel.formulas import payload_bytes, sync_time_s
+from planner.energy import build_energy, plan_energy
+from planner.instance import OPTION_KEY, Instance, size_prices
 
 LOG = logging.getLogger(__name__)
 
 PRICE_UNITS_PER_USD_PER_HOUR = 1_000_000
 """Integer price units per USD/h: prices are quantised to 1e-6 USD per hour."""
 SECONDS_PER_HOUR = 3600.0
-DTYPE_BYTES = {"fp32": 4, "bf16": 2, "int8": 1}
-"""Bytes per parameter of the pseudo-gradient exchanged across islands."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -60,6 +61,14 @@ class ClusterInfo:
     """WAN uplink bandwidth, bytes per second."""
     wan_latency_s: float
     """WAN latency, seconds."""
+    fabric_bw_bytes_per_s: float | None = None
+    """Inter-node fabric bandwidth, bytes/s, of a sync among islands of this cluster alone
+    (None: unknown, such a sync uses the WAN uplink)."""
+    fabric_latency_s: float | None = None
+    """Latency of that fabric, seconds (None: the WAN latency)."""
+    price_source: str = ""
+    """Where the price comes from, for labels: "provider tier" of a price-list reference, else
+    the cluster name."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -100,7 +109,7 @@ class IslandPair:
     step_fixed_s: float
     """Time added once per inner step."""
     max_accum_steps: int
-    """Largest k with k·m·n·g <= global batch."""
+    """Largest admissible k: k·m·n·g <= global batch, and 1 where the row's `accum_fits` is false."""
     seqs_per_accum_step: int
     """m·n·g: sequences one accumulation step adds."""
 
@@ -150,7 +159,7 @@ def build_menu(options: Sequence[IslandOption], pairs: Sequence[IslandPair], bat
             best: tuple[float, int, int] | None = None
             for i in pair_ids:
                 m = pairs[i].micro_batch
-                if s % m == 0:
+                if s % m == 0 and s // m <= pairs[i].max_accum_steps:
                     t = pairs[i].step_time_s(s // m)
                     if best is None or (t, m) < best[:2]:
                         best = (t, m, i)
@@ -210,6 +219,11 @@ class Plan:
     """Σ n·g."""
     cost_rounding_bound_usd: float
     """Largest difference between `cost_usd` and the cost at unquantised prices."""
+    energy_kwh: float | None = None
+    """Facility energy of the run, kWh (planner.energy; None: a GPU without a known TDP)."""
+    co2_kg: float | None = None
+    """Emissions of that energy at the clusters' grid intensities, kg CO2e (None: a cluster
+    without a region)."""
 
     @property
     def key(self) -> tuple[float, float]:
@@ -251,21 +265,14 @@ class Problem:
     """The fastest (m, k) per (option, s): see the module docstring."""
     levels_s: np.ndarray = field(default_factory=lambda: np.zeros(0))
     """Sorted distinct step times of the menu items: the values τ takes in solver plans."""
+    energy: Any = None
+    """`planner.energy.EnergyData` of the pairs and clusters (None: energy not modelled)."""
 
     @property
     def inner_steps_total(self) -> float:
         """D/(B·S): inner steps of the whole run."""
         return self.train_tokens / (self.global_batch_seqs * self.seq_len)
 
-
-
-def sync_time_s(num_islands: int, payload_bytes: float, bw_bytes_per_s: float, latency_s: float) -> float:
-    """σ = 0 for one island, else 2(M−1)/M·P/bw + 2(M−1)·lat."""
-    if num_islands <= 1:
-        return 0.0
-    return 2.0 * (num_islands - 1) / num_islands * payload_bytes / bw_bytes_per_s + 2.0 * (
-        num_islands - 1
-    ) * latency_s
 
 
 def wall_time_s(problem: Problem, inner_step_s: float, sync_s: float) -> float:
@@ -279,13 +286,23 @@ def cost_usd(wall_s: float, price_units: int) -> float:
 
 
 def group_sync_s(problem: Problem, num_islands: int, cluster_indices: Iterable[int]) -> float:
-    """σ of `num_islands` islands spread over the given clusters (slowest uplink, largest latency)."""
-    used = [problem.clusters[c] for c in set(cluster_indices)]
+    """σ of `num_islands` islands on the given clusters (issue 10's topology).
+
+    All islands in one cluster: that cluster's inter-node fabric (when known); islands on
+    several clusters: the slowest WAN uplink and the largest WAN latency among them.
+    """
+    used = sorted(set(cluster_indices))
     if num_islands <= 1 or not used:
         return 0.0
-    bw = min(c.wan_bw_bytes_per_s for c in used)
-    lat = max(c.wan_latency_s for c in used)
-    return sync_time_s(num_islands, problem.pseudo_gradient_bytes, bw, lat)
+    if len(used) == 1:
+        info = problem.clusters[used[0]]
+        if info.fabric_bw_bytes_per_s is not None:
+            latency = info.wan_latency_s if info.fabric_latency_s is None else info.fabric_latency_s
+            return float(sync_time_s(num_islands, problem.pseudo_gradient_bytes,
+                                     info.fabric_bw_bytes_per_s, latency))
+    bw = min(problem.clusters[c].wan_bw_bytes_per_s for c in used)
+    lat = max(problem.clusters[c].wan_latency_s for c in used)
+    return float(sync_time_s(num_islands, problem.pseudo_gradient_bytes, bw, lat))
 
 
 def evaluate(problem: Problem, choices: Sequence[IslandChoice]) -> Plan:
@@ -315,6 +332,7 @@ def evaluate(problem: Problem, choices: Sequence[IslandChoice]) -> Plan:
     sigma = group_sync_s(problem, len(ordered), clusters)
     wall = wall_time_s(problem, tau, sigma)
     rounding = wall / SECONDS_PER_HOUR * len(ordered) * 0.5 / PRICE_UNITS_PER_USD_PER_HOUR
+    energy_kwh, co2 = plan_energy(problem, ordered, wall)
     return Plan(
         islands=tuple(islands),
         choices=ordered,
@@ -327,6 +345,8 @@ def evaluate(problem: Problem, choices: Sequence[IslandChoice]) -> Plan:
         tokens_per_s=problem.train_tokens / wall,
         num_gpus=sum(i.nodes * i.gpus_per_node for i in islands),
         cost_rounding_bound_usd=rounding,
+        energy_kwh=energy_kwh,
+        co2_kg=co2,
     )
 
 
@@ -413,32 +433,43 @@ def build_problem(instance: Instance, table: pd.DataFrame, *, relax: Collection[
     big = batch * max([int(n) for n in table["nodes"]] or [1])
     clusters = tuple(
         ClusterInfo(name=c.name, num_nodes=big if "num_nodes" in relax else c.num_nodes,
-                    wan_bw_bytes_per_s=c.wan_bw_bytes_per_s, wan_latency_s=c.wan_latency_s)
+                    wan_bw_bytes_per_s=c.wan_bw_bytes_per_s, wan_latency_s=c.wan_latency_s,
+                    price_source=f"{c.price.provider} {c.price.tier}" if c.price is not None else c.name,
+                    **_fabric(c))
         for c in instance.clusters
     )
     index = {c.name: i for i, c in enumerate(clusters)}
     max_gpus = None if "max_gpus" in relax else instance.limits.max_gpus
     options: list[IslandOption] = []
     pairs: list[IslandPair] = []
+    pair_rows: list[tuple[Any, str]] = []  # (table row, GPU type) per pair, for the power model
+    by_size = size_prices(instance)
     for (cluster, nodes, gpn), rows in table.groupby(OPTION_KEY, sort=True):
         spec = instance.cluster(str(cluster))
         reason = _unusable(spec.gpus_per_node_choices, clusters[index[spec.name]].num_nodes,
-                           max_gpus, int(nodes), int(gpn))
+                           max_gpus, int(nodes), int(gpn), spec.max_nodes_per_island)
         if reason:
             LOG.info("island option %s %dx%d dropped: %s", cluster, nodes, gpn, reason)
             continue
         first = rows.iloc[0]
+        usd = float(first["usd_per_hour"])
+        listed = by_size.get(spec.name, {}).get(int(gpn))
+        if listed is not None:  # the list prices this instance size itself
+            usd = int(nodes) * int(gpn) * listed
         option = IslandOption(cluster=spec.name, cluster_index=index[spec.name], gpu_type=str(first["gpu_type"]),
-                              nodes=int(nodes), gpus_per_node=int(gpn), usd_per_hour=float(first["usd_per_hour"]),
-                              price_units=quantise_price(float(first["usd_per_hour"])))
+                              nodes=int(nodes), gpus_per_node=int(gpn), usd_per_hour=usd,
+                              price_units=quantise_price(usd))
         new_pairs = []
         for row in rows.sort_values("micro_batch").itertuples(index=False):
             step = int(row.micro_batch) * option.num_gpus
             if step <= batch:
+                # a row whose accumulation buffers do not fit the GPU may only run k = 1 (issue 9)
+                k_max = batch // step if bool(getattr(row, "accum_fits", True)) else 1
                 new_pairs.append(IslandPair(option_index=len(options), micro_batch=int(row.micro_batch),
                                             microstep_s=float(row.microstep_s),
                                             step_fixed_s=float(row.step_fixed_s),
-                                            max_accum_steps=batch // step, seqs_per_accum_step=step))
+                                            max_accum_steps=k_max, seqs_per_accum_step=step))
+                pair_rows.append((row, option.gpu_type))
         if new_pairs:
             options.append(option)
             pairs.extend(new_pairs)
@@ -453,7 +484,7 @@ def build_problem(instance: Instance, table: pd.DataFrame, *, relax: Collection[
         seq_len=instance.training.seq_len,
         train_tokens=instance.training.train_tokens,
         inner_steps=instance.inner_steps,
-        pseudo_gradient_bytes=float(params * DTYPE_BYTES[instance.training.pseudo_gradient_dtype]),
+        pseudo_gradient_bytes=float(payload_bytes(params, instance.training.pseudo_gradient_dtype)),
         clusters=clusters,
         options=tuple(options),
         pairs=tuple(pairs),
@@ -463,10 +494,38 @@ def build_problem(instance: Instance, table: pd.DataFrame, *, relax: Collection[
         deadline_s=None if deadline_h is None else deadline_h * SECONDS_PER_HOUR,
         menu=menu,
         levels_s=np.unique(np.array([item.step_time_s for item in menu], dtype=float)),
+        energy=build_energy(instance, [r for r, _ in pair_rows], [g for _, g in pair_rows]),
     )
 
 
-def _unusable(allowed: Sequence[int], num_nodes: int, max_gpus: int | None, nodes: int, gpn: int) -> str:
+def _fabric(cluster: Any) -> dict[str, float | None]:
+    """Fabric of a cluster: the instance's `fabric_*` fields, else the GPU's catalog link."""
+    bw = None if cluster.fabric_gbit_s is None else cluster.fabric_gbit_s * 1e9 / 8.0
+    latency = None if cluster.fabric_latency_ms is None else cluster.fabric_latency_ms / 1000.0
+    if bw is None or latency is None:
+        found = _catalog_fabric(cluster.gpu)
+        if found is not None:
+            bw = found[0] if bw is None else bw
+            latency = found[1] if latency is None else latency
+    if bw is None:
+        LOG.info("cluster %s: fabric of %s unknown; same-cluster syncs use the WAN", cluster.name,
+                 cluster.gpu)
+    return {"fabric_bw_bytes_per_s": bw, "fabric_latency_s": latency}
+
+
+def _catalog_fabric(gpu: str) -> tuple[float, float] | None:
+    try:
+        from perfmodel.tables import cluster_fabric
+    except ImportError as err:  # the planner works from an island CSV without the perf model
+        LOG.warning("perfmodel.tables unavailable (%s): no catalog fabric for %s", err, gpu)
+        return None
+    return cluster_fabric(gpu)
+
+
+def _unusable(allowed: Sequence[int], num_nodes: int, max_gpus: int | None, nodes: int, gpn: int,
+              max_nodes_per_island: int | None = None) -> str:
+    if max_nodes_per_island is not None and nodes > max_nodes_per_island:
+        return f"{nodes} nodes > max_nodes_per_island {max_nodes_per_island}"
     if gpn not in allowed:
         return f"gpus_per_node {gpn} not in allowed_gpus_per_node {list(allowed)}"
     if nodes > num_nodes:

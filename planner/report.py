@@ -23,14 +23,48 @@ TOP_THROUGHPUT_PLANS = 20
 """Plans shown in the figure-8 style chart."""
 
 
-def plan_label(plan: Plan) -> str:
-    """Paper figure-8 label: 'count x nodes x gpus_per_node GPU' groups joined by ' + '."""
+def plan_label(plan: Plan, problem: Problem | None = None) -> str:
+    """Paper figure-8 label: 'count x nodes x gpus_per_node GPU' groups joined by ' + '.
+
+    Where two clusters of `problem` share a GPU type, the GPU is followed by its cluster's price
+    source ("H200 (AWS spot)") so islands of different providers or tiers are not merged."""
+    shared = _shared_gpu_types(problem)
     groups: dict[tuple[str, int, int], int] = {}
     for island in plan.islands:
-        key = (island.gpu_type.split("-")[0], island.nodes, island.gpus_per_node)
+        gpu = island.gpu_type.split("-")[0]
+        if island.gpu_type in shared and problem is not None:
+            gpu += f" ({_source(problem, island.cluster)})"
+        key = (gpu, island.nodes, island.gpus_per_node)
         groups[key] = groups.get(key, 0) + 1
     parts = sorted(groups.items(), key=lambda kv: (-kv[1], kv[0]))
     return " + ".join(f"{n}x{nodes}x{g} {gpu}" for (gpu, nodes, g), n in parts)
+
+
+def _shared_gpu_types(problem: Problem | None) -> set[str]:
+    if problem is None:
+        return set()
+    clusters_of: dict[str, set[str]] = {}
+    for option in problem.options:
+        clusters_of.setdefault(option.gpu_type, set()).add(option.cluster)
+    return {gpu for gpu, names in clusters_of.items() if len(names) > 1}
+
+
+def _source(problem: Problem, cluster: str) -> str:
+    for info in problem.clusters:
+        if info.name == cluster:
+            return info.price_source or cluster
+    return cluster
+
+
+def marginal_costs(points: Sequence[Plan]) -> list[float | None]:
+    """Per point (fastest first): USD paid per hour of wall time saved by the next faster point,
+    (C_faster − C)/(W − W_faster)·3600; None for the fastest. A jump marks the knee."""
+    ordered = sorted(points, key=lambda p: p.wall_time_s)
+    out: list[float | None] = [None]
+    for faster, plan in zip(ordered, ordered[1:], strict=False):
+        saved_h = (plan.wall_time_s - faster.wall_time_s) / 3600.0
+        out.append((faster.cost_usd - plan.cost_usd) / saved_h if saved_h > 0 else None)
+    return out
 
 
 def plan_record(plan: Plan, problem: Problem) -> dict[str, Any]:
@@ -55,7 +89,7 @@ def plan_record(plan: Plan, problem: Problem) -> dict[str, Any]:
             "cost_usd": plan.wall_time_s / 3600.0 * island.usd_per_hour,
         })
     return {
-        "label": plan_label(plan),
+        "label": plan_label(plan, problem),
         "wall_time_s": plan.wall_time_s,
         "wall_time_h": plan.wall_time_s / 3600.0,
         "cost_usd": plan.cost_usd,
@@ -67,15 +101,31 @@ def plan_record(plan: Plan, problem: Problem) -> dict[str, Any]:
         "inner_step_s": plan.inner_step_s,
         "sync_s": plan.sync_s,
         "cost_rounding_bound_usd": plan.cost_rounding_bound_usd,
+        "energy_kwh": plan.energy_kwh,
+        "co2_kg": plan.co2_kg,
+        **_energy_notes(problem),
         "islands": islands,
     }
+
+
+def _energy_notes(problem: Problem) -> dict[str, Any]:
+    """Where the energy figures come from: the all-busy fallback of tables without a split."""
+    data = problem.energy
+    if data is None or not data.energy_known:
+        return {"energy_note": "energy unknown: a GPU has no TDP in the catalog or table"}
+    if not data.split_known:
+        return {"energy_note": "island table without an activity split: every step counted as "
+                               "compute at full power (an upper bound)"}
+    return {}
 
 
 def frontier_records(frontier: Frontier, problem: Problem) -> list[dict[str, Any]]:
     """Frontier points (fastest first) with the frontier's provenance on each point."""
     out = []
-    for i, plan in enumerate(frontier.points):
+    marginal = marginal_costs(frontier.points)
+    for i, plan in enumerate(sorted(frontier.points, key=lambda p: p.wall_time_s)):
         record = {"point": i, **plan_record(plan, problem)}
+        record["usd_per_hour_saved"] = marginal[i]
         record["solver"] = frontier.solver
         record["proven_exact"] = frontier.proven_exact
         out.append(record)
@@ -92,13 +142,16 @@ def frontier_meta(frontier: Frontier) -> dict[str, Any]:
         "solve_time_s": frontier.solve_time_s,
         "price_resolution_usd_per_hour": frontier.price_resolution_usd_per_hour,
         "max_cost_rounding_usd": frontier.max_cost_rounding_usd,
+        "cross_checks": frontier.cross_checks,
+        **({"not_exact_because": frontier.note} if not frontier.proven_exact else {}),
     }
 
 
 def points_frame(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
     """One row per point (islands folded into the label); for tables and CSV."""
-    keep = ["point", "label", "wall_time_h", "wall_time_s", "cost_usd", "tokens_per_s", "tokens_per_s_per_gpu",
-            "num_islands", "num_gpus", "usd_per_hour", "inner_step_s", "sync_s"]
+    keep = ["point", "label", "wall_time_h", "wall_time_s", "cost_usd", "usd_per_hour_saved", "tokens_per_s",
+            "tokens_per_s_per_gpu", "num_islands", "num_gpus", "usd_per_hour", "inner_step_s", "sync_s",
+            "energy_kwh", "co2_kg"]
     rows = [{k: r[k] for k in keep if k in r} for r in records]
     for row, record in zip(rows, records, strict=True):
         row["islands"] = "; ".join(
@@ -168,7 +221,7 @@ def plot_frontier(all_plans: Sequence[Plan], frontier: Sequence[Plan], path: str
 
 
 def plot_top_throughput(frontier: Sequence[Plan], path: str | Path, *, title: str,
-                        top: int = TOP_THROUGHPUT_PLANS) -> None:
+                        top: int = TOP_THROUGHPUT_PLANS, problem: Problem | None = None) -> None:
     """Figure-8 style: throughput bars of the highest-throughput frontier plans, cost on a twin axis."""
     plt = _pyplot()
     best = sorted(frontier, key=lambda p: -p.tokens_per_s)[:top]
@@ -177,10 +230,11 @@ def plot_top_throughput(frontier: Sequence[Plan], path: str | Path, *, title: st
     ax.bar(positions, [p.tokens_per_s for p in best], color="tab:blue", label="throughput")
     ax.set_ylabel("throughput (tokens/s)")
     ax.set_xticks(positions)
-    ax.set_xticklabels([plan_label(p) for p in best], rotation=60, ha="right", fontsize=7)
+    ax.set_xticklabels([plan_label(p, problem) for p in best], rotation=60, ha="right", fontsize=7)
     twin = ax.twinx()
     twin.plot(positions, [p.cost_usd for p in best], color="tab:red", marker="o", label="cost")
     twin.set_ylabel("cost (USD)")
+    twin.set_ylim(bottom=0)  # a cost axis cut above zero exaggerates small differences
     ax.set_xlabel("island configuration (count x nodes x GPUs per node)")
     ax.set_title(title)
     handles = ax.get_legend_handles_labels()[0] + twin.get_legend_handles_labels()[0]
@@ -194,3 +248,32 @@ def throughput_plot_path(path: str | Path) -> Path:
     """Where the figure-8 chart goes next to the figure-7 plot."""
     path = Path(path)
     return path.with_name(f"{path.stem}_throughput{path.suffix or '.png'}")
+
+
+def plot_scenarios(frontiers: Sequence[tuple[str, Sequence[Plan]]], path: str | Path, *, title: str) -> None:
+    """The frontiers of several scenarios side by side (shared axes, cost from zero)."""
+    plt = _pyplot()
+    count = max(1, len(frontiers))
+    cols = min(count, 4)
+    rows = -(-count // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.6 * cols, 3.2 * rows + 0.6), sharex=True, sharey=True,
+                             squeeze=False)
+    for ax, (name, points) in zip(axes.flat, frontiers, strict=False):
+        front = sorted(points, key=lambda p: p.wall_time_s)
+        xs = [p.wall_time_s / 3600 for p in front]
+        ys = [p.cost_usd for p in front]
+        ax.step(xs, ys, where="post", color="tab:red", linewidth=1.0)
+        ax.scatter(xs, ys, s=14, color="tab:red", zorder=3)
+        ax.set_title(name, fontsize=8)
+        ax.grid(True, alpha=0.3)
+        ax.set_ylim(bottom=0)
+    for ax in list(axes.flat)[len(frontiers):]:
+        ax.set_visible(False)
+    for ax in axes[-1]:
+        ax.set_xlabel("wall-clock time (hours)")
+    for ax in axes[:, 0]:
+        ax.set_ylabel("cost (USD)")
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import json
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ pytestmark = pytest.mark.torch
 from perfmodel.bench import fsdp  # noqa: E402
 from perfmodel.catalog import get_model  # noqa: E402
 from perfmodel.paths import catalog_dir  # noqa: E402
+from perfmodel.recipe import DEFAULT_RECIPE, PAPER_RECIPE  # noqa: E402
 
 TINY = """
 seq_len: 16
@@ -79,6 +81,8 @@ def test_bench_fsdp_gloo_two_ranks_runs_and_resumes(run_cli, tmp_path: Path) -> 
         # at least the persistent fp32 state of one rank: parameter shard + two Adam moments
         assert int(r["peak_memory_bytes"]) >= 3 * 4 * case.spec.total_params // 2
         assert r["memory_source"] == "profiler+persistent"
+        # the worker trained the default recipe and says so (bench fsdp-compare predicts that one)
+        assert fsdp.row_recipe(r, "fsdp.csv") == DEFAULT_RECIPE
     # an interrupted run: drop the last row, rerun, exactly that case comes back
     lines = out.read_text().splitlines()
     out.write_text("\n".join(lines[:-1]) + "\n")
@@ -112,6 +116,17 @@ def test_fsdp_compare_against_the_simulator(run_cli, tmp_path: Path) -> None:
     assert rows[0]["step_error_pct"] == pytest.approx(expected)
     result = run_cli("bench", "fsdp-compare", str(data), "--profile", str(profile))
     assert result.code == 0 and "step MAPE" in result.out
+    # rows without a recipe column trained without MixedPrecisionPolicy, no-sync accumulation
+    assert rows[0]["recipe"] == "legacy-fp32" and rows[0]["accum_mode"] == "no_sync"
+    # like with like: a row that trained the paper recipe is predicted with the paper recipe
+    paper = tmp_path / "paper.csv"
+    with paper.open("w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=fsdp.COLUMNS)
+        writer.writeheader()
+        writer.writerow({**row, "recipe": json.dumps(fsdp.recipe_mapping(PAPER_RECIPE))})
+    (paper_row,) = fsdp.compare_fsdp(paper, str(profile))
+    assert paper_row["recipe"] == "paper"
+    assert paper_row["predicted_comm_s"] != rows[0]["predicted_comm_s"]  # bf16 params, fp32 grads
     bad = tmp_path / "bad.csv"
     bad.write_text("model,step_time_s\nx,1\n")
     result = run_cli("bench", "fsdp-compare", str(bad), "--profile", str(profile))

@@ -14,8 +14,8 @@ from perfmodel.errors import InstanceError, ShardMeterError
 from planner.instance import TABLE_COLUMNS, gpu_prices, load_instance, load_island_table
 
 GOOD_TABLE = """cluster,gpu_type,nodes,gpus_per_node,micro_batch,microstep_s,step_fixed_s,usd_per_hour,memory_gib,bound
-A,H200,1,8,1,1.2,0.3,28.72,60,compute
-A,H200,1,8,2,2.3,0.3,28.72,80,compute
+A,H200-SXM-141GB,1,8,1,1.2,0.3,28.72,60,compute
+A,H200-SXM-141GB,1,8,2,2.3,0.3,28.72,80,compute
 """
 
 GOOD_YAML = """name: t
@@ -86,9 +86,9 @@ def test_instance_errors_exit_2(tmp_path: Path, run_cli, name: str, old: str, ne
         ("negative time", GOOD_TABLE.replace("2.3", "-2.3"), ["line 3", "microstep_s", "-2.3"]),
         ("zero price", GOOD_TABLE.replace("28.72,60", "0,60"), ["line 2", "usd_per_hour"]),
         ("not a number", GOOD_TABLE.replace("1.2,", "fast,"), ["line 2", "microstep_s", "fast"]),
-        ("duplicate rows", GOOD_TABLE + "A,H200,1,8,1,1.2,0.3,28.72,60,compute\n", ["duplicate", "[2, 4]"]),
-        ("unknown cluster", GOOD_TABLE.replace("A,H200,1,8,2", "AA,H200,1,8,2"), ["line 3", "'AA'", "did you mean 'A'"]),
-        ("fractional nodes", GOOD_TABLE.replace("A,H200,1,8,2", "A,H200,1.5,8,2"), ["line 3", "nodes", "1.5"]),
+        ("duplicate rows", GOOD_TABLE + "A,H200-SXM-141GB,1,8,1,1.2,0.3,28.72,60,compute\n", ["duplicate", "[2, 4]"]),
+        ("unknown cluster", GOOD_TABLE.replace("A,H200-SXM-141GB,1,8,2", "AA,H200-SXM-141GB,1,8,2"), ["line 3", "'AA'", "did you mean 'A'"]),
+        ("fractional nodes", GOOD_TABLE.replace("A,H200-SXM-141GB,1,8,2", "A,H200-SXM-141GB,1.5,8,2"), ["line 3", "nodes", "1.5"]),
         ("price differs by micro-batch", GOOD_TABLE.replace("28.72,80", "30,80"), ["usd_per_hour"]),
     ],
 )

@@ -93,13 +93,17 @@ class Mlp(nn.Module):
 
 
 class Block(nn.Module):
-    """One transformer block: pre-norm sequential (2 norms) or Phi-style parallel (1 norm)."""
+    """One transformer block: pre-norm sequential (2 norms), Gemma-2's sandwich (4 norms: also
+    after attention and after the MLP) or Phi-style parallel (1 norm)."""
 
     def __init__(self, spec: ModelSpec) -> None:
         super().__init__()
         self.parallel = spec.norms_per_block == 1
         self.attn_norm = _norm(spec)
         self.mlp_norm = None if self.parallel else _norm(spec)
+        sandwich = spec.norms_per_block == 4
+        self.post_attn_norm = _norm(spec) if sandwich else None
+        self.post_mlp_norm = _norm(spec) if sandwich else None
         self.attn = Attention(spec)
         self.mlp = Mlp(spec)
 
@@ -107,8 +111,10 @@ class Block(nn.Module):
         if self.mlp_norm is None:
             normed = self.attn_norm(x)
             return x + self.attn(normed, cos, sin) + self.mlp(normed)
-        x = x + self.attn(self.attn_norm(x), cos, sin)
-        return x + self.mlp(self.mlp_norm(x))
+        attn = self.attn(self.attn_norm(x), cos, sin)
+        x = x + (attn if self.post_attn_norm is None else self.post_attn_norm(attn))
+        mlp = self.mlp(self.mlp_norm(x))
+        return x + (mlp if self.post_mlp_norm is None else self.post_mlp_norm(mlp))
 
 
 class Transformer(nn.Module):
@@ -155,7 +161,10 @@ def build_model(spec: ModelSpec, *, device: str | torch.device = "cpu",
                 param.zero_()
             elif param.dim() >= 2:
                 param.normal_(0.0, std)
-    return model.to(dtype=dtype)
+    # Skip a no-op cast: under FakeTensorMode `.to` would try to swap tensors it cannot swap.
+    if any(p.dtype != dtype for p in model.parameters()):
+        model = model.to(dtype=dtype)
+    return model
 
 
 def count_parameters(model: nn.Module) -> int:

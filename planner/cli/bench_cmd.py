@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Any
 
 import click
 
 from perfmodel.paths import catalog_dir
 from planner.cli.common import emit_records, format_option
+from planner.cli.recipe_opts import recipe_from_options, recipe_options
 
 logger = logging.getLogger(__name__)
 
@@ -85,8 +87,8 @@ def compute_cmd(space: str, n: int, out: Path, device: str, dtype: str, seed: in
     common.warn_small_pages(device)
     if iters is None:
         iters = (design.named.iters if named and design.named and design.named.iters else None) or 10
-    if iters < 1 or warmup < 0:
-        raise click.BadParameter("--iters must be >= 1 and --warmup >= 0")
+    common.check_run_inputs(out=out, columns=cb.COLUMNS, key_columns=cb.KEY_COLUMNS, dtype=dtype,
+                            threads=threads, iters=iters, warmup=warmup)
     settings = cb.ComputeSettings(
         device=common.resolve_device(device), dtype=common.resolve_dtype(dtype),
         threads=common.set_threads(threads), iters=iters, warmup=warmup,
@@ -158,9 +160,12 @@ def comm_cmd(out: Path, nproc: int, backend: str, link: str | None, ops: str, mi
 @click.option("--warmup", type=int, default=2, show_default=True)
 @click.option("--threads", type=int, default=1, show_default=True, help="torch threads per rank.")
 @click.option("--torchrun-args", default=None, help="torchrun rendezvous flags replacing --standalone.")
+@recipe_options
 def fsdp_cmd(space: str, out: Path, nproc: int, backend: str, link: str | None, dtype: str, iters: int,
-             warmup: int, threads: int, torchrun_args: str | None) -> None:
-    """Real FSDP2 (fully_shard) training steps with gradient accumulation; median step time, peak memory."""
+             warmup: int, threads: int, torchrun_args: str | None, recipe_name: str,
+             **recipe_flags: Any) -> None:
+    """Real FSDP2 (fully_shard) training steps with gradient accumulation, trained as the recipe
+    says (MixedPrecisionPolicy, resharding, accumulation mode, AC); median step time, peak memory."""
     _require_torch()
     _verbose_bench_logs()
     from perfmodel.bench.common import CsvLog, warn_small_pages
@@ -170,7 +175,8 @@ def fsdp_cmd(space: str, out: Path, nproc: int, backend: str, link: str | None, 
 
     cases = load_cases(space)
     settings = FsdpSettings(backend=backend, link=_comm_link(backend, link), dtype=dtype, iters=iters,
-                            warmup=warmup, threads=threads)
+                            warmup=warmup, threads=threads,
+                            recipe=recipe_from_options(recipe_name, **recipe_flags))
     run_fsdp(cases, out, settings, nproc=nproc, torchrun_args=torchrun_args)
     click.echo(f"{out}: {len(CsvLog(out, COLUMNS, KEY_COLUMNS).rows())} rows ({len(cases)} cases planned)")
 
@@ -192,3 +198,13 @@ def fsdp_compare_cmd(data: str, profile_name: str, hardware: str | None, fmt: st
         step = np.mean([abs(r["step_error_pct"]) for r in rows])
         mem = np.nanmean([abs(r["memory_error_pct"]) for r in rows])
         click.echo(f"step MAPE {step:.2f}% over {len(rows)} rows; peak-memory MAPE {mem:.2f}%")
+
+
+def _register_memory() -> None:
+    # `bench memory` lives in its own module (FSDPMemTracker under FakeTensorMode).
+    from planner.cli.bench_memory_cmd import memory_cmd
+
+    bench.add_command(memory_cmd)
+
+
+_register_memory()

@@ -9,8 +9,9 @@ import click
 from perfmodel import catalog as cat
 from perfmodel.errors import UserInputError
 from perfmodel.hardware import GIB
-from perfmodel.memory import AC_MODES, MemoryBreakdown, max_micro_batch, memory_breakdown
+from perfmodel.memory import MemoryBreakdown, max_micro_batch, memory_breakdown
 from planner.cli.common import emit_json, emit_mapping, emit_records, emit_table, format_option
+from planner.cli.recipe_opts import recipe_from_options, recipe_options
 
 _SOURCE_CHARS = 60
 """Sources are long; the table shows their start, json/csv the whole text."""
@@ -95,14 +96,16 @@ def _check_positive(option: str, value: int) -> None:
 
 
 def _memory_payload(breakdown: MemoryBreakdown, *, model: str, gpu: Any, nodes: int,
-                    max_m: int) -> dict[str, Any]:
+                    max_m: int, recipe: Any) -> dict[str, Any]:
     gib = breakdown.as_gib()
     peak_gib = gib.pop("peak")
     return {
         "model": model, "gpu": gpu.name, "nodes": nodes,
         "gpus_per_node": breakdown.num_gpus // nodes, "num_gpus": breakdown.num_gpus,
         "seq_len": breakdown.seq_len, "micro_batch": breakdown.micro_batch, "ac": breakdown.ac,
-        "peak_gib": peak_gib, "usable_memory_gib": gpu.usable_memory_bytes / GIB,
+        "accum_steps": breakdown.accum_steps, "accum_mode": breakdown.accum_mode,
+        "recipe": recipe.name, "peak_phase": breakdown.phase, "peak_gib": peak_gib,
+        "tracked_gib": breakdown.tracked_bytes / GIB, "usable_memory_gib": gpu.usable_memory_bytes / GIB,
         "fits": breakdown.peak_bytes <= gpu.usable_memory_bytes, "max_micro_batch": max_m,
         "breakdown_gib": gib,
     }
@@ -123,7 +126,8 @@ def _emit_memory(payload: dict[str, Any], fmt: str) -> None:
     rows.append({"component": "peak", "GiB": payload["peak_gib"]})
     title = (f"{payload['model']} on {payload['num_gpus']} x {payload['gpu']} "
              f"({payload['nodes']} node(s) x {payload['gpus_per_node']}), S={payload['seq_len']}, "
-             f"m={payload['micro_batch']}, ac={payload['ac']}")
+             f"m={payload['micro_batch']}, k={payload['accum_steps']} ({payload['accum_mode']}), "
+             f"ac={payload['ac']}, recipe {payload['recipe']}; peak at {payload['peak_phase']}")
     click.echo(title)
     emit_table(pd.DataFrame(rows))
     verdict = "fits" if payload["fits"] else "does NOT fit"
@@ -139,15 +143,19 @@ def _emit_memory(payload: dict[str, Any], fmt: str) -> None:
 @click.option("--seq-len", type=int, required=True, help="Sequence length in tokens.")
 @click.option("--micro-batch", type=int, default=1, show_default=True,
               help="Sequences per GPU per micro-step.")
-@click.option("--ac", type=click.Choice(AC_MODES), default="none", show_default=True,
-              help="Activation checkpointing.")
+@click.option("--accum", "accum_steps", type=int, default=1, show_default=True,
+              help="Micro-steps k per optimizer step (gradient accumulation).")
+@recipe_options
 @format_option()
 def memory(model_name: str, gpu_name: str, nodes: int, gpus_per_node: int, seq_len: int,
-           micro_batch: int, ac: str, fmt: str) -> None:
-    """Per-GPU memory of FSDP training of MODEL (catalog name or config.json path)."""
+           micro_batch: int, accum_steps: int, recipe_name: str, fmt: str, **flags: Any) -> None:
+    """Per-GPU memory of FSDP training of MODEL (catalog name or config.json path) as the
+    training recipe trains it (default torchtitan), at k = --accum micro-steps."""
     for option, value in (("--nodes", nodes), ("--gpus-per-node", gpus_per_node),
-                          ("--seq-len", seq_len), ("--micro-batch", micro_batch)):
+                          ("--seq-len", seq_len), ("--micro-batch", micro_batch),
+                          ("--accum", accum_steps)):
         _check_positive(option, value)
+    recipe = recipe_from_options(recipe_name, **flags)
     spec = cat.get_model(model_name)
     gpu = cat.get_gpu(gpu_name)
     if gpus_per_node > gpu.max_gpus_per_node:
@@ -157,8 +165,9 @@ def memory(model_name: str, gpu_name: str, nodes: int, gpus_per_node: int, seq_l
             hint=f"pass --gpus-per-node {gpu.max_gpus_per_node} or fewer and add --nodes instead.")
     num_gpus = nodes * gpus_per_node
     breakdown = memory_breakdown(spec, num_gpus=num_gpus, seq_len=seq_len,
-                                 micro_batch=micro_batch, ac=ac)
+                                 micro_batch=micro_batch, recipe=recipe, accum_steps=accum_steps)
     max_m = max_micro_batch(spec, gpu_memory_bytes=gpu.usable_memory_bytes, num_gpus=num_gpus,
-                            seq_len=seq_len, ac=ac)
-    payload = _memory_payload(breakdown, model=spec.name, gpu=gpu, nodes=nodes, max_m=max_m)
+                            seq_len=seq_len, recipe=recipe, accum_steps=accum_steps)
+    payload = _memory_payload(breakdown, model=spec.name, gpu=gpu, nodes=nodes, max_m=max_m,
+                              recipe=recipe)
     _emit_memory(payload, fmt)

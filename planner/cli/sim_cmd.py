@@ -1,5 +1,5 @@
-"""Commands `predict`, `simulate`, `sweep` and `streaming`: one step, its timeline, micro-batch
-sweeps and the Streaming DiLoCo tuner. A thin layer: the numbers come from perfmodel."""
+"""Commands `predict`, `simulate` and `sweep`: one step, its timeline and micro-batch sweeps
+(`streaming` lives in `planner.cli.streaming_cmd`). A thin layer: the numbers come from perfmodel."""
 
 from __future__ import annotations
 
@@ -12,13 +12,23 @@ from typing import Any
 import click
 
 from perfmodel.errors import UserInputError
+from perfmodel.recipe import AC_MODES
 from planner.cli.common import emit_json, emit_mapping, emit_records, emit_table, format_option
+from planner.cli.outer_opts import (
+    DILOCO_DEFAULT_INNER_STEPS,
+    describe_outer,
+    dtype_option,
+    outer_option_list,
+    resolve_outer,
+    streaming_outer,
+    sync_link,
+)
+from planner.cli.recipe_opts import recipe_from_options, recipe_option_list
 
 logger = logging.getLogger(__name__)
 
-AC_CHOICES = ("none", "selective", "full")
+AC_CHOICES = AC_MODES
 STRATEGIES = ("fsdp", "diloco", "streaming-diloco")
-DTYPES = ("fp32", "bf16", "int8")
 MAX_PLOTTED_SPANS = 20_000
 """Above this many spans a multi-step timeline is drawn at inner-step level (no FSDP detail)."""
 _PATH = click.Path(dir_okay=False, path_type=Path)
@@ -33,8 +43,9 @@ def _apply(options: list[Callable[..., Any]], func: Callable[..., Any]) -> Calla
     return func
 
 
-def _workload_option_list(*, examples: bool = False) -> list[Callable[..., Any]]:
-    """Model-independent workload options; with `examples` the GPU and sizes may be left out."""
+def _workload_option_list(*, examples: bool = False, recipe: bool = False) -> list[Callable[..., Any]]:
+    """Model-independent workload options; with `examples` the GPU and sizes may be left out;
+    with `recipe` the training-recipe options too (`--ac` then defaults to the recipe's)."""
     sizes = ("(default 2048)", "(default 1; examples 2)", "(default 1; examples 8)") if examples else ("", "", "")
     return [
         click.option("--gpu", "gpu_name", required=not examples,
@@ -47,25 +58,42 @@ def _workload_option_list(*, examples: bool = False) -> list[Callable[..., Any]]
                      help=f"Sequences per GPU per micro-step {sizes[1]}."),
         click.option("--accum", type=int, default=None if examples else 1, show_default=not examples,
                      help=f"Gradient-accumulation micro-steps k {sizes[2]}."),
-        click.option("--ac", type=click.Choice(AC_CHOICES), default="none", show_default=True,
-                     help="Activation checkpointing."),
+        click.option("--ac", type=click.Choice(AC_CHOICES), default=None if recipe else "none",
+                     show_default=not recipe,
+                     help="Activation checkpointing" + (" (default: the recipe's)." if recipe else ".")),
         click.option("--profile", "profile_name", default=None,
                      help="Hardware profile name or YAML path (default: the GPU's, measured beats prior)."),
+        *(recipe_option_list(ac=False) if recipe else []),
     ]
 
 
 def _workload_options(func: Callable[..., Any]) -> Callable[..., Any]:
-    return _apply(_workload_option_list(), func)
+    """Workload and training-recipe options (predict, simulate)."""
+    return _apply(_workload_option_list(recipe=True), func)
+
+
+def recipe_options_no_ac(func: Callable[..., Any]) -> Callable[..., Any]:
+    """The recipe options for a command that declares --ac itself (sweep)."""
+    return _apply(recipe_option_list(ac=False), func)
+
+
+def _recipe_payload(payload: dict[str, Any], recipe: Any, fmt: str) -> dict[str, Any]:
+    """`payload` with the recipe: the whole mapping in JSON, its one-line summary otherwise."""
+    return {**payload, "recipe": recipe.to_dict() if fmt == "json" else recipe.summary()}
 
 
 def _strategy_options(func: Callable[..., Any]) -> Callable[..., Any]:
     return _apply([
         click.option("--strategy", type=click.Choice(STRATEGIES), default="fsdp", show_default=True),
         click.option("--islands", type=int, default=None, help="Islands M (default 1 for fsdp, else 2)."),
-        click.option("--inner-steps", type=int, default=100, show_default=True, help="DiLoCo H."),
+        click.option("--inner-steps", type=int, default=None,
+                     help="DiLoCo H (default: the recipe's, else 100; streaming: F·τ)."),
         *_wan_options(),
-        click.option("--fragments", type=int, default=3, show_default=True, help="Streaming DiLoCo fragments F."),
-        click.option("--delay", type=int, default=2, show_default=True, help="Streaming DiLoCo delay τ (inner steps)."),
+        click.option("--fragments", type=int, default=None,
+                     help="Streaming DiLoCo fragments F (default: the recipe's, else 3)."),
+        click.option("--delay", type=int, default=None,
+                     help="Streaming DiLoCo delay τ in inner steps (default: the recipe's, else 2)."),
+        *outer_option_list(),
     ], func)
 
 
@@ -73,27 +101,8 @@ def _wan_options() -> list[Callable[..., Any]]:
     return [
         click.option("--wan-gbit-s", type=float, default=10.0, show_default=True, help="Slowest WAN uplink, Gbit/s."),
         click.option("--wan-latency-ms", type=float, default=50.0, show_default=True, help="Largest WAN latency, ms."),
-        click.option("--pseudo-gradient-dtype", "dtype", type=click.Choice(DTYPES), default="fp32",
-                     show_default=True, help="Dtype of the exchanged pseudo-gradient."),
+        dtype_option(),
     ]
-
-
-def _streaming_options(func: Callable[..., Any]) -> Callable[..., Any]:
-    return _apply([
-        *_workload_option_list(examples=True),
-        click.option("--islands", type=int, default=2, show_default=True, help="Islands M exchanging fragments."),
-        *_wan_options(),
-        click.option("--fragments", type=int, default=3, show_default=True, help="Fragments F."),
-        click.option("--delay", type=int, default=2, show_default=True, help="Delay τ in inner steps."),
-        click.option("--sync-every", type=int, default=None, help="H (default F·τ: one fragment every τ steps)."),
-        click.option("--steps", type=int, default=None, help="Inner steps to simulate (default H+τ+1)."),
-        click.option("--max-delay-steps", type=int, default=None, help="Tuner bound on τ (replica drift)."),
-        click.option("--max-sync-every", type=int, default=None, help="Tuner bound on H (sync frequency)."),
-        click.option("--example", type=click.Choice(["A", "B", "C", "D", "all"]), default=None,
-                     help="Paper figure 6: A fast WAN, B slow WAN blocks, C more fragments, D longer delay."),
-        click.option("--plot", "plot_path", type=_PATH, default=None, help="Figure 6 style PNG here."),
-        click.option("--trace", "trace_path", type=_PATH, default=None, help="Chrome trace JSON here."),
-    ], func)
 
 
 # ---- shared setup ----------------------------------------------------------------------------
@@ -116,8 +125,13 @@ class Workload:
     """m."""
     accum: int
     """k."""
-    ac: str
-    """Activation checkpointing mode."""
+    recipe: Any
+    """TrainingRecipe every island trains with."""
+
+    @property
+    def ac(self) -> str:
+        """Activation checkpointing mode (the recipe's)."""
+        return str(self.recipe.ac)
 
 
 def _positive(option: str, value: float, *, zero_ok: bool = False) -> None:
@@ -127,8 +141,11 @@ def _positive(option: str, value: float, *, zero_ok: bool = False) -> None:
 
 
 def _workload(model_name: str, *, gpu_name: str, nodes: int, gpus_per_node: int, seq_len: int,
-              micro_batch: int, accum: int, ac: str, profile_name: str | None) -> Workload:
+              micro_batch: int, accum: int, ac: str | None, profile_name: str | None,
+              recipe: Any = None) -> Workload:
+    """`recipe` defaults to torchtitan; `ac` (when set) overrides its checkpointing mode."""
     from perfmodel import catalog
+    from perfmodel.fsdp import resolve_recipe
     from perfmodel.hardware import IslandSpec
     from perfmodel.profile import default_profile, load_profile
 
@@ -147,39 +164,72 @@ def _workload(model_name: str, *, gpu_name: str, nodes: int, gpus_per_node: int,
     island = IslandSpec(gpu=gpu, num_nodes=nodes, gpus_per_node=gpus_per_node, intra_link=gpu.intra_node_link,
                         inter_link=gpu.inter_node_link, nics_per_node=gpu.nics_per_node)
     return Workload(model=model, gpu=gpu, island=island, profile=profile, seq_len=seq_len,
-                    micro_batch=micro_batch, accum=accum, ac=ac)
+                    micro_batch=micro_batch, accum=accum, recipe=resolve_recipe(recipe, ac))
+
+
+SIMULATED_ACCUM_MAX = 16
+"""Above this many micro-steps the step is simulated with this many and extended in closed form:
+every micro-step starts with both streams idle, so T(k) = step_fixed_s + k·microstep_s exactly
+(`perfmodel.fsdp` module doc) and so are the busy/idle sums; the timeline shows the first ones."""
 
 
 def _simulate(w: Workload) -> Any:
     from perfmodel.fsdp import simulate_step, step_costs
 
-    costs = step_costs(w.model, w.profile, w.island, seq_len=w.seq_len, micro_batch=w.micro_batch, ac=w.ac)
-    return simulate_step(costs, accum_steps=w.accum)
+    costs = step_costs(w.model, w.profile, w.island, seq_len=w.seq_len, micro_batch=w.micro_batch,
+                       recipe=w.recipe)
+    if w.accum <= SIMULATED_ACCUM_MAX:
+        return simulate_step(costs, accum_steps=w.accum)
+    return _extended_step(simulate_step(costs, accum_steps=SIMULATED_ACCUM_MAX - 1),
+                          simulate_step(costs, accum_steps=SIMULATED_ACCUM_MAX), w.accum)
 
 
-def _wan(islands: int, wan_gbit_s: float, wan_latency_ms: float, dtype: str) -> Any:
-    from perfmodel.analysis import WanLink
+def _extended_step(before: Any, last: Any, accum: int) -> Any:
+    """The StepResult of `accum` micro-steps from those of SIMULATED_ACCUM_MAX - 1 and
+    SIMULATED_ACCUM_MAX (linear in k); the schedule stays the simulated one."""
+    from dataclasses import replace
 
-    _positive("--islands", islands)
-    _positive("--wan-gbit-s", wan_gbit_s)
-    _positive("--wan-latency-ms", wan_latency_ms, zero_ok=True)
-    return WanLink(num_islands=islands, bw_bytes_per_s=wan_gbit_s * 1e9 / 8, latency_s=wan_latency_ms / 1e3,
-                   dtype=dtype)
+    logger.info("--accum %d: simulating %d micro-steps, the rest in closed form (exact)", accum,
+                SIMULATED_ACCUM_MAX)
+    extra = accum - last.accum_steps
+    fields = ("step_time_s", "compute_busy_s", "comm_busy_s", "exposed_comm_s", "compute_idle_s")
+    return replace(last, accum_steps=accum, **{f: getattr(last, f) + extra * (getattr(last, f)
+                                                                              - getattr(before, f))
+                                               for f in fields})
 
 
-def _streaming_config(model: Any, fragments: int, delay: int, sync_every: int | None) -> Any:
-    from perfmodel.diloco import StreamingConfig
+def _outer(strategy: str, w: Workload, *, inner_steps: int | None, fragments: int | None, delay: int | None,
+           dtype: str | None, flags: dict[str, Any]) -> Any:
+    """The DiLoCo settings of predict / simulate (flags, then the recipe, then CLI defaults)."""
+    if strategy == "streaming-diloco":
+        return streaming_outer(w.recipe, model=w.model, fragments=fragments, delay=delay, sync_every=inner_steps,
+                               dtype=dtype, fragment_pattern=flags.get("fragment_pattern"),
+                               overlap_backward=flags.get("overlap_backward"))
+    if inner_steps is not None:
+        _positive("--inner-steps", inner_steps)
+    return resolve_outer(w.recipe, defaults={"inner_steps": DILOCO_DEFAULT_INNER_STEPS, "num_fragments": 1,
+                                             "delay_steps": 0}, inner_steps=inner_steps,
+                         pseudo_gradient_dtype=dtype)
 
-    _positive("--fragments", fragments)
-    _positive("--delay", delay, zero_ok=True)
-    if fragments > model.num_layers:
-        raise UserInputError(f"--fragments {fragments}: {model.name} has only {model.num_layers} layers",
-                             hint=f"pass --fragments {model.num_layers} or fewer (a fragment is a layer group).")
-    every = sync_every if sync_every is not None else fragments * max(delay, 1)
-    if every < 1 or every % fragments:
-        raise UserInputError(f"--sync-every {every}: must be a positive multiple of --fragments {fragments}",
-                             hint=f"pass --sync-every {fragments * max(delay, 1)} (one fragment every τ steps).")
-    return StreamingConfig(num_fragments=fragments, sync_every=every, delay_steps=delay)
+
+def _with_outer(w: Workload, outer: Any) -> Workload:
+    from dataclasses import replace
+
+    return replace(w, recipe=replace(w.recipe, outer=outer))
+
+
+def _link(strategy: str, w: Workload, islands: int | None, wan_gbit_s: float, wan_latency_ms: float,
+          flags: dict[str, Any]) -> Any:
+    return sync_link(w.island, islands=_islands(strategy, islands), wan_gbit_s=wan_gbit_s,
+                     wan_latency_ms=wan_latency_ms, dtype=w.recipe.outer.pseudo_gradient_dtype,
+                     same_cluster=bool(flags.get("islands_same_cluster")))
+
+
+def _outer_opt_s(w: Workload) -> float:
+    """Seconds of one Nesterov outer step over the whole model on one island."""
+    from perfmodel.diloco import outer_optimizer_s
+
+    return outer_optimizer_s(w.model.total_params, num_gpus=w.island.num_gpus, hbm_bytes_per_s=w.gpu.hbm_bytes_per_s)
 
 
 # ---- predict ---------------------------------------------------------------------------------
@@ -189,16 +239,20 @@ def _memory(w: Workload) -> dict[str, Any]:
     from perfmodel.memory import max_micro_batch, memory_breakdown
 
     gpus = w.island.num_gpus
-    peak = memory_breakdown(w.model, num_gpus=gpus, seq_len=w.seq_len, micro_batch=w.micro_batch, ac=w.ac).peak_bytes
+    # The memory of the recipe the step is predicted for, at its k micro-steps.
+    peak = memory_breakdown(w.model, num_gpus=gpus, seq_len=w.seq_len, micro_batch=w.micro_batch,
+                            recipe=w.recipe, accum_steps=w.accum).peak_bytes
     largest = max_micro_batch(w.model, gpu_memory_bytes=w.gpu.usable_memory_bytes, num_gpus=gpus,
-                              seq_len=w.seq_len, ac=w.ac)
+                              seq_len=w.seq_len, recipe=w.recipe, accum_steps=w.accum)
     return {"peak_gib": peak / GIB, "usable_memory_gib": w.gpu.usable_memory_bytes / GIB,
             "fits": peak <= w.gpu.usable_memory_bytes, "max_micro_batch": largest}
 
 
 def _prediction(w: Workload, *, strategy: str, wan: Any, inner_steps: int, streaming: Any) -> dict[str, Any]:
-    from perfmodel.analysis import analyse_step, classify_regime, run_streaming
-    from perfmodel.diloco import outer_sync_s, pseudo_gradient_bytes
+    from perfmodel import formulas
+    from perfmodel.analysis import analyse_step, classify_regime
+    from perfmodel.diloco import StreamingConfig, pseudo_gradient_bytes, utilisation_steps
+    from perfmodel.streaming import run_streaming
 
     step = _simulate(w)
     info = analyse_step(step)
@@ -210,16 +264,26 @@ def _prediction(w: Workload, *, strategy: str, wan: Any, inner_steps: int, strea
                            "inner_step_time_s": step.step_time_s}
     step_s, comm_s = step.step_time_s, step.comm_busy_s
     if strategy == "diloco":
-        sync = outer_sync_s(num_islands=islands, payload_bytes=pseudo_gradient_bytes(w.model, wan.dtype),
-                            bw_bytes_per_s=wan.bw_bytes_per_s, latency_s=wan.latency_s)
-        step_s, comm_s = step_s + sync / inner_steps, comm_s + sync / inner_steps
-        out.update(inner_steps=inner_steps, outer_sync_s=sync, amortised_outer_sync_s=sync / inner_steps)
+        sync = float(formulas.sync_time_s(islands, pseudo_gradient_bytes(w.model, wan.dtype), wan.bw_bytes_per_s,
+                                          wan.latency_s))
+        opt = _outer_opt_s(w)
+        step_s, comm_s = step_s + (sync + opt) / inner_steps, comm_s + sync / inner_steps
+        out.update(inner_steps=inner_steps, outer_sync_s=sync, amortised_outer_sync_s=sync / inner_steps,
+                   outer_optimizer_s=opt, sync_link=wan.kind)
     elif strategy == "streaming-diloco":
-        run = run_streaming(w.model, step_s=step.step_time_s, wan=wan, config=streaming)
-        step_s = run.total_s / run.num_steps
-        out.update(fragments=streaming.num_fragments, delay_steps=streaming.delay_steps,
-                   sync_every=streaming.sync_every, simulated_steps=run.num_steps,
-                   blocked_s=run.blocked_s, amortised_blocked_s=run.blocked_s / run.num_steps)
+        per_param = _outer_opt_s(w) / w.model.total_params
+        config = streaming if isinstance(streaming, StreamingConfig) else StreamingConfig.from_recipe(streaming)
+        steps, first = utilisation_steps(config)
+        run = run_streaming(w.model, step_s=step.step_time_s, wan=wan, config=config, num_steps=steps,
+                            seq_len=w.seq_len, opt_s_per_param=per_param)
+        utilisation = run.utilisation(first)
+        step_s = step.step_time_s / utilisation  # steady state: one period of H steps after warm-up
+        out.update(fragments=config.num_fragments, delay_steps=config.delay_steps,
+                   sync_every=config.sync_every, fragment_pattern=config.fragment_pattern,
+                   overlap_backward=config.overlap_backward, simulated_steps=run.num_steps,
+                   blocked_s=run.blocked_s, amortised_blocked_s=run.blocked_s / run.num_steps,
+                   outer_optimizer_s=run.outer_optimizer_s / run.num_steps * config.sync_every,
+                   compute_utilisation=utilisation, sync_link=wan.kind)
     tokens_per_s = sequences * w.seq_len / step_s
     out.update(step_time_s=step_s, tokens_per_s=tokens_per_s,
                tokens_per_s_per_gpu=tokens_per_s / (islands * w.island.num_gpus),
@@ -229,7 +293,18 @@ def _prediction(w: Workload, *, strategy: str, wan: Any, inner_steps: int, strea
                classify_regime(step_s, step.compute_busy_s, comm_s if strategy == "diloco" else step.comm_busy_s),
                island_bound=info.regime, exposed_comm_s=step.exposed_comm_s, compute_idle_s=step.compute_idle_s,
                comm_idle_s=step.comm_idle_s, critical_path_comm_fraction=info.critical_comm_fraction,
-               **_memory(w), profile=w.profile.name, provenance=w.profile.provenance)
+               **_memory(w), profile=w.profile.name, provenance=w.profile.provenance,
+               **_provenance(w))
+    return out
+
+
+def _provenance(w: Workload) -> dict[str, str]:
+    """Which profile and provenance (measured / calibrated / prior) the compute and each link
+    of the island's ring use (links a profile lacks fall back to the catalog prior)."""
+    out = {"compute_provenance": f"{w.profile.compute_provenance('forward')} ({w.profile.name})"}
+    for link in w.island.ring_links:
+        kinds = {w.profile.comm_provenance(op, [link]) for op in ("all_gather", "reduce_scatter")}
+        out[f"link_{link}_provenance"] = "/".join(sorted(kinds))
     return out
 
 
@@ -240,15 +315,22 @@ def _prediction(w: Workload, *, strategy: str, wan: Any, inner_steps: int, strea
 @format_option()
 def predict(model_name: str, gpu_name: str, nodes: int, gpus_per_node: int, seq_len: int, micro_batch: int,
             accum: int, ac: str, profile_name: str | None, strategy: str, islands: int | None, inner_steps: int,
-            wan_gbit_s: float, wan_latency_ms: float, dtype: str, fragments: int, delay: int, fmt: str) -> None:
+            wan_gbit_s: float, wan_latency_ms: float, dtype: str, fragments: int, delay: int, fmt: str,
+            recipe_name: str, **recipe_flags: Any) -> None:
     """Predict one training step of MODEL: time, throughput, MFU, memory and what bounds it."""
     w = _workload(model_name, gpu_name=gpu_name, nodes=nodes, gpus_per_node=gpus_per_node, seq_len=seq_len,
-                  micro_batch=micro_batch, accum=accum, ac=ac, profile_name=profile_name)
+                  micro_batch=micro_batch, accum=accum, ac=None, profile_name=profile_name,
+                  recipe=recipe_from_options(recipe_name, ac=ac, **recipe_flags))
     m = _islands(strategy, islands)
-    _positive("--inner-steps", inner_steps)
-    wan = _wan(m, wan_gbit_s, wan_latency_ms, dtype)
-    config = _streaming_config(w.model, fragments, delay, None) if strategy == "streaming-diloco" else None
-    emit_mapping(_prediction(w, strategy=strategy, wan=wan, inner_steps=inner_steps, streaming=config), fmt,
+    outer = _outer(strategy, w, inner_steps=inner_steps, fragments=fragments, delay=delay, dtype=dtype,
+                   flags=recipe_flags)
+    w = _with_outer(w, outer)
+    wan = _link(strategy, w, islands, wan_gbit_s, wan_latency_ms, recipe_flags)
+    payload = _prediction(w, strategy=strategy, wan=wan, inner_steps=outer.inner_steps,
+                          streaming=outer if strategy == "streaming-diloco" else None)
+    if strategy != "fsdp":
+        payload["outer"] = describe_outer(outer, wan)
+    emit_mapping(_recipe_payload(payload, w.recipe, fmt), fmt,
                  title=f"{w.model.name} on {m} x {nodes}x{gpus_per_node} {w.gpu.name} ({strategy})")
 
 
@@ -276,29 +358,36 @@ def _islands(strategy: str, islands: int | None) -> int:
 def simulate(model_name: str, gpu_name: str, nodes: int, gpus_per_node: int, seq_len: int, micro_batch: int,
              accum: int, ac: str, profile_name: str | None, strategy: str, islands: int | None, inner_steps: int,
              wan_gbit_s: float, wan_latency_ms: float, dtype: str, fragments: int, delay: int, steps: int | None,
-             trace_path: Path | None, plot_path: Path | None, fmt: str) -> None:
+             trace_path: Path | None, plot_path: Path | None, fmt: str, recipe_name: str,
+             **recipe_flags: Any) -> None:
     """Simulate MODEL's step timeline (or a DiLoCo / Streaming DiLoCo run) and export it."""
     from perfmodel import trace
 
     w = _workload(model_name, gpu_name=gpu_name, nodes=nodes, gpus_per_node=gpus_per_node, seq_len=seq_len,
-                  micro_batch=micro_batch, accum=accum, ac=ac, profile_name=profile_name)
-    wan = _wan(_islands(strategy, islands), wan_gbit_s, wan_latency_ms, dtype)
+                  micro_batch=micro_batch, accum=accum, ac=None, profile_name=profile_name,
+                  recipe=recipe_from_options(recipe_name, ac=ac, **recipe_flags))
+    outer = _outer(strategy, w, inner_steps=inner_steps, fragments=fragments, delay=delay, dtype=dtype,
+                   flags=recipe_flags)
+    w = _with_outer(w, outer)
+    wan = _link(strategy, w, islands, wan_gbit_s, wan_latency_ms, recipe_flags)
     step = _simulate(w)
     title = f"{w.model.name}, {nodes}x{gpus_per_node} {w.gpu.name}, m={micro_batch}, k={accum} ({strategy})"
     if strategy == "fsdp":
         spans, summary = trace.schedule_spans(step.schedule), _step_summary(step)
     elif strategy == "diloco":
-        _positive("--inner-steps", inner_steps)
-        spans, summary = _diloco_spans(w, step, wan, inner_steps if steps is None else steps)
+        spans, summary = _diloco_spans(w, step, wan, outer.inner_steps if steps is None else steps)
     else:
-        config = _streaming_config(w.model, fragments, delay, None)
-        spans, summary = _streaming_spans(w.model, step, wan, config, steps)
+        from perfmodel.diloco import StreamingConfig
+
+        spans, summary = _streaming_spans(w.model, step, wan, StreamingConfig.from_recipe(outer), steps)
+    if strategy != "fsdp":
+        summary["outer"] = describe_outer(outer, wan)
     summary["provenance"] = w.profile.provenance
     if trace_path:
         summary["trace"] = str(trace.write_chrome_trace(spans, trace_path, metadata={"title": title}))
     if plot_path:
         summary["plot"] = str(trace.plot_timelines([(title, spans)], plot_path))
-    emit_mapping(summary, fmt, title=title)
+    emit_mapping(_recipe_payload(summary, w.recipe, fmt), fmt, title=title)
 
 
 def _step_summary(step: Any) -> dict[str, Any]:
@@ -313,31 +402,33 @@ def _step_summary(step: Any) -> dict[str, Any]:
 
 
 def _diloco_spans(w: Workload, step: Any, wan: Any, inner_steps: int) -> tuple[list[Any], dict[str, Any]]:
-    from perfmodel import trace
-    from perfmodel.diloco import outer_sync_s, pseudo_gradient_bytes, simulate_diloco
+    from perfmodel import formulas, trace
+    from perfmodel.diloco import pseudo_gradient_bytes, simulate_diloco
 
     _positive("--steps", inner_steps)
-    sync = outer_sync_s(num_islands=wan.num_islands, payload_bytes=pseudo_gradient_bytes(w.model, wan.dtype),
-                        bw_bytes_per_s=wan.bw_bytes_per_s, latency_s=wan.latency_s)
+    sync = float(formulas.sync_time_s(wan.num_islands, pseudo_gradient_bytes(w.model, wan.dtype),
+                                      wan.bw_bytes_per_s, wan.latency_s))
+    opt = _outer_opt_s(w)
     result = simulate_diloco({f"island{i}": step.step_time_s for i in range(wan.num_islands)},
-                             inner_steps=inner_steps, sync_s=sync)
+                             inner_steps=inner_steps, sync_s=sync, outer_opt_s=opt)
     detailed = len(step.schedule.intervals) * inner_steps * wan.num_islands <= MAX_PLOTTED_SPANS
     spans = trace.expand_steps(result.schedule, step.schedule) if detailed else trace.schedule_spans(result.schedule)
     return spans, {"inner_step_time_s": step.step_time_s, "inner_steps": inner_steps, "outer_sync_s": sync,
-                   "outer_step_s": result.outer_step_s, "amortised_step_s": result.amortised_step_s,
+                   "outer_optimizer_s": opt, "outer_step_s": result.outer_step_s, "amortised_step_s": result.amortised_step_s,
                    "fsdp_detail": detailed}
 
 
 def _streaming_spans(model: Any, step: Any, wan: Any, config: Any, steps: int | None) -> tuple[list[Any], dict[str, Any]]:
     from perfmodel import trace
-    from perfmodel.analysis import run_streaming
     from perfmodel.diloco import COMPUTE_STREAM, TRAIN_ISLAND
+    from perfmodel.streaming import run_streaming
 
     if steps is not None:
         _positive("--steps", steps)
     run = run_streaming(model, step_s=step.step_time_s, wan=wan, config=config,
                         num_steps=steps or config.sync_every + config.delay_steps + 1)
-    detailed = len(step.schedule.intervals) * run.num_steps <= MAX_PLOTTED_SPANS
+    # steps cut at exchange points (backward overlap) are drawn whole-step, without FSDP detail
+    detailed = not run.split_steps and len(step.schedule.intervals) * run.num_steps <= MAX_PLOTTED_SPANS
     spans = trace.expand_steps(run.schedule, step.schedule) if detailed else trace.schedule_spans(run.schedule)
     spans += trace.blocked_spans(run.schedule, island=TRAIN_ISLAND, stream=COMPUTE_STREAM)
     return spans, _streaming_summary(run) | {"fsdp_detail": detailed}
@@ -348,7 +439,8 @@ def _streaming_summary(run: Any) -> dict[str, Any]:
     return {"fragments": c.num_fragments, "delay_steps": c.delay_steps, "sync_every": c.sync_every,
             "send_interval": c.send_interval, "steps": run.num_steps, "inner_step_time_s": run.compute_s / run.num_steps,
             "exchange_s_max": max(e.end_s - e.start_s for e in run.exchanges) if run.exchanges else 0.0,
-            "total_s": run.total_s, "blocked_s": run.blocked_s, "blocks": run.blocks}
+            "total_s": run.total_s, "blocked_s": run.blocked_s, "blocks": run.blocks,
+            "link_bound": run.link_bound}
 
 
 # ---- sweep -----------------------------------------------------------------------------------
@@ -382,16 +474,17 @@ def _int_list(option: str, text: str) -> list[int]:
 @click.option("--micro-batches", "mb_text", default="1..32", show_default=True,
               help="Micro-batches: 1..32 (powers of two), 1-8 or 1,2,4.")
 @click.option("--accum", type=int, default=1, show_default=True, help="Gradient-accumulation micro-steps k.")
-@click.option("--ac", type=click.Choice(AC_CHOICES), default="none", show_default=True)
+@click.option("--ac", type=click.Choice(AC_CHOICES), default=None, help="Activation checkpointing (default: the recipe's).")
 @click.option("--profile", "profile_name", default=None, help="Hardware profile name or YAML path.")
 @click.option("--plot", "plot_path", type=_PATH, default=None,
               help="Figure 4 PNG here; figure 5 (throughput vs runtime) next to it as *_throughput.png.")
 @click.option("--timelines", "timeline_path", type=_PATH, default=None,
               help="Figure 3 PNG: step timelines of the first model/island at up to 4 micro-batches.")
+@recipe_options_no_ac
 @format_option()
 def sweep(model_names: tuple[str, ...], models: str | None, gpu_name: str, nodes_text: str, gpn_text: str,
-          seq_len: int, mb_text: str, accum: int, ac: str, profile_name: str | None, plot_path: Path | None,
-          timeline_path: Path | None, fmt: str) -> None:
+          seq_len: int, mb_text: str, accum: int, ac: str | None, profile_name: str | None, plot_path: Path | None,
+          timeline_path: Path | None, fmt: str, recipe_name: str, **recipe_flags: Any) -> None:
     """Sweep micro-batch sizes: iteration time, throughput and where compute-bound begins."""
     import pandas as pd
 
@@ -401,15 +494,16 @@ def sweep(model_names: tuple[str, ...], models: str | None, gpu_name: str, nodes
     if not names:
         raise UserInputError("no model given", hint="pass MODEL... or --models A,B,C.")
     micro_batches = _int_list("--micro-batches", mb_text)
+    recipe = recipe_from_options(recipe_name, ac=ac, **recipe_flags)
     frames, summary, workloads = [], [], []
     for name in names:
         for nodes in _int_list("--nodes", nodes_text):
             for gpn in _int_list("--gpus-per-node", gpn_text):
                 w = _workload(name, gpu_name=gpu_name, nodes=nodes, gpus_per_node=gpn, seq_len=seq_len,
-                              micro_batch=1, accum=accum, ac=ac, profile_name=profile_name)
+                              micro_batch=1, accum=accum, ac=None, profile_name=profile_name, recipe=recipe)
                 largest = _memory(w)["max_micro_batch"]
                 frame = batch_sweep(w.model, w.profile, w.island, seq_len=seq_len, micro_batches=micro_batches,
-                                    ac=ac, accum_steps=accum, max_micro_batch=largest)
+                                    ac=recipe.ac, accum_steps=accum, max_micro_batch=largest, recipe=recipe)
                 frames.append(frame)
                 workloads.append(w)
                 summary.append({"model": w.model.name, "gpus": w.island.num_gpus, "max_micro_batch": largest,
@@ -419,11 +513,13 @@ def sweep(model_names: tuple[str, ...], models: str | None, gpu_name: str, nodes
     table = pd.concat(frames, ignore_index=True)
     outputs = _sweep_plots(table, workloads[0], micro_batches, plot_path, timeline_path)
     if fmt == "json":
-        emit_json({"points": table.to_dict(orient="records"), "summary": summary, "outputs": outputs})
+        emit_json({"points": table.to_dict(orient="records"), "summary": summary, "outputs": outputs,
+                   "recipe": recipe.to_dict()})
     elif fmt == "csv":
         emit_records(table, "csv")
     else:
         emit_table(table.drop(columns=["nodes", "gpus_per_node"]), title="micro-batch sweep")
+        click.echo(f"recipe: {recipe.summary()}")
         emit_table(pd.DataFrame(summary), title="regime transitions")
         for path in outputs:
             click.echo(f"wrote {path}")
@@ -448,115 +544,3 @@ def _sweep_plots(table: Any, first: Workload, micro_batches: list[int], plot_pat
         out.append(str(trace.plot_timelines(panels, timeline_path, title=f"{first.model.name} on "
                                             f"{first.island.num_gpus} x {first.gpu.name}")))
     return out
-
-
-# ---- streaming -------------------------------------------------------------------------------
-
-@click.command()
-@click.argument("model_name", metavar="MODEL", required=False)
-@_streaming_options
-@format_option()
-def streaming(model_name: str | None, gpu_name: str | None, nodes: int, gpus_per_node: int, seq_len: int | None,
-              micro_batch: int | None, accum: int | None, ac: str, profile_name: str | None, islands: int, wan_gbit_s: float,
-              wan_latency_ms: float, dtype: str, fragments: int, delay: int, sync_every: int | None,
-              steps: int | None, max_delay_steps: int | None, max_sync_every: int | None, example: str | None,
-              plot_path: Path | None, trace_path: Path | None, fmt: str) -> None:
-    """Streaming DiLoCo: simulate a fragment schedule, find blocking, tune fragments and delay.
-
-    The tuner sends one fragment every τ steps (H = F·τ, as the paper's figure 6) and picks the
-    fewest fragments, then the shortest delay, that never block within --max-delay-steps and
-    --max-sync-every (bounds against replica drift)."""
-    from perfmodel import analysis, trace
-
-    for option, value in (("--steps", steps), ("--max-delay-steps", max_delay_steps),
-                          ("--max-sync-every", max_sync_every)):
-        if value is not None:
-            _positive(option, value)
-    w, step, cases = _streaming_cases(model_name, gpu_name=gpu_name, nodes=nodes, gpus_per_node=gpus_per_node,
-                                      seq_len=seq_len, micro_batch=micro_batch, accum=accum, ac=ac,
-                                      profile_name=profile_name, islands=islands, wan_gbit_s=wan_gbit_s,
-                                      wan_latency_ms=wan_latency_ms, dtype=dtype, fragments=fragments, delay=delay,
-                                      sync_every=sync_every, example=example)
-    records, panels, spans_all = [], [], []
-    for label, (wan, config, note) in cases.items():
-        tuning = analysis.tune_streaming(w.model, step_s=step.step_time_s, wan=wan, current=config,
-                                         max_delay_steps=max_delay_steps or analysis.DEFAULT_MAX_DELAY_STEPS,
-                                         max_sync_every=max_sync_every or analysis.DEFAULT_MAX_SYNC_EVERY)
-        spans, summary = _streaming_spans(w.model, step, wan, config, steps)
-        best = tuning.config
-        records.append({"case": label, "note": note, "wan_gbit_s": wan.bw_bytes_per_s * 8 / 1e9, **summary,
-                        "tuned_fragments": best.num_fragments if best else None,
-                        "tuned_delay_steps": best.delay_steps if best else None,
-                        "tuned_sync_every": best.sync_every if best else None,
-                        "remedies": list(tuning.remedies), "provenance": w.profile.provenance})
-        verdict = f"blocked {summary['blocked_s']:.3g} s" if summary["blocks"] else "no blocking"
-        panels.append((f"{label}) F={config.num_fragments}, τ={config.delay_steps}, H={config.sync_every}, "
-                       f"WAN {wan.bw_bytes_per_s * 8 / 1e9:.3g} Gbit/s: {verdict}", spans))
-        spans_all += [_relabel(s, label) for s in spans] if len(cases) > 1 else spans
-    if plot_path:
-        trace.plot_timelines(panels, plot_path, title=f"Streaming DiLoCo, {w.model.name} on "
-                             f"{w.island.num_nodes}x{w.island.gpus_per_node} {w.gpu.name}")
-    if trace_path:
-        trace.write_chrome_trace(spans_all, trace_path)
-    _emit_streaming(records, fmt, [str(p) for p in (plot_path, trace_path) if p])
-
-
-def _streaming_cases(model_name: str | None, *, gpu_name: str | None, nodes: int, gpus_per_node: int,
-                     seq_len: int | None, micro_batch: int | None, accum: int | None, ac: str,
-                     profile_name: str | None, islands: int, wan_gbit_s: float, wan_latency_ms: float, dtype: str,
-                     fragments: int, delay: int, sync_every: int | None,
-                     example: str | None) -> tuple[Workload, Any, dict[str, Any]]:
-    """The workload, its simulated inner step and the cases (label -> (wan, config, note)) to run."""
-    from perfmodel import analysis
-
-    def pick(value: int | None, default: int) -> int:
-        return default if value is None else value
-
-    if example is None and (gpu_name is None or model_name is None):
-        raise UserInputError("streaming needs MODEL and --gpu (or --example A|B|C|D|all)",
-                             hint="e.g. `shardmeter streaming Llama-3.2-1B --gpu H100-SXM5-80GB` or --example B.")
-    w = _workload(model_name or analysis.EXAMPLE_MODEL, gpu_name=gpu_name or analysis.EXAMPLE_GPU, nodes=nodes,
-                  gpus_per_node=gpus_per_node, seq_len=pick(seq_len, EXAMPLE_SEQ_LEN),
-                  micro_batch=pick(micro_batch, EXAMPLE_MICRO_BATCH if example else 1),
-                  accum=pick(accum, EXAMPLE_ACCUM if example else 1), ac=ac, profile_name=profile_name)
-    step = _simulate(w)
-    if example is None:
-        return w, step, {"user": (_wan(islands, wan_gbit_s, wan_latency_ms, dtype),
-                                  _streaming_config(w.model, fragments, delay, sync_every), "")}
-    _positive("--wan-latency-ms", wan_latency_ms, zero_ok=True)
-    if islands < 2:
-        raise UserInputError(f"--islands {islands}: the examples exchange fragments between islands",
-                             hint="pass --islands 2 or more.")
-    try:
-        cases = analysis.streaming_examples(w.model, step_s=step.step_time_s, latency_s=wan_latency_ms / 1e3,
-                                            num_islands=islands, dtype=dtype)
-    except ValueError as err:
-        raise UserInputError(f"--example {example}: {err}", hint="lower --wan-latency-ms or lengthen the inner "
-                             "step (--micro-batch, --accum).") from err
-    return w, step, cases if example == "all" else {example: cases[example]}
-
-
-def _relabel(span: Any, label: str) -> Any:
-    from dataclasses import replace
-
-    return replace(span, island=f"{label}: {span.island}")
-
-
-def _emit_streaming(records: list[dict[str, Any]], fmt: str, outputs: list[str]) -> None:
-    if fmt == "json":
-        emit_json({"cases": records, "outputs": outputs})
-        return
-    flat = [{k: ("; ".join(v) if isinstance(v, list) else v) for k, v in r.items()} for r in records]
-    if fmt == "csv":
-        emit_records(flat, "csv")
-        return
-    keys = ("case", "wan_gbit_s", "fragments", "delay_steps", "sync_every", "inner_step_time_s", "exchange_s_max",
-            "blocked_s", "tuned_fragments", "tuned_delay_steps", "tuned_sync_every")
-    emit_records([{k: r[k] for k in keys} for r in flat], "table", title="Streaming DiLoCo")
-    for r in records:
-        if r["note"]:
-            click.echo(f"{r['case']}: {r['note']}")
-        for remedy in r["remedies"]:
-            click.echo(f"{r['case']}: remedy — {remedy}")
-    for path in outputs:
-        click.echo(f"wrote {path}")
