@@ -1,38 +1,21 @@
 """Command `streaming`: simulate a Streaming DiLoCo schedule, find blocking, tune it, and answer
 `--bandwidth-for-utilisation` (the link Gbit/s each compute utilisation needs). A thin layer: the
-numbers come from `perfmodel.streaming`."""
+numbers come from `perfmodel.api` (`streaming`, `bandwidth_for_utilisation`)."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
 import click
 
+from perfmodel import api
+from perfmodel.api_setup import Workload, positive
 from perfmodel.errors import UserInputError
 from planner.cli.common import emit_json, emit_records, format_option
-from planner.cli.outer_opts import (
-    describe_outer,
-    dtype_option,
-    outer_option_list,
-    streaming_outer,
-    sync_link,
-)
+from planner.cli.outer_opts import dtype_option, outer_option_list
 from planner.cli.recipe_opts import recipe_from_options
-from planner.cli.sim_cmd import (
-    _PATH,
-    EXAMPLE_ACCUM,
-    EXAMPLE_MICRO_BATCH,
-    EXAMPLE_SEQ_LEN,
-    Workload,
-    _apply,
-    _positive,
-    _simulate,
-    _streaming_spans,
-    _workload,
-    _workload_option_list,
-)
+from planner.cli.sim_cmd import _PATH, _apply, _workload_option_list
 
 
 def _streaming_options(func: Any) -> Any:
@@ -138,285 +121,51 @@ def _streaming_options(func: Any) -> Any:
 @click.argument("model_name", metavar="MODEL", required=False)
 @_streaming_options
 @format_option()
-def streaming(
-    model_name: str | None,
-    gpu_name: str | None,
-    nodes: int,
-    gpus_per_node: int,
-    seq_len: int | None,
-    micro_batch: int | None,
-    accum: int | None,
-    ac: str,
-    profile_name: str | None,
-    recipe_name: str,
-    islands: int,
-    wan_gbit_s: float,
-    wan_latency_ms: float,
-    dtype: str | None,
-    fragments: int | None,
-    delay: int | None,
-    sync_every: int | None,
-    fragment_pattern: str | None,
-    overlap_backward: bool | None,
-    islands_same_cluster: bool,
-    steps: int | None,
-    max_delay_steps: int | None,
-    max_sync_every: int | None,
-    example: str | None,
-    for_utilisation: bool,
-    utilisation_text: str,
-    step_time_s: float | None,
-    plot_path: Path | None,
-    trace_path: Path | None,
-    fmt: str,
-    **recipe_flags: Any,
-) -> None:
+def streaming(model_name: str | None, gpu_name: str | None, nodes: int, gpus_per_node: int, seq_len: int | None,
+              micro_batch: int | None, accum: int | None, ac: str, profile_name: str | None, recipe_name: str,
+              islands: int, wan_gbit_s: float, wan_latency_ms: float, dtype: str | None, fragments: int | None,
+              delay: int | None, sync_every: int | None, fragment_pattern: str | None,
+              overlap_backward: bool | None, islands_same_cluster: bool, steps: int | None,
+              max_delay_steps: int | None, max_sync_every: int | None, example: str | None,
+              for_utilisation: bool, utilisation_text: str, step_time_s: float | None, plot_path: Path | None,
+              trace_path: Path | None, fmt: str, **recipe_flags: Any) -> None:
     """Streaming DiLoCo: simulate a fragment schedule, find blocking, tune fragments and delay.
 
     The tuner keeps H and recommends ONE configuration: the shortest delay τ, then the fewest
     fragments F, that never block within --max-delay-steps (bounds against replica drift); the
     other lines are single changes that also remove blocking. --bandwidth-for-utilisation prints
     the link bandwidth each compute utilisation needs instead."""
-    from perfmodel import streaming as st
-
-    for option, value in (
-        ("--steps", steps),
-        ("--max-delay-steps", max_delay_steps),
-        ("--max-sync-every", max_sync_every),
-    ):
+    for option, value in (("--steps", steps), ("--max-delay-steps", max_delay_steps),
+                          ("--max-sync-every", max_sync_every)):
         if value is not None:
-            _positive(option, value, zero_ok=option == "--max-delay-steps")
+            positive(option, value, zero_ok=option == "--max-delay-steps")
     recipe = recipe_from_options(recipe_name, ac=ac, **recipe_flags)
+    outer = api.OuterSpec(strategy="streaming-diloco", islands=islands, inner_steps=sync_every, fragments=fragments,
+                          delay_steps=delay, pseudo_gradient_dtype=dtype, fragment_pattern=fragment_pattern,
+                          overlap_backward=overlap_backward, islands_same_cluster=islands_same_cluster,
+                          wan_gbit_s=wan_gbit_s, wan_latency_ms=wan_latency_ms)
+    where = {"gpu_name": gpu_name, "nodes": nodes, "gpus_per_node": gpus_per_node, "seq_len": seq_len,
+             "micro_batch": micro_batch, "accum": accum, "profile_name": profile_name, "recipe": recipe}
     if for_utilisation:
-        _bandwidth_query(
-            model_name,
-            recipe,
-            gpu_name=gpu_name,
-            nodes=nodes,
-            gpus_per_node=gpus_per_node,
-            seq_len=seq_len,
-            micro_batch=micro_batch,
-            accum=accum,
-            ac=ac,
-            profile_name=profile_name,
-            islands=islands,
-            wan_gbit_s=wan_gbit_s,
-            wan_latency_ms=wan_latency_ms,
-            dtype=dtype,
-            fragments=fragments,
-            delay=delay,
-            sync_every=sync_every,
-            fragment_pattern=fragment_pattern,
-            overlap_backward=overlap_backward,
-            same_cluster=islands_same_cluster,
-            utilisation_text=utilisation_text,
-            step_time_s=step_time_s,
-            fmt=fmt,
-        )
+        targets = _targets(utilisation_text)
+        _emit_bandwidth(api.bandwidth_for_utilisation(model_name, outer, targets=targets, step_time_s=step_time_s,
+                                                      **where), fmt)
         return
-    w, step, cases, outer = _streaming_cases(
-        model_name,
-        recipe,
-        gpu_name=gpu_name,
-        nodes=nodes,
-        gpus_per_node=gpus_per_node,
-        seq_len=seq_len,
-        micro_batch=micro_batch,
-        accum=accum,
-        ac=ac,
-        profile_name=profile_name,
-        islands=islands,
-        wan_gbit_s=wan_gbit_s,
-        wan_latency_ms=wan_latency_ms,
-        dtype=dtype,
-        fragments=fragments,
-        delay=delay,
-        sync_every=sync_every,
-        fragment_pattern=fragment_pattern,
-        overlap_backward=overlap_backward,
-        same_cluster=islands_same_cluster,
-        example=example,
-    )
-    records, panels, spans_all = [], [], []
-    for label, (wan, config, note) in cases.items():
-        tuning = st.tune_streaming(
-            w.model,
-            step_s=step.step_time_s,
-            wan=wan,
-            current=config,
-            max_delay_steps=st.DEFAULT_MAX_DELAY_STEPS
-            if max_delay_steps is None
-            else max_delay_steps,
-            max_sync_every=max_sync_every or max(st.DEFAULT_MAX_SYNC_EVERY, config.sync_every),
-            seq_len=w.seq_len,
-        )
-        spans, summary = _streaming_spans(w.model, step, wan, config, steps)
-        best = tuning.config
-        records.append(
-            {
-                "case": label,
-                "note": note,
-                "wan_gbit_s": wan.bw_bytes_per_s * 8 / 1e9,
-                **summary,
-                "tuned_fragments": best.num_fragments if best else None,
-                "tuned_delay_steps": best.delay_steps if best else None,
-                "tuned_sync_every": best.sync_every if best else None,
-                "tuner": tuning.reason,
-                "remedies": list(tuning.remedies),
-                "outer": describe_outer(
-                    replace(
-                        outer,
-                        num_fragments=config.num_fragments,
-                        delay_steps=config.delay_steps,
-                        inner_steps=config.sync_every,
-                        overlap_backward=config.overlap_backward,
-                    ),
-                    wan,
-                ),
-                "recipe": recipe.summary(),
-                "provenance": w.profile.provenance,
-            }
-        )
-        verdict = f"blocked {summary['blocked_s']:.3g} s" if summary["blocks"] else "no blocking"
-        panels.append(
-            (
-                f"{label}) F={config.num_fragments}, τ={config.delay_steps}, H={config.sync_every}, "
-                f"WAN {wan.bw_bytes_per_s * 8 / 1e9:.3g} Gbit/s: {verdict}",
-                spans,
-            )
-        )
-        spans_all += [_relabel(s, label) for s in spans] if len(cases) > 1 else spans
-    _outputs(panels, spans_all, w, plot_path, trace_path)
-    _emit_streaming(records, fmt, [str(p) for p in (plot_path, trace_path) if p])
+    study = api.streaming(model_name, outer, steps=steps, max_delay_steps=max_delay_steps,
+                          max_sync_every=max_sync_every, example=example, **where)
+    _outputs(study.panels, study.spans, study.workload, plot_path, trace_path)
+    _emit_streaming(study.records, fmt, [str(p) for p in (plot_path, trace_path) if p])
 
 
-def _outputs(
-    panels: list[Any],
-    spans: list[Any],
-    w: Workload,
-    plot_path: Path | None,
-    trace_path: Path | None,
-) -> None:
+def _outputs(panels: list[Any], spans: list[Any], w: Workload, plot_path: Path | None,
+             trace_path: Path | None) -> None:
     from perfmodel import trace
 
     if plot_path:
-        trace.plot_timelines(
-            panels,
-            plot_path,
-            title=f"Streaming DiLoCo, {w.model.name} on "
-            f"{w.island.num_nodes}x{w.island.gpus_per_node} {w.gpu.name}",
-        )
+        trace.plot_timelines(panels, plot_path, title=f"Streaming DiLoCo, {w.model.name} on "
+                             f"{w.island.num_nodes}x{w.island.gpus_per_node} {w.gpu.name}")
     if trace_path:
         trace.write_chrome_trace(spans, trace_path)
-
-
-def _streaming_cases(
-    model_name: str | None,
-    recipe: Any,
-    *,
-    gpu_name: str | None,
-    nodes: int,
-    gpus_per_node: int,
-    seq_len: int | None,
-    micro_batch: int | None,
-    accum: int | None,
-    ac: str,
-    profile_name: str | None,
-    islands: int,
-    wan_gbit_s: float,
-    wan_latency_ms: float,
-    dtype: str | None,
-    fragments: int | None,
-    delay: int | None,
-    sync_every: int | None,
-    fragment_pattern: str | None,
-    overlap_backward: bool | None,
-    same_cluster: bool,
-    example: str | None,
-) -> tuple[Workload, Any, dict[str, Any], Any]:
-    """The workload, its simulated inner step, the cases (label -> (link, config, note)) and the
-    outer settings."""
-    from perfmodel import streaming as st
-    from perfmodel.diloco import StreamingConfig
-
-    def pick(value: int | None, default: int) -> int:
-        return default if value is None else value
-
-    if example is None and (gpu_name is None or model_name is None):
-        raise UserInputError(
-            "streaming needs MODEL and --gpu (or --example A|B|C|D|all)",
-            hint="e.g. `shardmeter streaming Llama-3.2-1B --gpu H100-SXM5-80GB` or --example B.",
-        )
-    w = _workload(
-        model_name or st.EXAMPLE_MODEL,
-        gpu_name=gpu_name or st.EXAMPLE_GPU,
-        nodes=nodes,
-        gpus_per_node=gpus_per_node,
-        seq_len=pick(seq_len, EXAMPLE_SEQ_LEN),
-        micro_batch=pick(micro_batch, EXAMPLE_MICRO_BATCH if example else 1),
-        accum=pick(accum, EXAMPLE_ACCUM if example else 1),
-        ac=None,
-        profile_name=profile_name,
-        recipe=recipe,
-    )
-    outer = streaming_outer(
-        recipe,
-        model=w.model,
-        fragments=fragments,
-        delay=delay,
-        sync_every=sync_every,
-        dtype=dtype,
-        fragment_pattern=fragment_pattern,
-        overlap_backward=overlap_backward,
-    )
-    step = _simulate(w)
-    if example is None:
-        link = sync_link(
-            w.island,
-            islands=islands,
-            wan_gbit_s=wan_gbit_s,
-            wan_latency_ms=wan_latency_ms,
-            dtype=outer.pseudo_gradient_dtype,
-            same_cluster=same_cluster,
-        )
-        return w, step, {"user": (link, StreamingConfig.from_recipe(outer), "")}, outer
-    _positive("--wan-latency-ms", wan_latency_ms, zero_ok=True)
-    if islands < 2:
-        raise UserInputError(
-            f"--islands {islands}: the examples exchange fragments between islands",
-            hint="pass --islands 2 or more.",
-        )
-    try:
-        cases = st.streaming_examples(
-            w.model,
-            step_s=step.step_time_s,
-            latency_s=wan_latency_ms / 1e3,
-            num_islands=islands,
-            dtype=outer.pseudo_gradient_dtype,
-        )
-    except ValueError as err:
-        raise UserInputError(
-            f"--example {example}: {err}",
-            hint="lower --wan-latency-ms or lengthen the inner step (--micro-batch, --accum).",
-        ) from err
-    if overlap_backward or fragment_pattern:  # figure 6 keeps whole-step exchanges unless asked
-        cases = {
-            k: (
-                wan,
-                replace(
-                    c,
-                    overlap_backward=bool(overlap_backward),
-                    fragment_pattern=fragment_pattern or c.fragment_pattern,
-                ),
-                note,
-            )
-            for k, (wan, c, note) in cases.items()
-        }
-    return w, step, cases if example == "all" else {example: cases[example]}, outer
-
-
-def _relabel(span: Any, label: str) -> Any:
-    return replace(span, island=f"{label}: {span.island}")
 
 
 def _emit_streaming(records: list[dict[str, Any]], fmt: str, outputs: list[str]) -> None:
@@ -474,141 +223,16 @@ def _targets(text: str) -> list[float]:
     return values
 
 
-def _bandwidth_query(
-    model_name: str | None,
-    recipe: Any,
-    *,
-    gpu_name: str | None,
-    nodes: int,
-    gpus_per_node: int,
-    seq_len: int | None,
-    micro_batch: int | None,
-    accum: int | None,
-    ac: str,
-    profile_name: str | None,
-    islands: int,
-    wan_gbit_s: float,
-    wan_latency_ms: float,
-    dtype: str | None,
-    fragments: int | None,
-    delay: int | None,
-    sync_every: int | None,
-    fragment_pattern: str | None,
-    overlap_backward: bool | None,
-    same_cluster: bool,
-    utilisation_text: str,
-    step_time_s: float | None,
-    fmt: str,
-) -> None:
-    from perfmodel import catalog
-    from perfmodel import streaming as st
-    from perfmodel.diloco import DEFAULT_SEQ_LEN, StreamingConfig
-
-    targets = _targets(utilisation_text)
-    if model_name is None or (gpu_name is None and step_time_s is None):
-        raise UserInputError(
-            "--bandwidth-for-utilisation needs MODEL and --gpu or --step-time-s",
-            hint="e.g. `shardmeter streaming Chinchilla-1B --bandwidth-for-utilisation "
-            "--step-time-s 0.1 --fragments 8 --delay 1 --sync-every 100`.",
-        )
-    if step_time_s is not None:
-        _positive("--step-time-s", step_time_s)
-    model, gpu, island, opt_per_param = catalog.get_model(model_name), None, None, 0.0
-    length = seq_len or DEFAULT_SEQ_LEN
-    if gpu_name is not None:
-        w = _workload(
-            model_name,
-            gpu_name=gpu_name,
-            nodes=nodes,
-            gpus_per_node=gpus_per_node,
-            seq_len=length,
-            micro_batch=micro_batch or 1,
-            accum=accum or 1,
-            ac=None,
-            profile_name=profile_name,
-            recipe=recipe,
-        )
-        gpu, island = w.gpu, w.island
-        opt_per_param = st.outer_opt_s_per_param(
-            num_gpus=island.num_gpus, hbm_bytes_per_s=gpu.hbm_bytes_per_s
-        )
-        if step_time_s is None:
-            step_time_s = _simulate(w).step_time_s
-    outer = streaming_outer(
-        recipe,
-        model=model,
-        fragments=fragments,
-        delay=delay,
-        sync_every=sync_every,
-        dtype=dtype,
-        fragment_pattern=fragment_pattern,
-        overlap_backward=overlap_backward,
-    )
-    if same_cluster and island is None:
-        raise UserInputError(
-            "--islands-same-cluster needs --gpu (the cluster's inter-node link)",
-            hint="add --gpu, or drop --islands-same-cluster.",
-        )
-    link = sync_link(
-        island,
-        islands=islands,
-        wan_gbit_s=wan_gbit_s,
-        wan_latency_ms=wan_latency_ms,
-        dtype=outer.pseudo_gradient_dtype,
-        same_cluster=same_cluster,
-    )
-    rows = st.bandwidth_for_utilisation(
-        model,
-        step_s=step_time_s,
-        wan=link,
-        config=StreamingConfig.from_recipe(outer),
-        targets=targets,
-        seq_len=length,
-        opt_s_per_param=opt_per_param,
-    )
-    records = [
-        {
-            "model": model.name,
-            "utilisation": r.target,
-            "gbit_s": r.gbit_s,
-            "reached_utilisation": r.utilisation,
-            "note": ""
-            if r.bw_bytes_per_s is not None
-            else "unreachable: latency or outer step too long",
-        }
-        for r in rows
-    ]
-    header = {
-        "model": model.name,
-        "params": model.total_params,
-        "step_time_s": step_time_s,
-        "outer_optimizer": "not modelled (no --gpu)"
-        if gpu is None
-        else f"{opt_per_param * model.total_params:.3g} s per full outer step on {island.num_gpus} x {gpu.name}",
-        "recipe": recipe.summary(),
-        "outer": describe_outer(outer, link, bandwidth=False),
-    }
+def _emit_bandwidth(table: api.BandwidthTable, fmt: str) -> None:
     if fmt == "json":
-        emit_json(
-            {
-                **header,
-                "outer_recipe": asdict(outer),
-                "islands": link.num_islands,
-                "latency_ms": link.latency_s * 1e3,
-                "link": link.kind,
-                "rows": records,
-            }
-        )
+        emit_json({**table.header, **table.details, "rows": table.rows})
         return
     if fmt == "csv":
-        emit_records(records, "csv")
+        emit_records(table.rows, "csv")
         return
-    emit_records(
-        records,
-        "table",
-        title=f"{'Fabric' if link.kind == 'fabric' else 'WAN'} bandwidth for compute "
-        f"utilisation, {model.name}, step {step_time_s:.3g} s",
-    )
-    click.echo(f"recipe {header['recipe']}")
-    click.echo(header["outer"])
-    click.echo(f"outer optimizer: {header['outer_optimizer']}")
+    emit_records(table.rows, "table",
+                 title=f"{'Fabric' if table.link_kind == 'fabric' else 'WAN'} bandwidth for compute "
+                 f"utilisation, {table.header['model']}, step {table.step_time_s:.3g} s")
+    click.echo(f"recipe {table.header['recipe']}")
+    click.echo(table.header["outer"])
+    click.echo(f"outer optimizer: {table.header['outer_optimizer']}")
