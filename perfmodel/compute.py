@@ -6,11 +6,11 @@ is MAPE, and selects its features by cross-validation: leave-one-architecture-ou
 are grouped by model name (the paper's "unseen models"), k-fold otherwise. Among all candidate
 subsets (exhaustive when few, greedy forward otherwise) the smallest whose CV MAPE is within
 one standard error (over the folds) of the best wins. All MAPE figures are in percent.
+PhaseRegressor is a scikit-learn estimator; folds come from sklearn.model_selection.
 """
 
 from __future__ import annotations
 
-import inspect
 import itertools
 import logging
 from collections.abc import Iterable, Mapping, Sequence
@@ -18,6 +18,8 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
+from sklearn.base import BaseEstimator, RegressorMixin
+from sklearn.model_selection import KFold, LeaveOneGroupOut
 
 from perfmodel.arch import FAMILY_LAYOUT, ModelSpec
 from perfmodel.errors import ConfigError, DatasetError
@@ -153,23 +155,24 @@ def load_compute_dataset(path: str) -> pd.DataFrame:
 
 # ---- the regressor -------------------------------------------------------------------------
 
-class PhaseRegressor:
+class PhaseRegressor(RegressorMixin, BaseEstimator):
     """Non-negative linear regression minimising relative error, with CV feature selection.
 
     Selection keeps the smallest feature subset whose CV MAPE is within `_slack` of the best
     (one-standard-error rule over the folds, floored by `tolerance` and `abs_tolerance_pct`).
 
-    scikit-learn conventions: hyperparameters in __init__, `fit` returns self, fitted attributes
-    end in `_`: `coef_` (seconds per feature unit, aligned with `feature_names`, zero where not
-    selected), `selected_features_`, `cv_mape_` (percent), `train_mape_` (percent),
-    `subset_scores_` (selected-size path: tuple of features -> CV MAPE), `cv_scheme_`.
+    A scikit-learn estimator (BaseEstimator: get_params, set_params, clone; RegressorMixin:
+    `score` = R²). Fitted attributes: `coef_` (seconds per feature unit, aligned with
+    `feature_names`, zero where not selected), `selected_features_`, `cv_mape_` and
+    `train_mape_` (percent), `subset_scores_` (selected-size path: features -> CV MAPE),
+    `cv_scheme_`.
     """
 
     def __init__(self, feature_names: Sequence[str] = REGRESSION_CANDIDATES["forward"], *,
                  selection: str = "auto", max_features: int | None = None, se_factor: float = 1.0,
                  tolerance: float = 0.05, abs_tolerance_pct: float = 0.05, n_splits: int = 5,
                  random_state: int = 0) -> None:
-        self.feature_names = tuple(feature_names)
+        self.feature_names = feature_names  # as given: sklearn's clone checks it round-trips
         self.selection = selection  # auto | exhaustive | forward | none
         self.max_features = max_features
         self.se_factor = se_factor
@@ -177,15 +180,6 @@ class PhaseRegressor:
         self.abs_tolerance_pct = abs_tolerance_pct
         self.n_splits = n_splits
         self.random_state = random_state
-
-    def get_params(self, deep: bool = True) -> dict[str, Any]:
-        return {p: getattr(self, p) for p in inspect.signature(type(self).__init__).parameters
-                if p != "self"}
-
-    def set_params(self, **params: Any) -> PhaseRegressor:
-        for key, value in params.items():
-            setattr(self, key, value)
-        return self
 
     # -- fitting --------------------------------------------------------------------------
     def fit(self, X: Any, y: np.ndarray, groups: np.ndarray | None = None) -> PhaseRegressor:
@@ -207,9 +201,10 @@ class PhaseRegressor:
         coef = np.zeros(X.shape[1])
         coef[list(chosen)] = w / scale[list(chosen)]
         self.coef_ = coef
-        self.selected_features_ = tuple(self.feature_names[j] for j in chosen)
+        names = tuple(self.feature_names)
+        self.selected_features_ = tuple(names[j] for j in chosen)
         self.cv_mape_ = scores[chosen].mape_pct
-        self.subset_scores_ = {tuple(self.feature_names[j] for j in s): v.mape_pct
+        self.subset_scores_ = {tuple(names[j] for j in s): v.mape_pct
                                for s, v in scores.items()}
         self.train_mape_ = mape_pct(y, X @ coef)
         self.n_features_in_ = X.shape[1]
@@ -225,25 +220,31 @@ class PhaseRegressor:
                 if n in self.selected_features_}
 
     def _matrix(self, X: Any) -> np.ndarray:
+        """X as a float matrix with one column per feature name (DataFrames selected by name)."""
         if hasattr(X, "columns"):
             X = X[list(self.feature_names)].to_numpy(dtype=float)
         X = np.asarray(X, dtype=float)
         if X.ndim != 2 or X.shape[1] != len(self.feature_names):
-            raise ValueError(f"X must have {len(self.feature_names)} columns {self.feature_names}")
+            raise ValueError(f"X must have {len(self.feature_names)} columns "
+                             f"{tuple(self.feature_names)}")
         return X
 
     def _splits(self, n: int, groups: np.ndarray | None) -> tuple[list[tuple[np.ndarray, np.ndarray]], str]:
+        """CV folds as (train, test) row indices, and the scheme's name."""
         if groups is not None and len(set(groups)) >= 3:
-            g = np.asarray(groups)
-            return [(np.flatnonzero(g != v), np.flatnonzero(g == v)) for v in dict.fromkeys(g)], \
-                "leave-one-model-out"
+            # LeaveOneGroupOut sorts the groups; restore first-appearance order so the pooled
+            # float sums (and so the shipped profiles' CV figures) are unchanged to the last bit.
+            folds = LeaveOneGroupOut().split(np.zeros((n, 1)), groups=np.asarray(groups))
+            return sorted(folds, key=lambda f: int(f[1][0])), "leave-one-model-out"
         k = min(self.n_splits, n)
         if k < 2:
             logger.warning("only %d row(s): CV MAPE is the training error", n)
             return [(np.arange(n), np.arange(n))], "in-sample"
+        # Unshuffled KFold over a numpy-Generator permutation keeps the profiles' folds
+        # (KFold(shuffle=True) draws from another RNG); sorted train rows keep NNLS's row order.
         order = np.random.default_rng(self.random_state).permutation(n)
-        folds = np.array_split(order, k)
-        return [(np.setdiff1d(order, f), f) for f in folds], f"{k}-fold"
+        return [(np.sort(order[train]), order[test])
+                for train, test in KFold(n_splits=k).split(order)], f"{k}-fold"
 
     def _search(self, rel: np.ndarray, usable: list[int],
                 splits: list[tuple[np.ndarray, np.ndarray]]) -> dict[tuple[int, ...], _Score]:
@@ -340,20 +341,22 @@ def fit_phases(frame: pd.DataFrame, **hyper: Any) -> dict[str, PhaseRegressor]:
 def leave_one_model_out(frame: pd.DataFrame, **hyper: Any) -> np.ndarray:
     """Out-of-sample predictions: each row predicted by a model refitted without its model's rows
     (feature selection included, nested). Models alone in the data cannot be held out: NaN."""
+    from sklearn.model_selection import cross_val_predict
+
     pred = np.full(len(frame), np.nan)
-    models = frame["model"].to_numpy()
     for phase in PHASES:
         in_phase = frame["phase"].to_numpy() == phase
-        for name in dict.fromkeys(models[in_phase]):
-            train = frame[in_phase & (models != name)]
-            test = in_phase & (models == name)
-            if train.empty:
-                continue
-            cols = candidate_columns(phase)
-            reg = PhaseRegressor(REGRESSION_CANDIDATES[phase], **hyper)
-            reg.fit(dataset_features(train, phase)[:, cols], train["time_s"].to_numpy(float),
-                    groups=train["model"].to_numpy())
-            pred[test] = reg.predict(dataset_features(frame[test], phase)[:, cols])
+        rows = frame[in_phase]
+        models = rows["model"].to_numpy()
+        if len(set(models)) < 2:  # nothing left to train on once the only model is held out
+            continue
+        # Features are row-wise, so one matrix serves every fold; `params` hands each nested fit
+        # its rows' model names, so its feature selection is leave-one-model-out too.
+        X = dataset_features(rows, phase)[:, candidate_columns(phase)]
+        pred[in_phase] = cross_val_predict(
+            PhaseRegressor(REGRESSION_CANDIDATES[phase], **hyper), X,
+            rows["time_s"].to_numpy(float), groups=models, cv=LeaveOneGroupOut(),
+            params={"groups": models})
     return pred
 
 

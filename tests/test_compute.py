@@ -150,3 +150,48 @@ def test_fit_on_single_units_predicts_whole_models() -> None:
 
     pred = regs["forward"].predict(dataset_features(whole, "forward")[:, candidate_columns("forward")])
     assert mape_pct(whole["time_s"], pred) < 2.0
+
+
+def test_is_a_scikit_learn_estimator() -> None:
+    """clone / cross_val_score work, so the regressor composes with sklearn.model_selection."""
+    from sklearn.base import clone
+    from sklearn.model_selection import GroupKFold, cross_val_score
+
+    frame = synthetic_compute_dataset(random_models(6, 7), {"forward": TRUE["forward"]},
+                                      seq_lens=(256, 1024), micro_batches=(1, 4), noise=0.0)
+    X, y, groups = _xy(frame, "forward")
+    reg = PhaseRegressor(list(PASS_FEATURES), selection="forward", tolerance=0.1)
+    twin = clone(reg)
+    assert twin is not reg and twin.get_params() == reg.get_params()
+    scores = cross_val_score(reg, X, y, groups=groups, cv=GroupKFold(n_splits=3),
+                             params={"groups": groups})
+    assert scores.shape == (3,) and np.all(scores > 0.999)  # R² on noiseless held-out models
+    assert not hasattr(reg, "coef_")  # cross_val_score fitted clones, not reg itself
+
+
+def test_cv_mape_equals_brute_force_loops() -> None:
+    """cv_mape_ against plain loops (one model held out / seeded folds) with numpy lstsq."""
+    frame = synthetic_compute_dataset(random_models(7, 8), {"backward": TRUE["backward"]},
+                                      seq_lens=(512, 2048), micro_batches=(1, 2, 4), noise=0.02,
+                                      seed=9)
+    X, y, groups = _xy(frame, "backward")
+    cols = [PASS_FEATURES.index(n) for n in TRUE["backward"]]
+    X = X[:, cols]
+
+    def held_out_errors(folds):
+        errors = []
+        for test in folds:
+            train = np.setdiff1d(np.arange(len(y)), test)
+            w, *_ = np.linalg.lstsq(X[train] / y[train, None], np.ones(len(train)), rcond=None)
+            assert np.all(w > 0)  # so NNLS equals unconstrained least squares
+            errors.extend(np.abs(X[test] @ w / y[test] - 1.0) * 100.0)
+        return float(np.mean(errors))
+
+    lomo = PhaseRegressor(list(TRUE["backward"]), selection="none").fit(X, y, groups)
+    assert lomo.cv_scheme_ == "leave-one-model-out"
+    by_model = [np.flatnonzero(groups == g) for g in dict.fromkeys(groups)]
+    assert lomo.cv_mape_ == pytest.approx(held_out_errors(by_model), rel=1e-9)
+    kfold = PhaseRegressor(list(TRUE["backward"]), selection="none", n_splits=4).fit(X, y)
+    assert kfold.cv_scheme_ == "4-fold"
+    order = np.random.default_rng(0).permutation(len(y))
+    assert kfold.cv_mape_ == pytest.approx(held_out_errors(np.array_split(order, 4)), rel=1e-9)
