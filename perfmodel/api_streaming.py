@@ -137,6 +137,14 @@ def _cases(model_name: str | None, spec: OuterSpec, *, gpu_name: str | None, nod
     return w, step, cases if example == "all" else {example: cases[example]}, outer
 
 
+def _needs_step_source() -> UserInputError:
+    return UserInputError(
+        "--bandwidth-for-utilisation needs MODEL and --gpu or --step-time-s",
+        hint="e.g. `shardmeter streaming Chinchilla-1B --bandwidth-for-utilisation "
+        "--step-time-s 0.1 --fragments 8 --delay 1 --sync-every 100`.",
+    )
+
+
 def bandwidth_for_utilisation(model_name: str | None, outer: OuterSpec, *, targets: list[float],
                               gpu_name: str | None, nodes: int = 1, gpus_per_node: int = 8,
                               seq_len: int | None = None, micro_batch: int | None = None,
@@ -149,11 +157,7 @@ def bandwidth_for_utilisation(model_name: str | None, outer: OuterSpec, *, targe
     from perfmodel.diloco import DEFAULT_SEQ_LEN, StreamingConfig
 
     if model_name is None or (gpu_name is None and step_time_s is None):
-        raise UserInputError(
-            "--bandwidth-for-utilisation needs MODEL and --gpu or --step-time-s",
-            hint="e.g. `shardmeter streaming Chinchilla-1B --bandwidth-for-utilisation "
-            "--step-time-s 0.1 --fragments 8 --delay 1 --sync-every 100`.",
-        )
+        raise _needs_step_source()
     if step_time_s is not None:
         positive("--step-time-s", step_time_s)
     model, gpu, island, opt_per_param = catalog.get_model(model_name), None, None, 0.0
@@ -166,7 +170,8 @@ def bandwidth_for_utilisation(model_name: str | None, outer: OuterSpec, *, targe
         opt_per_param = st.outer_opt_s_per_param(num_gpus=island.num_gpus, hbm_bytes_per_s=gpu.hbm_bytes_per_s)
         if step_time_s is None:
             step_time_s = simulate_inner_step(w).step_time_s
-    assert step_time_s is not None  # given, or simulated on the GPU (checked above)
+    if step_time_s is None:  # unreachable: the first check demands --gpu or --step-time-s
+        raise _needs_step_source()
     settings = streaming_outer(recipe, model=model, fragments=outer.fragments, delay=outer.delay_steps,
                                sync_every=outer.inner_steps, dtype=outer.pseudo_gradient_dtype,
                                fragment_pattern=outer.fragment_pattern, overlap_backward=outer.overlap_backward)

@@ -292,21 +292,7 @@ def load_instance(path: str | Path, *, resolve_price: PriceResolver | None = Non
     if not isinstance(raw, dict):
         raise InstanceError(f"{path}: top level must be a mapping, got {type(raw).__name__}",
                             hint="start the file with `name:`, `model:`, `training:`, `clusters:`.")
-    try:
-        instance = Instance.model_validate(raw)
-    except ValidationError as err:
-        raise _instance_error(path, err) from None
-    instance._source = path.resolve()
-    _check_semantics(instance, path)
-    if instance.islands_table is None:
-        try:
-            gpu_prices(instance, resolve_price)
-        except InstanceError:
-            raise
-        except ShardMeterError as err:
-            raise InstanceError(f"{path}: cannot price a cluster: {err.message}",
-                                hint=err.hint or "fix the cluster's price: reference.") from err
-    return instance
+    return instance_from_mapping(raw, path, resolve_price=resolve_price)
 
 
 def _instance_error(path: Path, err: ValidationError) -> InstanceError:

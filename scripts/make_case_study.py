@@ -11,7 +11,6 @@ without writing anything and exits 1 when docs/CASE_STUDY.md differs (figures ar
 from __future__ import annotations
 
 import argparse
-import difflib
 import logging
 import math
 import sys
@@ -20,6 +19,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from _docgen import check_or_write  # noqa: E402  (this folder; the script runs from here)
 
 from planner import report  # noqa: E402
 from planner.pareto import (  # noqa: E402
@@ -250,19 +251,7 @@ def main() -> None:
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     text = build(args.workers, write_figures=not args.check)
-    if args.check:
-        current = DOC.read_text() if DOC.is_file() else ""
-        if current != text:
-            diff = difflib.unified_diff(current.splitlines(), text.splitlines(), "docs/CASE_STUDY.md", "regenerated",
-                                        lineterm="", n=1)
-            sys.stderr.write("\n".join(list(diff)[:60]) + "\ndocs/CASE_STUDY.md is not current: rerun "
-                             "scripts/make_case_study.py\n")
-            raise SystemExit(1)
-        sys.stderr.write("docs/CASE_STUDY.md is current\n")
-        return
-    DOC.write_text(text)
-    sys.stderr.write(f"wrote {DOC}\n")
-
+    raise SystemExit(check_or_write(DOC, text, check=args.check, generator="scripts/make_case_study.py"))
 
 if __name__ == "__main__":
     main()

@@ -11,7 +11,6 @@ regenerates the text without writing anything and exits 1 when docs/ENERGY.md di
 from __future__ import annotations
 
 import argparse
-import difflib
 import logging
 import sys
 from pathlib import Path
@@ -19,6 +18,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from _docgen import check_or_write  # noqa: E402  (this folder; the script runs from here)
 
 from perfmodel.power import DEFAULT_POWER  # noqa: E402
 from planner import report  # noqa: E402
@@ -139,18 +140,7 @@ def main() -> None:
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     text = build()
-    if args.check:
-        current = DOC.read_text() if DOC.is_file() else ""
-        if current != text:
-            diff = difflib.unified_diff(current.splitlines(), text.splitlines(), "docs/ENERGY.md", "regenerated",
-                                        lineterm="", n=1)
-            sys.stderr.write("\n".join(list(diff)[:60]) + "\ndocs/ENERGY.md is not current: rerun "
-                             "scripts/make_energy_doc.py\n")
-            raise SystemExit(1)
-        sys.stderr.write("docs/ENERGY.md is current\n")
-        return
-    DOC.write_text(text)
-    sys.stderr.write(f"wrote {DOC}\n")
+    raise SystemExit(check_or_write(DOC, text, check=args.check, generator="scripts/make_energy_doc.py"))
 
 
 if __name__ == "__main__":

@@ -14,7 +14,6 @@ only in the validation table, apart from ours, and are never used to tune anythi
 from __future__ import annotations
 
 import argparse
-import difflib
 import json
 import os
 import statistics
@@ -27,6 +26,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from _docgen import check_or_write  # noqa: E402  (this folder; the script runs from here)
 
 from perfmodel import formulas  # noqa: E402
 from perfmodel.catalog import get_model  # noqa: E402
@@ -617,28 +618,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     text = build(write_figure=not args.check)
-    if args.check:
-        current = OUT.read_text() if OUT.exists() else ""
-        if current == text:
-            print(f"{OUT.relative_to(ROOT)} is up to date")
-            return 0
-        diff = difflib.unified_diff(
-            current.splitlines(),
-            text.splitlines(),
-            "FINDINGS.md (committed)",
-            "FINDINGS.md (rebuilt)",
-            lineterm="",
-            n=1,
-        )
-        print("\n".join(list(diff)[:60]))
-        print(
-            f"{OUT.relative_to(ROOT)} is stale: run .venv/bin/python scripts/make_findings.py",
-            file=sys.stderr,
-        )
-        return 1
-    OUT.write_text(text)
-    print(f"wrote {OUT.relative_to(ROOT)} and {FIGURE.relative_to(ROOT)}")
-    return 0
+    status = check_or_write(OUT, text, check=args.check, generator="scripts/make_findings.py")
+    if not args.check:
+        print(f"wrote {FIGURE.relative_to(ROOT)}")
+    return status
 
 
 if __name__ == "__main__":

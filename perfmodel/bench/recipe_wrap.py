@@ -167,7 +167,8 @@ def train_step(model: Any, optimizer: torch.optim.Optimizer,
         total = loss.detach() if total is None else total + loss.detach()
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
-    assert total is not None
+    if total is None:  # unreachable: micro_step_syncs rejects accum_steps < 1
+        raise ValueError("no micro-step ran")
     return total
 
 

@@ -232,14 +232,7 @@ def plan(instance_paths: tuple[Path, ...], vary: tuple[str, ...], objective: str
     problem, frontier = solve_instance(instance, table, first_only=first_only, **solve)
     chosen, extra = answer(problem, frontier, objective, min_throughput_fraction)
     record = {**extra, **report.plan_record(chosen, problem), **report.frontier_meta(frontier)}
-    _warn_unproven(record)
-    if fmt == "json":
-        emit_json(record)
-        return
-    islands_list = record.pop("islands")
-    emit_mapping(record, fmt, title=f"plan: {problem.name}")
-    if fmt == "table":
-        emit_records(islands_list, fmt, title="islands")
+    _emit_plan(record, problem.name, fmt)
 
 
 def _plan_energy(instance_paths: tuple[Path, ...], vary: tuple[str, ...], objective: str, metric: str,
@@ -256,12 +249,17 @@ def _plan_energy(instance_paths: tuple[Path, ...], vary: tuple[str, ...], object
         chosen = min(frontier.points, key=lambda p: (getattr(p, field), p.wall_time_s))
         query = f"least {metric}" + (f" within the {metric} cap" if cap is not None else "")
     record = {"query": query, **report.plan_record(chosen, problem), **report.frontier_meta(frontier)}
+    _emit_plan(record, problem.name, fmt)
+
+
+def _emit_plan(record: dict[str, Any], name: str, fmt: str) -> None:
+    """Print one plan record: JSON whole; table/CSV as a mapping, tables also list its islands."""
     _warn_unproven(record)
     if fmt == "json":
         emit_json(record)
         return
     islands_list = record.pop("islands")
-    emit_mapping(record, fmt, title=f"plan: {problem.name}")
+    emit_mapping(record, fmt, title=f"plan: {name}")
     if fmt == "table":
         emit_records(islands_list, fmt, title="islands")
 
