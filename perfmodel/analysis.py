@@ -36,11 +36,6 @@ from perfmodel.hardware import IslandSpec
 from perfmodel.streaming import (  # noqa: F401  (re-exported: the Streaming DiLoCo tuner lives there)
     DEFAULT_MAX_DELAY_STEPS,
     DEFAULT_MAX_SYNC_EVERY,
-    EXAMPLE_BASE,
-    EXAMPLE_GPU,
-    EXAMPLE_MODEL,
-    FAST_WAN_FACTOR,
-    SLOW_EXCHANGE_STEPS,
     UTILISATION_TARGETS,
     StreamingTuning,
     UtilisationBandwidth,
@@ -49,9 +44,16 @@ from perfmodel.streaming import (  # noqa: F401  (re-exported: the Streaming DiL
     fabric_link,
     required_wan_bw_bytes_per_s,
     run_streaming,
-    streaming_examples,
     streaming_utilisation,
     tune_streaming,
+)
+from perfmodel.streaming_examples import (  # noqa: F401  (re-exported)
+    EXAMPLE_BASE,
+    EXAMPLE_GPU,
+    EXAMPLE_MODEL,
+    FAST_WAN_FACTOR,
+    SLOW_EXCHANGE_STEPS,
+    streaming_examples,
 )
 
 logger = logging.getLogger(__name__)

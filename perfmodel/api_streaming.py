@@ -95,7 +95,7 @@ def _cases(model_name: str | None, spec: OuterSpec, *, gpu_name: str | None, nod
            recipe: TrainingRecipe, example: str | None) -> tuple[Workload, Any, dict[str, Any], OuterRecipe]:
     """The workload, its simulated inner step, the cases (label -> (link, config, note)) and the
     outer settings."""
-    from perfmodel import streaming as st
+    from perfmodel import streaming_examples as ex
     from perfmodel.diloco import StreamingConfig
 
     def pick(value: int | None, default: int) -> int:
@@ -106,7 +106,7 @@ def _cases(model_name: str | None, spec: OuterSpec, *, gpu_name: str | None, nod
             "streaming needs MODEL and --gpu (or --example A|B|C|D|all)",
             hint="e.g. `shardmeter streaming Llama-3.2-1B --gpu H100-SXM5-80GB` or --example B.",
         )
-    w = resolve_workload(model_name or st.EXAMPLE_MODEL, gpu_name=gpu_name or st.EXAMPLE_GPU, nodes=nodes,
+    w = resolve_workload(model_name or ex.EXAMPLE_MODEL, gpu_name=gpu_name or ex.EXAMPLE_GPU, nodes=nodes,
                          gpus_per_node=gpus_per_node, seq_len=pick(seq_len, EXAMPLE_SEQ_LEN),
                          micro_batch=pick(micro_batch, EXAMPLE_MICRO_BATCH if example else 1),
                          accum=pick(accum, EXAMPLE_ACCUM if example else 1), profile_name=profile_name,
@@ -125,7 +125,7 @@ def _cases(model_name: str | None, spec: OuterSpec, *, gpu_name: str | None, nod
         raise UserInputError(f"--islands {islands}: the examples exchange fragments between islands",
                              hint="pass --islands 2 or more.")
     try:
-        cases = st.streaming_examples(w.model, step_s=step.step_time_s, latency_s=spec.wan_latency_ms / 1e3,
+        cases = ex.streaming_examples(w.model, step_s=step.step_time_s, latency_s=spec.wan_latency_ms / 1e3,
                                       num_islands=islands, dtype=outer.pseudo_gradient_dtype)
     except ValueError as err:
         raise UserInputError(f"--example {example}: {err}",

@@ -202,14 +202,18 @@ def markdown_section(paths: Sequence[str | Path] | None = None) -> str:
                  r["ac"], f"{int(r['peak_bytes']) / 2**20:.3f}",
                  f"{int(r['allocator_peak_bytes']) / 2**20:.3f}",
                  f"{float(r['tracker_vs_allocator_pct']):+.4f}",
+                 f"{int(r['allocator_retained_bytes']) / 2**20:.3f}",
                  f"{int(r['allocator_process_peak_bytes']) / 2**20:.3f}") for r in rows]
         parts.append("Is the tracker right? Real tensors, 2-rank gloo FSDP2 on this CPU "
                      "(`shardmeter bench memory --real`): tracker peak vs the CPU allocator's own "
                      "accounting (training thread) over an identical step (goal: within 5 %), "
-                     "and the whole process. Where they differ, the allocator holds exactly one "
-                     "more fp32 gradient buffer of the root unit (4 B x its parameters) than the "
-                     "tracker counts: a reduce-scatter input that gloo released late; the same "
-                     "case is exact in other runs (thread timing).")
+                     "and the whole process. Where they differ, the difference is the FSDP "
+                     "collective buffers (all-gather outputs, reduce-scatter inputs) whose free "
+                     "the profiler did not record, because a gloo worker thread dropped the last "
+                     "reference after Python (and so the tracker) had released them; they are "
+                     "counted until their address is reused (retained MiB). The same case is "
+                     "exact in other runs (thread timing); gloo's own staging copies made inside "
+                     "c10d ops are left out (NCCL keeps them outside the caching allocator).")
         parts.append(_md_table(["case", "S", "m", "k", "accum", "AC", "tracker MiB",
-                                "allocator MiB", "diff %", "process MiB"], body))
+                                "allocator MiB", "diff %", "retained MiB", "process MiB"], body))
     return "\n\n".join(parts)

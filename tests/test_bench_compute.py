@@ -191,7 +191,7 @@ def test_bench_compute_refuses_a_changed_space(run_cli, tiny_space: Path, tmp_pa
 
 
 def test_small_page_warning(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
-    from perfmodel.bench import common
+    from perfmodel.bench import environment as common
 
     monkeypatch.setattr(common.sys, "platform", "linux")
     monkeypatch.setenv("GLIBC_TUNABLES", "")

@@ -80,7 +80,7 @@ def test_bench_fsdp_gloo_two_ranks_runs_and_resumes(run_cli, tmp_path: Path) -> 
         case = next(c for c in fsdp.load_cases(space) if c.config_id == r["model"])
         # at least the persistent fp32 state of one rank: parameter shard + two Adam moments
         assert int(r["peak_memory_bytes"]) >= 3 * 4 * case.spec.total_params // 2
-        assert r["memory_source"] == "profiler+persistent"
+        assert r["memory_source"] == "profiler-live+persistent"
         # the worker trained the default recipe and says so (bench fsdp-compare predicts that one)
         assert fsdp.row_recipe(r, "fsdp.csv") == DEFAULT_RECIPE
     # an interrupted run: drop the last row, rerun, exactly that case comes back
@@ -131,3 +131,28 @@ def test_fsdp_compare_against_the_simulator(run_cli, tmp_path: Path) -> None:
     bad.write_text("model,step_time_s\nx,1\n")
     result = run_cli("bench", "fsdp-compare", str(bad), "--profile", str(profile))
     assert result.code == 2 and "To fix:" in result.err
+
+
+def test_fsdp_compare_takes_measured_peaks_from_a_real_memory_dataset(tmp_path: Path) -> None:
+    """`--memory`: the measured peak of each row is the real-tensor allocator peak of the same
+    configuration; the prediction carries the row's accumulation (k = 2 here)."""
+    root = Path(__file__).resolve().parent.parent / "catalogs" / "profiles"
+    data, mem = root / "data" / "cpu-fsdp.csv", root / "data" / "cpu-fsdp-memory.csv"
+    profile = str(root / "cpu-x86-2core.yaml")
+    rows = fsdp.compare_fsdp(data, profile, memory_data=mem)
+    real = {(r["model"], r["micro_batch"], r["accum_steps"]): int(r["allocator_peak_bytes"])
+            for r in _rows(mem)}
+    assert len(rows) == len(_rows(data)) == len(real)
+    for r in rows:
+        measured = real[(r["model"], str(r["micro_batch"]), str(r["grad_accum"]))]
+        assert r["measured_peak_mib"] == pytest.approx(measured / 2**20)
+    k2 = next(r for r in rows if r["grad_accum"] == 2)
+    k1 = next(r for r in rows if r["grad_accum"] == 1 and r["model"] == k2["model"]
+              and r["micro_batch"] == k2["micro_batch"])
+    assert k2["predicted_peak_mib"] > k1["predicted_peak_mib"]  # no-sync keeps unsharded grads
+    # a memory dataset missing a configuration is named, with the command that fills it
+    partial = tmp_path / "partial.csv"
+    lines = mem.read_text().splitlines()
+    partial.write_text("\n".join(lines[:-1]) + "\n")
+    with pytest.raises(UserInputError, match="no row for"):
+        fsdp.compare_fsdp(data, profile, memory_data=partial)

@@ -98,7 +98,7 @@ def test_pue_lookup():
 def test_bench_sidecar_records_energy_or_says_what_is_missing(tmp_path):
     import json
 
-    from perfmodel.bench.common import _record_energy_at_exit, append_environment, energy_counters
+    from perfmodel.bench.environment import _record_energy_at_exit, append_environment, energy_counters
 
     start = energy_counters()
     assert start.get("nvml") or start.get("rapl_uj") or start["energy_unavailable"]

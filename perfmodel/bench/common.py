@@ -9,23 +9,30 @@ appended to a sidecar JSON file `<csv>.env.json`.
 
 from __future__ import annotations
 
-import atexit
 import csv
-import datetime as dt
 import io
-import json
 import logging
 import math
 import os
-import platform
 import statistics
-import sys
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from perfmodel.bench.environment import (  # noqa: F401  (re-exported: the old home)
+    HUGEPAGE_TUNABLE,
+    POWERCAP,
+    append_environment,
+    cpu_model_name,
+    device_name,
+    energy_counters,
+    energy_delta,
+    environment_record,
+    memory_environment,
+    warn_small_pages,
+)
 from perfmodel.errors import DatasetError, UserInputError, did_you_mean
 from perfmodel.formulas import dtype_bytes
 
@@ -208,185 +215,6 @@ def _cell(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.9g}"
     return str(value)
-
-
-# ---- environment --------------------------------------------------------------------------
-
-def cpu_model_name() -> str:
-    """CPU model from /proc/cpuinfo (Linux), else platform.processor()."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
-def environment_record(*, device: str, threads: int, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """What produced a dataset: software versions, device, CPU, threads, date, command line."""
-    import torch
-
-    record: dict[str, Any] = {
-        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "command": " ".join(sys.argv),
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "platform": platform.platform(),
-        "cpu_model": cpu_model_name(),
-        "cpu_count": os.cpu_count(),
-        "threads": threads,
-        "device": device,
-        "device_name": device_name(device),
-    }
-    record.update(memory_environment())
-    if device == "cuda" and torch.cuda.is_available():
-        record["cuda"] = torch.version.cuda
-        record["device_count"] = torch.cuda.device_count()
-    if extra:
-        record.update(extra)
-    return record
-
-
-HUGEPAGE_TUNABLE = "glibc.malloc.hugetlb=1"
-"""glibc tunable making malloc request transparent huge pages (madvise): the CPU benchmarks' setting."""
-
-
-def memory_environment() -> dict[str, Any]:
-    """Allocator-relevant settings and the machine load when a session starts."""
-    thp = Path("/sys/kernel/mm/transparent_hugepage/enabled")
-    try:
-        load = os.getloadavg()[0]
-    except OSError:
-        load = float("nan")
-    return {"glibc_tunables": os.environ.get("GLIBC_TUNABLES", ""),
-            "transparent_hugepage": thp.read_text().strip() if thp.is_file() else "n/a",
-            "loadavg_1m_at_start": load}
-
-
-def warn_small_pages(device: str) -> None:
-    """On Linux CPUs, fresh large tensors pay one page fault per 4 KiB unless malloc uses huge
-    pages (measured here: ~0.33 s per GiB, 6x more than with huge pages): say how to avoid it."""
-    if device == "cpu" and sys.platform.startswith("linux") \
-            and HUGEPAGE_TUNABLE not in os.environ.get("GLIBC_TUNABLES", ""):
-        logger.warning("GLIBC_TUNABLES=%s is not set: large fresh tensors (gradients, optimizer "
-                       "temporaries) will be dominated by 4 KiB page faults. To fix: start the "
-                       "command as `GLIBC_TUNABLES=%s shardmeter bench ...`", HUGEPAGE_TUNABLE,
-                       HUGEPAGE_TUNABLE)
-
-
-def device_name(device: str) -> str:
-    """Human name of the device the benchmark runs on."""
-    import torch
-
-    if device == "cuda" and torch.cuda.is_available():
-        return torch.cuda.get_device_name(0)
-    return cpu_model_name()
-
-
-POWERCAP = Path("/sys/class/powercap")
-"""Linux RAPL energy counters (CPU package / DRAM zones), where the kernel exposes them."""
-
-
-def energy_counters() -> dict[str, Any]:
-    """Cumulative energy counters this machine exposes, for the power model (issue 14): NVML per
-    GPU (`nvmlDeviceGetTotalEnergyConsumption`, mJ since the driver loaded; `pynvml`, optional)
-    and RAPL powercap zones (µJ). `energy_unavailable` lists what is missing here."""
-    out: dict[str, Any] = {}
-    missing: list[str] = []
-    try:
-        import pynvml  # optional: pip install nvidia-ml-py
-    except ImportError:
-        missing.append("NVML: pynvml is not installed (pip install nvidia-ml-py)")
-    else:
-        try:
-            pynvml.nvmlInit()
-            try:
-                out["nvml"] = [_nvml_device(pynvml, i) for i in range(pynvml.nvmlDeviceGetCount())]
-            finally:
-                pynvml.nvmlShutdown()
-        except pynvml.NVMLError as err:
-            missing.append(f"NVML: {err}")
-        if not out.get("nvml"):
-            missing.append("NVML: no device with an energy counter")
-    rapl = {}
-    for counter in sorted(POWERCAP.glob("*/energy_uj")) if POWERCAP.is_dir() else []:
-        try:
-            rapl[counter.parent.name] = int(counter.read_text())
-        except (OSError, ValueError):
-            continue
-    if rapl:
-        out["rapl_uj"] = rapl
-    else:
-        missing.append(f"RAPL: no readable powercap energy counter at {POWERCAP}")
-    if missing:
-        out["energy_unavailable"] = missing
-    return out
-
-
-def _nvml_device(pynvml: Any, index: int) -> dict[str, Any]:
-    handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-    name = pynvml.nvmlDeviceGetName(handle)
-    return {"index": index, "name": name.decode() if isinstance(name, bytes) else str(name),
-            "energy_mj": int(pynvml.nvmlDeviceGetTotalEnergyConsumption(handle)),
-            "power_w": pynvml.nvmlDeviceGetPowerUsage(handle) / 1000.0,
-            "power_limit_w": pynvml.nvmlDeviceGetEnforcedPowerLimit(handle) / 1000.0}
-
-
-def energy_delta(start: Mapping[str, Any], end: Mapping[str, Any], window_s: float) -> dict[str, Any]:
-    """Measured energy between two `energy_counters` snapshots, joules (RAPL wrap-arounds skipped)."""
-    out: dict[str, Any] = {"window_s": window_s}
-    before = {d["index"]: d["energy_mj"] for d in start.get("nvml", [])}
-    gpus = [{"index": d["index"], "name": d["name"], "energy_j": (d["energy_mj"] - before[d["index"]]) / 1e3}
-            for d in end.get("nvml", []) if d["index"] in before]
-    if gpus:
-        out["nvml"] = gpus
-    rapl = {zone: (uj - start["rapl_uj"][zone]) / 1e6 for zone, uj in end.get("rapl_uj", {}).items()
-            if zone in start.get("rapl_uj", {}) and uj >= start["rapl_uj"][zone]}
-    if rapl:
-        out["rapl_j"] = rapl
-    if not gpus and not rapl:
-        out["energy_unavailable"] = end.get("energy_unavailable", ["no energy counter"])
-    return out
-
-
-def _record_energy_at_exit(path: Path, index: int, start: Mapping[str, Any], start_s: float) -> None:
-    """atexit: the session's measured energy into its record (skipped when the file changed shape)."""
-    try:
-        payload = json.loads(path.read_text())
-        session = payload["sessions"][index]
-        session["energy_measured"] = energy_delta(start, energy_counters(), time.monotonic() - start_s)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(payload, indent=2) + "\n")
-        os.replace(tmp, path)
-    except (OSError, ValueError, KeyError, IndexError) as err:
-        logger.warning("could not record the session's measured energy in %s: %s", path, err)
-
-
-def append_environment(csv_path: str | Path, record: Mapping[str, Any]) -> Path:
-    """Append one session record to `<csv>.env.json` (a JSON object with a `sessions` list).
-
-    The record gets the machine's energy counters now (`energy_at_start`) and, when the process
-    exits normally, the energy measured since (`energy_measured`: NVML joules per GPU, RAPL joules
-    per zone, or what is unavailable on this machine)."""
-    path = Path(f"{csv_path}.env.json")
-    start_s = time.monotonic()
-    record = {**record, "energy_at_start": energy_counters()}
-    payload: dict[str, Any] = {"sessions": []}
-    if path.is_file():
-        try:
-            payload = json.loads(path.read_text())
-        except json.JSONDecodeError:
-            logger.warning("%s is not valid JSON; starting a new environment record", path)
-            payload = {"sessions": []}
-    payload.setdefault("sessions", []).append(dict(record))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(payload, indent=2) + "\n")
-    os.replace(tmp, path)  # a kill mid-write leaves the old record, never half a JSON file
-    atexit.register(_record_energy_at_exit, path, len(payload["sessions"]) - 1,
-                    record["energy_at_start"], start_s)
-    return path
 
 
 # ---- checks and setup ---------------------------------------------------------------------

@@ -220,9 +220,26 @@ def row_recipe(row: Mapping[str, Any], source: str) -> TrainingRecipe:
     return recipe_from_mapping(data, source=f"{source}: recipe")
 
 
-def compare_fsdp(data: str | Path, profile_name: str, *, hardware: str | None = None) -> list[dict[str, Any]]:
+def measured_peaks(memory_data: str | Path | None) -> dict[tuple[str, ...], float]:
+    """Allocator peaks of a `bench memory --real` CSV by (model, world, S, m, k); {} for None."""
+    if memory_data is None:
+        return {}
+    from perfmodel.memory_validation import read_rows
+
+    keys = ("model", "world_size", "seq_len", "micro_batch", "accum_steps")
+    rows = read_rows(memory_data)
+    if rows and "allocator_peak_bytes" not in rows[0]:
+        raise UserInputError(f"{memory_data}: no column 'allocator_peak_bytes'",
+                             hint="give a CSV written by `shardmeter bench memory --real`.")
+    return {tuple(r[k] for k in keys): float(r["allocator_peak_bytes"]) for r in rows}
+
+
+def compare_fsdp(data: str | Path, profile_name: str, *, hardware: str | None = None,
+                 memory_data: str | Path | None = None) -> list[dict[str, Any]]:
     """Measured FSDP2 steps beside the simulator's prediction (perfmodel.fsdp.simulate_step over
-    the profile's compute and comm coefficients) and the memory model's peak, per row."""
+    the profile's compute and comm coefficients) and the memory model's peak, per row. The
+    measured peak is the row's own, or with `memory_data` (`bench memory --real --like DATA`)
+    the real-tensor allocator peak of the same configuration."""
     import pandas as pd
 
     from perfmodel.catalog import get_gpu
@@ -239,6 +256,7 @@ def compare_fsdp(data: str | Path, profile_name: str, *, hardware: str | None = 
     if missing:
         raise UserInputError(f"{data}: missing column(s) {', '.join(missing)}",
                              hint="give a CSV written by `shardmeter bench fsdp`.")
+    peaks = measured_peaks(memory_data)
     out = []
     for _, row in frame.iterrows():
         spec = spec_from_row(row)
@@ -250,9 +268,15 @@ def compare_fsdp(data: str | Path, profile_name: str, *, hardware: str | None = 
         costs = step_costs(spec, profile, island, seq_len=seq, micro_batch=mb, recipe=recipe)
         sim = simulate_step(costs, accum_steps=ga)
         measured = float(row["step_time_s"])
-        peak = memory_breakdown(spec, num_gpus=world, seq_len=seq, micro_batch=mb,
-                                config=_memory_config(row["dtype"])).peak_bytes
-        measured_mem = float(row["peak_memory_bytes"])
+        peak = memory_breakdown(spec, num_gpus=world, seq_len=seq, micro_batch=mb, recipe=recipe,
+                                accum_steps=ga, config=_memory_config(row["dtype"])).peak_bytes
+        key = (str(row["model"]), *(str(row[k]) for k in ("world_size", "seq_len",
+                                                          "micro_batch", "grad_accum")))
+        if peaks and key not in peaks:
+            raise UserInputError(f"{memory_data}: no row for {key} of {data}",
+                                 hint=f"run `shardmeter bench memory --real --like {data} "
+                                      f"-o {memory_data}` (it resumes).")
+        measured_mem = peaks[key] if peaks else float(row["peak_memory_bytes"])
         out.append({"model": row["model"], "recipe": recipe.name, "accum_mode": recipe.accum_mode,
                     "seq_len": seq, "micro_batch": mb, "grad_accum": ga,
                     "world_size": world, "measured_step_s": measured, "predicted_step_s": sim.step_time_s,

@@ -6,9 +6,12 @@ activation checkpointing, `fully_shard` per block then the root with the recipe'
 MixedPrecisionPolicy and resharding, the recipe's accumulation mode, AdamW); warm up, then time
 whole optimizer steps (k micro-steps) after a barrier, keeping the slowest rank per step.
 Peak memory: `torch.cuda.max_memory_allocated` on CUDA; on CPU the persistent state (parameter
-shards and Adam moments) plus the peak of the profiler's allocator trace (`profile_memory=True`)
-over one extra step, whose transient tensors (gradients, gathered parameters, activations,
-communication buffers) are all allocated while profiling.
+shards and Adam moments) plus the peak of the training thread's live bytes in the profiler's
+allocator trace (`profile_memory=True`, rebuilt by `perfmodel.bench.alloc_trace`) over one extra
+step, whose transient tensors (gradients, gathered parameters, activations, communication
+buffers) are all allocated while profiling. (Rows measured before 2026-12-01 say
+`profiler+persistent`: the raw "Total Allocated" maximum, which never drops for the frees gloo's
+worker threads make, so it overstates; `shardmeter bench memory --real --like` re-measures them.)
 """
 
 from __future__ import annotations
@@ -17,7 +20,6 @@ import argparse
 import gc
 import json
 import logging
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -97,19 +99,22 @@ def persistent_bytes(model: Any, optimizer: Any) -> int:
     return int(total)
 
 
-def cpu_peak_bytes(step: Callable[[], None], model: Any, optimizer: Any) -> int:
-    """Persistent state plus the allocator peak seen by the profiler over one step."""
-    from torch.profiler import ProfilerActivity, profile
+CPU_PEAK_WINDOW = "shardmeter_peak_step"
 
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+
+def cpu_peak_bytes(step: Callable[[], None], model: Any, optimizer: Any) -> int:
+    """Persistent state plus the peak of the training thread's live bytes over one step, from
+    the profiler's allocator trace (`perfmodel.bench.alloc_trace`: frees matched by address,
+    lost frees counted until the address is reused, gloo's staging copies left out)."""
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    from perfmodel.bench.alloc_trace import window_peaks
+
+    with (profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof,
+          record_function(CPU_PEAK_WINDOW)):
         step()
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "trace.json"
-        prof.export_chrome_trace(str(path))
-        events = json.loads(path.read_text())["traceEvents"]
-    totals = [e["args"]["Total Allocated"] for e in events
-              if e.get("name") == "[memory]" and "Total Allocated" in e.get("args", {})]
-    return persistent_bytes(model, optimizer) + int(max(totals, default=0))
+    (peak,) = window_peaks(prof, CPU_PEAK_WINDOW)
+    return persistent_bytes(model, optimizer) + peak.live_bytes
 
 
 def peak_memory(step: Callable[[], None], model: Any, optimizer: Any, device: torch.device) -> tuple[int, str]:
@@ -117,7 +122,7 @@ def peak_memory(step: Callable[[], None], model: Any, optimizer: Any, device: to
     if device.type == "cuda":
         value, source = torch.cuda.max_memory_allocated(device), "cuda.max_memory_allocated"
     else:
-        value, source = cpu_peak_bytes(step, model, optimizer), "profiler+persistent"
+        value, source = cpu_peak_bytes(step, model, optimizer), "profiler-live+persistent"
     peak = torch.tensor([value], dtype=torch.float64, device=device)
     dist.all_reduce(peak, op=dist.ReduceOp.MAX)
     return int(peak.item()), source

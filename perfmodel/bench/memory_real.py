@@ -9,8 +9,10 @@ fused AdamW, optimizer state created first), with real tensors on the CPU:
 2. two identical steps, each inside a `record_function` window, measured by torch's own CPU
    allocator accounting: the profiler runs with `profile_memory=True` from before the model is built, so
    its "Total Allocated" counter covers every live allocation of the process; the allocator peak
-   is its maximum over a window, less the bytes gloo's own worker threads hold at that moment
-   (kept separately); the row keeps the lower and the higher of the two windows.
+   is its maximum over a window, for the training thread's own allocations (frees matched by
+   address), with the collective backend's staging buffers (allocated inside c10d ops) left out and
+   FSDP collective buffers whose free the profiler lost (gloo released them on a worker thread)
+   reported apart; the row keeps the lower and the higher of the two windows.
 
 Like with like: the same rank, the same step, bytes as allocated (the CPU allocator does not
 round). What the allocator sees and the tracker does not shows up as the difference; gloo's
@@ -21,26 +23,27 @@ allocator). Rank 0 writes one row per case.
 
 from __future__ import annotations
 
-import json
 import logging
 import socket
-import tempfile
-from collections import Counter
 from pathlib import Path
-from typing import Any
 
+from perfmodel.bench.alloc_trace import window_peaks
 from perfmodel.bench.memory import COLUMNS as FAKE_COLUMNS
 from perfmodel.bench.memory import MemoryCase, shape_columns, tracked_steps
 
 logger = logging.getLogger(__name__)
 
-COLUMNS = (*FAKE_COLUMNS, "allocator_peak_bytes", "allocator_peak_max_bytes",
-           "allocator_process_peak_bytes", "tracker_vs_allocator_pct")
-"""allocator_peak_bytes: the CPU allocator's live bytes at their peak, less what gloo's worker
-threads hold at that moment (their staging buffers sit below the dispatcher, so no tracker sees
-them, and whether they overlap the peak depends on thread timing), the lower of `WINDOWS`
-identical steps; _max: the higher; allocator_process_peak_bytes: the whole process, gloo's
-threads included (the higher window)."""
+COLUMNS = (*FAKE_COLUMNS, "allocator_peak_bytes", "allocator_staging_bytes",
+           "allocator_retained_bytes", "allocator_peak_max_bytes", "allocator_process_peak_bytes", "tracker_vs_allocator_pct")
+"""allocator_peak_bytes: the CPU allocator's live bytes of the training thread's allocations at
+their peak (frees matched by address), less the collective backend's staging buffers (made
+inside c10d ops, below the dispatcher where no tracker sees them; when gloo frees them depends
+on thread timing), the lower of `WINDOWS` identical steps; allocator_staging_bytes: the staging
+bytes live at that peak; allocator_retained_bytes: of the peak, FSDP's collective buffers
+whose free the profiler did not record (a gloo worker thread dropped the last reference after
+Python, and so the tracker, had released them; counted until their address is allocated again,
+the latest they can have been freed; whether it happens depends on thread timing); _max: the higher window; allocator_process_peak_bytes: the whole
+process, gloo's threads and staging included (the higher window)."""
 KEY_COLUMNS = ("model", "world_size", "seq_len", "micro_batch", "accum_steps", "accum_mode", "ac",
                "recipe", "param_dtype", "reduce_dtype", "attention", "tensors")
 WORLD_SIZE = 2
@@ -52,34 +55,6 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def _allocator_peaks(prof: Any) -> tuple[list[int], list[int]]:
-    """Per measured-step window: (the peak of the live bytes the training thread allocated, the
-    peak of the process's "Total Allocated"). The training thread is the one with the most
-    memory events; other threads' net bytes are subtracted from the running total."""
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "trace.json"
-        prof.export_chrome_trace(str(path))
-        events = json.loads(path.read_text())["traceEvents"]
-    windows = [e for e in events if e.get("name") == WINDOW and e.get("ph") == "X"]
-    if not windows:
-        raise RuntimeError("profiler trace has no measured-step window")
-    memory = sorted((float(e.get("ts", -1)), e.get("tid"), int(e["args"].get("Bytes", 0)),
-                     int(e["args"]["Total Allocated"])) for e in events
-                    if e.get("name") == "[memory]" and "Total Allocated" in e.get("args", {}))
-    main_tid = Counter(tid for _, tid, _, _ in memory).most_common(1)[0][0]
-    others, own = 0, []
-    for ts, tid, nbytes, total in memory:
-        others += nbytes if tid != main_tid else 0
-        own.append((ts, total - others, total))
-    main_peaks, process_peaks = [], []
-    for w in windows:
-        start, end = float(w["ts"]), float(w["ts"]) + float(w["dur"])
-        inside = [(mine, total) for ts, mine, total in own if start <= ts <= end]
-        main_peaks.append(max(m for m, _ in inside))
-        process_peaks.append(max(t for _, t in inside))
-    return main_peaks, process_peaks
 
 
 def _rank_main(rank: int, case: MemoryCase, port: int, out: str) -> None:
@@ -112,17 +87,19 @@ def _rank_main(rank: int, case: MemoryCase, port: int, out: str) -> None:
                 train_step(model, optimizer, tokens, accum_steps=case.accum_steps,
                            recipe=case.recipe)
         dist.barrier()
-    peaks, process_peaks = _allocator_peaks(prof)
-    allocator = min(peaks)
+    peaks = window_peaks(prof, WINDOW)
+    low = min(peaks, key=lambda p: p.live_bytes)
     if rank == 0:
         from perfmodel.bench.common import CsvLog
 
         tracked = columns["peak_bytes"]
         row = {**shape_columns(case.config_id, case.spec), **case.key("real"), **columns,
                "wall_s": time.perf_counter() - start_s, "torch_version": torch.__version__,
-               "allocator_peak_bytes": allocator, "allocator_peak_max_bytes": max(peaks),
-               "allocator_process_peak_bytes": max(process_peaks),
-               "tracker_vs_allocator_pct": 100.0 * (tracked - allocator) / allocator}
+               "allocator_peak_bytes": low.live_bytes, "allocator_staging_bytes": low.staging_bytes,
+               "allocator_retained_bytes": low.retained_bytes,
+               "allocator_peak_max_bytes": max(p.live_bytes for p in peaks),
+               "allocator_process_peak_bytes": max(p.process_bytes for p in peaks),
+               "tracker_vs_allocator_pct": 100.0 * (tracked - low.live_bytes) / low.live_bytes}
         CsvLog(out, COLUMNS, KEY_COLUMNS).append([row])
     dist.destroy_process_group()
 

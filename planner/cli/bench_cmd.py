@@ -185,14 +185,17 @@ def fsdp_cmd(space: str, out: Path, nproc: int, backend: str, link: str | None, 
 @click.argument("data", type=click.Path(exists=True, dir_okay=False))
 @click.option("--profile", "profile_name", required=True, help="Hardware profile (name or YAML path).")
 @click.option("--hardware", default=None, help="Catalog device of the island [default: the profile's].")
+@click.option("--memory", "memory_data", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="Measured peaks from `bench memory --real --like DATA` instead of the rows' own.")
 @format_option()
-def fsdp_compare_cmd(data: str, profile_name: str, hardware: str | None, fmt: str) -> None:
+def fsdp_compare_cmd(data: str, profile_name: str, hardware: str | None,
+                     memory_data: str | None, fmt: str) -> None:
     """Measured FSDP2 steps (bench fsdp CSV) against the simulator and memory model (no torch)."""
     import numpy as np
 
     from perfmodel.bench.fsdp import compare_fsdp
 
-    rows = compare_fsdp(data, profile_name, hardware=hardware)
+    rows = compare_fsdp(data, profile_name, hardware=hardware, memory_data=memory_data)
     emit_records(rows, fmt, title=f"FSDP2 measured vs predicted ({profile_name})")
     if fmt == "table":
         step = np.mean([abs(r["step_error_pct"]) for r in rows])

@@ -62,6 +62,9 @@ def _single_case(model: str | None, nodes: int, gpus_per_node: int, world_size: 
 @click.option("--real", "real", is_flag=True,
               help="Check the tracker itself: small real-tensor 2-rank gloo runs, tracker vs "
                    "the CPU allocator's own accounting.")
+@click.option("--like", "like", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="With --real: measure the configurations of this `bench fsdp` CSV instead "
+                   "(each with its row's recipe).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Grid sampling seed.")
 @click.option("--steps", type=int, default=2, show_default=True,
               help="Optimizer steps tracked (after a zero-gradient step creates the AdamW state).")
@@ -72,7 +75,8 @@ def _single_case(model: str | None, nodes: int, gpus_per_node: int, world_size: 
 @format_option()
 def memory_cmd(model: str | None, nodes: int, gpus_per_node: int, world_size: int | None,
                seq_len: int | None, micro_batch: int, accum: int, recipe_name: str,
-               out: Path | None, grid: int | None, heldout: bool, real: bool, seed: int,
+               out: Path | None, grid: int | None, heldout: bool, real: bool, like: Path | None,
+               seed: int,
                steps: int, jobs: int,
                limit: int | None, only_model: str | None, fmt: str, **flags: Any) -> None:
     """FSDPMemTracker peak per GPU of MODEL trained as the recipe says, under FakeTensorMode
@@ -84,12 +88,15 @@ def memory_cmd(model: str | None, nodes: int, gpus_per_node: int, world_size: in
     from perfmodel.bench import memory_grid
     from perfmodel.bench.memory import run_fake_case
 
+    if like is not None and not real:
+        raise UserInputError("--like measures real-tensor runs", hint="add --real.")
     if real:
         if out is None:
             raise UserInputError("--real writes a dataset", hint="pass -o DATA.csv.")
         from perfmodel.bench.memory_real import run_real_cases
 
-        counts = run_real_cases(memory_grid.real_cases(), out)
+        cases = memory_grid.real_cases() if like is None else memory_grid.cases_like(like)
+        counts = run_real_cases(cases, out)
         click.echo(f"{out}: {counts['measured']} real runs, {counts['skipped']} already there")
         return
     if grid is not None or heldout:
