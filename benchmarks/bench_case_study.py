@@ -56,8 +56,9 @@ def main() -> None:
         "",
         *machine_lines(),
         "",
-        f"Instance `instances/paper-case-study.yaml` (shipped default profiles: measured > calibrated > prior), default solver "
-        f"({frontier.solver}); median of {args.repeats} runs, each from a fresh instance load.",
+        "Instance `instances/paper-case-study.yaml` (shipped default profiles: measured > "
+        f"calibrated > prior), default solver ({frontier.solver}); median of {args.repeats} runs, "
+        "each from a fresh instance load.",
         "",
         "| stage | median time (s) |",
         "| --- | ---: |",

@@ -61,8 +61,11 @@ def machine_lines() -> list[str]:
 
     cpu = platform.processor() or "unknown"
     try:
-        names = [ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
-                 if ln.startswith("model name")]
+        names = [
+            ln.split(":", 1)[1].strip()
+            for ln in Path("/proc/cpuinfo").read_text().splitlines()
+            if ln.startswith("model name")
+        ]
         cpu = f"{names[0]} ({len(names)} logical CPUs)" if names else cpu
     except OSError:
         pass
@@ -109,8 +112,14 @@ def main() -> None:
     mbs = np.arange(1, n_fast // len(islands) + 1)
 
     def costs_for(recipe: object) -> FastCosts:
-        return concat_fast_costs([model_fast_costs(model, profile, isl, seq_len=SEQ_LEN, micro_batches=mbs,
-                                                   recipe=recipe) for isl in islands])
+        return concat_fast_costs(
+            [
+                model_fast_costs(
+                    model, profile, isl, seq_len=SEQ_LEN, micro_batches=mbs, recipe=recipe
+                )
+                for isl in islands
+            ]
+        )
 
     costs, paper = costs_for(DEFAULT_RECIPE), costs_for(PAPER_RECIPE)
     fast_s = _median_s(lambda: fast_step(costs), repeats)
@@ -128,35 +137,47 @@ def main() -> None:
                              micro_batch=int(1 + i // len(islands))) for i in range(n_graph)]
     graph_s = _median_s(lambda: [simulate_step(c) for c in graph_cfgs], max(3, repeats // 3))
 
-    fast_rate, profile_rate, graph_rate = n_fast / fast_s, n_fast / fast_profile_s, n_graph / graph_s
+    fast_rate, profile_rate, graph_rate = (
+        n_fast / fast_s,
+        n_fast / fast_profile_s,
+        n_graph / graph_s,
+    )
     single_rate, paper_rate = n_single / single_s, n_fast / paper_s
     check = fast_step(FastCosts.from_step_costs(graph_cfgs[:8]))
     worst = max(abs(check.step_time_s(k)[i] - simulate_step(c, accum_steps=k).step_time_s)
                 / simulate_step(c, accum_steps=k).step_time_s
                 for i, c in enumerate(graph_cfgs[:8]) for k in (1, 4))
     lines = [
-        f"Workload: {MODEL} ({model.num_layers} blocks + root = {len(model.fsdp_units(SEQ_LEN))} FSDP units), "
-        f"{GPU} default profile ({profile.provenance}, overlap_slowdown "
-        f"{getattr(profile, 'overlap_slowdown', 1.0):.3g}), seq {SEQ_LEN}, recipe {DEFAULT_RECIPE.name} "
-        f"(selective AC); configurations = {len(islands)} islands x micro-batches. Single core (CPU {cpu}, "
-        "BLAS/OpenMP threads 1).",
+        f"Workload: {MODEL} ({model.num_layers} blocks + root = {len(model.fsdp_units(SEQ_LEN))} "
+        f"FSDP units), {GPU} default profile ({profile.provenance}, overlap_slowdown "
+        f"{getattr(profile, 'overlap_slowdown', 1.0):.3g}), seq {SEQ_LEN}, recipe "
+        f"{DEFAULT_RECIPE.name} (selective AC); configurations = {len(islands)} islands x "
+        f"micro-batches. Single core (CPU {cpu}, BLAS/OpenMP threads 1).",
         "",
         "| path | configurations | median time (s) | step evaluations / s |",
         "| --- | ---: | ---: | ---: |",
-        f"| graph simulator (`fsdp.simulate_step`, one per configuration) | {n_graph} | {graph_s:.4f} | {graph_rate:,.0f} |",
-        f"| fast path (`fastpath.fast_step`, vectorised) | {n_fast} | {fast_s:.4f} | {fast_rate:,.0f} |",
-        f"| fast path incl. durations from the profile (`model_fast_costs` per island) | {n_fast} | "
-        f"{fast_profile_s:.4f} | {profile_rate:,.0f} |",
-        f"| fast path, paper recipe (no-sync, every unit resharded) | {n_fast} | {paper_s:.4f} | {paper_rate:,.0f} |",
-        f"| fast path, one configuration per call (no batching) | {n_single} | {single_s:.4f} | {single_rate:,.0f} |",
+        f"| graph simulator (`fsdp.simulate_step`, one per configuration) | {n_graph} | "
+        f"{graph_s:.4f} | {graph_rate:,.0f} |",
+        f"| fast path (`fastpath.fast_step`, vectorised) | {n_fast} | {fast_s:.4f} | "
+        f"{fast_rate:,.0f} |",
+        f"| fast path incl. durations from the profile (`model_fast_costs` per island) | {n_fast} "
+        f"| {fast_profile_s:.4f} | {profile_rate:,.0f} |",
+        f"| fast path, paper recipe (no-sync, every unit resharded) | {n_fast} | {paper_s:.4f} | "
+        f"{paper_rate:,.0f} |",
+        f"| fast path, one configuration per call (no batching) | {n_single} | {single_s:.4f} | "
+        f"{single_rate:,.0f} |",
         "",
-        f"Fast path / graph: {fast_rate / graph_rate:,.0f}x (same run). Target >= 100,000 evaluations/s: "
-        f"{'met' if fast_rate >= 1e5 else 'NOT met'}. Largest relative difference fast vs graph on 8 of the "
-        f"configurations (k = 1 and 4): {worst:.1e}. Medians of {repeats} repeats (graph: {max(3, repeats // 3)}).",
+        f"Fast path / graph: {fast_rate / graph_rate:,.0f}x (same run). Target >= 100,000 "
+        f"evaluations/s: {'met' if fast_rate >= 1e5 else 'NOT met'}. Largest relative difference "
+        f"fast vs graph on 8 of the configurations (k = 1 and 4): {worst:.1e}. Medians of "
+        f"{repeats} repeats (graph: {max(3, repeats // 3)}).",
     ]
-    path = write_section("bench_fastpath", "Fast path vs graph simulator",
-                         f".venv/bin/python benchmarks/bench_fastpath.py{' --quick' if args.quick else ''}",
-                         machine_lines() + [""] + lines)
+    path = write_section(
+        "bench_fastpath",
+        "Fast path vs graph simulator",
+        f".venv/bin/python benchmarks/bench_fastpath.py{' --quick' if args.quick else ''}",
+        machine_lines() + [""] + lines,
+    )
     print("\n".join(lines))
     print(f"wrote {path}")
 

@@ -9,9 +9,9 @@ IDLE_FRACTION_THRESHOLD = θ (fraction of the step time):
 
 * "compute" (compute-bound):       compute idle <= θ and communication idle > θ
 * "communication" (comm.-bound):   communication idle <= θ and compute idle > θ
-* "mixed":                         otherwise — both streams nearly saturated (balanced), or both idle for
-                        long stretches (the critical path alternates: e.g. forward compute-bound
-                        and backward communication-bound).
+* "mixed":                         otherwise — both streams nearly saturated (balanced), or both
+                        idle for long stretches (the critical path alternates: e.g. forward
+                        compute-bound and backward communication-bound).
 
 θ = 10 %: a resource that can save at most 10 % of the step is not the bottleneck at the
 accuracy of the model (the paper reports median errors of 5-15 %), and the pipeline fill and
@@ -111,7 +111,8 @@ def analyse_step(result: StepResult) -> StepAnalysis:
         regime=classify_regime(result.step_time_s, result.compute_busy_s, result.comm_busy_s),
         step_time_s=result.step_time_s, compute_idle_s=result.compute_idle_s,
         comm_idle_s=result.comm_idle_s, exposed_comm_s=result.exposed_comm_s,
-        critical_comm_fraction=sum(t.duration_s for t in path if t.is_comm) / path_s if path_s else 0.0,
+        critical_comm_fraction=(sum(t.duration_s for t in path if t.is_comm) / path_s
+                                if path_s else 0.0),
         largest_compute_gap_s=max(gaps, default=0.0))
 
 

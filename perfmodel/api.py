@@ -57,8 +57,8 @@ class WorkloadSpec:
         """The catalog model, GPU, island and profile."""
         return resolve_workload(self.model_name, gpu_name=self.gpu_name, nodes=self.nodes,
                                 gpus_per_node=self.gpus_per_node, seq_len=self.seq_len,
-                                micro_batch=self.micro_batch, accum=self.accum, profile_name=self.profile_name,
-                                recipe=self.recipe)
+                                micro_batch=self.micro_batch, accum=self.accum,
+                                profile_name=self.profile_name, recipe=self.recipe)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -91,8 +91,8 @@ class MemoryFit:
 
     def as_dict(self) -> dict[str, Any]:
         """The fields in order (the keys `predict` prints)."""
-        return {"peak_gib": self.peak_gib, "usable_memory_gib": self.usable_memory_gib, "fits": self.fits,
-                "max_micro_batch": self.max_micro_batch}
+        return {"peak_gib": self.peak_gib, "usable_memory_gib": self.usable_memory_gib,
+                "fits": self.fits, "max_micro_batch": self.max_micro_batch}
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -152,18 +152,22 @@ def memory(w: Workload) -> MemoryFit:
 def resolve_strategy(w: Workload, spec: OuterSpec) -> tuple[Workload, OuterRecipe, WanLink]:
     """`w` training with the outer settings of `spec`, those settings, and the sync link."""
     if spec.strategy == "streaming-diloco":
-        outer = streaming_outer(w.recipe, model=w.model, fragments=spec.fragments, delay=spec.delay_steps,
-                                sync_every=spec.inner_steps, dtype=spec.pseudo_gradient_dtype,
-                                fragment_pattern=spec.fragment_pattern, overlap_backward=spec.overlap_backward)
+        outer = streaming_outer(w.recipe, model=w.model, fragments=spec.fragments,
+                                delay=spec.delay_steps, sync_every=spec.inner_steps,
+                                dtype=spec.pseudo_gradient_dtype,
+                                fragment_pattern=spec.fragment_pattern,
+                                overlap_backward=spec.overlap_backward)
     else:
         if spec.inner_steps is not None:
             positive("--inner-steps", spec.inner_steps)
-        outer = resolve_outer(w.recipe, defaults={"inner_steps": DILOCO_DEFAULT_INNER_STEPS, "num_fragments": 1,
-                                                  "delay_steps": 0}, inner_steps=spec.inner_steps,
+        defaults = {"inner_steps": DILOCO_DEFAULT_INNER_STEPS, "num_fragments": 1,
+                    "delay_steps": 0}
+        outer = resolve_outer(w.recipe, defaults=defaults, inner_steps=spec.inner_steps,
                               pseudo_gradient_dtype=spec.pseudo_gradient_dtype)
     w = replace(w, recipe=replace(w.recipe, outer=outer))
-    link = sync_link(w.island, islands=strategy_islands(spec.strategy, spec.islands), wan_gbit_s=spec.wan_gbit_s,
-                     wan_latency_ms=spec.wan_latency_ms, dtype=w.recipe.outer.pseudo_gradient_dtype,
+    link = sync_link(w.island, islands=strategy_islands(spec.strategy, spec.islands),
+                     wan_gbit_s=spec.wan_gbit_s, wan_latency_ms=spec.wan_latency_ms,
+                     dtype=w.recipe.outer.pseudo_gradient_dtype,
                      same_cluster=spec.islands_same_cluster)
     return w, outer, link
 
@@ -182,7 +186,8 @@ def predict(workload: WorkloadSpec, outer: OuterSpec | None = None) -> Predictio
     """Predict one training step: time, throughput, MFU, memory and what bounds it."""
     w = workload.resolve()
     spec = outer or OuterSpec()
-    strategy_islands(spec.strategy, spec.islands)  # the strategy check comes before the outer settings'
+    # the strategy check comes before the outer settings' checks
+    strategy_islands(spec.strategy, spec.islands)
     w, settings, link = resolve_strategy(w, spec)
     return _prediction(w, strategy=spec.strategy, wan=link, outer=settings)
 
@@ -197,15 +202,16 @@ def _prediction(w: Workload, *, strategy: str, wan: WanLink, outer: OuterRecipe)
     info = analyse_step(step)
     islands = wan.num_islands if strategy != "fsdp" else 1
     sequences = islands * w.accum * w.micro_batch * w.island.num_gpus
-    out: dict[str, Any] = {"model": w.model.name, "gpu": w.gpu.name, "strategy": strategy, "islands": islands,
-                           "nodes": w.island.num_nodes, "gpus_per_node": w.island.gpus_per_node,
-                           "seq_len": w.seq_len, "micro_batch": w.micro_batch, "accum": w.accum, "ac": w.ac,
+    out: dict[str, Any] = {"model": w.model.name, "gpu": w.gpu.name, "strategy": strategy,
+                           "islands": islands, "nodes": w.island.num_nodes,
+                           "gpus_per_node": w.island.gpus_per_node, "seq_len": w.seq_len,
+                           "micro_batch": w.micro_batch, "accum": w.accum, "ac": w.ac,
                            "inner_step_time_s": step.step_time_s}
     step_s, comm_s = step.step_time_s, step.comm_busy_s
     if strategy == "diloco":
         h = outer.inner_steps
-        sync = float(formulas.sync_time_s(islands, pseudo_gradient_bytes(w.model, wan.dtype), wan.bw_bytes_per_s,
-                                          wan.latency_s))
+        sync = float(formulas.sync_time_s(islands, pseudo_gradient_bytes(w.model, wan.dtype),
+                                          wan.bw_bytes_per_s, wan.latency_s))
         opt = outer_optimizer_seconds(w)
         # the outer sync and optimizer step happen once per H inner steps
         step_s, comm_s = step_s + (sync + opt) / h, comm_s + sync / h
@@ -215,8 +221,8 @@ def _prediction(w: Workload, *, strategy: str, wan: WanLink, outer: OuterRecipe)
         per_param = outer_optimizer_seconds(w) / w.model.total_params
         config = StreamingConfig.from_recipe(outer)
         steps, first = utilisation_steps(config)
-        run = run_streaming(w.model, step_s=step.step_time_s, wan=wan, config=config, num_steps=steps,
-                            seq_len=w.seq_len, opt_s_per_param=per_param)
+        run = run_streaming(w.model, step_s=step.step_time_s, wan=wan, config=config,
+                            num_steps=steps, seq_len=w.seq_len, opt_s_per_param=per_param)
         utilisation = run.utilisation(first)
         step_s = step.step_time_s / utilisation  # steady state: one period of H steps after warm-up
         out.update(fragments=config.num_fragments, delay_steps=config.delay_steps,
@@ -229,17 +235,21 @@ def _prediction(w: Workload, *, strategy: str, wan: WanLink, outer: OuterRecipe)
     mfu = w.model.model_flops_per_token(w.seq_len) * tokens_per_s / (
         w.gpu.bf16_flops_per_s * islands * w.island.num_gpus)
     bound = (info.regime if strategy == "fsdp" else
-             classify_regime(step_s, step.compute_busy_s, comm_s if strategy == "diloco" else step.comm_busy_s))
+             classify_regime(step_s, step.compute_busy_s,
+                             comm_s if strategy == "diloco" else step.comm_busy_s))
     out.update(step_time_s=step_s, tokens_per_s=tokens_per_s,
-               tokens_per_s_per_gpu=tokens_per_s / (islands * w.island.num_gpus), mfu=mfu, bound=bound,
-               island_bound=info.regime, exposed_comm_s=step.exposed_comm_s, compute_idle_s=step.compute_idle_s,
-               comm_idle_s=step.comm_idle_s, critical_path_comm_fraction=info.critical_comm_fraction,
-               **memory(w).as_dict(), profile=w.profile.name, provenance=w.profile.provenance, **provenance(w))
-    return Prediction(workload=w, strategy=strategy, islands=islands, outer=outer, link=wan, step_time_s=step_s,
-                      tokens_per_s=tokens_per_s, mfu=mfu, bound=bound, record=out)
+               tokens_per_s_per_gpu=tokens_per_s / (islands * w.island.num_gpus), mfu=mfu,
+               bound=bound, island_bound=info.regime, exposed_comm_s=step.exposed_comm_s,
+               compute_idle_s=step.compute_idle_s, comm_idle_s=step.comm_idle_s,
+               critical_path_comm_fraction=info.critical_comm_fraction, **memory(w).as_dict(),
+               profile=w.profile.name, provenance=w.profile.provenance, **provenance(w))
+    return Prediction(workload=w, strategy=strategy, islands=islands, outer=outer, link=wan,
+                      step_time_s=step_s, tokens_per_s=tokens_per_s, mfu=mfu, bound=bound,
+                      record=out)
 
 
-def simulate(workload: WorkloadSpec, outer: OuterSpec | None = None, *, steps: int | None = None) -> Simulation:
+def simulate(workload: WorkloadSpec, outer: OuterSpec | None = None, *,
+             steps: int | None = None) -> Simulation:
     """Simulate the step timeline (FSDP), or `steps` inner steps of a DiLoCo / Streaming DiLoCo run
     (default H, resp. H+τ+1)."""
     from perfmodel import trace
@@ -251,11 +261,13 @@ def simulate(workload: WorkloadSpec, outer: OuterSpec | None = None, *, steps: i
     if spec.strategy == "fsdp":
         spans, summary = trace.schedule_spans(step.schedule), step_summary(step)
     elif spec.strategy == "diloco":
-        spans, summary = _diloco_spans(w, step, link, settings.inner_steps if steps is None else steps)
+        spans, summary = _diloco_spans(w, step, link,
+                                       settings.inner_steps if steps is None else steps)
     else:
-        spans, summary = streaming_spans(w.model, step, link, StreamingConfig.from_recipe(settings), steps)
-    return Simulation(workload=w, strategy=spec.strategy, outer=settings, link=link, step=step, spans=spans,
-                      summary=summary)
+        spans, summary = streaming_spans(w.model, step, link, StreamingConfig.from_recipe(settings),
+                                         steps)
+    return Simulation(workload=w, strategy=spec.strategy, outer=settings, link=link, step=step,
+                      spans=spans, summary=summary)
 
 
 def step_summary(step: StepResult) -> dict[str, Any]:
@@ -265,12 +277,14 @@ def step_summary(step: StepResult) -> dict[str, Any]:
     info = analyse_step(step)
     return {"step_time_s": step.step_time_s, "compute_busy_s": step.compute_busy_s,
             "comm_busy_s": step.comm_busy_s, "exposed_comm_s": step.exposed_comm_s,
-            "compute_idle_s": step.compute_idle_s, "largest_compute_gap_s": info.largest_compute_gap_s,
+            "compute_idle_s": step.compute_idle_s,
+            "largest_compute_gap_s": info.largest_compute_gap_s,
             "critical_path_tasks": len(step.schedule.critical_path),
             "critical_path_comm_fraction": info.critical_comm_fraction, "bound": info.regime}
 
 
-def _diloco_spans(w: Workload, step: StepResult, wan: WanLink, inner_steps: int) -> tuple[list[Any], dict[str, Any]]:
+def _diloco_spans(w: Workload, step: StepResult, wan: WanLink,
+                  inner_steps: int) -> tuple[list[Any], dict[str, Any]]:
     from perfmodel import formulas, trace
     from perfmodel.diloco import pseudo_gradient_bytes, simulate_diloco
 
@@ -281,10 +295,12 @@ def _diloco_spans(w: Workload, step: StepResult, wan: WanLink, inner_steps: int)
     result = simulate_diloco({f"island{i}": step.step_time_s for i in range(wan.num_islands)},
                              inner_steps=inner_steps, sync_s=sync, outer_opt_s=opt)
     detailed = len(step.schedule.intervals) * inner_steps * wan.num_islands <= MAX_PLOTTED_SPANS
-    spans = trace.expand_steps(result.schedule, step.schedule) if detailed else trace.schedule_spans(result.schedule)
-    return spans, {"inner_step_time_s": step.step_time_s, "inner_steps": inner_steps, "outer_sync_s": sync,
-                   "outer_optimizer_s": opt, "outer_step_s": result.outer_step_s,
-                   "amortised_step_s": result.amortised_step_s, "fsdp_detail": detailed}
+    spans = (trace.expand_steps(result.schedule, step.schedule) if detailed
+             else trace.schedule_spans(result.schedule))
+    return spans, {"inner_step_time_s": step.step_time_s, "inner_steps": inner_steps,
+                   "outer_sync_s": sync, "outer_optimizer_s": opt,
+                   "outer_step_s": result.outer_step_s, "amortised_step_s": result.amortised_step_s,
+                   "fsdp_detail": detailed}
 
 
 def streaming_spans(model: Any, step: StepResult, wan: WanLink, config: Any,
@@ -299,8 +315,10 @@ def streaming_spans(model: Any, step: StepResult, wan: WanLink, config: Any,
     run = run_streaming(model, step_s=step.step_time_s, wan=wan, config=config,
                         num_steps=steps or config.sync_every + config.delay_steps + 1)
     # steps cut at exchange points (backward overlap) are drawn whole-step, without FSDP detail
-    detailed = not run.split_steps and len(step.schedule.intervals) * run.num_steps <= MAX_PLOTTED_SPANS
-    spans = trace.expand_steps(run.schedule, step.schedule) if detailed else trace.schedule_spans(run.schedule)
+    detailed = (not run.split_steps
+                and len(step.schedule.intervals) * run.num_steps <= MAX_PLOTTED_SPANS)
+    spans = (trace.expand_steps(run.schedule, step.schedule) if detailed
+             else trace.schedule_spans(run.schedule))
     spans += trace.blocked_spans(run.schedule, island=TRAIN_ISLAND, stream=COMPUTE_STREAM)
     return spans, _streaming_summary(run) | {"fsdp_detail": detailed}
 
@@ -310,13 +328,14 @@ def _streaming_summary(run: Any) -> dict[str, Any]:
     return {"fragments": c.num_fragments, "delay_steps": c.delay_steps, "sync_every": c.sync_every,
             "send_interval": c.send_interval, "steps": run.num_steps,
             "inner_step_time_s": run.compute_s / run.num_steps,
-            "exchange_s_max": max(e.end_s - e.start_s for e in run.exchanges) if run.exchanges else 0.0,
+            "exchange_s_max": (max(e.end_s - e.start_s for e in run.exchanges) if run.exchanges
+                               else 0.0),
             "total_s": run.total_s, "blocked_s": run.blocked_s, "blocks": run.blocks,
             "link_bound": run.link_bound}
 
 
-def sweep(model_names: list[str], *, gpu_name: str, nodes: list[int], gpus_per_node: list[int], seq_len: int,
-          micro_batches: list[int], accum: int = 1, profile_name: str | None = None,
+def sweep(model_names: list[str], *, gpu_name: str, nodes: list[int], gpus_per_node: list[int],
+          seq_len: int, micro_batches: list[int], accum: int = 1, profile_name: str | None = None,
           recipe: TrainingRecipe | None = None) -> Sweep:
     """Sweep micro-batch sizes for every model x nodes x GPUs-per-node: iteration time,
     throughput and where compute-bound begins."""
@@ -328,21 +347,25 @@ def sweep(model_names: list[str], *, gpu_name: str, nodes: list[int], gpus_per_n
     for name in model_names:
         for n in nodes:
             for gpn in gpus_per_node:
-                w = resolve_workload(name, gpu_name=gpu_name, nodes=n, gpus_per_node=gpn, seq_len=seq_len,
-                                     micro_batch=1, accum=accum, profile_name=profile_name, recipe=recipe)
+                w = resolve_workload(name, gpu_name=gpu_name, nodes=n, gpus_per_node=gpn,
+                                     seq_len=seq_len, micro_batch=1, accum=accum,
+                                     profile_name=profile_name, recipe=recipe)
                 largest = memory(w).max_micro_batch
-                frame = batch_sweep(w.model, w.profile, w.island, seq_len=seq_len, micro_batches=micro_batches,
-                                    ac=w.recipe.ac, accum_steps=accum, max_micro_batch=largest,
+                frame = batch_sweep(w.model, w.profile, w.island, seq_len=seq_len,
+                                    micro_batches=micro_batches, ac=w.recipe.ac, accum_steps=accum,
+                                    max_micro_batch=largest,
                                     recipe=w.recipe if recipe is None else recipe)
                 frames.append(frame)
                 workloads.append(w)
-                summary.append({"model": w.model.name, "gpus": w.island.num_gpus, "max_micro_batch": largest,
+                summary.append({"model": w.model.name, "gpus": w.island.num_gpus,
+                                "max_micro_batch": largest,
                                 "transition_micro_batch": transition_micro_batch(frame),
-                                "changes": "; ".join(f"{a}->{b} at m={m}" for m, a, b in regime_changes(frame)),
+                                "changes": "; ".join(f"{a}->{b} at m={m}"
+                                                     for m, a, b in regime_changes(frame)),
                                 "provenance": w.profile.provenance})
     return Sweep(table=pd.concat(frames, ignore_index=True), summary=summary, workloads=workloads)
 
 
-__all__ = ["MemoryFit", "OuterSpec", "Prediction", "Simulation", "Sweep", "Workload", "WorkloadSpec",
-           "BandwidthTable", "StreamingStudy", "bandwidth_for_utilisation", "memory", "predict", "simulate",
-           "streaming", "sweep"]
+__all__ = ["MemoryFit", "OuterSpec", "Prediction", "Simulation", "Sweep", "Workload",
+           "WorkloadSpec", "BandwidthTable", "StreamingStudy", "bandwidth_for_utilisation",
+           "memory", "predict", "simulate", "streaming", "sweep"]

@@ -64,11 +64,13 @@ def positive(option: str, value: float, *, zero_ok: bool = False) -> None:
     """Raise a UserInputError naming `option` unless `value` > 0 (>= 0 with `zero_ok`)."""
     if value < 0 or (value == 0 and not zero_ok):
         bound = ">= 0" if zero_ok else "> 0"
-        raise UserInputError(f"{option} {value}: must be {bound}", hint=f"pass {option} with a value {bound}.")
+        raise UserInputError(f"{option} {value}: must be {bound}",
+                             hint=f"pass {option} with a value {bound}.")
 
 
-def resolve_workload(model_name: str, *, gpu_name: str, nodes: int, gpus_per_node: int, seq_len: int,
-                     micro_batch: int, accum: int, ac: str | None = None, profile_name: str | None = None,
+def resolve_workload(model_name: str, *, gpu_name: str, nodes: int, gpus_per_node: int,
+                     seq_len: int, micro_batch: int, accum: int, ac: str | None = None,
+                     profile_name: str | None = None,
                      recipe: TrainingRecipe | None = None) -> Workload:
     """The catalog model and GPU, the island and the profile; `recipe` defaults to torchtitan and
     `ac` (when set) overrides its checkpointing mode."""
@@ -77,20 +79,24 @@ def resolve_workload(model_name: str, *, gpu_name: str, nodes: int, gpus_per_nod
     from perfmodel.hardware import IslandSpec
     from perfmodel.profile import default_profile, load_profile
 
-    for option, value in (("--nodes", nodes), ("--gpus-per-node", gpus_per_node), ("--seq-len", seq_len),
-                          ("--micro-batch", micro_batch), ("--accum", accum)):
+    for option, value in (("--nodes", nodes), ("--gpus-per-node", gpus_per_node),
+                          ("--seq-len", seq_len), ("--micro-batch", micro_batch),
+                          ("--accum", accum)):
         positive(option, value)
     model = catalog.get_model(model_name)
     gpu = catalog.get_gpu(gpu_name)
     if gpus_per_node > gpu.max_gpus_per_node:
         raise UserInputError(f"--gpus-per-node {gpus_per_node}: a {gpu.name} node holds at most "
                              f"{gpu.max_gpus_per_node} GPUs",
-                             hint=f"pass --gpus-per-node {gpu.max_gpus_per_node} or fewer and add --nodes instead.")
+                             hint=f"pass --gpus-per-node {gpu.max_gpus_per_node} or fewer and add "
+                                  "--nodes instead.")
     profile = load_profile(profile_name) if profile_name else default_profile(gpu.name)
     if profile.hardware.lower() != gpu.name.lower():
-        logger.warning("profile %s was fitted on %s, not %s", profile.name, profile.hardware, gpu.name)
-    island = IslandSpec(gpu=gpu, num_nodes=nodes, gpus_per_node=gpus_per_node, intra_link=gpu.intra_node_link,
-                        inter_link=gpu.inter_node_link, nics_per_node=gpu.nics_per_node)
+        logger.warning("profile %s was fitted on %s, not %s", profile.name, profile.hardware,
+                       gpu.name)
+    island = IslandSpec(gpu=gpu, num_nodes=nodes, gpus_per_node=gpus_per_node,
+                        intra_link=gpu.intra_node_link, inter_link=gpu.inter_node_link,
+                        nics_per_node=gpu.nics_per_node)
     return Workload(model=model, gpu=gpu, island=island, profile=profile, seq_len=seq_len,
                     micro_batch=micro_batch, accum=accum, recipe=resolve_recipe(recipe, ac))
 
@@ -115,22 +121,26 @@ def extended_step(before: StepResult, last: StepResult, accum: int) -> StepResul
     extra = accum - last.accum_steps
     names = ("step_time_s", "compute_busy_s", "comm_busy_s", "exposed_comm_s", "compute_idle_s")
     return replace(last, accum_steps=accum,
-                   **{f: getattr(last, f) + extra * (getattr(last, f) - getattr(before, f)) for f in names})
+                   **{f: getattr(last, f) + extra * (getattr(last, f) - getattr(before, f))
+                      for f in names})
 
 
 def outer_optimizer_seconds(w: Workload) -> float:
     """Seconds of one Nesterov outer step over the whole model on one island."""
     from perfmodel.diloco import outer_optimizer_s
 
-    return outer_optimizer_s(w.model.total_params, num_gpus=w.island.num_gpus, hbm_bytes_per_s=w.gpu.hbm_bytes_per_s)
+    return outer_optimizer_s(w.model.total_params, num_gpus=w.island.num_gpus,
+                             hbm_bytes_per_s=w.gpu.hbm_bytes_per_s)
 
 
 def strategy_islands(strategy: str, islands: int | None) -> int:
     """Islands M of `strategy`: exactly 1 for FSDP, else `islands` (default 2)."""
     if strategy == "fsdp":
         if islands not in (None, 1):
-            raise UserInputError(f"--islands {islands} with --strategy fsdp: FSDP trains one island",
-                                 hint="use --strategy diloco (or streaming-diloco) for several islands.")
+            raise UserInputError(f"--islands {islands} with --strategy fsdp: "
+                                 "FSDP trains one island",
+                                 hint="use --strategy diloco (or streaming-diloco) "
+                                      "for several islands.")
         return 1
     m = 2 if islands is None else islands
     positive("--islands", m)
@@ -160,10 +170,11 @@ def streaming_outer(recipe: TrainingRecipe, *, model: Any, fragments: int | None
     for option, value, least in (("--fragments", fragments, 1), ("--delay", delay, 0),
                                  ("--sync-every", sync_every, 1)):
         if value is not None and value < least:
-            raise UserInputError(f"{option} {value}: must be >= {least}", hint=f"pass {option} >= {least}.")
-    outer = resolve_outer(recipe, defaults=dict(STREAMING_DEFAULTS), num_fragments=fragments, delay_steps=delay,
-                          pseudo_gradient_dtype=dtype, fragment_pattern=fragment_pattern,
-                          overlap_backward=overlap_backward)
+            raise UserInputError(f"{option} {value}: must be >= {least}",
+                                 hint=f"pass {option} >= {least}.")
+    outer = resolve_outer(recipe, defaults=dict(STREAMING_DEFAULTS), num_fragments=fragments,
+                          delay_steps=delay, pseudo_gradient_dtype=dtype,
+                          fragment_pattern=fragment_pattern, overlap_backward=overlap_backward)
     if outer.num_fragments > model.num_layers:
         raise UserInputError(
             f"--fragments {outer.num_fragments}: {model.name} has only {model.num_layers} layers",
@@ -184,13 +195,15 @@ def sync_link(island: Any, *, islands: int, wan_gbit_s: float, wan_latency_ms: f
     from perfmodel.streaming import WanLink, fabric_link
 
     if islands < 1:
-        raise UserInputError(f"--islands {islands}: must be > 0", hint="pass --islands with a value > 0.")
+        raise UserInputError(f"--islands {islands}: must be > 0",
+                             hint="pass --islands with a value > 0.")
     if same_cluster:
         return fabric_link(island.gpu.name, num_islands=islands, dtype=dtype)
-    for option, value, zero_ok in (("--wan-gbit-s", wan_gbit_s, False), ("--wan-latency-ms", wan_latency_ms, True)):
+    for option, value, zero_ok in (("--wan-gbit-s", wan_gbit_s, False),
+                                   ("--wan-latency-ms", wan_latency_ms, True)):
         positive(option, value, zero_ok=zero_ok)
-    return WanLink(num_islands=islands, bw_bytes_per_s=wan_gbit_s * 1e9 / 8, latency_s=wan_latency_ms / 1e3,
-                   dtype=dtype)
+    return WanLink(num_islands=islands, bw_bytes_per_s=wan_gbit_s * 1e9 / 8,
+                   latency_s=wan_latency_ms / 1e3, dtype=dtype)
 
 
 def describe_outer(outer: OuterRecipe, link: Any, *, bandwidth: bool = True) -> str:

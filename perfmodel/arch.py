@@ -68,7 +68,8 @@ class ModelSpec:
                      "intermediate_size", "vocab_size"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise ConfigError(f"model {self.name!r}: {name} must be a positive integer, got {value!r}",
+                raise ConfigError(f"model {self.name!r}: {name} must be a positive integer, "
+                                  f"got {value!r}",
                                   hint=f"set {name} to a positive integer.")
         if self.head_dim < 0:
             raise ConfigError(f"model {self.name!r}: head_dim must be >= 0, got {self.head_dim}",
@@ -84,7 +85,8 @@ class ModelSpec:
                 f"num_key_value_heads {self.num_kv_heads}",
                 hint="num_key_value_heads must divide num_attention_heads.")
         if self.norm not in NORMS:
-            raise ConfigError(f"model {self.name!r}: norm must be one of {NORMS}, got {self.norm!r}",
+            raise ConfigError(f"model {self.name!r}: norm must be one of {NORMS}, "
+                              f"got {self.norm!r}",
                               hint="use 'rms' or 'layer'.")
 
     # ---- shapes -------------------------------------------------------------------------
@@ -135,7 +137,8 @@ class ModelSpec:
     @property
     def block_params(self) -> int:
         """All parameters of one transformer block."""
-        return self.block_matmul_params + self.block_bias_params + self.norms_per_block * self.norm_params
+        return (self.block_matmul_params + self.block_bias_params
+                + self.norms_per_block * self.norm_params)
 
     @property
     def embedding_params(self) -> int:
@@ -174,7 +177,8 @@ class ModelSpec:
         return 2.0 * self.vocab_size * self.hidden_size
 
     def forward_flops_per_token(self, seq_len: int) -> float:
-        return self.num_layers * self.block_forward_flops_per_token(seq_len) + self.root_forward_flops_per_token()
+        return (self.num_layers * self.block_forward_flops_per_token(seq_len)
+                + self.root_forward_flops_per_token())
 
     def backward_flops_per_token(self, seq_len: int) -> float:
         return 2.0 * self.forward_flops_per_token(seq_len)
@@ -189,7 +193,8 @@ class ModelSpec:
 
     def train_flops_per_token(self, seq_len: int, ac: str = "none") -> float:
         """Hardware FLOPs per trained token: forward + backward + recompute."""
-        return 3.0 * self.forward_flops_per_token(seq_len) + self.recompute_flops_per_token(seq_len, ac)
+        return (3.0 * self.forward_flops_per_token(seq_len)
+                + self.recompute_flops_per_token(seq_len, ac))
 
     def model_flops_per_token(self, seq_len: int) -> float:
         """Model FLOPs per token for MFU (no recompute): 3 x forward."""
@@ -288,28 +293,33 @@ def _hf_get(config: dict[str, Any], field_name: str, path: str) -> int:
         if key in config and config[key] is not None:
             value = config[key]
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ConfigError(f"{path}: field {key!r} must be a positive integer, got {value!r}",
+                raise ConfigError(f"{path}: field {key!r} must be a positive integer, "
+                                  f"got {value!r}",
                                   hint=f"fix {key!r} in {path}.")
             return value
     raise ConfigError(f"{path}: required field {_HF_KEYS[field_name][0]!r} is missing",
-                      hint=f"add {_HF_KEYS[field_name][0]!r} to {path} (a Hugging Face config.json).")
+                      hint=f"add {_HF_KEYS[field_name][0]!r} to {path} "
+                           "(a Hugging Face config.json).")
 
 
 def _family(config: dict[str, Any], path: str) -> str:
     """The family of a config's `model_type`; ConfigError (exit 2) for anything not modelled."""
     if "model_type" not in config:
         raise ConfigError(f"{path}: field 'model_type' is missing",
-                          hint=f"add \"model_type\" (one of {', '.join(MODEL_TYPE_FAMILY)}) to {path}.")
+                          hint="add \"model_type\" (one of "
+                               f"{', '.join(MODEL_TYPE_FAMILY)}) to {path}.")
     model_type = str(config["model_type"]).lower()
     moe = [k for k in MOE_KEYS if config.get(k)]
     if model_type in UNSUPPORTED_MODEL_TYPES or moe:
         what = UNSUPPORTED_MODEL_TYPES.get(model_type) or f"a mixture-of-experts model ({moe[0]})"
-        raise ConfigError(f"{path}: model_type {model_type!r} is {what}, which ShardMeter does not model yet",
-                          hint=f"use a dense decoder config (model_type one of {', '.join(MODEL_TYPE_FAMILY)}).")
+        raise ConfigError(f"{path}: model_type {model_type!r} is {what}, "
+                          "which ShardMeter does not model yet",
+                          hint="use a dense decoder config (model_type one of "
+                               f"{', '.join(MODEL_TYPE_FAMILY)}).")
     if model_type not in MODEL_TYPE_FAMILY:
         raise ConfigError(f"{path}: model_type {model_type!r} has no known parameter layout",
-                          hint=f"use one of {', '.join(MODEL_TYPE_FAMILY)}, or add a catalog row with an "
-                               "explicit shape.")
+                          hint=f"use one of {', '.join(MODEL_TYPE_FAMILY)}, or add a catalog row "
+                               "with an explicit shape.")
     return MODEL_TYPE_FAMILY[model_type]
 
 
@@ -339,7 +349,11 @@ def spec_from_hf_config(config: dict[str, Any], *, name: str, path: str = "<conf
     if config.get("mlp_bias"):
         layout["mlp_bias"] = True
     try:
-        return ModelSpec(name=name, family=family, num_kv_heads=kv, head_dim=head_dim, **fields, **layout)
+        return ModelSpec(name=name, family=family, hidden_size=fields["hidden_size"],
+                         num_layers=fields["num_layers"], num_heads=fields["num_heads"],
+                         num_kv_heads=kv, head_dim=head_dim,
+                         intermediate_size=fields["intermediate_size"],
+                         vocab_size=fields["vocab_size"], **layout)
     except ConfigError as err:  # shape inconsistencies: name the file, not only the model
         raise ConfigError(f"{path}: {err.message}", hint=err.hint) from err
 
@@ -350,12 +364,14 @@ def load_hf_config(path: str | Path) -> ModelSpec:
     try:
         config = json.loads(p.read_text())
     except FileNotFoundError as err:
-        raise ConfigError(f"{p}: file not found", hint="give a catalog model name or an existing config.json path.") from err
+        raise ConfigError(
+            f"{p}: file not found",
+            hint="give a catalog model name or an existing config.json path.") from err
     except json.JSONDecodeError as err:
         raise ConfigError(f"{p}: not valid JSON ({err.msg} at line {err.lineno})",
                           hint="pass a Hugging Face config.json file.") from err
     if not isinstance(config, dict):
         raise ConfigError(f"{p}: expected a JSON object, got {type(config).__name__}",
                           hint="pass a Hugging Face config.json file.")
-    return spec_from_hf_config(config, name=p.stem if p.name != "config.json" else p.parent.name or str(p),
-                               path=str(p))
+    name = p.stem if p.name != "config.json" else p.parent.name or str(p)
+    return spec_from_hf_config(config, name=name, path=str(p))

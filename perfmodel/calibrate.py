@@ -21,6 +21,8 @@ published run's model, island (nodes x 8 GPUs, catalog links) and recipe, so mul
 losses come from the communication model and the contention factor, not from a formula here.
 The parameters are fitted per GPU by non-linear least squares on log(predicted/published) and
 scored by leave-one-model-size-out cross-validation (scikit-learn's LeaveOneGroupOut).
+A measured (CPU) profile's contention is fitted on its own FSDP2 steps instead
+(`perfmodel.calibrate_overlap`).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -115,9 +117,9 @@ def run_model(row: Mapping[str, Any]) -> ModelSpec:
     """The model of a published run: layout 'mpt' (llm-foundry: plain GELU MLP, biases,
     LayerNorm, tied LM head; the default) or 'llama' (SwiGLU, RMSNorm, GQA, untied)."""
     if str(row.get("layout", "mpt")) == "llama":
-        return ModelSpec(name=str(row["model"]), family="llama", hidden_size=int(row["hidden_size"]),
-                         num_layers=int(row["num_layers"]), num_heads=int(row["num_heads"]),
-                         num_kv_heads=int(row["num_kv_heads"]),
+        return ModelSpec(name=str(row["model"]), family="llama",
+                         hidden_size=int(row["hidden_size"]), num_layers=int(row["num_layers"]),
+                         num_heads=int(row["num_heads"]), num_kv_heads=int(row["num_kv_heads"]),
                          intermediate_size=int(row["intermediate_size"]),
                          vocab_size=int(row["vocab_size"]))
     return ModelSpec(name=str(row["model"]), family="mpt", hidden_size=int(row["hidden_size"]),
@@ -244,7 +246,8 @@ def calibrated_profile(gpu_name: str, params: CalibrationParams, *, provenance: 
                            recompute_factor=params.recompute_factor)
 
 
-def scaled_params(target: GpuSpec, reference: GpuSpec, params: CalibrationParams) -> CalibrationParams:
+def scaled_params(target: GpuSpec, reference: GpuSpec,
+                  params: CalibrationParams) -> CalibrationParams:
     """Prior parameters of a GPU without published runs from a calibrated one: efficiencies,
     recompute and contention carried over; the GEMM size that saturates the GPU scaled by the
     dense-peak ratio (a GPU with twice the FLOP/s needs twice the work per GEMM to fill)."""
@@ -261,7 +264,7 @@ def predict_tokens_per_s_per_gpu(profile: Any, runs: pd.DataFrame) -> np.ndarray
     evaluated in one vectorised pass."""
     from perfmodel.fastpath import concat_fast_costs, fast_step, model_fast_costs
 
-    records = runs.to_dict("records")
+    records = cast(list[dict[str, Any]], runs.to_dict("records"))  # column labels are str
     out = np.empty(len(records))
     groups: dict[tuple[Any, ...], list[int]] = {}
     for i, row in enumerate(records):
@@ -273,7 +276,8 @@ def predict_tokens_per_s_per_gpu(profile: Any, runs: pd.DataFrame) -> np.ndarray
                                   recipe=recipe) for i in idx]
         step = fast_step(concat_fast_costs(parts))
         k = np.array([int(records[i]["accum_steps"]) for i in idx])
-        tokens = np.array([int(records[i]["micro_batch"]) * int(records[i]["seq_len"]) for i in idx])
+        tokens = np.array([int(records[i]["micro_batch"]) * int(records[i]["seq_len"])
+                           for i in idx])
         out[idx] = tokens * k / step.step_time_s(k)
     return out
 
@@ -309,8 +313,10 @@ def fit_params(runs: pd.DataFrame, gpu_name: str, *, start: CalibrationParams = 
 
     names = free_parameters(runs)
     measured = runs["tokens_per_s_per_gpu"].to_numpy(dtype=float)
-    lows = [math.log10(PARAM_BOUNDS[n][0]) if n in _LOG_PARAMS else PARAM_BOUNDS[n][0] for n in names]
-    highs = [math.log10(PARAM_BOUNDS[n][1]) if n in _LOG_PARAMS else PARAM_BOUNDS[n][1] for n in names]
+    lows = [math.log10(PARAM_BOUNDS[n][0]) if n in _LOG_PARAMS else PARAM_BOUNDS[n][0]
+            for n in names]
+    highs = [math.log10(PARAM_BOUNDS[n][1]) if n in _LOG_PARAMS else PARAM_BOUNDS[n][1]
+             for n in names]
 
     def residuals(x: np.ndarray) -> np.ndarray:
         profile = calibrated_profile(gpu_name, _from_vector(x, names, start))
@@ -345,7 +351,8 @@ class GpuCalibration:
                 "fit_mape_pct": round(self.mape_pct("fit_pred"), 3),
                 "prior_mape_pct": round(self.mape_pct("prior_pred"), 3),
                 "cv_mape_pct_by_ac": {m: round(self.mape_pct(ac=m), 3) for m in modes},
-                "prior_mape_pct_by_ac": {m: round(self.mape_pct("prior_pred", m), 3) for m in modes}}
+                "prior_mape_pct_by_ac": {m: round(self.mape_pct("prior_pred", m), 3)
+                                         for m in modes}}
 
 
 def calibrate_gpu(runs: pd.DataFrame, gpu_name: str) -> GpuCalibration:
@@ -364,7 +371,8 @@ def calibrate_gpu(runs: pd.DataFrame, gpu_name: str) -> GpuCalibration:
         fold = fit_params(rows.iloc[train], gpu_name, start=params)
         cv[test] = predict_tokens_per_s_per_gpu(calibrated_profile(gpu_name, fold), rows.iloc[test])
     out = rows.assign(
-        cv_pred=cv, fit_pred=predict_tokens_per_s_per_gpu(calibrated_profile(gpu_name, params), rows),
+        cv_pred=cv,
+        fit_pred=predict_tokens_per_s_per_gpu(calibrated_profile(gpu_name, params), rows),
         prior_pred=predict_tokens_per_s_per_gpu(make_prior_profile(gpu_name), rows))
     calib = GpuCalibration(gpu=gpu_name, params=params, runs=out)
     logger.info("%s: CV MAPE %.2f %% (prior %.2f %%), %s", gpu_name, calib.mape_pct(),
@@ -377,16 +385,18 @@ def calibrate_gpu(runs: pd.DataFrame, gpu_name: str) -> GpuCalibration:
 def calibration_detail(calib: GpuCalibration, dataset: Mapping[str, Any]) -> dict[str, Any]:
     """provenance_detail of a calibrated profile: data, parameters, method and CV errors."""
     first = calib.runs.iloc[0]
+    tables = sorted(set(calib.runs.get("source_table", pd.Series([""])).astype(str)))
     return {
         "kind": "calibrated",
         "generated_by": "scripts/make_calibrated_profiles.py (perfmodel.calibrate)",
         "dataset": dict(dataset),
-        "source": {"repo": str(first.get("source_repo", "")), "path": str(first.get("source_path", "")),
-                   "commit": str(first["source_commit"]),
-                   "tables": sorted(set(calib.runs.get("source_table", pd.Series([""])).astype(str)))},
+        "source": {"repo": str(first.get("source_repo", "")),
+                   "path": str(first.get("source_path", "")), "commit": str(first["source_commit"]),
+                   "tables": tables},
         "params": calib.params.as_dict(),
         "param_notes": _param_notes(),
-        "fixed": {"flash_backward_factor": FLASH_BACKWARD_FACTOR, "causal_fraction": CAUSAL_FRACTION,
+        "fixed": {"flash_backward_factor": FLASH_BACKWARD_FACTOR,
+                  "causal_fraction": CAUSAL_FRACTION,
                   "elementwise_optimizer_kernels": "prior (PriorAssumptions: HBM efficiency, bytes "
                                                    "per element, kernel gaps)"},
         "recipe": "per run (perfmodel.calibrate.run_recipe): "
@@ -394,7 +404,8 @@ def calibration_detail(calib: GpuCalibration, dataset: Mapping[str, Any]) -> dic
         "cv_scheme": CV_SCHEME,
         "errors": calib.summary(),
         "method": "tokens/s/GPU of each published run simulated by the FSDP step graph with this "
-                  "profile; least squares on log(predicted/published); CV leaves one model size out.",
+                  "profile; least squares on log(predicted/published); "
+                  "CV leaves one model size out.",
     }
 
 
@@ -444,51 +455,3 @@ def scaled_prior_profile(target_gpu: str, reference: Any) -> Any:
                   "elementwise and optimizer work at HBM bandwidth x hbm_efficiency (assumptions).",
     }
     return calibrated_profile(target.name, params, provenance="prior", detail=detail)
-
-
-# ---- contention of a measured (CPU) profile from its FSDP2 end-to-end steps --------------------
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class OverlapFit:
-    """overlap_slowdown fitted on measured FSDP steps (grid search, exact leave-one-out)."""
-
-    overlap_slowdown: float
-    """Factor minimising the step MAPE over all rows."""
-    grid: tuple[float, ...]
-    """Candidate factors."""
-    errors_pct: np.ndarray
-    """(len(grid), rows) signed step errors, percent."""
-
-    def mape_pct(self, factor: float) -> float:
-        return float(np.abs(self.errors_pct[self.grid.index(factor)]).mean())
-
-    def loo_mape_pct(self) -> float:
-        """Each row predicted with the factor fitted on the other rows."""
-        ape = np.abs(self.errors_pct)
-        n = ape.shape[1]
-        picks = [int(np.argmin((ape.sum(axis=1) - ape[:, i]) / (n - 1))) for i in range(n)]
-        return float(np.mean([ape[k, i] for i, k in enumerate(picks)]))
-
-
-OVERLAP_GRID = tuple(round(1.0 + 0.05 * i, 2) for i in range(61))
-"""1.00, 1.05, ..., 4.00."""
-
-
-def fit_overlap_slowdown(profile: Any, data: str | Path, *,
-                         grid: Sequence[float] = OVERLAP_GRID) -> OverlapFit:
-    """The contention factor that makes the simulated FSDP steps (`compare_fsdp`, like with like)
-    closest to the measured ones of `data` (a `shardmeter bench fsdp` CSV)."""
-    import tempfile
-
-    from perfmodel.bench.fsdp import compare_fsdp
-    from perfmodel.profile import save_profile
-
-    rows = []
-    with tempfile.TemporaryDirectory() as tmp:
-        for factor in grid:
-            path = Path(tmp) / f"overlap-{factor}.yaml"
-            save_profile(replace(profile, overlap_slowdown=float(factor)), path)
-            rows.append([r["step_error_pct"] for r in compare_fsdp(data, str(path))])
-    errors = np.array(rows, dtype=float)
-    best = tuple(grid)[int(np.argmin(np.abs(errors).mean(axis=1)))]
-    return OverlapFit(overlap_slowdown=float(best), grid=tuple(float(g) for g in grid), errors_pct=errors)

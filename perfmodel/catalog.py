@@ -95,7 +95,8 @@ class PriceRow(_Row):
 def _read_rows(path: Path, row_type: type[_Row]) -> list[Any]:
     if not path.is_file():
         raise CatalogError(f"catalog file {path} not found",
-                           hint="reinstall shardmeter or set SHARDMETER_CATALOGS to the catalogs folder.")
+                           hint="reinstall shardmeter or set SHARDMETER_CATALOGS to the "
+                                "catalogs folder.")
     with path.open(newline="") as fh:
         reader = csv.DictReader(fh)
         missing = [f for f, info in row_type.model_fields.items()
@@ -143,7 +144,8 @@ def load_models() -> dict[str, ModelSpec]:
         except CatalogError:
             raise
         except ValueError as err:
-            raise CatalogError(f"{path}: model {r.name!r}: {err}", hint=f"fix the row of {r.name!r}.") from err
+            raise CatalogError(f"{path}: model {r.name!r}: {err}",
+                               hint=f"fix the row of {r.name!r}.") from err
         out[r.name.lower()] = spec
     return out
 
@@ -192,14 +194,16 @@ def _load_gpu_file(path: Path) -> dict[str, GpuSpec]:
         for field in ("intra_node_link", "inter_node_link"):
             if getattr(r, field).lower() not in links:
                 raise CatalogError(
-                    f"{path}, line {line_no}: field {field!r} = {getattr(r, field)!r} is not a known link",
+                    f"{path}, line {line_no}: field {field!r} = {getattr(r, field)!r} is "
+                    "not a known link",
                     hint=f"use a name from {catalog_dir() / 'links.csv'}.")
         out[r.gpu_type.lower()] = GpuSpec(
             name=r.gpu_type, memory_bytes=int(r.memory_gib * GIB),
             usable_memory_bytes=int(r.usable_memory_gib * GIB),
-            bf16_flops_per_s=r.bf16_dense_tflops * 1e12, hbm_bytes_per_s=r.hbm_bandwidth_tb_s * 1e12,
-            intra_node_link=r.intra_node_link, inter_node_link=r.inter_node_link,
-            nics_per_node=r.nics_per_node, max_gpus_per_node=r.max_gpus_per_node, source=r.source)
+            bf16_flops_per_s=r.bf16_dense_tflops * 1e12,
+            hbm_bytes_per_s=r.hbm_bandwidth_tb_s * 1e12, intra_node_link=r.intra_node_link,
+            inter_node_link=r.inter_node_link, nics_per_node=r.nics_per_node,
+            max_gpus_per_node=r.max_gpus_per_node, source=r.source)
     return out
 
 
@@ -219,7 +223,8 @@ def load_price_lists() -> dict[str, list[PriceRow]]:
         rows = _read_rows(path, PriceRow)
         for line_no, r in enumerate(rows, start=2):
             if r.gpu_type.lower() not in gpus:
-                raise CatalogError(f"{path}, line {line_no}: gpu_type {r.gpu_type!r} is not in the GPU catalog",
+                raise CatalogError(f"{path}, line {line_no}: gpu_type {r.gpu_type!r} "
+                                   "is not in the GPU catalog",
                                    hint="use a catalog GPU name (`shardmeter catalog gpus`).")
         out[path.stem] = rows
     return out
@@ -232,8 +237,9 @@ def price_rows(price_list: str | None = None) -> list[PriceRow]:
         return [r for rows in lists.values() for r in rows]
     by_key = {k.lower(): k for k in lists}
     if price_list.lower() not in by_key:
+        unknown = unknown_name("price list", price_list, list(lists), where="catalogs/prices")
         raise CatalogError(f"unknown price list {price_list!r}; "
-                           + unknown_name("price list", price_list, list(lists), where="catalogs/prices").message.split("; ", 1)[1],
+                           + unknown.message.split("; ", 1)[1],
                            hint="use a name listed by `shardmeter catalog prices`.")
     return lists[by_key[price_list.lower()]]
 

@@ -2,7 +2,8 @@
 
 Ring all_gather / reduce_scatter of a D-byte UNSHARDED payload over P ranks:
 
-    T = k_op · (P − 1) · (max α + D / (P · min B)),   k_op = 1 (all_gather, reduce_scatter), 2 (all_reduce)
+    T = k_op · (P − 1) · (max α + D / (P · min B)),
+    k_op = 1 (all_gather, reduce_scatter), 2 (all_reduce)
 
 α (latency_s per ring step) and B (bandwidth_bytes_per_s) are coefficients per (backend, op, link);
 the slowest link on the ring decides (largest α, smallest B). B is in nccl-tests "bus bandwidth"
@@ -23,9 +24,9 @@ The ring formula itself lives in `perfmodel.formulas` (one home, shared with the
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -98,12 +99,13 @@ class CommModel:
             return prior_link_coefficients(link)
         except CatalogError as err:
             raise ProfileError(
-                f"no {op} coefficients for link {link!r} in the profile and no catalog prior for it "
-                f"({err.message})",
+                f"no {op} coefficients for link {link!r} in the profile and no catalog prior for "
+                f"it ({err.message})",
                 hint="fit the link with `shardmeter fit comm`, or use a catalog link name "
                      "(`shardmeter catalog links`).") from err
 
-    def effective(self, op: str, links: Sequence[str], nics_per_node: int = 1) -> tuple[float, float]:
+    def effective(self, op: str, links: Sequence[str],
+                  nics_per_node: int = 1) -> tuple[float, float]:
         """(max latency_s, min bandwidth_bytes_per_s) over the links a ring crosses."""
         coefs = [self.resolve(op, name) for name in links]
         lat = max(c.latency_s for c in coefs)
@@ -216,7 +218,8 @@ def fit_link(op: str, frame: pd.DataFrame, *, per_nic: bool = False, n_splits: i
     return coefs, oof
 
 
-def fit_comm(frame: pd.DataFrame, *, n_splits: int = 5) -> tuple[dict[tuple[str, str], LinkCoefficients], np.ndarray]:
+def fit_comm(frame: pd.DataFrame, *,
+             n_splits: int = 5) -> tuple[dict[tuple[str, str], LinkCoefficients], np.ndarray]:
     """Fit every (op, link) of a one-backend dataset. Rows with world_size 1 are skipped (the
     model predicts 0 s for them). Returns coefficients and out-of-fold predictions (NaN where
     skipped). Per-NIC links are those marked per_nic in the catalog."""
@@ -228,7 +231,7 @@ def fit_comm(frame: pd.DataFrame, *, n_splits: int = 5) -> tuple[dict[tuple[str,
     usable = frame["world_size"].to_numpy() > 1
     if (~usable).any():
         logger.warning("%d row(s) with world_size 1 skipped", int((~usable).sum()))
-    for (op, link), idx in frame[usable].groupby(["op", "link"], sort=False).indices.items():
+    for op, link, idx in _op_link_groups(frame[usable]):
         rows = np.flatnonzero(usable)[idx]
         per_nic = bool(links[link.lower()].per_nic) if link.lower() in links else False
         out[(op, link)], oof[rows] = fit_link(op, frame.iloc[rows], per_nic=per_nic,
@@ -239,10 +242,17 @@ def fit_comm(frame: pd.DataFrame, *, n_splits: int = 5) -> tuple[dict[tuple[str,
     return out, oof
 
 
+def _op_link_groups(frame: pd.DataFrame) -> Iterator[tuple[str, str, np.ndarray]]:
+    """(op, link, row positions) of every (op, link) group of a communication dataset."""
+    for key, idx in frame.groupby(["op", "link"], sort=False).indices.items():
+        op, link = cast(tuple[str, str], key)  # pandas types group keys as Hashable
+        yield op, link, np.asarray(idx)
+
+
 def predict_comm_dataset(model: CommModel, frame: pd.DataFrame) -> np.ndarray:
     """Predictions of `model` for every row of a communication dataset (link = the ring's link)."""
     pred = np.zeros(len(frame))
-    for (op, link), idx in frame.groupby(["op", "link"], sort=False).indices.items():
+    for op, link, idx in _op_link_groups(frame):
         rows = frame.iloc[idx]
         coef = model.resolve(op, link)
         nics = rows["nics_per_node"].to_numpy(float) if coef.per_nic else 1.0
@@ -259,9 +269,11 @@ def comm_mape_table(frame: pd.DataFrame, predicted_s: np.ndarray) -> pd.DataFram
     from perfmodel.compute import mape_pct
 
     data = frame.assign(predicted_s=predicted_s).dropna(subset=["predicted_s"])
-    rows = [{"op": op, "link": link, "rows": len(g), "mape_pct": mape_pct(g["time_s"], g["predicted_s"])}
+    rows = [{"op": op, "link": link, "rows": len(g),
+             "mape_pct": mape_pct(g["time_s"], g["predicted_s"])}
             for (op, link), g in data.groupby(["op", "link"], sort=False)]
-    rows += [{"op": op, "link": "all", "rows": len(g), "mape_pct": mape_pct(g["time_s"], g["predicted_s"])}
+    rows += [{"op": op, "link": "all", "rows": len(g),
+              "mape_pct": mape_pct(g["time_s"], g["predicted_s"])}
              for op, g in data.groupby("op", sort=False)]
     return pd.DataFrame(rows, columns=["op", "link", "rows", "mape_pct"])
 
@@ -269,7 +281,8 @@ def comm_mape_table(frame: pd.DataFrame, predicted_s: np.ndarray) -> pd.DataFram
 def synthetic_comm_dataset(coefficients: Mapping[tuple[str, str], LinkCoefficients], *,
                            backend: str = "nccl", world_sizes: Sequence[int] = (2, 4, 8),
                            payloads_bytes: Sequence[float] = (2**20, 2**24, 2**27),
-                           nics_per_node: int = 1, noise: float = 0.02, seed: int = 0) -> pd.DataFrame:
+                           nics_per_node: int = 1, noise: float = 0.02,
+                           seed: int = 0) -> pd.DataFrame:
     """Rows in the comm-dataset format from known coefficients with seeded multiplicative noise."""
     import pandas as pd
 
@@ -281,5 +294,6 @@ def synthetic_comm_dataset(coefficients: Mapping[tuple[str, str], LinkCoefficien
                 bw = c.bandwidth_bytes_per_s * (nics_per_node if c.per_nic else 1)
                 t = ring_time_s(op, P, D, c.latency_s, bw) * float(np.exp(rng.normal(0, noise)))
                 records.append({"backend": backend, "op": op, "link": link, "world_size": P,
-                                "payload_bytes": int(D), "nics_per_node": nics_per_node, "time_s": t})
+                                "payload_bytes": int(D), "nics_per_node": nics_per_node,
+                                "time_s": t})
     return pd.DataFrame.from_records(records)

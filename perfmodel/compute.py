@@ -13,15 +13,16 @@ from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 import numpy as np
+from numpy.typing import ArrayLike
 from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.model_selection import KFold, LeaveOneGroupOut
 
-from perfmodel.arch import FAMILY_LAYOUT, ModelSpec
+from perfmodel.arch import FAMILY_LAYOUT
 from perfmodel.errors import ConfigError, DatasetError
 from perfmodel.features import (
     PHASES,
@@ -30,9 +31,7 @@ from perfmodel.features import (
     UNITS,
     candidate_columns,
     dataset_features,
-    phase_features,
     spec_from_row,
-    unit_feature_matrix,
 )
 from perfmodel.hardware import GpuSpec
 
@@ -50,7 +49,7 @@ _INT_COLUMNS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_
                 "intermediate_size", "vocab_size", "seq_len", "micro_batch")
 
 
-def mape_pct(y_true: np.ndarray, y_pred: np.ndarray) -> float:
+def mape_pct(y_true: ArrayLike, y_pred: ArrayLike) -> float:
     """Mean absolute percentage error, in percent."""
     y_true, y_pred = np.asarray(y_true, float), np.asarray(y_pred, float)
     if y_true.size == 0:
@@ -61,8 +60,8 @@ def mape_pct(y_true: np.ndarray, y_pred: np.ndarray) -> float:
 # ---- dataset reading ----------------------------------------------------------------------
 
 def _fail(path: str, line: int, column: str, value: Any, problem: str, fix: str) -> DatasetError:
-    return DatasetError(f"{path}, line {line} (data row {line - 1}): column {column!r} = {value!r}: "
-                        f"{problem}", hint=fix)
+    return DatasetError(f"{path}, line {line} (data row {line - 1}): column {column!r} = "
+                        f"{value!r}: {problem}", hint=fix)
 
 
 def read_dataset_csv(path: str, required: Sequence[str], *, positive_int: Iterable[str] = (),
@@ -74,10 +73,12 @@ def read_dataset_csv(path: str, required: Sequence[str], *, positive_int: Iterab
     try:
         frame = pd.read_csv(path, dtype=str, keep_default_na=False, skipinitialspace=True)
     except FileNotFoundError as err:
-        raise DatasetError(f"{path}: file not found", hint="give the path of a benchmark CSV.") from err
+        raise DatasetError(f"{path}: file not found",
+                           hint="give the path of a benchmark CSV.") from err
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as err:
-        raise DatasetError(f"{path}: not a readable CSV ({err})",
-                           hint="write the dataset as comma-separated values with a header row.") from err
+        raise DatasetError(
+            f"{path}: not a readable CSV ({err})",
+            hint="write the dataset as comma-separated values with a header row.") from err
     missing = [c for c in required if c not in frame.columns]
     if missing:
         raise DatasetError(f"{path}: missing column(s) {', '.join(missing)}",
@@ -134,7 +135,8 @@ def load_compute_dataset(path: str) -> pd.DataFrame:
     head_dim = pd.to_numeric(frame["head_dim"], errors="coerce")
     _reject(frame, "head_dim", head_dim.isna() | ~np.isfinite(head_dim) | (head_dim < 0)
             | (head_dim != head_dim.round()),
-            path, "must be an integer >= 0", "leave head_dim empty for hidden_size / num_attention_heads.")
+            path, "must be an integer >= 0",
+            "leave head_dim empty for hidden_size / num_attention_heads.")
     frame["head_dim"] = head_dim.astype(int)
     tie = frame["tie_word_embeddings"].str.strip().str.lower()
     _reject(frame, "tie_word_embeddings", ~tie.isin(("true", "false", "1", "0")), path,
@@ -148,7 +150,9 @@ def load_compute_dataset(path: str) -> pd.DataFrame:
         try:
             spec_from_row(row)
         except ConfigError as err:
-            raise DatasetError(f"{path}, line {int(idx) + 2}: {err.message}", hint=err.hint) from err
+            line = cast(int, idx) + 2  # idx: the 0-based RangeIndex label; the header is line 1
+            raise DatasetError(f"{path}, line {line}: {err.message}",
+                               hint=err.hint) from err
     frame.attrs["path"] = str(path)
     return frame
 
@@ -229,7 +233,8 @@ class PhaseRegressor(RegressorMixin, BaseEstimator):
                              f"{tuple(self.feature_names)}")
         return X
 
-    def _splits(self, n: int, groups: np.ndarray | None) -> tuple[list[tuple[np.ndarray, np.ndarray]], str]:
+    def _splits(self, n: int,
+                groups: np.ndarray | None) -> tuple[list[tuple[np.ndarray, np.ndarray]], str]:
         """CV folds as (train, test) row indices, and the scheme's name."""
         if groups is not None and len(set(groups)) >= 3:
             # LeaveOneGroupOut sorts the groups; restore first-appearance order so the pooled
@@ -315,7 +320,7 @@ def _cv_score(rel: np.ndarray, subset: tuple[int, ...],
     errors = []
     for train, test in splits:
         w = _nnls_rel(rel[train], cols)
-        errors.append(np.abs(rel[np.ix_(test, cols)] @ w - 1.0) * 100.0)
+        errors.append(np.abs(rel[np.ix_(test, np.asarray(cols, dtype=np.intp))] @ w - 1.0) * 100.0)
     folds = np.array([e.mean() for e in errors])
     se = float(folds.std(ddof=1) / np.sqrt(len(folds))) if len(folds) > 1 else 0.0
     return _Score(float(np.mean(np.concatenate(errors))), se)
@@ -374,7 +379,8 @@ def mape_table(frame: pd.DataFrame, predicted_s: np.ndarray) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _model_row(name: str, part: pd.DataFrame, params_b: float | None = None) -> dict[str, Any]:
+def _model_row(name: Hashable, part: pd.DataFrame,
+               params_b: float | None = None) -> dict[str, Any]:
     out: dict[str, Any] = {"model": name, "params_b": params_b if params_b is not None
                            else spec_from_row(part.iloc[0]).total_params / 1e9, "rows": len(part)}
     for phase in PHASES:
@@ -414,7 +420,8 @@ class PriorAssumptions:
     40%; Megatron-LM: 41-48% MFU). MFU counts whole-step time, so kernels reach at least about
     this; the same value is assumed for every GPU (no sourced MFU for the others)."""
     hbm_efficiency: float = 0.7
-    """Fraction of datasheet HBM bandwidth reached by elementwise and optimizer kernels (assumption)."""
+    """Fraction of datasheet HBM bandwidth reached by elementwise and optimizer kernels
+    (assumption)."""
     kernel_gap_s: float = 2e-6
     """Fixed cost per kernel launch on the GPU timeline, seconds (assumption)."""
     kernels_per_block: Mapping[str, int] = field(default_factory=lambda: {
@@ -468,32 +475,3 @@ def prior_compute_coefficients(gpu: GpuSpec, assume: PriorAssumptions | None = N
                         "layers": a.kernels_per_block["optimizer"] * a.kernel_gap_s,
                         "const": a.kernels_root["optimizer"] * a.kernel_gap_s}
     return out
-
-
-# ---- synthetic data (tests, docs) ----------------------------------------------------------
-
-def synthetic_compute_dataset(models: Sequence[ModelSpec],
-                              coefficients: Mapping[str, Mapping[str, float]], *,
-                              seq_lens: Sequence[int] = (512,),
-                              micro_batches: Sequence[int] = (1, 2, 4), units: Sequence[str] = ("model",),
-                              noise: float = 0.02, seed: int = 0) -> pd.DataFrame:
-    """Rows in the compute-dataset format with times from known coefficients, times a log-normal
-    multiplicative noise of relative size `noise` (seeded)."""
-    import pandas as pd
-
-    rng = np.random.default_rng(seed)
-    m = np.asarray(micro_batches, dtype=float)
-    records = []
-    for model, seq_len, unit in itertools.product(models, seq_lens, units):
-        shape = {"model": model.name, "family": model.family, "hidden_size": model.hidden_size,
-                 "num_hidden_layers": model.num_layers, "num_attention_heads": model.num_heads,
-                 "num_key_value_heads": model.num_kv_heads, "head_dim": model.head_dim,
-                 "intermediate_size": model.intermediate_size, "vocab_size": model.vocab_size,
-                 "tie_word_embeddings": model.tie_word_embeddings, "seq_len": seq_len}
-        for phase, coefs in coefficients.items():
-            X = unit_feature_matrix(model, seq_len, m, unit, phase)
-            t = X @ np.array([coefs.get(n, 0.0) for n in phase_features(phase)])
-            t *= np.exp(rng.normal(0.0, noise, len(t)))
-            records += [{**shape, "micro_batch": int(mb), "phase": phase, "unit": unit,
-                         "num_shards": 1, "time_s": float(ts)} for mb, ts in zip(m, t, strict=True)]
-    return pd.DataFrame.from_records(records)

@@ -143,7 +143,8 @@ def simulate_streaming(
         raise ValueError(f"need num_steps >= 1 step durations, got {len(steps)} for {num_steps}")
     if len(exchange_s) != config.num_fragments:
         raise ValueError(
-            f"need one exchange duration per fragment ({config.num_fragments}), got {len(exchange_s)}"
+            f"need one exchange duration per fragment ({config.num_fragments}), got "
+            f"{len(exchange_s)}"
         )
     timing = _timing(config, exchange_s, pieces, outer_opt_s)
     graph = TaskGraph()
@@ -160,7 +161,9 @@ def simulate_streaming(
             (ready, 1, p, dur, f) for f in sends for p, (ready, _, dur, _) in enumerate(timing[f])
         ]
         points.sort(key=lambda x: (x[0], x[1]))
-        cur, last, deps, ids = 0.0, None, [], {f: [] for f in sends}
+        cur, last = 0.0, None
+        deps: list[int] = []
+        ids: dict[int, list[int]] = {f: [] for f in sends}
         for frac, is_ready, ref, value, f in points:
             if frac > cur and frac < 1.0:
                 last = graph.add(
@@ -241,11 +244,8 @@ def _timing(
     """Per fragment, per transfer: (ready share, need share, duration, outer optimizer time)."""
     out = []
     for f in range(config.num_fragments):
-        durs = (
-            [float(exchange_s[f])]
-            if isinstance(exchange_s[f], int | float)
-            else [float(x) for x in exchange_s[f]]
-        )
+        ex_f = exchange_s[f]
+        durs = [float(ex_f)] if isinstance(ex_f, int | float) else [float(x) for x in ex_f]
         opt_f = outer_opt_s[f] if outer_opt_s is not None else 0.0
         opts = [float(opt_f)] if isinstance(opt_f, int | float) else [float(x) for x in opt_f]
         if config.overlap_backward:

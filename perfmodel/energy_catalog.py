@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import math
+from typing import Any
 
 import pandas as pd
 
@@ -32,16 +33,23 @@ def pue_table() -> pd.DataFrame:
     return frame.set_index("provider")
 
 
+def _cell(table: pd.DataFrame, row: str, column: str) -> Any:
+    """One cell of a catalog table (pandas types it as any scalar; callers convert it)."""
+    return table.loc[row, column]
+
+
 def carbon_intensity_g_per_kwh(region: str) -> float:
-    """Grid intensity of a region key (e.g. `gcp/us-central1`, `country/FIN`); did-you-mean on typos."""
+    """Grid intensity of a region key (e.g. `gcp/us-central1`, `country/FIN`); did-you-mean on
+    typos."""
     table = carbon_table()
     if region not in table.index:
         raise CatalogError(f"unknown region {region!r}",
                            hint=did_you_mean(region, list(table.index))
                            + " Region keys are listed in catalogs/energy/carbon_intensity.csv.")
-    value = float(table.loc[region, "gco2e_per_kwh"])
+    value = float(_cell(table, region, "gco2e_per_kwh"))
     if not math.isfinite(value):
-        raise CatalogError(f"region {region!r} has no finite carbon intensity", hint="fix the catalog.")
+        raise CatalogError(f"region {region!r} has no finite carbon intensity",
+                           hint="fix the catalog.")
     return value
 
 
@@ -51,8 +59,8 @@ def provider_pue(provider: str | None) -> tuple[float, str]:
     key = (provider or "").lower().split()[0] if provider else ""
     for name in table.index:
         if name != "default" and key.startswith(name):
-            return float(table.loc[name, "pue"]), f"{name}: {table.loc[name, 'source']}"
-    return float(table.loc["default", "pue"]), f"default: {table.loc['default', 'source']}"
+            return float(_cell(table, name, "pue")), f"{name}: {_cell(table, name, 'source')}"
+    return float(_cell(table, "default", "pue")), f"default: {_cell(table, 'default', 'source')}"
 
 
 @functools.cache

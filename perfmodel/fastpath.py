@@ -77,7 +77,8 @@ class FastCosts:
             if getattr(self, key).shape != shape:
                 raise ValueError(f"{key} has shape {getattr(self, key).shape}, expected {shape}")
         if self.optimizer_s.shape != shape[1:]:
-            raise ValueError(f"optimizer_s has shape {self.optimizer_s.shape}, expected {shape[1:]}")
+            raise ValueError(f"optimizer_s has shape {self.optimizer_s.shape}, "
+                             f"expected {shape[1:]}")
         if min(self.unit_types) < 0 or max(self.unit_types) >= shape[0]:
             raise ValueError(f"unit_types must index 0..{shape[0] - 1}")
         slow = np.asarray(self.overlap_slowdown, dtype=float)
@@ -184,7 +185,10 @@ def compile_step(num_units: int, has_root: bool, recipe: TrainingRecipe, accum_s
     """Compile `fsdp.step_plan` into a fixed DAG (cached per units, recipe and k)."""
     plan = step_plan(num_units, has_root=has_root, recipe=recipe, accum_steps=accum_steps)
     last: dict[str, int] = {}
-    preds, ancestors, overlaps, comm_so_far = [], [], [], []
+    preds: list[tuple[int, ...]] = []
+    ancestors: list[int] = []  # bit j set: task j is an ancestor
+    overlaps: list[tuple[int, ...]] = []
+    comm_so_far: list[int] = []
     for i, spec in enumerate(plan):
         stream_pred = {last[spec.stream]} if spec.stream in last else set()
         pred = tuple(sorted(set(spec.deps) | stream_pred))

@@ -51,7 +51,8 @@ parameter-count features are backward candidates only: that is where the dense e
 gradient, tied-weight accumulation and fresh gradient buffers run."""
 
 FEATURE_DOCS: Mapping[str, str] = {
-    "tok_block_matmul": "tokens x matmul weights of the unit's block linears (block: one block; root: 0)",
+    "tok_block_matmul": "tokens x matmul weights of the unit's block linears (block: "
+                        "one block; root: 0)",
     "tok_attn": "tokens x S x heads x head_dim (attention score/value kernels; block only)",
     "tok_lm_head": "tokens x hidden x vocab (LM-head matmul; root only)",
     "tok_vocab": "tokens x vocab (logits softmax / cross-entropy, elementwise; root only)",
@@ -63,8 +64,8 @@ FEATURE_DOCS: Mapping[str, str] = {
                   "fixed cost of a GEMM whose efficiency saturates with tokens x width",
     "emb_grad": "vocab x hidden per pass of the root (the embedding's dense gradient is zeroed and "
                 "scattered into whatever the token count; block: 0)",
-    "tied_grad": "vocab x hidden per pass of a tied root (the LM-head gradient accumulated into the "
-                 "embedding's; untied or block: 0)",
+    "tied_grad": "vocab x hidden per pass of a tied root (the LM-head gradient accumulated into "
+                 "the embedding's; untied or block: 0)",
     "param_grads": "parameters of the unit per pass (fresh gradient buffers allocated and written "
                    "once per backward)",
     "shard_params": "parameters of the unit / num_shards (optimizer step on a G-way shard)",
@@ -132,7 +133,8 @@ def _optimizer_vectors(model: ModelSpec, unit: str) -> tuple[np.ndarray, np.ndar
 
 
 def unit_feature_affine(model: ModelSpec, seq_len: int, unit: str = "model",
-                        phase: str = "forward", num_shards: int = 1) -> tuple[np.ndarray, np.ndarray]:
+                        phase: str = "forward",
+                        num_shards: int = 1) -> tuple[np.ndarray, np.ndarray]:
     """Feature vectors (per_micro_batch, constant): features(m) = m·per_micro_batch + constant.
 
     For the optimizer the features do not depend on m (per_micro_batch is zero).
@@ -182,7 +184,7 @@ SHAPE_COLUMNS = ("model", "family", "hidden_size", "num_hidden_layers", "num_att
                   "tie_word_embeddings")
 
 
-def spec_from_row(row: Mapping[str, Any]) -> ModelSpec:
+def spec_from_row(row: Mapping[str, Any] | pd.Series) -> ModelSpec:
     """The ModelSpec of one dataset row (family layout from arch.FAMILY_LAYOUT)."""
     layout = dict(FAMILY_LAYOUT[str(row.get("family", "llama"))])
     tie = row.get("tie_word_embeddings", False)

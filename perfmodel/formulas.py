@@ -45,9 +45,10 @@ def ring_time_s(op: str, world_size: Any, payload_bytes: Any, latency_s: Any,
         raise ValueError(f"unknown collective {op!r}; expected one of {', '.join(OP_MULTIPLIER)}")
     P = np.asarray(world_size, dtype=float)
     D = np.asarray(payload_bytes, dtype=float)
+    B = np.asarray(bandwidth_bytes_per_s, dtype=float)
     steps = np.maximum(P - 1.0, 0.0)
     t = OP_MULTIPLIER[op] * steps * (np.asarray(latency_s, dtype=float)
-                                     + D / (np.maximum(P, 1.0) * np.asarray(bandwidth_bytes_per_s, dtype=float)))
+                                     + D / (np.maximum(P, 1.0) * B))
     return float(t) if np.ndim(t) == 0 else t
 
 
@@ -63,7 +64,7 @@ def bandwidth_for_sync_s(num_islands: Any, payload_bytes: Any, sync_s: Any, late
     M = np.asarray(num_islands, dtype=float)
     budget = np.asarray(sync_s, dtype=float) - 2.0 * (M - 1.0) * np.asarray(latency_s, dtype=float)
     with np.errstate(divide="ignore", invalid="ignore"):
-        bw = np.where(budget > 0, 2.0 * (M - 1.0) / M * np.asarray(payload_bytes, dtype=float) / budget,
-                      np.inf)
+        payload = np.asarray(payload_bytes, dtype=float)
+        bw = np.where(budget > 0, 2.0 * (M - 1.0) / M * payload / budget, np.inf)
     bw = np.where(M <= 1, 0.0, bw)
     return float(bw) if np.ndim(bw) == 0 else bw

@@ -121,8 +121,9 @@ class StepCosts:
                 optimizer_s: float, recipe: TrainingRecipe = DEFAULT_RECIPE,
                 overlap_slowdown: float = 1.0) -> StepCosts:
         """`num_blocks` identical blocks followed by an optional root unit."""
-        blocks = tuple(UnitCosts(name=f"block{i}", forward_s=block.forward_s, backward_s=block.backward_s,
-                                 all_gather_s=block.all_gather_s, reduce_scatter_s=block.reduce_scatter_s)
+        blocks = tuple(UnitCosts(name=f"block{i}", forward_s=block.forward_s,
+                                 backward_s=block.backward_s, all_gather_s=block.all_gather_s,
+                                 reduce_scatter_s=block.reduce_scatter_s)
                        for i in range(num_blocks))
         return cls(units=blocks + ((root,) if root is not None else ()), optimizer_s=optimizer_s,
                    recipe=recipe, has_root=root is not None, overlap_slowdown=overlap_slowdown)
@@ -311,7 +312,7 @@ def add_step(graph: TaskGraph, costs: StepCosts, *, accum_steps: int = 1, island
     `after` is a task the step waits for (e.g. the previous step's optimizer)."""
     ids: list[int] = []
     for spec in costs.plan(accum_steps):
-        deps = [ids[d] for d in spec.deps] or [after]
+        deps: list[int | None] = [ids[d] for d in spec.deps] or [after]
         name = spec.name.format(unit=costs.units[spec.unit].name if spec.unit is not None else "")
         ids.append(graph.add(name, island=island, stream=spec.stream, kind=spec.kind,
                              duration_s=costs.duration_s(spec), deps=deps))
@@ -326,7 +327,8 @@ def simulate_step(costs: StepCosts, *, accum_steps: int = 1, island: str = "isla
     add_step(graph, costs, accum_steps=accum_steps, island=island)
     schedule = graph.simulate()
     return StepResult(schedule=schedule, accum_steps=accum_steps, step_time_s=schedule.makespan_s,
-                      compute_busy_s=schedule.busy_s(comm=False), comm_busy_s=schedule.busy_s(comm=True),
+                      compute_busy_s=schedule.busy_s(comm=False),
+                      comm_busy_s=schedule.busy_s(comm=True),
                       exposed_comm_s=schedule.exposed_comm_s(),
                       compute_idle_s=schedule.compute_idle_s())
 
@@ -357,7 +359,8 @@ def resolve_recipe(recipe: TrainingRecipe | None, ac: str | None) -> TrainingRec
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class UnitDurations:
-    """Durations of the block and root units; each field a float or a numpy array (per micro-batch)."""
+    """Durations of the block and root units; each field a float or a numpy array (per
+    micro-batch)."""
 
     block_forward_s: Any
     """Forward of one block."""
@@ -402,7 +405,9 @@ def unit_durations(model: ModelSpec, profile: CostModel, island: IslandSpec, *, 
 
     def comm(op: str, payload_bytes: float) -> float:
         # A single-GPU island has nothing to gather or reduce.
-        return 0.0 if island.num_gpus == 1 else float(profile.island_comm_time_s(op, island, payload_bytes))
+        if island.num_gpus == 1:
+            return 0.0
+        return float(profile.island_comm_time_s(op, island, payload_bytes))
 
     block_fwd = compute("forward", "block")
     return UnitDurations(
@@ -423,10 +428,12 @@ def step_costs(model: ModelSpec, profile: CostModel, island: IslandSpec, *, seq_
     """The StepCosts of one island and micro-batch under `recipe` (default torchtitan)."""
     d = unit_durations(model, profile, island, seq_len=seq_len, micro_batch=micro_batch,
                        recipe=recipe, ac=ac)
-    block = UnitCosts(name="block", forward_s=float(d.block_forward_s), backward_s=float(d.block_backward_s),
-                      all_gather_s=d.block_all_gather_s, reduce_scatter_s=d.block_reduce_scatter_s)
-    root = UnitCosts(name="root", forward_s=float(d.root_forward_s), backward_s=float(d.root_backward_s),
-                     all_gather_s=d.root_all_gather_s, reduce_scatter_s=d.root_reduce_scatter_s)
+    block = UnitCosts(name="block", forward_s=float(d.block_forward_s),
+                      backward_s=float(d.block_backward_s), all_gather_s=d.block_all_gather_s,
+                      reduce_scatter_s=d.block_reduce_scatter_s)
+    root = UnitCosts(name="root", forward_s=float(d.root_forward_s),
+                     backward_s=float(d.root_backward_s), all_gather_s=d.root_all_gather_s,
+                     reduce_scatter_s=d.root_reduce_scatter_s)
     return StepCosts.uniform(num_blocks=model.num_layers, block=block, root=root,
                              optimizer_s=float(d.optimizer_s), recipe=d.recipe,
                              overlap_slowdown=d.overlap_slowdown)

@@ -63,12 +63,14 @@ class Task:
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
-            raise ValueError(f"task {self.name!r}: unknown kind {self.kind!r}; expected one of {sorted(KINDS)}")
+            raise ValueError(f"task {self.name!r}: unknown kind {self.kind!r}; "
+                             f"expected one of {sorted(KINDS)}")
         if not (math.isfinite(self.duration_s) and self.duration_s >= 0):
-            raise ValueError(f"task {self.name!r}: duration_s must be finite and >= 0, got {self.duration_s}")
+            raise ValueError(f"task {self.name!r}: duration_s must be finite and >= 0, "
+                             f"got {self.duration_s}")
         if any(d < 0 or d >= self.task_id for d in self.deps):
-            raise ValueError(f"task {self.name!r} (id {self.task_id}): dependencies {self.deps} must "
-                             "name tasks added before it")
+            raise ValueError(f"task {self.name!r} (id {self.task_id}): dependencies {self.deps} "
+                             "must name tasks added before it")
 
     @property
     def is_comm(self) -> bool:
@@ -89,14 +91,16 @@ class TaskGraph:
     def set_overlap_slowdown(self, island: str, factor: float) -> None:
         """Compute of `island` runs `factor` (>= 1) times slower while its communication runs."""
         if not (math.isfinite(factor) and factor >= 1):
-            raise ValueError(f"overlap slowdown of {island!r} must be finite and >= 1, got {factor}")
+            raise ValueError(f"overlap slowdown of {island!r} must be finite and >= 1, "
+                             f"got {factor}")
         self._slowdown[island] = float(factor)
 
     def add(self, name: str, *, island: str, stream: str, kind: str, duration_s: float,
             deps: Iterable[int | None] = ()) -> int:
         """Append a task; `None` entries in deps are ignored (convenient for optional edges)."""
         task = Task(task_id=len(self._tasks), name=name, island=island, stream=stream, kind=kind,
-                    duration_s=float(duration_s), deps=tuple(sorted({d for d in deps if d is not None})))
+                    duration_s=float(duration_s),
+                    deps=tuple(sorted({d for d in deps if d is not None})))
         self._tasks.append(task)
         return task.task_id
 
@@ -174,24 +178,28 @@ class Schedule:
         Over all islands when island is None (each island counted separately, then summed).
         """
         islands = self.islands() if island is None else (island,)
-        return sum(_exposed(self._spans(isl, comm=True), self._spans(isl, comm=False)) for isl in islands)
+        return sum(_exposed(self._spans(isl, comm=True), self._spans(isl, comm=False))
+                   for isl in islands)
 
     def exposed_compute_s(self, island: str | None = None) -> float:
         """Time compute runs while no communication does (the mirror of exposed_comm_s)."""
         islands = self.islands() if island is None else (island,)
-        return sum(_exposed(self._spans(isl, comm=False), self._spans(isl, comm=True)) for isl in islands)
+        return sum(_exposed(self._spans(isl, comm=False), self._spans(isl, comm=True))
+                   for isl in islands)
 
     def compute_idle_s(self, island: str | None = None) -> float:
         """Makespan minus the union of compute intervals of the island(s), summed per island."""
         islands = self.islands() if island is None else (island,)
-        return sum(self.makespan_s - _measure(_union(self._spans(isl, comm=False))) for isl in islands)
+        return sum(self.makespan_s - _measure(_union(self._spans(isl, comm=False)))
+                   for isl in islands)
 
     def _spans(self, island: str, *, comm: bool) -> list[tuple[float, float]]:
         return [(iv.start_s, iv.end_s) for iv in self.intervals
                 if iv.task.island == island and iv.task.is_comm == comm and iv.end_s > iv.start_s]
 
 
-def simulate(tasks: Sequence[Task], *, overlap_slowdown: Mapping[str, float] | None = None) -> Schedule:
+def simulate(tasks: Sequence[Task], *,
+             overlap_slowdown: Mapping[str, float] | None = None) -> Schedule:
     """Schedule tasks in add order (see module docstring)."""
     slow = {k: float(v) for k, v in (overlap_slowdown or {}).items() if v != 1.0}
     ends: list[float] = []
@@ -233,9 +241,9 @@ def _contended(task: Task, start: float, end: float, intervals: list[Interval],
     island = task.island
     if task.is_comm:
         if start < compute_end.get(island, 0.0):
-            raise ValueError(f"task {task.name!r} would start under compute added before it on island "
-                             f"{island!r} with an overlap slowdown: add communication before the "
-                             "compute it overlaps")
+            raise ValueError(f"task {task.name!r} would start under compute added before it on "
+                             f"island {island!r} with an overlap slowdown: add communication "
+                             "before the compute it overlaps")
         comm_seen.setdefault(island, []).append(task.task_id)
         return end
     live = [i for i in comm_seen.get(island, ()) if intervals[i].end_s > start]
@@ -267,7 +275,8 @@ def contention_delay(start: np.ndarray, end: np.ndarray, spans: Sequence[tuple[A
     return end
 
 
-def contended_end_s(start_s: Any, work_s: Any, spans: Sequence[tuple[Any, Any]], slowdown: Any) -> Any:
+def contended_end_s(start_s: Any, work_s: Any, spans: Sequence[tuple[Any, Any]],
+                    slowdown: Any) -> Any:
     """End of `work_s` seconds of compute starting at `start_s` that progresses at rate 1/slowdown
     inside the time-ordered, disjoint communication `spans` ((start, end) pairs) and at rate 1
     outside them. Broadcasts over numpy arrays (the fast path calls it with (N,) arrays).
@@ -278,13 +287,15 @@ def contended_end_s(start_s: Any, work_s: Any, spans: Sequence[tuple[Any, Any]],
     so E grows by max(0, min(x·(f − 1), (b − lo)·(1 − 1/f)))."""
     start = np.atleast_1d(np.asarray(start_s, dtype=float))  # 1-d: the delays are computed in place
     f = np.asarray(slowdown, dtype=float)
-    end = contention_delay(start, start + np.asarray(work_s, dtype=float), spans, f - 1.0, 1.0 - 1.0 / f)
+    end = contention_delay(start, start + np.asarray(work_s, dtype=float), spans, f - 1.0,
+                           1.0 - 1.0 / f)
     if max(np.ndim(start_s), np.ndim(work_s), np.ndim(slowdown)) == 0:
         return float(end[0])
     return end
 
 
-def _critical_path(ends: list[float], binding: list[int | None], makespan: float) -> tuple[int, ...]:
+def _critical_path(ends: list[float], binding: list[int | None],
+                   makespan: float) -> tuple[int, ...]:
     if not ends:
         return ()
     # The last task to finish at the makespan (ties: the latest added) ends the chain.
@@ -310,8 +321,8 @@ def _stream_stats(intervals: list[Interval], makespan: float) -> dict[StreamKey,
         if makespan > cursor:
             gaps.append((cursor, makespan))
         out[key] = StreamStats(island=key[0], stream=key[1], gaps=tuple(gaps),
-                               busy_s=sum(iv.task.duration_s if iv.task.is_comm else iv.end_s - iv.start_s
-                                          for iv in ivs))
+                               busy_s=sum(iv.task.duration_s if iv.task.is_comm
+                                          else iv.end_s - iv.start_s for iv in ivs))
     return out
 
 

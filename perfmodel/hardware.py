@@ -136,8 +136,9 @@ class ClusterSpec:
             raise ValueError(f"cluster {self.name!r}: sizes must be positive and price >= 0")
         bad = [g for g in self.allowed_gpus_per_node if g <= 0 or g > self.gpus_per_node]
         if bad or not self.allowed_gpus_per_node:
-            raise ValueError(f"cluster {self.name!r}: allowed_gpus_per_node {self.allowed_gpus_per_node} "
-                             f"must be non-empty and within 1..{self.gpus_per_node}")
+            raise ValueError(f"cluster {self.name!r}: allowed_gpus_per_node "
+                             f"{self.allowed_gpus_per_node} must be non-empty and within "
+                             f"1..{self.gpus_per_node}")
 
     def island(self, num_nodes: int, gpus_per_node: int) -> IslandSpec:
         """The island of `num_nodes` x `gpus_per_node` GPUs of this cluster."""

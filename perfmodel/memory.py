@@ -227,7 +227,8 @@ def outside_saved(spec: ModelSpec, b: float, config: MemoryConfig = DEFAULT_CONF
     return norm_saved_bytes(spec, b, config) + b * spec.hidden_size + 16.0
 
 
-def logits_bytes_per_token(spec: ModelSpec, b: float, recipe: TrainingRecipe) -> tuple[float, float, float]:
+def logits_bytes_per_token(spec: ModelSpec, b: float,
+                           recipe: TrainingRecipe) -> tuple[float, float, float]:
     """(forward-end bytes, saved at backward start, backward temporaries) per token of the loss."""
     V = spec.vocab_size
     copy = FP32 * V if b < FP32 else 0.0          # .float() is a no-op on fp32 logits
@@ -254,7 +255,8 @@ def _states(spec: ModelSpec, z: _Sizes, recipe: TrainingRecipe, k: int,
     out = {"sharded_params": z.m * z.shard_total,
            "optimizer_states": ADAM_STATE_BYTES * z.shard_total + FP32 * z.tensors,
            "outer_states": OUTER_STATE_BYTES * z.shard_total if outer else 0.0}
-    out["sharded_grads"] = FP32 * z.shard_total if recipe.accum_mode == "reduce_scatter" and k > 1 else 0.0
+    out["sharded_grads"] = (FP32 * z.shard_total
+                            if recipe.accum_mode == "reduce_scatter" and k > 1 else 0.0)
     return out
 
 

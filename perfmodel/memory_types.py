@@ -1,4 +1,5 @@
-"""Configuration and results of the per-GPU memory model (`perfmodel.memory`, which re-exports them).
+"""Configuration and results of the per-GPU memory model (`perfmodel.memory`, which re-exports
+them).
 
 `MemoryConfig` holds the model's constants the recipe does not set (allocator reserve, RMSNorm
 saves, legacy dtype overrides); `MemoryBreakdown` is the predicted peak of one GPU by component
@@ -49,7 +50,8 @@ class MemoryConfig:
         if not isinstance(self.reserve_fraction, int | float) or not 0 <= self.reserve_fraction < 1:
             raise UserInputError(f"MemoryConfig.reserve_fraction is {self.reserve_fraction!r}",
                                  hint="set reserve_fraction in [0, 1).")
-        for name in ("compute_param_bytes", "reduce_grad_bytes", "activation_bytes", "logits_bytes"):
+        for name in ("compute_param_bytes", "reduce_grad_bytes", "activation_bytes",
+                     "logits_bytes"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not value > 0):
                 raise UserInputError(f"MemoryConfig.{name} is {value!r}",

@@ -144,7 +144,8 @@ def component_summary(records: Sequence[Mapping[str, Any]]) -> list[dict[str, An
         diffs = [abs(r[f"{comp}_model_gib"] - r[f"{comp}_tracker_gib"]) for r in records]
         share = [d / r["tracker_gib"] for d, r in zip(diffs, records, strict=True)]
         out.append({"component": comp,
-                    "mean_tracker_gib": sum(r[f"{comp}_tracker_gib"] for r in records) / max(len(records), 1),
+                    "mean_tracker_gib": (sum(r[f"{comp}_tracker_gib"] for r in records)
+                                         / max(len(records), 1)),
                     "mean_abs_diff_gib": sum(diffs) / max(len(diffs), 1),
                     "mean_abs_diff_pct_of_peak": 100.0 * sum(share) / max(len(share), 1)})
     return out

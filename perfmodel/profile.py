@@ -52,7 +52,8 @@ PROVENANCES = ("measured", "calibrated", "prior")
 """Profile provenances, most trusted first (the order of `default_profile`)."""
 _PROVENANCE_RE = "^(" + "|".join(PROVENANCES) + ")$"
 UNITS_DOC = {
-    "compute": "coefficients_s: seconds per unit of each feature (perfmodel/features.py FEATURE_DOCS)",
+    "compute": "coefficients_s: seconds per unit of each feature "
+               "(perfmodel/features.py FEATURE_DOCS)",
     "comm": "T = k·(P-1)·(latency_s + D/(P·bandwidth_bytes_per_s)), k=1 all_gather/reduce_scatter, "
             "2 all_reduce; D = unsharded payload bytes; per_nic: bandwidth is per NIC",
 }
@@ -86,7 +87,8 @@ class HardwareProfile:
     """'measured' when any part was fitted from data in the repo, 'calibrated' when fitted to
     published runs, else 'prior'."""
     provenance_detail: dict[str, Any]
-    """Datasets with sha256 and CV MAPE, fit date and command; or datasheet figures and assumptions."""
+    """Datasets with sha256 and CV MAPE, fit date and command; or datasheet figures and
+    assumptions."""
     compute: Mapping[str, PhaseCoefficients]
     """Phase -> compute coefficients."""
     comm: CommModel
@@ -108,9 +110,11 @@ class HardwareProfile:
         if self.provenance not in PROVENANCES:
             raise ValueError(f"provenance must be one of {PROVENANCES}, got {self.provenance!r}")
         if not (math.isfinite(self.overlap_slowdown) and self.overlap_slowdown >= 1.0):
-            raise ValueError(f"overlap_slowdown must be finite and >= 1, got {self.overlap_slowdown}")
+            raise ValueError("overlap_slowdown must be finite and >= 1, got "
+                             f"{self.overlap_slowdown}")
         if not (math.isfinite(self.recompute_factor) and self.recompute_factor > 0.0):
-            raise ValueError(f"recompute_factor must be finite and > 0, got {self.recompute_factor}")
+            raise ValueError(f"recompute_factor must be finite and > 0, "
+                             f"got {self.recompute_factor}")
 
     # -- compute --------------------------------------------------------------------------
     def _phase(self, phase: str) -> PhaseCoefficients:
@@ -118,8 +122,8 @@ class HardwareProfile:
             raise ValueError(f"unknown phase {phase!r}; expected one of {PHASES}")
         if phase not in self.compute:
             raise ProfileError(f"profile {self.name!r} has no {phase} coefficients",
-                               hint=f"fit it with `shardmeter fit compute` on data with {phase} rows, "
-                                    "or pass --base with a prior profile.")
+                               hint=f"fit it with `shardmeter fit compute` on data with {phase} "
+                                    "rows, or pass --base with a prior profile.")
         return self.compute[phase]
 
     def _coef_vector(self, phase: str) -> np.ndarray:
@@ -176,7 +180,8 @@ class HardwareProfile:
         """Which parts are measured and which prior (for prediction outputs)."""
         return {"profile": self.name, "hardware": self.hardware, "provenance": self.provenance,
                 "compute": {p: c.provenance for p, c in self.compute.items()},
-                "overlap_slowdown": self.overlap_slowdown, "recompute_factor": self.recompute_factor,
+                "overlap_slowdown": self.overlap_slowdown,
+                "recompute_factor": self.recompute_factor,
                 "comm": {f"{op}/{link}": c.provenance
                          for (op, link), c in self.comm.coefficients.items()},
                 "comm_fallback": "catalog prior (catalogs/links.csv) for links not listed"}
@@ -245,8 +250,8 @@ def profile_from_dict(data: Any, *, source: str = "<profile>") -> HardwareProfil
         raise ProfileError(f"{source}: expected a YAML mapping, got {type(data).__name__}",
                            hint="see catalogs/profiles/README.md for the format.")
     if data.get("schema_version") != SCHEMA_VERSION:
-        raise ProfileError(f"{source}: schema_version {data.get('schema_version')!r} is not supported "
-                           f"(this version reads {SCHEMA_VERSION})",
+        raise ProfileError(f"{source}: schema_version {data.get('schema_version')!r} is not "
+                           f"supported (this version reads {SCHEMA_VERSION})",
                            hint="regenerate the profile with this shardmeter version.")
     try:
         doc = _ProfileDoc.model_validate(data)
@@ -261,12 +266,13 @@ def profile_from_dict(data: Any, *, source: str = "<profile>") -> HardwareProfil
         if known is None or not set(ph.coefficients_s) <= set(known):
             bad = phase if known is None else sorted(set(ph.coefficients_s) - set(known))
             raise ProfileError(f"{source}: compute.{phase}: unknown phase or feature(s) {bad}",
-                               hint=f"phases: {', '.join(PHASES)}; features: perfmodel/features.py.")
+                               hint=f"phases: {', '.join(PHASES)}; "
+                                    "features: perfmodel/features.py.")
         if not any(v > 0 for v in ph.coefficients_s.values()):
             raise ProfileError(f"{source}: compute.{phase}: no positive coefficient "
                                f"({dict(ph.coefficients_s)}), so every {phase} would take 0 s",
-                               hint="refit the profile (`shardmeter fit compute`) or drop the phase "
-                                    "to use the prior's.")
+                               hint="refit the profile (`shardmeter fit compute`) or drop the "
+                                    "phase to use the prior's.")
         if any(v < 0 for v in ph.coefficients_s.values()):
             raise ProfileError(f"{source}: compute.{phase}: coefficients must be >= 0",
                                hint="refit the profile (the fit keeps coefficients non-negative).")
@@ -306,9 +312,11 @@ def load_profile(name_or_path: str) -> HardwareProfile:
         if found is None:
             if path.suffix in (".yaml", ".yml") or "/" in name_or_path:
                 raise ProfileError(f"profile file {name_or_path} not found",
-                                   hint="give an existing YAML path or a name from catalogs/profiles/.")
+                                   hint="give an existing YAML path or a name from "
+                                        "catalogs/profiles/.")
             stems = [p.stem for p in _profile_files().values()]
-            raise ProfileError(f"unknown profile {name_or_path!r}; {did_you_mean(name_or_path, stems)}",
+            raise ProfileError(f"unknown profile {name_or_path!r}; "
+                               f"{did_you_mean(name_or_path, stems)}",
                                hint=f"use a file stem from {profiles_dir()} or a YAML path.")
         path = found
     return _load_file(str(path.resolve()), path.stat().st_mtime_ns)
@@ -340,8 +348,9 @@ def default_profile(gpu_name: str) -> HardwareProfile:
     try:
         return make_prior_profile(canonical)
     except CatalogError as err:
-        raise ProfileError(f"no profile for hardware {gpu_name!r} and it is not in the GPU catalog",
-                           hint="fit one with `shardmeter fit`, or use a catalog GPU name.") from err
+        raise ProfileError(
+            f"no profile for hardware {gpu_name!r} and it is not in the GPU catalog",
+            hint="fit one with `shardmeter fit`, or use a catalog GPU name.") from err
 
 
 # ---- priors --------------------------------------------------------------------------------
@@ -355,7 +364,7 @@ def _field_docs(cls: type) -> dict[str, str]:
     docs = {}
     for node, nxt in zip(body, body[1:], strict=False):
         if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and \
-                isinstance(nxt, ast.Expr) and isinstance(getattr(nxt, "value", None), ast.Constant):
+                isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant):
             docs[node.target.id] = " ".join(str(nxt.value.value).split())
     return docs
 
@@ -386,7 +395,8 @@ def make_prior_profile(gpu_name: str, assumptions: Any = None) -> HardwareProfil
                     "hbm_bytes_per_s": gpu.hbm_bytes_per_s, "source": gpu.source},
             "links": {get_link(n).name: {"latency_s": get_link(n).latency_s,
                                          "busbw_bytes_per_s": get_link(n).busbw_bytes_per_s,
-                                         "per_nic": get_link(n).per_nic, "source": get_link(n).source}
+                                         "per_nic": get_link(n).per_nic,
+                                         "source": get_link(n).source}
                       for n in link_names},
         },
         "assumptions": {k: {"value": v, "note": notes.get(k, "")}
@@ -402,91 +412,6 @@ def make_prior_profile(gpu_name: str, assumptions: Any = None) -> HardwareProfil
     return HardwareProfile(
         name=f"{gpu.name}-prior", hardware=gpu.name, backend=backend, provenance="prior",
         provenance_detail=detail,
-        compute={p: PhaseCoefficients(coefficients=c, provenance="prior") for p, c in coefs.items()},
+        compute={p: PhaseCoefficients(coefficients=c, provenance="prior")
+                 for p, c in coefs.items()},
         comm=CommModel(backend=backend, coefficients=comm))
-
-
-# ---- measured profiles ---------------------------------------------------------------------
-
-def predict_compute_dataset(profile: HardwareProfile, frame: Any) -> np.ndarray:
-    """The profile's prediction for every row of a compute dataset (perfmodel.compute format)."""
-    from perfmodel.features import dataset_features
-
-    pred = np.full(len(frame), np.nan)
-    phases = frame["phase"].to_numpy()
-    for phase in PHASES:
-        mask = phases == phase
-        if mask.any():
-            pred[mask] = dataset_features(frame[mask], phase) @ profile._coef_vector(phase)
-    return pred
-
-
-def dataset_record(path: str | Path, kind: str, rows: int) -> dict[str, Any]:
-    """Provenance entry of a dataset: path (relative to the repository when inside it), sha256."""
-    p = Path(path).resolve()
-    for root in (Path(__file__).resolve().parents[1], Path.cwd()):
-        if p.is_relative_to(root):
-            shown = str(p.relative_to(root))
-            break
-    else:
-        shown = str(p)
-    return {"kind": kind, "path": shown, "sha256": _sha256(p), "rows": int(rows)}
-
-
-def _measured_detail(base: HardwareProfile | None, dataset: dict[str, Any], command: str,
-                     cv_mape_pct: Mapping[str, float], fit_date: str,
-                     settings: Mapping[str, Any] | None) -> dict[str, Any]:
-    old = dict(base.provenance_detail) if base is not None and base.provenance == "measured" else {}
-    detail: dict[str, Any] = {"kind": "measured"}
-    base_name = old.get("base") or (base.name if base is not None and base.provenance != "measured"
-                                    else None)
-    if base_name:
-        detail["base"] = base_name
-    datasets = [d for d in old.get("datasets", []) if d.get("kind") != dataset["kind"]]
-    detail["datasets"] = [*datasets, dataset]
-    kept = {k: v for k, v in old.get("cv_mape_pct", {}).items()
-            if (k.split("/")[0] in PHASES) != (dataset["kind"] == "compute")}
-    detail["cv_mape_pct"] = {**kept, **{k: float(v) for k, v in cv_mape_pct.items()}}
-    detail["fit_date"] = fit_date
-    detail["commands"] = [*old.get("commands", []), command]
-    detail["fit_settings"] = {**old.get("fit_settings", {}), **({dataset["kind"]: dict(settings)}
-                                                               if settings else {})}
-    return detail
-
-
-def with_compute_fit(base: HardwareProfile | None, *, name: str, hardware: str, backend: str,
-                     phases: Mapping[str, PhaseCoefficients], dataset: dict[str, Any],
-                     command: str, fit_date: str, settings: Mapping[str, Any]) -> HardwareProfile:
-    """`base` with the fitted phases replaced (other phases and comm kept) and measured provenance."""
-    compute = {**(dict(base.compute) if base else {}), **phases}
-    cv = {p: c.cv_mape_pct for p, c in phases.items() if c.cv_mape_pct is not None}
-    return HardwareProfile(
-        name=name, hardware=hardware, backend=backend, provenance="measured",
-        provenance_detail=_measured_detail(base, dataset, command, cv, fit_date, settings),
-        compute=compute, **_contention(base),
-        comm=base.comm if base and base.backend == backend else CommModel(
-            backend=backend, coefficients={k: v for k, v in (base.comm.coefficients.items() if base else ())
-                                           if v.provenance == "prior"}))
-
-
-def _contention(base: HardwareProfile | None) -> dict[str, float]:
-    """The base's overlap_slowdown and recompute_factor (kept by a refit of other parts)."""
-    if base is None:
-        return {}
-    return {"overlap_slowdown": base.overlap_slowdown, "recompute_factor": base.recompute_factor}
-
-
-def with_comm_fit(base: HardwareProfile | None, *, name: str, hardware: str, backend: str,
-                  coefficients: Mapping[tuple[str, str], LinkCoefficients], dataset: dict[str, Any],
-                  command: str, fit_date: str) -> HardwareProfile:
-    """`base` with the fitted (op, link) coefficients added or replaced and measured provenance.
-    Measured coefficients of a base with another backend are dropped (priors are kept)."""
-    old = {} if base is None else {k: v for k, v in base.comm.coefficients.items()
-                                   if base.backend == backend or v.provenance == "prior"}
-    cv = {f"{op}/{link}": c.cv_mape_pct for (op, link), c in coefficients.items()
-          if c.cv_mape_pct is not None}
-    return HardwareProfile(
-        name=name, hardware=hardware, backend=backend, provenance="measured",
-        provenance_detail=_measured_detail(base, dataset, command, cv, fit_date, None),
-        compute=dict(base.compute) if base else {}, **_contention(base),
-        comm=CommModel(backend=backend, coefficients={**old, **coefficients}))

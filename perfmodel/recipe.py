@@ -35,7 +35,8 @@ DTYPES = ("fp32", "bf16", "fp16")
 PSEUDO_GRADIENT_DTYPES = ("fp32", "bf16", "int8", "fp4")
 """Dtypes a DiLoCo pseudo-gradient may be exchanged in (int8/fp4: quantised with a scale)."""
 ACCUM_MODES = ("reduce_scatter", "no_sync")
-"""Gradient accumulation: reduce-scatter every micro-step (torchtitan) or only the last (no-sync)."""
+"""Gradient accumulation: reduce-scatter every micro-step (torchtitan) or only the last
+(no-sync)."""
 AC_MODES = ("none", "selective", "full")
 """Activation checkpointing: none, op-level selective (torchtitan's policy), or whole blocks."""
 ATTENTION_KERNELS = ("sdpa", "eager")
@@ -105,7 +106,8 @@ class OuterRecipe:
         _check_int("outer.num_fragments", self.num_fragments, 1)
         _check_int("outer.delay_steps", self.delay_steps, 0)
         if not isinstance(self.overlap_backward, bool):
-            raise UserInputError(f"TrainingRecipe.outer.overlap_backward is {self.overlap_backward!r}",
+            raise UserInputError("TrainingRecipe.outer.overlap_backward is "
+                                 f"{self.overlap_backward!r}",
                                  hint="set overlap_backward to true or false.")
 
 
@@ -150,7 +152,8 @@ class TrainingRecipe:
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
-            raise UserInputError(f"TrainingRecipe.name is {self.name!r}", hint="give a non-empty name.")
+            raise UserInputError(f"TrainingRecipe.name is {self.name!r}",
+                                 hint="give a non-empty name.")
         for name in ("param_dtype", "reduce_dtype", "master_dtype"):
             _check_choice(name, getattr(self, name), DTYPES)
         for name in ("reshard_root_after_forward", "reshard_last_block_after_forward",
@@ -173,13 +176,15 @@ class TrainingRecipe:
         """A copy with fields replaced; keys of `OuterRecipe` go to `outer`. None values are skipped
         (so unset CLI flags keep the recipe's value)."""
         # A name of both (`optimizer`) is the top-level field; the outer one is set nested.
-        outer_names = {f.name for f in fields(OuterRecipe)} - {f.name for f in fields(TrainingRecipe)}
+        outer_names = ({f.name for f in fields(OuterRecipe)}
+                       - {f.name for f in fields(TrainingRecipe)})
         top = {k: v for k, v in overrides.items() if v is not None and k not in outer_names}
         outer = {k: v for k, v in overrides.items() if v is not None and k in outer_names}
         unknown = set(top) - {f.name for f in fields(TrainingRecipe)}
         if unknown:
             raise UserInputError(f"unknown recipe field(s): {', '.join(sorted(unknown))}",
-                                 hint=f"use fields of TrainingRecipe: {', '.join(recipe_field_names())}.")
+                                 hint="use fields of TrainingRecipe: "
+                                      f"{', '.join(recipe_field_names())}.")
         recipe = replace(self, **top) if top else self
         return replace(recipe, outer=replace(recipe.outer, **outer)) if outer else recipe
 

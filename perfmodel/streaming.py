@@ -210,7 +210,10 @@ def bandwidth_for_utilisation(
 
     out = []
     for target in targets:
-        bw = _smallest_bandwidth(lambda b, t=target: cu(b) >= t)
+        def reaches(b: float, t: float = target) -> bool:
+            return cu(b) >= t
+
+        bw = _smallest_bandwidth(reaches)
         out.append(
             UtilisationBandwidth(
                 target=target,
@@ -368,8 +371,8 @@ def _no_config_reason(
     )
     if full > period:
         return head + (
-            " — the link cannot carry one pseudo-gradient per period: raise H, use a lower dtype or a "
-            "faster link"
+            " — the link cannot carry one pseudo-gradient per period: raise H, use a lower dtype "
+            "or a faster link"
         )
     return (
         head
@@ -394,27 +397,29 @@ def _remedies(
     out: list[str] = []
     if chosen is not None:
         out.append(
-            f"recommended: F={chosen.num_fragments}, τ={chosen.delay_steps} (H={chosen.sync_every}) "
-            "does not block"
+            f"recommended: F={chosen.num_fragments}, τ={chosen.delay_steps} "
+            f"(H={chosen.sync_every}) does not block"
         )
     h = min(current.sync_every, max_sync_every)
     for fragments in range(current.num_fragments + 1, model.num_layers + 1):
         if ok(replace(current, num_fragments=fragments, sync_every=h)):
             out.append(
-                f"or more fragments only: F={fragments} (H={h}, τ={current.delay_steps}) does not block"
+                f"or more fragments only: F={fragments} (H={h}, "
+                f"τ={current.delay_steps}) does not block"
             )
             break
     for delay in range(current.delay_steps + 1, max_delay_steps + 1):
         if ok(replace(current, delay_steps=delay, sync_every=h)):
             out.append(
-                f"or a longer delay only: τ={delay} (F={current.num_fragments}, H={h}) does not block"
+                f"or a longer delay only: τ={delay} (F={current.num_fragments}, "
+                f"H={h}) does not block"
             )
             break
     for every in range(current.sync_every + 1, max_sync_every + 1):
         if ok(replace(current, sync_every=every)):
             out.append(
-                f"or a longer H only: H={every} (F={current.num_fragments}, τ={current.delay_steps}) "
-                "does not block"
+                f"or a longer H only: H={every} (F={current.num_fragments}, "
+                f"τ={current.delay_steps}) does not block"
             )
             break
     if not current.overlap_backward and ok(replace(current, overlap_backward=True)):

@@ -36,7 +36,8 @@ def streaming_examples(
     base = EXAMPLE_BASE
     if formulas.sync_time_s(num_islands, 0.0, 1.0, latency_s) >= SLOW_EXCHANGE_STEPS * step_s:
         raise ValueError(
-            f"WAN latency {latency_s} s alone outlasts {SLOW_EXCHANGE_STEPS} inner steps of {step_s} s"
+            f"WAN latency {latency_s} s alone outlasts {SLOW_EXCHANGE_STEPS} inner "
+            f"steps of {step_s} s"
         )
     largest = formulas.payload_bytes(max(fragment_params(model, base.num_fragments)), dtype)
     slow_bw = float(
@@ -53,7 +54,8 @@ def streaming_examples(
         "B": (
             slow,
             base,
-            f"slow WAN: a fragment needs {SLOW_EXCHANGE_STEPS} steps, the window is 2: training blocks",
+            f"slow WAN: a fragment needs {SLOW_EXCHANGE_STEPS} steps, the window is 2: "
+            "training blocks",
         ),
         "C": (
             slow,
@@ -63,6 +65,7 @@ def streaming_examples(
         "D": (
             slow,
             longer,
-            "remedy 2: delay 2 -> 3 steps leaves the exchange more time (full exchange 6 -> 9 steps)",
+            "remedy 2: delay 2 -> 3 steps leaves the exchange more time (full "
+            "exchange 6 -> 9 steps)",
         ),
     }

@@ -10,6 +10,13 @@ microstep_s / step_fixed_s are the exact decomposition of the FSDP step graph (p
 evaluated by the vectorised fast path; usd_per_hour = n·g·usd_per_gpu_hour; memory_gib is the
 predicted peak per GPU; bound is the regime of a single-micro-step step (perfmodel.analysis);
 provenance is the profile's ('measured' or 'prior').
+
+This module is also the planner's one door into the performance model and its catalogs (DESIGN
+§1: `planner` imports perfmodel only through `perfmodel.tables`, `perfmodel.formulas` and
+`perfmodel.errors`): it re-exports the energy facts (TDP, PUE, grid intensity), the power
+assumptions and units, and fronts the model/GPU/price catalogs with thin functions that import
+`perfmodel.catalog` when called (a planner without catalogs still loads instances with tables).
+One home per formula: nothing here is copied, every name is the catalog's own.
 """
 
 from __future__ import annotations
@@ -17,18 +24,43 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
 from perfmodel.analysis import classify_regime
 from perfmodel.arch import ModelSpec
-from perfmodel.energy_catalog import gpu_tdp_w
+from perfmodel.energy_catalog import carbon_intensity_g_per_kwh, gpu_tdp_w, provider_pue
 from perfmodel.fastpath import FastCosts, concat_fast_costs, fast_step, model_fast_costs
 from perfmodel.fsdp import resolve_recipe
 from perfmodel.hardware import GIB, ClusterSpec
+from perfmodel.power import DEFAULT_POWER, J_PER_KWH, PowerAssumptions
 from perfmodel.recipe import TrainingRecipe
+
+if TYPE_CHECKING:
+    from perfmodel.catalog import PriceRow
+    from perfmodel.hardware import GpuSpec
+
+__all__ = [
+    "DEFAULT_POWER",
+    "GIB",
+    "J_PER_KWH",
+    "TABLE_COLUMNS",
+    "ClusterRequest",
+    "ModelTable",
+    "PowerAssumptions",
+    "build_island_table",
+    "carbon_intensity_g_per_kwh",
+    "cluster_fabric",
+    "get_gpu",
+    "gpu_tdp_w",
+    "island_table_for",
+    "model_parameters",
+    "price_rows",
+    "price_usd_per_gpu_hour",
+    "provider_pue",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -70,18 +102,20 @@ def build_island_table(model: ModelSpec, *, seq_len: int, ac: str | None = None,
                 largest = max_micro_batch(model, gpu_memory_bytes=cluster.gpu.usable_memory_bytes,
                                           num_gpus=gpus, seq_len=seq_len, recipe=recipe)
                 if largest < 1:
-                    logger.info("%s %dx%d: not even micro-batch 1 fits; no rows", cluster.name, nodes, gpn)
+                    logger.info("%s %dx%d: not even micro-batch 1 fits; no rows", cluster.name,
+                                nodes, gpn)
                     continue
                 mb = np.arange(1, largest + 1)
-                costs.append(model_fast_costs(model, profile, cluster.island(nodes, gpn), seq_len=seq_len,
-                                              micro_batches=mb, recipe=recipe))
+                costs.append(model_fast_costs(model, profile, cluster.island(nodes, gpn),
+                                              seq_len=seq_len, micro_batches=mb, recipe=recipe))
                 peak = memory_coefficients(model, num_gpus=gpus, seq_len=seq_len,
                                            recipe=recipe).peak_bytes(mb)
-                accum_peak = memory_coefficients(model, num_gpus=gpus, seq_len=seq_len, recipe=recipe,
-                                                 accum_steps=2).peak_bytes(mb)
+                accum_peak = memory_coefficients(model, num_gpus=gpus, seq_len=seq_len,
+                                                 recipe=recipe, accum_steps=2).peak_bytes(mb)
                 meta.append({"cluster": cluster.name, "gpu_type": cluster.gpu.name, "nodes": nodes,
                              "gpus_per_node": gpn, "micro_batch": mb,
-                             "usd_per_hour": gpus * cluster.usd_per_gpu_hour, "memory_gib": peak / GIB,
+                             "usd_per_hour": gpus * cluster.usd_per_gpu_hour,
+                             "memory_gib": peak / GIB,
                              "memory_accum_gib": accum_peak / GIB,
                              "accum_fits": accum_peak <= cluster.gpu.usable_memory_bytes,
                              "tdp_w": gpu_tdp_w(cluster.gpu.name) or float("nan"),
@@ -96,9 +130,11 @@ def build_island_table(model: ModelSpec, *, seq_len: int, ac: str | None = None,
     frame["compute_micro_s"] = fast.microstep_compute_s
     frame["comm_only_fixed_s"] = fast.step_fixed_s - fast.step_fixed_compute_s
     frame["comm_only_micro_s"] = fast.microstep_s - fast.microstep_compute_s
-    frame["bound"] = classify_regime(fast.step_time_s(1), fast.compute_busy_s(1), fast.comm_busy_s(1))
+    frame["bound"] = classify_regime(fast.step_time_s(1), fast.compute_busy_s(1),
+                                     fast.comm_busy_s(1))
     frame = frame.loc[:, list(TABLE_COLUMNS)]
-    frame.attrs["recipe"] = recipe.to_dict()  # what every row trains, for callers that report it
+    # what every row trains, for callers that report it
+    frame.attrs["recipe"] = recipe.to_dict()
     return frame
 
 
@@ -165,7 +201,8 @@ def island_table_for(model: str, *, seq_len: int, ac: str | None = None,
         gpu = get_gpu(c.gpu)
         specs.append(ClusterSpec(
             name=c.name, gpu=gpu, num_nodes=c.num_nodes, gpus_per_node=c.gpus_per_node,
-            allowed_gpus_per_node=tuple(c.allowed_gpus_per_node), usd_per_gpu_hour=c.usd_per_gpu_hour,
+            allowed_gpus_per_node=tuple(c.allowed_gpus_per_node),
+            usd_per_gpu_hour=c.usd_per_gpu_hour,
             intra_link=gpu.intra_node_link, inter_link=gpu.inter_node_link,
             nics_per_node=gpu.nics_per_node, wan_bw_bytes_per_s=c.wan_bw_bytes_per_s,
             wan_latency_s=c.wan_latency_s))
@@ -187,3 +224,37 @@ def cluster_fabric(gpu: str) -> tuple[float, float] | None:
         return None
     nics = spec.nics_per_node if link.per_nic else 1
     return link.busbw_bytes_per_s * nics, link.latency_s
+
+
+# ---- catalog lookups for the planner (perfmodel.catalog, imported when called) ----------------
+
+
+def get_gpu(name: str) -> GpuSpec:
+    """The catalog GPU called `name` (CatalogError with a did-you-mean on typos):
+    `perfmodel.catalog.get_gpu`. ImportError when the catalogs are unavailable."""
+    from perfmodel.catalog import get_gpu as catalog_gpu
+
+    return catalog_gpu(name)
+
+
+def model_parameters(name_or_path: str) -> int:
+    """Total parameters of a catalog model or Hugging Face config.json path (CatalogError or
+    ConfigError when unknown): `perfmodel.catalog.get_model`. ImportError without catalogs."""
+    from perfmodel.catalog import get_model
+
+    return get_model(name_or_path).total_params
+
+
+def price_rows(price_list: str | None = None) -> list[PriceRow]:
+    """Every row of the price lists (or of one list): `perfmodel.catalog.price_rows`."""
+    from perfmodel.catalog import price_rows as catalog_rows
+
+    return catalog_rows(price_list)
+
+
+def price_usd_per_gpu_hour(provider: str, gpu: str, tier: str, as_of: str | None = None) -> float:
+    """USD per GPU-hour of `gpu` in a provider's price list (CatalogError when absent):
+    `perfmodel.catalog.price_usd_per_gpu_hour`. ImportError when the catalogs are unavailable."""
+    from perfmodel.catalog import price_usd_per_gpu_hour as catalog_price
+
+    return catalog_price(provider, gpu, tier, as_of)

@@ -33,8 +33,8 @@ COLOURS = {
 LABELS = {
     "all_gather": "all_gather", "reduce_scatter": "reduce_scatter", "forward": "forward",
     "backward": "backward (+recompute)", "optimizer": "optimizer", "compute": "compute",
-    "inner_step": "inner step", "all_reduce": "all_reduce", "outer_all_reduce": "outer-step all_reduce",
-    BLOCKED: "outer-step induced blocking",
+    "inner_step": "inner step", "all_reduce": "all_reduce",
+    "outer_all_reduce": "outer-step all_reduce", BLOCKED: "outer-step induced blocking",
 }
 _EDGED_SPANS = 600
 """Panels with at most this many spans draw task edges."""
@@ -59,7 +59,8 @@ class Span:
     """End, seconds."""
 
 
-def schedule_spans(schedule: Schedule, *, offset_s: float = 0.0, island: str | None = None) -> list[Span]:
+def schedule_spans(schedule: Schedule, *, offset_s: float = 0.0,
+                   island: str | None = None) -> list[Span]:
     """Every interval of a schedule as spans (optionally shifted and moved to another island)."""
     return [Span(island=island or iv.task.island, stream=iv.task.stream, kind=iv.task.kind,
                  name=iv.task.name, start_s=iv.start_s + offset_s, end_s=iv.end_s + offset_s)
@@ -79,18 +80,21 @@ def expand_steps(outer: Schedule, step: Schedule, *, kind: str = "inner_step") -
     return spans
 
 
-def blocked_spans(schedule: Schedule, *, island: str, stream: str, kind: str = "inner_step") -> list[Span]:
+def blocked_spans(schedule: Schedule, *, island: str, stream: str,
+                  kind: str = "inner_step") -> list[Span]:
     """Gaps between consecutive `kind` tasks of one stream: time the stream was held back."""
     ivs = [iv for iv in schedule.stream_intervals(island, stream) if iv.task.kind == kind]
-    return [Span(island=island, stream="compute", kind=BLOCKED, name=f"blocked before {b.task.name}",
-                 start_s=a.end_s, end_s=b.start_s)
+    return [Span(island=island, stream="compute", kind=BLOCKED,
+                 name=f"blocked before {b.task.name}", start_s=a.end_s, end_s=b.start_s)
             for a, b in zip(ivs, ivs[1:], strict=False) if b.start_s > a.end_s]
 
 
 # ---- Chrome trace-event format ---------------------------------------------------------------
 
-def chrome_trace(spans: Iterable[Span], *, metadata: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Trace-event JSON object: {"traceEvents": [...], "displayTimeUnit": "ms", "otherData": ...}."""
+def chrome_trace(spans: Iterable[Span], *,
+                 metadata: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Trace-event JSON object:
+    {"traceEvents": [...], "displayTimeUnit": "ms", "otherData": ...}."""
     spans = list(spans)
     pids: dict[str, int] = {}
     tids: dict[tuple[str, str], int] = {}
@@ -99,10 +103,13 @@ def chrome_trace(spans: Iterable[Span], *, metadata: dict[str, Any] | None = Non
         tids.setdefault((sp.island, sp.stream), len(tids) + 1)
     events: list[dict[str, Any]] = []
     for island, pid in pids.items():
-        events.append({"name": "process_name", "ph": "M", "pid": pid, "tid": 0, "args": {"name": island}})
-        events.append({"name": "process_sort_index", "ph": "M", "pid": pid, "tid": 0, "args": {"sort_index": pid}})
+        events.append({"name": "process_name", "ph": "M", "pid": pid, "tid": 0,
+                       "args": {"name": island}})
+        events.append({"name": "process_sort_index", "ph": "M", "pid": pid, "tid": 0,
+                       "args": {"sort_index": pid}})
     for (island, stream), tid in tids.items():
-        events.append({"name": "thread_name", "ph": "M", "pid": pids[island], "tid": tid, "args": {"name": stream}})
+        events.append({"name": "thread_name", "ph": "M", "pid": pids[island], "tid": tid,
+                       "args": {"name": stream}})
         events.append({"name": "thread_sort_index", "ph": "M", "pid": pids[island], "tid": tid,
                        "args": {"sort_index": tid}})
     for sp in spans:
@@ -112,7 +119,8 @@ def chrome_trace(spans: Iterable[Span], *, metadata: dict[str, Any] | None = Non
     return {"traceEvents": events, "displayTimeUnit": "ms", "otherData": metadata or {}}
 
 
-def write_chrome_trace(spans: Iterable[Span], path: str | Path, *, metadata: dict[str, Any] | None = None) -> Path:
+def write_chrome_trace(spans: Iterable[Span], path: str | Path, *,
+                       metadata: dict[str, Any] | None = None) -> Path:
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(chrome_trace(spans, metadata=metadata)))
@@ -121,7 +129,8 @@ def write_chrome_trace(spans: Iterable[Span], path: str | Path, *, metadata: dic
 
 def _ordered(spans: Sequence[Span]) -> list[Span]:
     islands = list(dict.fromkeys(sp.island for sp in spans))
-    return sorted(spans, key=lambda sp: (islands.index(sp.island), _STREAM_ORDER.get(sp.stream, 9), sp.stream))
+    return sorted(spans, key=lambda sp: (islands.index(sp.island),
+                                         _STREAM_ORDER.get(sp.stream, 9), sp.stream))
 
 
 # ---- PNG figures ---------------------------------------------------------------------------------
@@ -159,9 +168,11 @@ def plot_timelines(panels: Sequence[tuple[str, Sequence[Span]]], path: str | Pat
             # Thin white edges separate adjacent tasks; on crowded panels they would paint it white.
             edge = "#555555" if blocked else ("white" if len(spans) <= _EDGED_SPANS else "none")
             ax.broken_barh(xranges, (y - 0.4, 0.8), facecolors=COLOURS.get(kind, "#777777"),
-                           edgecolor=edge, linewidth=0.6 if blocked else 0.3, hatch="///" if blocked else None)
+                           edgecolor=edge, linewidth=0.6 if blocked else 0.3,
+                           hatch="///" if blocked else None)
         ax.set_yticks(range(len(rows)))
-        ax.set_yticklabels([f"{isl}/{st}" if len(islands) > 1 else st for isl, st in reversed(rows)])
+        ax.set_yticklabels([f"{isl}/{st}" if len(islands) > 1 else st
+                            for isl, st in reversed(rows)])
         ax.set_title(panel_title, fontsize=9, loc="left")
         ax.set_xlim(left=0)
     axes[-1, 0].set_xlabel("time (s)")
@@ -178,17 +189,20 @@ def plot_timelines(panels: Sequence[tuple[str, Sequence[Span]]], path: str | Pat
 
 
 def plot_sweep(sweep: pd.DataFrame, path: str | Path) -> Path:
-    """Figure 4: iteration time vs micro-batch per (model, GPUs) — absolute (left), relative (right)."""
+    """Figure 4: iteration time vs micro-batch per (model, GPUs) — absolute (left), relative
+    (right)."""
     plt = _pyplot()
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
     for (model, gpus), part in sweep.groupby(["model", "gpus"], sort=False):
         label = f"{model} ({gpus} GPUs)"
         line = left.plot(part["micro_batch"], part["step_time_s"], marker="o", label=label)[0]
-        right.plot(part["micro_batch"], part["relative_step_time"], marker="o", color=line.get_color(), label=label)
+        right.plot(part["micro_batch"], part["relative_step_time"], marker="o",
+                   color=line.get_color(), label=label)
         bad = part[~part["fits"]]
         left.scatter(bad["micro_batch"], bad["step_time_s"], color="grey", zorder=3)
         right.scatter(bad["micro_batch"], bad["relative_step_time"], color="grey", zorder=3)
-    for ax, ylabel in ((left, "iteration time (s)"), (right, "relative increase (x of smallest micro-batch)")):
+    for ax, ylabel in ((left, "iteration time (s)"),
+                       (right, "relative increase (x of smallest micro-batch)")):
         ax.set_xscale("log", base=2)
         ax.set_xlabel("micro-batch per GPU")
         ax.set_ylabel(ylabel)
@@ -207,7 +221,8 @@ def plot_throughput(sweep: pd.DataFrame, path: str | Path) -> Path:
     fig, axes = plt.subplots(1, len(gpu_counts), figsize=(5.5 * len(gpu_counts), 4), squeeze=False)
     for ax, gpus in zip(axes[0], gpu_counts, strict=True):
         for model, part in sweep[sweep["gpus"] == gpus].groupby("model", sort=False):
-            line = ax.plot(part["step_time_s"], part["tokens_per_s"], marker="o", label=str(model))[0]
+            line = ax.plot(part["step_time_s"], part["tokens_per_s"], marker="o",
+                           label=str(model))[0]
             bad = part[~part["fits"]]
             ax.scatter(bad["step_time_s"], bad["tokens_per_s"], color="grey", zorder=3)
             line.set_markevery([bool(f) for f in part["fits"]])

@@ -81,11 +81,13 @@ def island_candidates(problem: Problem, *, reduce: bool) -> list[_Cand]:
         pair = problem.pairs[pi]
         option = problem.options[pair.option_index]
         cands.append(_Cand(pair_index=pi, accum_steps=k, seqs=k * pair.seqs_per_accum_step,
-                           cluster_index=option.cluster_index, nodes=option.nodes, gpus=option.num_gpus))
+                           cluster_index=option.cluster_index, nodes=option.nodes,
+                           gpus=option.num_gpus))
     return sorted(cands, key=lambda c: (c.seqs, c.pair_index, c.accum_steps))
 
 
-def enumerate_choices(problem: Problem, *, reduce: bool = False) -> Iterator[tuple[IslandChoice, ...]]:
+def enumerate_choices(problem: Problem, *,
+                      reduce: bool = False) -> Iterator[tuple[IslandChoice, ...]]:
     """Every feasible plan (as island choices), each multiset once."""
     cands = island_candidates(problem, reduce=reduce)
     node_cap = [c.num_nodes for c in problem.clusters]
@@ -105,7 +107,8 @@ def enumerate_choices(problem: Problem, *, reduce: bool = False) -> Iterator[tup
             c = cands[j]
             if c.seqs > remaining:
                 break
-            if nodes[c.cluster_index] + c.nodes > node_cap[c.cluster_index] or gpus + c.gpus > gpu_cap:
+            if (nodes[c.cluster_index] + c.nodes > node_cap[c.cluster_index]
+                    or gpus + c.gpus > gpu_cap):
                 continue
             nodes[c.cluster_index] += c.nodes
             chosen.append(IslandChoice(pair_index=c.pair_index, accum_steps=c.accum_steps))
@@ -121,7 +124,8 @@ class BruteForce:
 
     name = "brute"
 
-    def __init__(self, problem: Problem, *, reduce: bool = False, max_plans: int = DEFAULT_MAX_PLANS) -> None:
+    def __init__(self, problem: Problem, *, reduce: bool = False,
+                 max_plans: int = DEFAULT_MAX_PLANS) -> None:
         self.problem = problem
         self.reduce = reduce
         self.max_plans = max_plans
@@ -147,7 +151,8 @@ class BruteForce:
         for plan in self.plans():
             if best is not None and plan.cost_usd > best.cost_usd:
                 break
-            ok = max_wall_s is None or (plan.wall_time_s < max_wall_s if strict else plan.wall_time_s <= max_wall_s)
+            ok = max_wall_s is None or (plan.wall_time_s < max_wall_s if strict
+                                        else plan.wall_time_s <= max_wall_s)
             if ok and (best is None or plan.wall_time_s < best.wall_time_s):
                 best = plan
         return best
@@ -170,7 +175,8 @@ def option_combinations(problem: Problem, limit: int) -> tuple[list[tuple[int, .
     pairs_of: dict[int, list[int]] = {}
     for pi, pair in enumerate(problem.pairs):
         pairs_of.setdefault(pair.option_index, []).append(pi)
-    min_step = {o: min(problem.pairs[p].seqs_per_accum_step for p in ps) for o, ps in pairs_of.items()}
+    min_step = {o: min(problem.pairs[p].seqs_per_accum_step for p in ps)
+                for o, ps in pairs_of.items()}
     opts = sorted(pairs_of)
     out: list[tuple[int, ...]] = []
     nodes = [0] * len(problem.clusters)
@@ -208,16 +214,19 @@ def proportional_split(problem: Problem, option_ids: tuple[int, ...]) -> list[Is
     by_option: dict[int, list[int]] = {}
     for pi, pair in enumerate(problem.pairs):
         by_option.setdefault(pair.option_index, []).append(pi)
-    ladders = [sorted(by_option[o], key=lambda p: -problem.pairs[p].micro_batch) for o in option_ids]
+    ladders = [sorted(by_option[o], key=lambda p: -problem.pairs[p].micro_batch)
+               for o in option_ids]
     level = [0] * len(option_ids)
     while True:
         pairs = [problem.pairs[ladders[i][level[i]]] for i in range(len(option_ids))]
         rate = [p.seqs_per_accum_step / p.step_time_s(1) for p in pairs]
         share = [problem.global_batch_seqs * r / sum(rate) for r in rate]
-        ks = [min(p.max_accum_steps, max(1, int(s // p.seqs_per_accum_step))) for s, p in zip(share, pairs, strict=True)]
-        ks = _refine(problem.global_batch_seqs, pairs, ks)
+        first_ks = [min(p.max_accum_steps, max(1, int(s // p.seqs_per_accum_step)))
+                    for s, p in zip(share, pairs, strict=True)]
+        ks = _refine(problem.global_batch_seqs, pairs, first_ks)
         if ks is not None:
-            return [IslandChoice(pair_index=ladders[i][level[i]], accum_steps=k) for i, k in enumerate(ks)]
+            return [IslandChoice(pair_index=ladders[i][level[i]], accum_steps=k)
+                    for i, k in enumerate(ks)]
         lower = [i for i in range(len(option_ids)) if level[i] + 1 < len(ladders[i])]
         if not lower:
             return None
@@ -245,7 +254,8 @@ def _refine(batch: int, pairs: list, ks: list[int]) -> list[int] | None:
     return ks
 
 
-def heuristic_plans(problem: Problem, *, max_combinations: int = DEFAULT_MAX_COMBINATIONS) -> tuple[list[Plan], bool]:
+def heuristic_plans(problem: Problem, *,
+                    max_combinations: int = DEFAULT_MAX_COMBINATIONS) -> tuple[list[Plan], bool]:
     """Plans of the paper's heuristic for every admissible combination; truncated flag."""
     combos, truncated = option_combinations(problem, max_combinations)
     if truncated:
@@ -263,8 +273,10 @@ def heuristic_plans(problem: Problem, *, max_combinations: int = DEFAULT_MAX_COM
 # ---- plans for the figure-7 cloud --------------------------------------------------------------
 
 
-def sample_plans(problem: Problem, count: int, *, seed: int = 0, max_enumerate: int = 20_000) -> tuple[list[Plan], bool]:
-    """All feasible plans if there are at most `max_enumerate`, else up to `count` random ones; sampled flag.
+def sample_plans(problem: Problem, count: int, *, seed: int = 0,
+                 max_enumerate: int = 20_000) -> tuple[list[Plan], bool]:
+    """All feasible plans if there are at most `max_enumerate`, else up to `count` random ones;
+    sampled flag.
 
     The sample comes from random greedy construction (uniform over the islands that still fit,
     preferring an island that closes the batch half of the time): it shows the cloud's shape,
@@ -279,12 +291,13 @@ def sample_plans(problem: Problem, count: int, *, seed: int = 0, max_enumerate: 
         return [evaluate(problem, c) for c in out], False
     rng = np.random.default_rng(seed)
     cands = island_candidates(problem, reduce=True)
-    arrays = {k: np.array([getattr(c, k) for c in cands]) for k in ("seqs", "nodes", "gpus", "cluster_index")}
+    arrays = {k: np.array([getattr(c, k) for c in cands])
+              for k in ("seqs", "nodes", "gpus", "cluster_index")}
     seen: set[tuple[IslandChoice, ...]] = set()
     for _ in range(count * 3):
-        choices = _random_plan(problem, cands, arrays, rng)
-        if choices is not None:
-            seen.add(tuple(sorted(choices, key=lambda c: (c.pair_index, c.accum_steps))))
+        drawn = _random_plan(problem, cands, arrays, rng)
+        if drawn is not None:
+            seen.add(tuple(sorted(drawn, key=lambda c: (c.pair_index, c.accum_steps))))
         if len(seen) >= count:
             break
     return [evaluate(problem, c) for c in sorted(seen, key=str)], True
@@ -297,7 +310,8 @@ def _random_plan(problem: Problem, cands: list[_Cand], arrays: dict[str, np.ndar
     gpus = problem.max_gpus if problem.max_gpus is not None else math.inf
     chosen: list[IslandChoice] = []
     while remaining > 0 and len(chosen) < problem.max_islands:
-        fits = np.flatnonzero((arrays["seqs"] <= remaining) & (arrays["nodes"] <= nodes[arrays["cluster_index"]])
+        fits = np.flatnonzero((arrays["seqs"] <= remaining)
+                              & (arrays["nodes"] <= nodes[arrays["cluster_index"]])
                               & (arrays["gpus"] <= gpus))
         if fits.size == 0:
             return None

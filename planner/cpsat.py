@@ -60,6 +60,7 @@ from __future__ import annotations
 import bisect
 import logging
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -185,7 +186,7 @@ def step_data(problem: Problem, max_wall_s: float | None, *, strict: bool,
             cut[value] = len(levels) - 1
         else:
             cut[value] = search(range(len(levels)), max_wall_s,
-                                key=lambda r, v=value: wall_time_s(problem, float(levels[r]), v)) - 1
+                                key=_level_wall(problem, levels, value)) - 1
     ladder = sorted({i for i in cut.values() if i >= 0}, reverse=True)
     if not ladder:
         return None
@@ -197,36 +198,51 @@ def step_data(problem: Problem, max_wall_s: float | None, *, strict: bool,
         cap = min(caps.get(item.option_index, 0), problem.global_batch_seqs // item.seqs)
         admitted = len(ladder) - int(np.searchsorted(ascending_cuts, item.step_time_s, side="left"))
         if cap > 0 and admitted > 0 and cost_cap_usd is not None:
-            item_price_cap[i] = price_cap_units(wall_time_s(problem, item.step_time_s, 0.0), cost_cap_usd)
-            if item_price_cap[i] < max(price_floor_units, problem.options[item.option_index].price_units):
+            item_price_cap[i] = price_cap_units(wall_time_s(problem, item.step_time_s, 0.0),
+                                                cost_cap_usd)
+            if item_price_cap[i] < max(price_floor_units,
+                                       problem.options[item.option_index].price_units):
                 cap = 0
         if cap > 0 and admitted > 0:
             item_level[i] = admitted - 1
             item_cap[i] = cap
     used = tuple(c for c in clusters
-                 if any(problem.options[problem.menu[i].option_index].cluster_index == c for i in item_level))
+                 if any(problem.options[problem.menu[i].option_index].cluster_index == c
+                        for i in item_level))
     islands_price_cap = None
     if cost_cap_usd is not None and item_level:
         fastest = min(problem.menu[i].step_time_s for i in item_level)
         islands_price_cap = {
-            m: price_cap_units(wall_time_s(problem, fastest, min(v for (mm, _, _), v in sigma.items() if mm == m)),
+            m: price_cap_units(wall_time_s(problem, fastest,
+                                           min(v for (mm, _, _), v in sigma.items() if mm == m)),
                                cost_cap_usd)
             for m in range(1, problem.max_islands + 1)}
     return StepData(level_cut_s=tuple(float(c) for c in levels[ladder]),
                     sigma_level={key: position.get(cut[v]) for key, v in sigma.items()},
                     item_level=item_level, item_cap=item_cap, clusters=used or tuple(clusters),
                     price_floor_units=price_floor_units,
-                    item_price_cap={i: c for i, c in item_price_cap.items() if i in item_level} or None,
+                    item_price_cap={i: c for i, c in item_price_cap.items()
+                                    if i in item_level} or None,
                     islands_price_cap=islands_price_cap,
-                    price_ub_units=problem.max_islands * max(o.price_units for o in problem.options))
+                    price_ub_units=(problem.max_islands
+                                    * max(o.price_units for o in problem.options)))
+
+
+def _level_wall(problem: Problem, levels: np.ndarray, sigma_s: float) -> Callable[[int], float]:
+    """W at step-time level r with sync time `sigma_s` (the bisection key over the levels)."""
+    def wall(r: int) -> float:
+        return wall_time_s(problem, float(levels[r]), sigma_s)
+
+    return wall
 
 
 def choices_of(problem: Problem, counts: dict[int, int]) -> tuple[IslandChoice, ...]:
     """Island choices of per-item island counts."""
-    out = []
+    out: list[IslandChoice] = []
     for i, count in sorted(counts.items()):
         item = problem.menu[i]
-        out.extend(IslandChoice(pair_index=item.pair_index, accum_steps=item.accum_steps) for _ in range(count))
+        out.extend(IslandChoice(pair_index=item.pair_index, accum_steps=item.accum_steps)
+                   for _ in range(count))
     return tuple(out)
 
 
@@ -250,22 +266,23 @@ def build_step_model(problem: Problem, data: StepData) -> tuple[cp_model.CpModel
             model.add(x[i] == 0).only_enforce_if(~z[c])
         model.add(sum(x[i] for i in members) >= 1).only_enforce_if(z[c])
     if problem.max_gpus is not None:  # (4)
-        model.add(sum(options[menu[i].option_index].num_gpus * var for i, var in x.items()) <= problem.max_gpus)
+        model.add(sum(options[menu[i].option_index].num_gpus * var for i, var in x.items())
+                  <= problem.max_gpus)
     for i, last in data.item_level.items():  # (5)
         if last + 1 < levels:
             model.add(x[i] == 0).only_enforce_if(v[last + 1])
     for lvl in range(2, levels):  # (7)
         model.add_implication(v[lvl], v[lvl - 1])
-    for (m, a, b), lvl in data.sigma_level.items():  # (8)
+    for (m, a, b), sync_level in data.sigma_level.items():  # (8)
         if a not in z or b not in z:
             continue
         # a pair of used clusters syncs over the WAN; one cluster alone (all others unused) over
         # its fabric
         clause = [~mu[m], ~z[a]] + ([~z[b]] if b != a else [z[c] for c in z if c != a])
-        if lvl is None:
+        if sync_level is None:
             model.add_bool_or(clause)
-        elif lvl >= 1:
-            model.add_bool_or([*clause, v[lvl]])
+        elif sync_level >= 1:
+            model.add_bool_or([*clause, v[sync_level]])
     price = model.new_int_var(0, data.price_ub_units, "price")
     model.add(price == _price_expr(problem, x))
     if data.price_floor_units > 0:  # (9)
@@ -283,7 +300,8 @@ def build_step_model(problem: Problem, data: StepData) -> tuple[cp_model.CpModel
 
 
 def _price_expr(problem: Problem, x: dict) -> cp_model.LinearExprT:
-    return sum(problem.options[problem.menu[i].option_index].price_units * var for i, var in x.items())
+    return sum(problem.options[problem.menu[i].option_index].price_units * var
+               for i, var in x.items())
 
 
 PROBING_LEVEL = 0

@@ -115,7 +115,8 @@ class DpResult:
 
 def _node_bound(problem: Problem, cluster_index: int) -> int:
     sizes = [o.nodes for o in problem.options if o.cluster_index == cluster_index]
-    return min(problem.clusters[cluster_index].num_nodes, problem.max_islands * max(sizes, default=0))
+    return min(problem.clusters[cluster_index].num_nodes,
+               problem.max_islands * max(sizes, default=0))
 
 
 def dp_unsupported(problem: Problem) -> str | None:
@@ -126,9 +127,11 @@ def dp_unsupported(problem: Problem) -> str | None:
     if len(used) > MAX_CLUSTERS:
         return f"more than {MAX_CLUSTERS} clusters"
     for c in used:
-        states = (problem.max_islands + 1) * (_node_bound(problem, c) + 1) * (problem.global_batch_seqs + 1)
+        states = ((problem.max_islands + 1) * (_node_bound(problem, c) + 1)
+                  * (problem.global_batch_seqs + 1))
         if states > MAX_STATES_PER_CLUSTER:
-            return f"cluster {problem.clusters[c].name}: {states:,} knapsack states > {MAX_STATES_PER_CLUSTER:,}"
+            return (f"cluster {problem.clusters[c].name}: {states:,} knapsack states > "
+                    f"{MAX_STATES_PER_CLUSTER:,}")
     return None
 
 
@@ -152,7 +155,8 @@ def dp_items(problem: Problem, clusters: Sequence[int]) -> list[DpItem]:
         group.sort(key=lambda i: (i.step_time_s, i.price_units, i.nodes, i.menu_index))
         front: list[DpItem] = []
         for entry in group:
-            if not any(f.nodes <= entry.nodes and f.price_units <= entry.price_units for f in front):
+            if not any(f.nodes <= entry.nodes and f.price_units <= entry.price_units
+                       for f in front):
                 front.append(entry)
         kept.extend(front)
     return sorted(kept, key=lambda i: (i.step_time_s, i.menu_index))
@@ -171,7 +175,8 @@ class DpTables:
         self.batch = problem.global_batch_seqs
         self.f = []
         for c in self.clusters:
-            table = np.full((self.max_m + 1, _node_bound(problem, c) + 1, self.batch + 1), INF, dtype=np.int64)
+            table = np.full((self.max_m + 1, _node_bound(problem, c) + 1, self.batch + 1), INF,
+                            dtype=np.int64)
             table[0, 0, 0] = 0
             self.f.append(table)
         self.g = [self._reduce(k) for k in range(len(self.clusters))]
@@ -189,7 +194,8 @@ class DpTables:
         while most > 0:  # binary splitting: chunks 1, 2, 4, ... reach every count 0..most
             q = min(chunk, most)
             dm, dn, db = q, q * item.nodes, q * item.seqs
-            shifted = f[: f.shape[0] - dm, : f.shape[1] - dn, : f.shape[2] - db] + q * item.price_units
+            shifted = (f[: f.shape[0] - dm, : f.shape[1] - dn, : f.shape[2] - db]
+                       + q * item.price_units)
             np.minimum(f[dm:, dn:, db:], shifted, out=f[dm:, dn:, db:])
             most -= q
             chunk *= 2
@@ -219,14 +225,16 @@ class DpTables:
                 continue
             for m1, b1 in zip(rows.tolist(), cols.tolist(), strict=True):
                 view = table[m1:, b1:]
-                np.minimum(view, g[m1, b1] + rest[: table.shape[0] - m1, : table.shape[1] - b1], out=view)
+                np.minimum(view, g[m1, b1] + rest[: table.shape[0] - m1, : table.shape[1] - b1],
+                           out=view)
             np.minimum(table, INF, out=table)
         self.tables[(k,)] = g
         return True
 
     def _update_column(self, table: np.ndarray, rest: np.ndarray, g: np.ndarray, rows: np.ndarray,
                        cols: np.ndarray) -> None:
-        """table[M, B] = min(table[M, B], min over changed (m1, b1) of g[m1, b1] + rest[M − m1, B − b1])."""
+        """table[M, B] = min(table[M, B], min over changed (m1, b1) of
+        g[m1, b1] + rest[M − m1, B − b1])."""
         column = table[:, self.batch]
         for m1 in np.unique(rows).tolist():
             b1 = cols[rows == m1]
@@ -257,7 +265,8 @@ def _lower_bounds(problem: Problem, items: Sequence[DpItem], levels: np.ndarray)
     count = np.searchsorted(t, levels, side="right")
     below = np.where(count > 0, levels * prefix[np.maximum(count - 1, 0)], np.inf)
     above = np.where(count < len(t), suffix[np.minimum(count, len(t) - 1)], np.inf)
-    scale = problem.inner_steps_total * problem.global_batch_seqs / (SECONDS_PER_HOUR * PRICE_UNITS_PER_USD_PER_HOUR)
+    scale = (problem.inner_steps_total * problem.global_batch_seqs
+             / (SECONDS_PER_HOUR * PRICE_UNITS_PER_USD_PER_HOUR))
     return scale * np.minimum(below, above) * (1.0 - 1e-9)  # margin: a bound, never a false stop
 
 
@@ -265,7 +274,9 @@ def _classes(size: int) -> list[tuple[int, ...]]:
     return [combo for r in range(1, size + 1) for combo in itertools.combinations(range(size), r)]
 
 
-def sweep(problem: Problem, *, time_limit_s: float | None = None) -> tuple[list[Candidate], DpTables, list[DpItem], bool, int, int]:
+def sweep(
+    problem: Problem, *, time_limit_s: float | None = None,
+) -> tuple[list[Candidate], DpTables, list[DpItem], bool, int, int]:
     """Level sweep of the module docstring: (candidates, tables, items, finished, swept, levels)."""
     clusters = sorted({o.cluster_index for o in problem.options})
     items = dp_items(problem, clusters)
@@ -298,8 +309,9 @@ def sweep(problem: Problem, *, time_limit_s: float | None = None) -> tuple[list[
                 if m == 0 or prices[m] >= INF:
                     continue
                 wall = wall_time_s(problem, level, sigma[(members, m)])
-                cand = Candidate(wall_time_s=wall, cost_usd=cost_usd(wall, int(prices[m])), level_s=level,
-                                 islands=m, cluster_set=members, price_units=int(prices[m]))
+                cand = Candidate(wall_time_s=wall, cost_usd=cost_usd(wall, int(prices[m])),
+                                 level_s=level, islands=m, cluster_set=members,
+                                 price_units=int(prices[m]))
                 candidates.append(cand)
                 heapq.heappush(pending, (cand.wall_time_s, cand.cost_usd))
             best[members] = np.minimum(best[members], prices)
@@ -323,7 +335,8 @@ def sweep(problem: Problem, *, time_limit_s: float | None = None) -> tuple[list[
 
 def _frontier_candidates(problem: Problem, candidates: Sequence[Candidate]) -> list[Candidate]:
     """Non-dominated candidates within deadline and budget (ties: the first found), W ascending."""
-    ok = [c for c in candidates if problem.deadline_s is None or c.wall_time_s <= problem.deadline_s]
+    ok = [c for c in candidates
+          if problem.deadline_s is None or c.wall_time_s <= problem.deadline_s]
     ok.sort(key=lambda c: (c.wall_time_s, c.cost_usd))
     front: list[Candidate] = []
     for cand in ok:
@@ -342,7 +355,8 @@ def dp_frontier(problem: Problem, *, time_limit_s: float | None = None) -> DpRes
     candidates, _, items, finished, swept, total = sweep(problem, time_limit_s=time_limit_s)
     front = _frontier_candidates(problem, candidates)
     plans = rebuild(problem, items, front)
-    LOG.info("dp: %d of %d levels, %d candidates, %d points", swept, total, len(candidates), len(plans))
+    LOG.info("dp: %d of %d levels, %d candidates, %d points", swept, total, len(candidates),
+             len(plans))
     return DpResult(points=tuple(nondominated(plans)), proven_exact=finished, levels_swept=swept,
                     levels_total=total, candidates=len(candidates))
 
@@ -399,7 +413,8 @@ def _split(tables: DpTables, cand: Candidate) -> dict[int, tuple[int, int]]:
     return out
 
 
-def _peel(problem: Problem, f: np.ndarray, items: Sequence[DpItem], k: int, m: int, b: int) -> list[IslandChoice]:
+def _peel(problem: Problem, f: np.ndarray, items: Sequence[DpItem], k: int, m: int,
+          b: int) -> list[IslandChoice]:
     """Items of one cluster's optimal multiset for (m islands, b sequences)."""
     n = int(np.argmin(f[m, :, b]))
     value = int(f[m, n, b])

@@ -48,11 +48,13 @@ if TYPE_CHECKING:
     from planner.problem import Plan, Problem
 
 
-CAP_FLAGS = {"co2": ("max_co2_kg", "--max-co2-kg", "kg CO2e"), "energy": ("max_energy_kwh", "--max-energy-kwh", "kWh")}
+CAP_FLAGS = {"co2": ("max_co2_kg", "--max-co2-kg", "kg CO2e"),
+             "energy": ("max_energy_kwh", "--max-energy-kwh", "kWh")}
 """Per metric: the InfeasibleError binding name, the CLI flag and the unit."""
 
 
-def metric_of(objective: str | None, max_co2_kg: float | None, max_energy_kwh: float | None) -> str | None:
+def metric_of(objective: str | None, max_co2_kg: float | None,
+              max_energy_kwh: float | None) -> str | None:
     """The energy metric a query needs (None: a plain time-cost query); exit 2 on mixed ones."""
     if max_co2_kg is not None and max_energy_kwh is not None:
         raise UserInputError("--max-co2-kg and --max-energy-kwh together are a third objective",
@@ -64,14 +66,16 @@ def metric_of(objective: str | None, max_co2_kg: float | None, max_energy_kwh: f
                              hint=f"use --objective {capped} or cap {asked}.")
     if objective == "cost" and capped:
         raise UserInputError(f"--objective cost with a {capped} cap is a three-objective query",
-                             hint=f"use --objective time or {capped} (exact on the time-vs-{capped} "
-                                  "frontier), or pareto --objectives time," + capped + ".")
+                             hint=f"use --objective time or {capped} "
+                                  f"(exact on the time-vs-{capped} frontier), "
+                                  "or pareto --objectives time," + capped + ".")
     return asked or capped
 
 
 def solve_energy(instance: Any, table: Any, metric: str, *, max_value: float | None = None,
-                 solver: str = "auto", time_limit_s: float | None = None, budget_usd: float | None = None,
-                 deadline_hours: float | None = None, **_: Any) -> tuple[Problem, Any]:
+                 solver: str = "auto", time_limit_s: float | None = None,
+                 budget_usd: float | None = None, deadline_hours: float | None = None,
+                 **_: Any) -> tuple[Problem, Any]:
     """The problem and its exact time-vs-`metric` frontier (a `planner.pareto.Frontier`);
     InfeasibleError naming the cap when only the cap binds."""
     import time
@@ -91,9 +95,11 @@ def solve_energy(instance: Any, table: Any, metric: str, *, max_value: float | N
     else:
         found = energy_frontier(problem, metric, max_value=max_value, time_limit_s=time_limit_s)
         points, exact = list(found.points), found.proven_exact
-    frontier = Frontier(points=tuple(points), solver=f"{'dp' if solver == 'auto' else solver}-{metric}",
+    frontier = Frontier(points=tuple(points),
+                        solver=f"{'dp' if solver == 'auto' else solver}-{metric}",
                         proven_exact=exact, num_solves=0, solve_time_s=time.perf_counter() - start,
-                        max_cost_rounding_usd=max((p.cost_rounding_bound_usd for p in points), default=0.0),
+                        max_cost_rounding_usd=max((p.cost_rounding_bound_usd for p in points),
+                                                  default=0.0),
                         note="" if exact else "the energy DP sweep hit the time limit")
     if points:
         return problem, frontier
@@ -103,15 +109,19 @@ def solve_energy(instance: Any, table: Any, metric: str, *, max_value: float | N
         if free:
             binding, flag, unit = CAP_FLAGS[metric]
             least = min(getattr(p, FIELD[metric]) for p in free)
-            raise InfeasibleError(f"{flag} {max_value:.6g} {unit} is below the lowest-{metric} plan "
-                                  f"({least:.6g} {unit}" + (" within the deadline" if deadline_hours or
-                                                             instance.limits.deadline_hours else "") + ")",
+            raise InfeasibleError(f"{flag} {max_value:.6g} {unit} is below the lowest-{metric} "
+                                  f"plan ({least:.6g} {unit}"
+                                  + (" within the deadline"
+                                     if deadline_hours or instance.limits.deadline_hours else "")
+                                  + ")",
                                   binding=binding, hint=f"allow at least {least:.6g} {unit}.")
-    solve_instance(instance, table, solver="auto", budget_usd=budget_usd, deadline_hours=deadline_hours)
+    solve_instance(instance, table, solver="auto", budget_usd=budget_usd,
+                   deadline_hours=deadline_hours)
     raise InfeasibleError("no plan found", binding="unknown", hint="report this instance.")
 
 
-def brute_energy_frontier(problem: Problem, metric: str, *, max_value: float | None = None) -> list[Plan]:
+def brute_energy_frontier(problem: Problem, metric: str, *,
+                          max_value: float | None = None) -> list[Plan]:
     """The reference: every plan enumerated (no reductions), non-dominated in (W, metric)."""
     from planner.baselines import BruteForce
 
@@ -148,29 +158,37 @@ def min_co2_within_cost(problem: Problem, max_cost_usd: float, *, cheapest_plan:
     the cap, among the P_λ and `within` (e.g. frontier points)."""
     def solve(weight: float) -> Plan:
         points = energy_frontier(problem, "co2", usd_weight=weight).points
-        return min(points, key=lambda p: (p.co2_kg + weight * p.cost_usd, p.cost_usd))
+        return min(points, key=lambda p: (_kg(p) + weight * p.cost_usd, p.cost_usd))
 
     feasible = [p for p in (*within, cheapest_plan) if p.cost_usd <= max_cost_usd]
     if cheapest_plan.cost_usd > max_cost_usd:
         raise ValueError("the cheapest plan breaks the cost cap")
     lo, solves = solve(0.0), 1
-    lower = lo.co2_kg
+    lower = _kg(lo)
     high = cheapest_plan
     if lo.cost_usd <= max_cost_usd:
         feasible.append(lo)
     else:
         while solves < max_solves and lo.cost_usd > high.cost_usd:
-            weight = (high.co2_kg - lo.co2_kg) / (lo.cost_usd - high.cost_usd)
+            weight = (_kg(high) - _kg(lo)) / (lo.cost_usd - high.cost_usd)
             plan, solves = solve(weight), solves + 1
-            line = lo.co2_kg + weight * lo.cost_usd
-            lower = max(lower, min(line, plan.co2_kg + weight * plan.cost_usd) - weight * max_cost_usd)
-            if plan.co2_kg + weight * plan.cost_usd >= line * (1 - 1e-12):
+            line = _kg(lo) + weight * lo.cost_usd
+            lower = max(lower,
+                        min(line, _kg(plan) + weight * plan.cost_usd) - weight * max_cost_usd)
+            if _kg(plan) + weight * plan.cost_usd >= line * (1 - 1e-12):
                 break  # no plan below the hull edge: the dual bound is reached
             if plan.cost_usd <= max_cost_usd:
                 feasible.append(plan)
                 high = plan
             else:
                 lo = plan
-    best = min(feasible, key=lambda p: (p.co2_kg, p.cost_usd))
-    return CappedCo2(max_cost_usd=max_cost_usd, best=best, lower_bound_kg=max(min(lower, best.co2_kg), 0.0),
-                     solves=solves)
+    best = min(feasible, key=lambda p: (_kg(p), p.cost_usd))
+    return CappedCo2(max_cost_usd=max_cost_usd, best=best,
+                     lower_bound_kg=max(min(lower, _kg(best)), 0.0), solves=solves)
+
+
+def _kg(plan: Plan) -> float:
+    """CO2 of a plan on a CO2 frontier (known there: every cluster has a grid region)."""
+    if plan.co2_kg is None:
+        raise ValueError("a plan on the CO2 frontier has no CO2: a cluster lacks a grid region")
+    return plan.co2_kg

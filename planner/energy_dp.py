@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from perfmodel.errors import UserInputError
-from perfmodel.power import J_PER_KWH
+from perfmodel.tables import J_PER_KWH
 from planner.energy_power import FIELD, METRICS, island_coefficients, require_metric
 
 if TYPE_CHECKING:
@@ -134,7 +134,8 @@ def _alpha(items: Sequence[EnergyItem], count: int) -> list[float]:
     for item in items:
         value = item.a / item.gpus
         if out[item.cluster] and not math.isclose(out[item.cluster], value, rel_tol=1e-9):
-            raise ValueError("rows of one cluster differ in TDP (or, with a cost weight, in price per GPU)")
+            raise ValueError("rows of one cluster differ in TDP (or, with a cost weight, "
+                             "in price per GPU)")
         out[item.cluster] = value
     return out
 
@@ -142,7 +143,8 @@ def _alpha(items: Sequence[EnergyItem], count: int) -> list[float]:
 class EnergyTables:
     """Per-cluster tables F_c[m, n, G, b] = least Σ b over such multisets (float, inf: none)."""
 
-    def __init__(self, problem: Problem, clusters: Sequence[int], items: Sequence[EnergyItem]) -> None:
+    def __init__(self, problem: Problem, clusters: Sequence[int],
+                 items: Sequence[EnergyItem]) -> None:
         from planner.dp import _node_bound
 
         self.batch = problem.global_batch_seqs
@@ -158,7 +160,8 @@ class EnergyTables:
         self._index = _antidiagonal(self.batch)
 
     def add(self, item: EnergyItem) -> None:
-        """Admit any number of islands of `item` (binary splitting, as `planner.dp.DpTables.add`)."""
+        """Admit any number of islands of `item` (binary splitting, as
+        `planner.dp.DpTables.add`)."""
         f = self.f[item.cluster]
         most = min(self.max_m, (f.shape[1] - 1) // item.nodes, (f.shape[2] - 1) // item.gpus,
                    self.batch // item.seqs)
@@ -215,14 +218,16 @@ def _class_value(tables: EnergyTables, hs: Sequence[np.ndarray], islands: int) -
     return best
 
 
-def energy_lower_bounds(problem: Problem, items: Sequence[EnergyItem], levels: np.ndarray) -> np.ndarray:
+def energy_lower_bounds(problem: Problem, items: Sequence[EnergyItem],
+                        levels: np.ndarray) -> np.ndarray:
     """LB(τ̄) of the module docstring (metric units per run) for every level."""
     t = np.array([i.step_time_s for i in items])
     a = np.array([i.a for i in items])
     b = np.array([i.b for i in items])
     s = np.array([i.seqs for i in items], dtype=float)
     per_seq = (np.maximum(levels[:, None], t[None, :]) * a[None, :] + b[None, :]) / s[None, :]
-    return problem.inner_steps_total * problem.global_batch_seqs * per_seq.min(axis=1) * (1.0 - 1e-9)
+    return (problem.inner_steps_total * problem.global_batch_seqs * per_seq.min(axis=1)
+            * (1.0 - 1e-9))
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -259,11 +264,13 @@ def energy_frontier(problem: Problem, metric: str, *, max_value: float | None = 
         raise ValueError("a cap and a cost weight together are not supported")
     items = energy_items(problem, metric, clusters, usd_weight)
     if not items or problem.max_islands < 1:
-        return EnergyFrontier(points=(), metric=metric, proven_exact=True, levels_swept=0, levels_total=0)
+        return EnergyFrontier(points=(), metric=metric, proven_exact=True, levels_swept=0,
+                              levels_total=0)
     tables = EnergyTables(problem, clusters, items)
     levels = np.unique(np.array([i.step_time_s for i in items]))
     bounds = energy_lower_bounds(problem, items, levels)
-    classes = [c for r in range(1, len(clusters) + 1) for c in itertools.combinations(range(len(clusters)), r)]
+    classes = [c for r in range(1, len(clusters) + 1)
+               for c in itertools.combinations(range(len(clusters)), r)]
     sigma = {(u, m): group_sync_s(problem, m, [clusters[k] for k in u])
              for u in classes for m in range(len(u), problem.max_islands + 1)}
     steps = problem.inner_steps_total
@@ -287,8 +294,9 @@ def energy_frontier(problem: Problem, metric: str, *, max_value: float | None = 
             hs = [cache.setdefault((k, period), tables.at_period(k, period)[0]) for k in u]
             value = _class_value(tables, hs, m) * steps
             if math.isfinite(value):
-                candidates.append(_Candidate(wall_time_s=wall_time_s(problem, level, sig), value=value,
-                                             level_s=level, period_s=period, cluster_set=u, islands=m))
+                candidates.append(_Candidate(wall_time_s=wall_time_s(problem, level, sig),
+                                             value=value, level_s=level, period_s=period,
+                                             cluster_set=u, islands=m))
         if index + 1 == len(levels):
             break
         floor_w = steps * float(levels[index + 1])
@@ -306,14 +314,17 @@ def energy_frontier(problem: Problem, metric: str, *, max_value: float | None = 
         if stop_at is not None and time.monotonic() > stop_at:
             finished = False
             break
-    front = _front([c for c in candidates if (problem.deadline_s is None or c.wall_time_s <= problem.deadline_s)
-                    and (cap is None or c.value <= cap * (1 + 1e-9))])  # plans are re-filtered exactly
+    # plans are re-filtered exactly
+    front = _front([c for c in candidates
+                    if (problem.deadline_s is None or c.wall_time_s <= problem.deadline_s)
+                    and (cap is None or c.value <= cap * (1 + 1e-9))])
     plans = [_rebuild(problem, clusters, items, cand) for cand in front]
     field = FIELD[metric]
     plans = [p for p in plans if cap is None or getattr(p, field) <= max_value]
-    key = (lambda p: getattr(p, field) + usd_weight * p.cost_usd) if usd_weight else (lambda p: getattr(p, field))
-    LOG.info("energy dp (%s): %d of %d levels, %d candidates, %d points", metric, swept, len(levels),
-             len(candidates), len(plans))
+    key = ((lambda p: getattr(p, field) + usd_weight * p.cost_usd) if usd_weight
+           else (lambda p: getattr(p, field)))
+    LOG.info("energy dp (%s): %d of %d levels, %d candidates, %d points", metric, swept,
+             len(levels), len(candidates), len(plans))
     return EnergyFrontier(points=tuple(nondominated_by(plans, key)), metric=metric,
                           proven_exact=finished, levels_swept=swept, levels_total=len(levels))
 
@@ -343,7 +354,8 @@ def nondominated_by(plans: Sequence[Plan], field: str | Callable[[Plan], float])
     return out
 
 
-def _rebuild(problem: Problem, clusters: Sequence[int], items: Sequence[EnergyItem], cand: _Candidate) -> Plan:
+def _rebuild(problem: Problem, clusters: Sequence[int], items: Sequence[EnergyItem],
+             cand: _Candidate) -> Plan:
     """A plan of a candidate: the tables at its level, split over its clusters, peeled."""
     from planner.problem import evaluate
 
@@ -352,7 +364,8 @@ def _rebuild(problem: Problem, clusters: Sequence[int], items: Sequence[EnergyIt
     for item in admitted:
         tables.add(item)
     target = cand.value / problem.inner_steps_total
-    parts = _split(tables, [tables.at_period(k, cand.period_s) for k in cand.cluster_set], cand.islands, target)
+    parts = _split(tables, [tables.at_period(k, cand.period_s) for k in cand.cluster_set],
+                   cand.islands, target)
     choices: list[IslandChoice] = []
     for k, (m, b, gpus, value) in zip(cand.cluster_set, parts, strict=True):
         choices.extend(_peel(tables, [i for i in admitted if i.cluster == k], k, m, b, gpus, value,
@@ -390,7 +403,8 @@ def _split(tables: EnergyTables, hv: Sequence[tuple[np.ndarray, np.ndarray]], is
         m, b = found
         out.append((m, b, int(np.argmin(hv[pos][1][m, :, b])), float(h[m, b])))
         m_left, b_left, value = m_left - m, b_left - b, value - float(h[m, b])
-    out.append((m_left, b_left, int(np.argmin(hv[0][1][m_left, :, b_left])), float(hs[0][m_left, b_left])))
+    out.append((m_left, b_left, int(np.argmin(hv[0][1][m_left, :, b_left])),
+                float(hs[0][m_left, b_left])))
     return out[::-1]
 
 

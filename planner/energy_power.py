@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from perfmodel.errors import UserInputError
-from perfmodel.power import DEFAULT_POWER, J_PER_KWH, PowerAssumptions
+from perfmodel.tables import DEFAULT_POWER, J_PER_KWH, PowerAssumptions
 
 if TYPE_CHECKING:
     from planner.problem import IslandChoice, Problem
@@ -122,17 +122,19 @@ def pair_power(row: Any, tdp_fallback: float | None) -> PairPower | None:
         return None
     split = [getattr(row, c, None) for c in ("compute_fixed_s", "compute_micro_s",
                                              "comm_only_fixed_s", "comm_only_micro_s")]
-    if any(v is None or not math.isfinite(float(v)) for v in split):
-        return PairPower(compute_fixed_s=float(row.step_fixed_s), compute_micro_s=float(row.microstep_s),
-                         comm_only_fixed_s=0.0, comm_only_micro_s=0.0, tdp_w=tdp, split_known=False)
-    cf, cm, xf, xm = (float(v) for v in split)
-    return PairPower(compute_fixed_s=cf, compute_micro_s=cm, comm_only_fixed_s=xf, comm_only_micro_s=xm,
-                     tdp_w=tdp, split_known=True)
+    known = [float(v) for v in split if v is not None]
+    if len(known) < len(split) or not all(math.isfinite(v) for v in known):
+        return PairPower(compute_fixed_s=float(row.step_fixed_s),
+                         compute_micro_s=float(row.microstep_s), comm_only_fixed_s=0.0,
+                         comm_only_micro_s=0.0, tdp_w=tdp, split_known=False)
+    cf, cm, xf, xm = known
+    return PairPower(compute_fixed_s=cf, compute_micro_s=cm, comm_only_fixed_s=xf,
+                     comm_only_micro_s=xm, tdp_w=tdp, split_known=True)
 
 
 def cluster_energy(cluster: Any) -> ClusterEnergy:
     """PUE (instance override, else the price list provider's) and grid of an instance cluster."""
-    from perfmodel.energy_catalog import carbon_intensity_g_per_kwh, provider_pue
+    from perfmodel.tables import carbon_intensity_g_per_kwh, provider_pue
 
     if cluster.pue is not None:
         pue, source = float(cluster.pue), "instance"
@@ -140,12 +142,13 @@ def cluster_energy(cluster: Any) -> ClusterEnergy:
         pue, source = provider_pue(cluster.price.provider if cluster.price is not None else None)
     region = cluster.region
     return ClusterEnergy(pue=pue, pue_source=source, region=region,
-                         gco2e_per_kwh=None if region is None else carbon_intensity_g_per_kwh(region))
+                         gco2e_per_kwh=(None if region is None
+                                        else carbon_intensity_g_per_kwh(region)))
 
 
 def table_tdp(gpu: str) -> float | None:
     """Catalog TDP of a GPU, for tables without a `tdp_w` column."""
-    from perfmodel.energy_catalog import gpu_tdp_w
+    from perfmodel.tables import gpu_tdp_w
 
     return gpu_tdp_w(gpu)
 
@@ -163,7 +166,8 @@ def build_energy(instance: Any, rows: Sequence[Any], gpu_types: Sequence[str]) -
 def island_coefficients(problem: Problem, pair_index: int, accum_steps: int,
                         metric: str = "energy") -> tuple[float, float]:
     """(a, b) of one island: facility power while waiting, W (a·W is its baseline energy over the
-    run), and its extra energy per inner step above idle, J; both × grid intensity (kg/J) for co2."""
+    run), and its extra energy per inner step above idle, J; both × grid intensity (kg/J)
+    for co2."""
     data: EnergyData = problem.energy
     pp = data.pairs[pair_index]
     if pp is None:
@@ -183,10 +187,12 @@ def island_coefficients(problem: Problem, pair_index: int, accum_steps: int,
     return a, b
 
 
-def plan_energy(problem: Problem, choices: Sequence[IslandChoice], wall_s: float) -> tuple[float | None, float | None]:
+def plan_energy(problem: Problem, choices: Sequence[IslandChoice],
+                wall_s: float) -> tuple[float | None, float | None]:
     """(energy_kwh, co2_kg) of a plan with wall time `wall_s` (None where unknown)."""
     data: EnergyData | None = problem.energy
-    if data is None or not choices or not all(data.pairs[c.pair_index] is not None for c in choices):
+    if (data is None or not choices
+            or not all(data.pairs[c.pair_index] is not None for c in choices)):
         return None, None
     steps = problem.inner_steps_total
     joules, co2 = 0.0, 0.0
@@ -211,6 +217,9 @@ def require_metric(problem: Problem, metric: str) -> None:
         raise UserInputError(f"the energy of {problem.name!r} is unknown: a GPU has no TDP",
                              hint="use catalog GPUs or give the island table a tdp_w column.")
     if metric == "co2" and not data.co2_known:
-        missing = [problem.clusters[i].name for i, c in enumerate(data.clusters) if c.gco2e_per_kwh is None]
-        raise UserInputError(f"the CO2 of {problem.name!r} is unknown: clusters {missing} have no region",
-                             hint="add `region:` (a key of catalogs/energy/carbon_intensity.csv) to them.")
+        missing = [problem.clusters[i].name for i, c in enumerate(data.clusters)
+                   if c.gco2e_per_kwh is None]
+        raise UserInputError(f"the CO2 of {problem.name!r} is unknown: "
+                             f"clusters {missing} have no region",
+                             hint="add `region:` (a key of "
+                                  "catalogs/energy/carbon_intensity.csv) to them.")

@@ -59,7 +59,8 @@ class _Strict(BaseModel):
         if field is not None and not _admits_bool(field.annotation):
             items = value if isinstance(value, list | tuple) else [value]
             if any(isinstance(v, bool) for v in items):
-                raise ValueError("a boolean (true/false) is not accepted here; write a number or name")
+                raise ValueError("a boolean (true/false) is not accepted here; "
+                                 "write a number or name")
         return value
 
 
@@ -247,15 +248,18 @@ PriceResolver = Callable[[PriceLookup], float]
 
 
 def catalog_price(ref: PriceLookup) -> float:
-    """Default resolver: `perfmodel.catalog.price_usd_per_gpu_hour`, imported lazily."""
+    """Default resolver: `perfmodel.tables.price_usd_per_gpu_hour` (the catalog price lists),
+    imported lazily."""
     try:
-        from perfmodel.catalog import price_usd_per_gpu_hour
+        from perfmodel.tables import price_usd_per_gpu_hour
+
+        return price_usd_per_gpu_hour(ref.provider, ref.gpu, ref.tier, ref.as_of)
     except ImportError as err:
         raise InstanceError(
-            f"price lists are unavailable ({err}); cannot resolve price of {ref.gpu} from {ref.provider}",
+            f"price lists are unavailable ({err}); cannot resolve price of {ref.gpu} from "
+            f"{ref.provider}",
             hint="give price_usd_per_gpu_hour for the cluster instead of `price:`.",
         ) from err
-    return price_usd_per_gpu_hour(ref.provider, ref.gpu, ref.tier, ref.as_of)
 
 
 def gpu_prices(instance: Instance, resolve_price: PriceResolver | None = None) -> dict[str, float]:
@@ -306,13 +310,15 @@ def _instance_error(path: Path, err: ValidationError) -> InstanceError:
         dotted = _dotted(loc)
         if item["type"] == "extra_forbidden":
             known = _fields_at(loc[:-1])
-            lines.append(f"unknown key {dotted!r} = {item['input']!r}; {did_you_mean(str(loc[-1]), known)}")
+            lines.append(f"unknown key {dotted!r} = {item['input']!r}; "
+                         f"{did_you_mean(str(loc[-1]), known)}")
         elif item["type"] == "missing":
             lines.append(f"field {dotted!r} is required")
         else:
             lines.append(f"field {dotted!r} = {item.get('input')!r}: {item['msg']}")
     return InstanceError(f"{path}: invalid instance:\n  " + "\n  ".join(lines),
-                         hint="correct the listed fields (see instances/small-*.yaml for examples).")
+                         hint="correct the listed fields "
+                              "(see instances/small-*.yaml for examples).")
 
 
 def _dotted(loc: tuple[int | str, ...]) -> str:
@@ -355,7 +361,8 @@ def _check_semantics(instance: Instance, path: Path) -> None:
     for i, c in enumerate(instance.clusters):
         where = f"clusters[{i}]"
         if c.name in names:
-            fail(f"{where}.name", c.name, "duplicate cluster name", "give every cluster a unique name.")
+            fail(f"{where}.name", c.name, "duplicate cluster name",
+                 "give every cluster a unique name.")
         names.add(c.name)
         allowed = c.allowed_gpus_per_node
         if allowed is not None:
@@ -378,7 +385,8 @@ def _check_semantics(instance: Instance, path: Path) -> None:
         if instance.training.strategy != "fsdp":
             for key in ("wan_gbit_s", "wan_latency_ms"):
                 if getattr(c, key) is None:
-                    fail(f"{where}.{key}", None, f"required for strategy {instance.training.strategy}",
+                    fail(f"{where}.{key}", None,
+                         f"required for strategy {instance.training.strategy}",
                          f"add `{key}:` to the cluster (σ needs the WAN uplink and latency).")
     if instance.training.strategy != "fsdp" and instance.training.inner_steps is None:
         fail("training.inner_steps", None, f"required for strategy {instance.training.strategy}",
@@ -399,22 +407,19 @@ def _check_semantics(instance: Instance, path: Path) -> None:
 
 def _check_region(where: str, region: str, fail: Any) -> None:
     """An unknown grid region is a user error with a did-you-mean (catalogs/energy/)."""
-    from perfmodel.energy_catalog import carbon_intensity_g_per_kwh
     from perfmodel.errors import CatalogError
+    from perfmodel.tables import carbon_intensity_g_per_kwh
 
     try:
         carbon_intensity_g_per_kwh(region)
     except CatalogError as err:
-        fail(where, region, "unknown grid region", err.hint or "use a key of catalogs/energy/carbon_intensity.csv.")
+        fail(where, region, "unknown grid region",
+             err.hint or "use a key of catalogs/energy/carbon_intensity.csv.")
 
 
 def _check_catalog_names(instance: Instance, path: Path) -> None:
     """The model and every cluster's GPU must be known (catalog name or config.json path), and a
     cluster may not use more GPUs per node than its node type holds."""
-    try:
-        from perfmodel.catalog import get_gpu, get_model
-    except ImportError:  # no catalogs to check against (the planner alone)
-        return
     from perfmodel.errors import CatalogError, ConfigError
 
     def fail(field: str, value: Any, err: ShardMeterError) -> None:
@@ -425,7 +430,11 @@ def _check_catalog_names(instance: Instance, path: Path) -> None:
     if not model_path.is_absolute():
         model_path = path.parent / model_path
     try:
-        get_model(str(model_path) if model_path.suffix == ".json" else instance.model)
+        from perfmodel.tables import get_gpu, model_parameters
+
+        model_parameters(str(model_path) if model_path.suffix == ".json" else instance.model)
+    except ImportError:  # no catalogs to check against (the planner alone)
+        return
     except (CatalogError, ConfigError) as err:
         fail("model", instance.model, err)
     for i, c in enumerate(instance.clusters):
@@ -435,8 +444,8 @@ def _check_catalog_names(instance: Instance, path: Path) -> None:
             fail(f"clusters[{i}].gpu", c.gpu, err)
         if c.gpus_per_node > gpu.max_gpus_per_node:
             raise InstanceError(
-                f"{path}: field 'clusters[{i}].gpus_per_node' = {c.gpus_per_node}: a {gpu.name} node "
-                f"holds at most {gpu.max_gpus_per_node} GPUs",
+                f"{path}: field 'clusters[{i}].gpus_per_node' = {c.gpus_per_node}: "
+                f"a {gpu.name} node holds at most {gpu.max_gpus_per_node} GPUs",
                 hint=f"use gpus_per_node <= {gpu.max_gpus_per_node} and raise num_nodes instead.")
 
 
@@ -468,17 +477,20 @@ def size_prices(instance: Instance) -> dict[str, dict[int, float]]:
     wanted = [c for c in instance.clusters if c.price is not None and c.price.per_instance_size]
     if not wanted:
         return {}
-    from perfmodel.catalog import get_gpu, price_rows
+    from perfmodel.tables import get_gpu, price_rows
 
     rows = price_rows()
     out: dict[str, dict[int, float]] = {}
     for cluster in wanted:
         ref = cluster.price
+        if ref is None:  # not wanted (filtered above)
+            continue
         gpu = get_gpu(cluster.gpu).name
         best: dict[int, Any] = {}
         for r in rows:
-            if (r.provider.lower() != ref.provider.lower() or r.gpu_type != gpu or r.tier != ref.tier
-                    or r.gpus_per_node is None or (ref.as_of is not None and r.as_of != ref.as_of)):
+            if (r.provider.lower() != ref.provider.lower() or r.gpu_type != gpu
+                    or r.tier != ref.tier or r.gpus_per_node is None
+                    or (ref.as_of is not None and r.as_of != ref.as_of)):
                 continue
             if r.gpus_per_node not in best or r.as_of > best[r.gpus_per_node].as_of:
                 best[r.gpus_per_node] = r

@@ -89,7 +89,8 @@ def _make_solver(backend: str, threads: int, time_limit_s: float | None) -> pulp
         solver_cls = getattr(pulp, "HiGHS", None)
         if solver_cls is None or not highs_available():
             raise ShardMeterError("the HiGHS MILP backend is not available in this environment",
-                                  hint="use --milp-backend cbc (bundled with PuLP) or install highspy.")
+                                  hint="use --milp-backend cbc (bundled with PuLP) or "
+                                       "install highspy.")
         # no `threads`: HiGHS sizes one scheduler per process on first use and fails every later
         # solve that asks for a different count (seen as "not solved" after a 2-thread solve)
         return solver_cls(msg=False, timeLimit=time_limit_s, gapRel=0.0, gapAbs=ABS_GAP_PRICE_UNITS)
@@ -119,10 +120,13 @@ def build_step_milp(problem: Problem, data: StepData) -> tuple[pulp.LpProblem, d
     levels = len(data.level_cut_s)
     v = {lvl: lp.add_variable(f"v{lvl}", 0, 1, cat=pulp.LpBinary) for lvl in range(1, levels)}
     z = {c: lp.add_variable(f"z{c}", 0, 1, cat=pulp.LpBinary) for c in data.clusters}
-    mu = {m: lp.add_variable(f"mu{m}", 0, 1, cat=pulp.LpBinary) for m in range(1, problem.max_islands + 1)}
-    x = {i: lp.add_variable(f"x{i}", 0, cap, cat=pulp.LpInteger) for i, cap in data.item_cap.items()}
+    mu = {m: lp.add_variable(f"mu{m}", 0, 1, cat=pulp.LpBinary)
+          for m in range(1, problem.max_islands + 1)}
+    x = {i: lp.add_variable(f"x{i}", 0, cap, cat=pulp.LpInteger)
+         for i, cap in data.item_cap.items()}
     unit = price_step_units(problem, data)
-    price = pulp.lpSum(options[menu[i].option_index].price_units // unit * var for i, var in x.items())
+    price = pulp.lpSum(options[menu[i].option_index].price_units // unit * var
+                       for i, var in x.items())
     lp += price
     if data.price_floor_units > 0:
         lp += price >= -(-data.price_floor_units // unit), "c9"
@@ -155,17 +159,17 @@ def build_step_milp(problem: Problem, data: StepData) -> tuple[pulp.LpProblem, d
             lp += x[i] <= data.item_cap[i] * (1 - v[last + 1]), f"c5_{i}"
     for lvl in range(2, levels):
         lp += v[lvl] <= v[lvl - 1], f"c7_{lvl}"
-    for (m, a, b), lvl in data.sigma_level.items():
+    for (m, a, b), sync_level in data.sigma_level.items():
         if a not in z or b not in z:
             continue
         # pair a < b: both used; a alone: used and every other cluster unused
         others = pulp.lpSum(z[c] for c in z if c != a) if b == a else 0
         used = mu[m] + z[a] + (z[b] if b != a else 0) - others
         count = 3 if b != a else 2
-        if lvl is None:
+        if sync_level is None:
             lp += used <= count - 1, f"c8_{m}_{a}_{b}"
-        elif lvl >= 1:
-            lp += v[lvl] >= used - (count - 1), f"c8_{m}_{a}_{b}"
+        elif sync_level >= 1:
+            lp += v[sync_level] >= used - (count - 1), f"c8_{m}_{a}_{b}"
     return lp, x
 
 
@@ -183,7 +187,8 @@ class MilpSubsolver:
 
     def min_price(self, max_wall_s: float | None, *, strict: bool, time_limit_s: float | None,
                   price_floor_units: int = 0, cost_cap_usd: float | None = None) -> SubResult:
-        """Solve one step (arguments as `CpSatSubsolver.min_price`); statuses are checked explicitly."""
+        """Solve one step (arguments as `CpSatSubsolver.min_price`); statuses are checked
+        explicitly."""
         data = step_data(self.problem, max_wall_s, strict=strict, skip_options=self.skip,
                          price_floor_units=price_floor_units, cost_cap_usd=cost_cap_usd)
         if data is None or not data.item_level:
@@ -203,6 +208,7 @@ def _read(problem: Problem, lp: pulp.LpProblem, x: dict[int, pulp.LpVariable]) -
             raise RuntimeError("MILP unbounded: the model is wrong (all variables are bounded)")
         return SubResult(status="unknown")
     counts = {i: int(round(var.value() or 0)) for i, var in x.items()}
-    price = sum(problem.options[problem.menu[i].option_index].price_units * c for i, c in counts.items())
+    price = sum(problem.options[problem.menu[i].option_index].price_units * c
+                for i, c in counts.items())
     status = "optimal" if sol == pulp.LpSolutionOptimal else "feasible"
     return SubResult(status=status, choices=choices_of(problem, counts), price_units=price)

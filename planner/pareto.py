@@ -122,7 +122,8 @@ class StaircaseOracle:
             eps, eps_strict = plan.wall_time_s, True
             floor = result.price_units if result.status == "optimal" else 0
 
-    def _solve(self, eps: float | None, strict: bool, floor: int, cap: float | None) -> SubResult | None:
+    def _solve(self, eps: float | None, strict: bool, floor: int,
+               cap: float | None) -> SubResult | None:
         remaining = None if self.stop_at is None else self.stop_at - time.monotonic()
         if remaining is not None and remaining <= 0:
             self.proven_exact = False
@@ -144,19 +145,24 @@ class StaircaseOracle:
         self.proven_exact = False
         self.note = self.note or why
 
-    def _cross_check(self, result: SubResult, eps: float | None, strict: bool, cap: float | None) -> SubResult:
+    def _cross_check(self, result: SubResult, eps: float | None, strict: bool,
+                     cap: float | None) -> SubResult:
         """An infeasible step after a feasible one is re-checked before it may end the walk."""
         if self.checker is None:
-            self._unproven(f"{self.subsolver.name} reported a step infeasible and no second method checked it")
+            self._unproven(f"{self.subsolver.name} reported a step infeasible and no second "
+                           "method checked it")
             return result
         self.cross_checks += 1
         witness = self.checker(eps, strict, cap)
         if witness is None:
             return result
-        LOG.warning("%s reported a feasible step infeasible (W %s %s); continuing with the plan the "
-                    "cross-check found", self.subsolver.name, "<" if strict else "<=", eps)
-        self._unproven(f"{self.subsolver.name} reported a feasible step infeasible (cross-check found a plan)")
-        return SubResult(status="feasible", choices=witness.choices, price_units=witness.price_units)
+        LOG.warning("%s reported a feasible step infeasible (W %s %s); "
+                    "continuing with the plan the cross-check found",
+                    self.subsolver.name, "<" if strict else "<=", eps)
+        self._unproven(f"{self.subsolver.name} reported a feasible step infeasible "
+                       "(cross-check found a plan)")
+        return SubResult(status="feasible", choices=witness.choices,
+                         price_units=witness.price_units)
 
     def _check(self, result: SubResult, eps: float | None, strict: bool) -> Plan:
         plan = evaluate(self.problem, result.choices)
@@ -164,19 +170,22 @@ class StaircaseOracle:
         if eps is not None and not (plan.wall_time_s < eps if strict else plan.wall_time_s <= eps):
             broken.append(f"wall time {plan.wall_time_s} beyond {eps}")
         if broken or plan.price_units != result.price_units:
-            raise RuntimeError(f"{self.subsolver.name} returned a wrong plan: {broken or 'price mismatch'}")
+            raise RuntimeError(f"{self.subsolver.name} returned a wrong plan: "
+                               f"{broken or 'price mismatch'}")
         return plan
 
 
 def _better(plan: Plan, best: Plan | None, max_wall_s: float | None, strict: bool) -> Plan | None:
-    if max_wall_s is not None and not (plan.wall_time_s < max_wall_s if strict else plan.wall_time_s <= max_wall_s):
+    if max_wall_s is not None and not (plan.wall_time_s < max_wall_s if strict
+                                       else plan.wall_time_s <= max_wall_s):
         return best
     if best is None or (plan.cost_usd, plan.wall_time_s) < (best.cost_usd, best.wall_time_s):
         return plan
     return best
 
 
-def epsilon_frontier(problem: Problem, oracle: CostOracle, *, first_only: bool = False) -> list[Plan]:
+def epsilon_frontier(problem: Problem, oracle: CostOracle, *,
+                     first_only: bool = False) -> list[Plan]:
     """The epsilon-constraint loop of the module docstring, within budget and deadline."""
     eps, strict = problem.deadline_s, False
     points: list[Plan] = []
@@ -210,13 +219,15 @@ def fastest_within_budget(points: list[Plan] | tuple[Plan, ...], budget_usd: flo
     return fastest(ok) if ok else None
 
 
-def cheapest_within_deadline(points: list[Plan] | tuple[Plan, ...], deadline_s: float) -> Plan | None:
+def cheapest_within_deadline(points: list[Plan] | tuple[Plan, ...],
+                             deadline_s: float) -> Plan | None:
     """Cheapest plan with W <= deadline."""
     ok = [p for p in points if p.wall_time_s <= deadline_s]
     return cheapest(ok) if ok else None
 
 
-def cheapest_at_throughput(points: list[Plan] | tuple[Plan, ...], fraction: float) -> tuple[Plan, float]:
+def cheapest_at_throughput(points: list[Plan] | tuple[Plan, ...],
+                           fraction: float) -> tuple[Plan, float]:
     """Cheapest plan with tokens/s >= fraction × best, and its saving in % vs the fastest plan."""
     best = fastest(points)
     ok = [p for p in points if p.tokens_per_s >= fraction * best.tokens_per_s]
@@ -234,7 +245,8 @@ DEFAULT_TIME_LIMIT_S = 300.0
 """Total solve time of a frontier when none is given; a frontier cut short says it is not exact."""
 
 Checker = Callable[[float | None, bool, float | None], Plan | None]
-"""(ε, strict, cost cap) -> a plan with W <= ε (< if strict) and C <= cap, or None if none exists."""
+"""(ε, strict, cost cap) -> a plan with W <= ε (< if strict) and C <= cap, or None if none
+exists."""
 
 
 def default_threads() -> int:
@@ -256,7 +268,8 @@ def resolve_solver(problem: Problem, solver: str) -> str:
 
 
 def dp_checker(problem: Problem) -> Checker | None:
-    """A cross-check from the DP's frontier (None where the DP does not apply); built on first use."""
+    """A cross-check from the DP's frontier (None where the DP does not apply); built on first
+    use."""
     from planner.dp import dp_frontier, dp_unsupported
 
     if dp_unsupported(problem) is not None:
@@ -266,7 +279,8 @@ def dp_checker(problem: Problem) -> Checker | None:
     def check(eps: float | None, strict: bool, cap: float | None) -> Plan | None:
         if not cache:
             cache.append(dp_frontier(dataclasses.replace(problem, budget_usd=None)).points)
-        fits = [p for p in cache[0] if (eps is None or (p.wall_time_s < eps if strict else p.wall_time_s <= eps))
+        fits = [p for p in cache[0]
+                if (eps is None or (p.wall_time_s < eps if strict else p.wall_time_s <= eps))
                 and (cap is None or p.cost_usd <= cap)]
         # the cheapest such point is what a correct step would lead the walk to
         return min(fits, key=lambda p: (p.cost_usd, p.wall_time_s)) if fits else None
@@ -277,7 +291,8 @@ def dp_checker(problem: Problem) -> Checker | None:
 def subsolver_checker(problem: Problem, sub: Subsolver) -> Checker:
     """A cross-check by a second backend: any plan of its step is a witness."""
     def check(eps: float | None, strict: bool, cap: float | None) -> Plan | None:
-        result = sub.min_price(eps, strict=strict, time_limit_s=DEFAULT_TIME_LIMIT_S, cost_cap_usd=cap)
+        result = sub.min_price(eps, strict=strict, time_limit_s=DEFAULT_TIME_LIMIT_S,
+                               cost_cap_usd=cap)
         if result.status not in ("optimal", "feasible"):
             return None
         plan = evaluate(problem, result.choices)
@@ -295,15 +310,16 @@ def _milp(problem: Problem, threads: int, backend: str) -> Subsolver:
     return MilpSubsolver(problem, threads=threads, backend=backend)
 
 
-def make_oracle(problem: Problem, solver: str, *, threads: int = 1, time_limit_s: float | None = None,
-                milp_backend: str = "highs") -> CostOracle:
+def make_oracle(problem: Problem, solver: str, *, threads: int = 1,
+                time_limit_s: float | None = None, milp_backend: str = "highs") -> CostOracle:
     """The exact oracle of a backend name (heuristic has none), with its cross-check."""
     if solver in ("cpsat", "milp"):
         from planner.cpsat import CpSatSubsolver
 
         if solver == "cpsat":
             sub: Subsolver = CpSatSubsolver(problem, threads=threads)
-            second: Callable[[], Subsolver] = lambda: _milp(problem, threads, milp_backend)  # noqa: E731
+            second: Callable[[], Subsolver] = (  # noqa: E731
+                lambda: _milp(problem, threads, milp_backend))
         else:
             sub = _milp(problem, threads, milp_backend)
             second = lambda: CpSatSubsolver(problem, threads=threads)  # noqa: E731
@@ -343,8 +359,10 @@ def compute_frontier(problem: Problem, *, solver: str = "auto", threads: int | N
         if first_only and points:
             points = [cheapest(points)]
         return _frontier(points, solver, result.proven_exact, 0, start,
-                         note="" if result.proven_exact else f"the DP sweep hit the {limit:g} s time limit")
-    oracle = make_oracle(problem, solver, threads=threads, time_limit_s=limit, milp_backend=milp_backend)
+                         note="" if result.proven_exact
+                         else f"the DP sweep hit the {limit:g} s time limit")
+    oracle = make_oracle(problem, solver, threads=threads, time_limit_s=limit,
+                         milp_backend=milp_backend)
     points = epsilon_frontier(problem, oracle, first_only=first_only)
     note = getattr(oracle, "note", "")
     return _frontier(points, solver, oracle.proven_exact, oracle.num_solves, start,
@@ -356,7 +374,8 @@ def _frontier(points: list[Plan], solver: str, exact: bool, solves: int, start: 
               note: str = "", cross_checks: int = 0) -> Frontier:
     return Frontier(points=tuple(points), solver=solver, proven_exact=exact, num_solves=solves,
                     solve_time_s=time.perf_counter() - start,
-                    max_cost_rounding_usd=max((p.cost_rounding_bound_usd for p in points), default=0.0),
+                    max_cost_rounding_usd=max((p.cost_rounding_bound_usd for p in points),
+                                              default=0.0),
                     note=note or ("" if exact else "not proven exact"), cross_checks=cross_checks)
 
 
@@ -369,9 +388,10 @@ _LIMIT_HINTS = {
 }
 
 
-def solve_instance(instance: Instance, table: pd.DataFrame, *, solver: str = "auto", threads: int | None = None,
-                   time_limit_s: float | None = None, milp_backend: str = "highs",
-                   budget_usd: float | None = None, deadline_hours: float | None = None,
+def solve_instance(instance: Instance, table: pd.DataFrame, *, solver: str = "auto",
+                   threads: int | None = None, time_limit_s: float | None = None,
+                   milp_backend: str = "highs", budget_usd: float | None = None,
+                   deadline_hours: float | None = None,
                    first_only: bool = False) -> tuple[Problem, Frontier]:
     """Build the problem and its frontier; raise `InfeasibleError` naming the binding limit."""
     problem = build_problem(instance, table, budget_usd=budget_usd, deadline_hours=deadline_hours)
@@ -384,8 +404,8 @@ def solve_instance(instance: Instance, table: pd.DataFrame, *, solver: str = "au
                              heuristic=solver == "heuristic", exact=frontier.proven_exact)
 
 
-def explain_infeasible(instance: Instance, table: pd.DataFrame, problem: Problem, *, solver: str = "cpsat",
-                       threads: int | None = None, heuristic: bool = False,
+def explain_infeasible(instance: Instance, table: pd.DataFrame, problem: Problem, *,
+                       solver: str = "cpsat", threads: int | None = None, heuristic: bool = False,
                        exact: bool = True) -> ShardMeterError:
     """Name what binds by re-solving with limits relaxed one at a time."""
     from planner.cpsat import any_plan as batch_feasible
@@ -394,7 +414,8 @@ def explain_infeasible(instance: Instance, table: pd.DataFrame, problem: Problem
     if table.empty:
         return InfeasibleError("the island table has no rows: the model fits no island option",
                                binding="no_island_option",
-                               hint="use GPUs with more memory, more GPUs per island, or activation checkpointing.")
+                               hint="use GPUs with more memory, more GPUs per island, "
+                                    "or activation checkpointing.")
     free = dataclasses.replace(problem, budget_usd=None, deadline_s=None)
     if batch_feasible(free) is not True:
         relaxed = {name: build_problem(instance, table, relax={name}) for name in RELAXABLE}
@@ -408,15 +429,18 @@ def explain_infeasible(instance: Instance, table: pd.DataFrame, problem: Problem
             return InfeasibleError(
                 f"B={batch} sequences cannot be split exactly as Σ k·m·n·g over the island options "
                 f"(island granularities m·n·g: {steps})", binding="global_batch",
-                hint="choose a global batch that is a sum of these granularities, or add options/micro-batches.")
-        single = [name for name, relaxed_problem in relaxed.items() if batch_feasible(relaxed_problem)]
+                hint="choose a global batch that is a sum of these granularities, "
+                     "or add options/micro-batches.")
+        single = [name for name, relaxed_problem in relaxed.items()
+                  if batch_feasible(relaxed_problem)]
         binding = single[0] if single else "+".join(RELAXABLE)
         return InfeasibleError(
             f"no plan reaches B={batch} within the limits (max_islands={instance.max_islands}, "
             f"max_gpus={instance.limits.max_gpus}, nodes per cluster "
             f"{ {c.name: c.num_nodes for c in instance.clusters} }); relaxing "
             f"{' or '.join(single) if single else 'all of them together'} makes it feasible",
-            binding=binding, hint="; or ".join(_LIMIT_HINTS[n] for n in (single or RELAXABLE)) + ".")
+            binding=binding,
+            hint="; or ".join(_LIMIT_HINTS[n] for n in (single or RELAXABLE)) + ".")
     if not exact:
         return ShardMeterError("no plan was found within the time limit",
                                hint="raise --time-limit-s.")
@@ -426,7 +450,8 @@ def explain_infeasible(instance: Instance, table: pd.DataFrame, problem: Problem
             best = fastest(fast)
             return InfeasibleError(
                 f"deadline {problem.deadline_s / 3600:.6g} h is below the fastest plan "
-                f"({best.wall_time_s / 3600:.6g} h = {best.wall_time_s:.6g} s)", binding="deadline_hours",
+                f"({best.wall_time_s / 3600:.6g} h = {best.wall_time_s:.6g} s)",
+                binding="deadline_hours",
                 hint=f"allow at least {best.wall_time_s / 3600:.6g} hours.")
     if problem.budget_usd is not None:
         timed = dataclasses.replace(problem, budget_usd=None)
@@ -434,9 +459,11 @@ def explain_infeasible(instance: Instance, table: pd.DataFrame, problem: Problem
         if cheap and cheap[0].cost_usd > problem.budget_usd:
             return InfeasibleError(
                 f"budget {problem.budget_usd:.6g} USD is below the cheapest plan "
-                f"({cheap[0].cost_usd:.6g} USD" + (" within the deadline" if problem.deadline_s else "") + ")",
+                f"({cheap[0].cost_usd:.6g} USD"
+                + (" within the deadline" if problem.deadline_s else "") + ")",
                 binding="budget_usd", hint=f"allow at least {cheap[0].cost_usd:.6g} USD.")
     if heuristic:
         return InfeasibleError("the heuristic found no plan although exact solvers do",
                                binding="heuristic", hint="use --solver cpsat.")
-    return ShardMeterError("no plan found and no single limit explains it", hint="report this instance.")
+    return ShardMeterError("no plan found and no single limit explains it",
+                           hint="report this instance.")

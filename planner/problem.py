@@ -9,10 +9,10 @@ Units and rounding
 Times are kept as the floats of the island table; they never enter a solver as numbers, only as
 comparisons (an island may be used when its step time is at most a cut-off taken from the same
 floats), so time is not rounded anywhere. Money is quantised once, when the problem is built:
-`usd_per_hour` of every island option becomes an integer number of `1 / PRICE_UNITS_PER_USD_PER_HOUR`
-USD per hour. Backends minimise the exact integer sum; the cost of a plan is computed from that
-integer sum, so the only rounding is the input quantisation, at most
-`0.5 / PRICE_UNITS_PER_USD_PER_HOUR` USD/h per island (see `cost_rounding_bound_usd`).
+`usd_per_hour` of every island option becomes an integer number of
+`1 / PRICE_UNITS_PER_USD_PER_HOUR` USD per hour. Backends minimise the exact integer sum; the cost
+of a plan is computed from that integer sum, so the only rounding is the input quantisation,
+at most `0.5 / PRICE_UNITS_PER_USD_PER_HOUR` USD/h per island (see `cost_rounding_bound_usd`).
 
 The data classes (`Problem`, `IslandPair`, `Plan`, ...) and the menu reduction are
 `planner.problem_model`, re-exported here.
@@ -101,7 +101,8 @@ def evaluate(problem: Problem, choices: Sequence[IslandChoice]) -> Plan:
             )
         )
     tau = max(i.step_time_s for i in islands)
-    clusters = [problem.options[problem.pairs[c.pair_index].option_index].cluster_index for c in ordered]
+    clusters = [problem.options[problem.pairs[c.pair_index].option_index].cluster_index
+                for c in ordered]
     sigma = group_sync_s(problem, len(ordered), clusters)
     wall = wall_time_s(problem, tau, sigma)
     rounding = wall / SECONDS_PER_HOUR * len(ordered) * 0.5 / PRICE_UNITS_PER_USD_PER_HOUR
@@ -150,7 +151,8 @@ def violations(problem: Problem, choices: Sequence[IslandChoice]) -> list[str]:
 
 
 def nondominated(plans: Iterable[Plan]) -> list[Plan]:
-    """Non-dominated (W, C) points, one plan each (ties: smallest canonical plan), by W ascending."""
+    """Non-dominated (W, C) points, one plan each (ties: smallest canonical plan), by W
+    ascending."""
     ordered = sorted(plans, key=lambda p: (p.wall_time_s, p.cost_usd, _plan_sort_key(p)))
     front: list[Plan] = []
     for plan in ordered:
@@ -207,7 +209,8 @@ def build_problem(instance: Instance, table: pd.DataFrame, *, relax: Collection[
     clusters = tuple(
         ClusterInfo(name=c.name, num_nodes=big if "num_nodes" in relax else c.num_nodes,
                     wan_bw_bytes_per_s=c.wan_bw_bytes_per_s, wan_latency_s=c.wan_latency_s,
-                    price_source=f"{c.price.provider} {c.price.tier}" if c.price is not None else c.name,
+                    price_source=(f"{c.price.provider} {c.price.tier}" if c.price is not None
+                                  else c.name),
                     **_fabric(c))
         for c in instance.clusters
     )
@@ -217,7 +220,8 @@ def build_problem(instance: Instance, table: pd.DataFrame, *, relax: Collection[
     pairs: list[IslandPair] = []
     pair_rows: list[tuple[Any, str]] = []  # (table row, GPU type) per pair, for the power model
     by_size = size_prices(instance)
-    for (cluster, nodes, gpn), rows in table.groupby(OPTION_KEY, sort=True):
+    groups: Any = table.groupby(OPTION_KEY, sort=True)  # keys and rows: untyped pandas values
+    for (cluster, nodes, gpn), rows in groups:
         spec = instance.cluster(str(cluster))
         reason = _unusable(spec.gpus_per_node_choices, clusters[index[spec.name]].num_nodes,
                            max_gpus, int(nodes), int(gpn), spec.max_nodes_per_island)
@@ -229,8 +233,9 @@ def build_problem(instance: Instance, table: pd.DataFrame, *, relax: Collection[
         listed = by_size.get(spec.name, {}).get(int(gpn))
         if listed is not None:  # the list prices this instance size itself
             usd = int(nodes) * int(gpn) * listed
-        option = IslandOption(cluster=spec.name, cluster_index=index[spec.name], gpu_type=str(first["gpu_type"]),
-                              nodes=int(nodes), gpus_per_node=int(gpn), usd_per_hour=usd,
+        option = IslandOption(cluster=spec.name, cluster_index=index[spec.name],
+                              gpu_type=str(first["gpu_type"]), nodes=int(nodes),
+                              gpus_per_node=int(gpn), usd_per_hour=usd,
                               price_units=quantise_price(usd))
         new_pairs = []
         for row in rows.sort_values("micro_batch").itertuples(index=False):
@@ -238,7 +243,8 @@ def build_problem(instance: Instance, table: pd.DataFrame, *, relax: Collection[
             if step <= batch:
                 # a row whose accumulation buffers do not fit the GPU may only run k = 1 (issue 9)
                 k_max = batch // step if bool(getattr(row, "accum_fits", True)) else 1
-                new_pairs.append(IslandPair(option_index=len(options), micro_batch=int(row.micro_batch),
+                new_pairs.append(IslandPair(option_index=len(options),
+                                            micro_batch=int(row.micro_batch),
                                             microstep_s=float(row.microstep_s),
                                             step_fixed_s=float(row.step_fixed_s),
                                             max_accum_steps=k_max, seqs_per_accum_step=step))

@@ -91,7 +91,8 @@ class IslandPair:
     step_fixed_s: float
     """Time added once per inner step."""
     max_accum_steps: int
-    """Largest admissible k: k·m·n·g <= global batch, and 1 where the row's `accum_fits` is false."""
+    """Largest admissible k: k·m·n·g <= global batch, and 1 where the row's `accum_fits` is
+    false."""
     seqs_per_accum_step: int
     """m·n·g: sequences one accumulation step adds."""
 
@@ -129,7 +130,8 @@ class MenuItem:
     """t of the island."""
 
 
-def build_menu(options: Sequence[IslandOption], pairs: Sequence[IslandPair], batch: int) -> tuple[MenuItem, ...]:
+def build_menu(options: Sequence[IslandOption], pairs: Sequence[IslandPair],
+               batch: int) -> tuple[MenuItem, ...]:
     """Menu items of every option (see the module docstring)."""
     by_option: dict[int, list[int]] = {}
     for i, pair in enumerate(pairs):

@@ -68,7 +68,8 @@ def marginal_costs(points: Sequence[Plan]) -> list[float | None]:
 
 
 def plan_record(plan: Plan, problem: Problem) -> dict[str, Any]:
-    """One plan as a JSON-able record (required keys: wall_time_s, cost_usd, tokens_per_s, islands)."""
+    """One plan as a JSON-able record (required keys: wall_time_s, cost_usd, tokens_per_s,
+    islands)."""
     period_s = plan.inner_step_s + plan.sync_s / problem.inner_steps
     islands = []
     for island in plan.islands:
@@ -149,13 +150,14 @@ def frontier_meta(frontier: Frontier) -> dict[str, Any]:
 
 def points_frame(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
     """One row per point (islands folded into the label); for tables and CSV."""
-    keep = ["point", "label", "wall_time_h", "wall_time_s", "cost_usd", "usd_per_hour_saved", "tokens_per_s",
-            "tokens_per_s_per_gpu", "num_islands", "num_gpus", "usd_per_hour", "inner_step_s", "sync_s",
-            "energy_kwh", "co2_kg"]
+    keep = ["point", "label", "wall_time_h", "wall_time_s", "cost_usd", "usd_per_hour_saved",
+            "tokens_per_s", "tokens_per_s_per_gpu", "num_islands", "num_gpus", "usd_per_hour",
+            "inner_step_s", "sync_s", "energy_kwh", "co2_kg"]
     rows = [{k: r[k] for k in keep if k in r} for r in records]
     for row, record in zip(rows, records, strict=True):
         row["islands"] = "; ".join(
-            f"{i['cluster']}:{i['nodes']}x{i['gpus_per_node']} m{i['micro_batch']} k{i['accum_steps']}"
+            f"{i['cluster']}:{i['nodes']}x{i['gpus_per_node']} m{i['micro_batch']} "
+            f"k{i['accum_steps']}"
             for i in record["islands"])
     return pd.DataFrame(rows)
 
@@ -165,7 +167,8 @@ def islands_frame(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
     rows = []
     for record in records:
         for island in record["islands"]:
-            rows.append({"point": record.get("point", 0), **{k: v for k, v in island.items() if k != "gpu_type"}})
+            rows.append({"point": record.get("point", 0),
+                         **{k: v for k, v in island.items() if k != "gpu_type"}})
     return pd.DataFrame(rows)
 
 
@@ -193,7 +196,8 @@ def plot_frontier(all_plans: Sequence[Plan], frontier: Sequence[Plan], path: str
     fig, ax = plt.subplots(figsize=(7, 5))
     if all_plans:
         ax.scatter([p.wall_time_s / 3600 for p in all_plans], [p.cost_usd for p in all_plans], s=6,
-                   color="0.7", label=("sampled" if sampled else "all") + f" feasible plans ({len(all_plans)})")
+                   color="0.7",
+                   label=("sampled" if sampled else "all") + f" feasible plans ({len(all_plans)})")
     front = sorted(frontier, key=lambda p: p.wall_time_s)
     xs = [p.wall_time_s / 3600 for p in front]
     ys = [p.cost_usd for p in front]
@@ -204,7 +208,8 @@ def plot_frontier(all_plans: Sequence[Plan], frontier: Sequence[Plan], path: str
     plain = FuncFormatter(lambda v, _: f"{v:g}")
     values_x = xs + [p.wall_time_s / 3600 for p in all_plans]
     values_y = ys + [p.cost_usd for p in all_plans]
-    for values, axis, set_scale in ((values_x, ax.xaxis, ax.set_xscale), (values_y, ax.yaxis, ax.set_yscale)):
+    for values, axis, set_scale in ((values_x, ax.xaxis, ax.set_xscale),
+                                    (values_y, ax.yaxis, ax.set_yscale)):
         if values and max(values) > 10 * min(values):
             set_scale("log")
             axis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
@@ -222,7 +227,8 @@ def plot_frontier(all_plans: Sequence[Plan], frontier: Sequence[Plan], path: str
 
 def plot_top_throughput(frontier: Sequence[Plan], path: str | Path, *, title: str,
                         top: int = TOP_THROUGHPUT_PLANS, problem: Problem | None = None) -> None:
-    """Figure-8 style: throughput bars of the highest-throughput frontier plans, cost on a twin axis."""
+    """Figure-8 style: throughput bars of the highest-throughput frontier plans, cost on a twin
+    axis."""
     plt = _pyplot()
     best = sorted(frontier, key=lambda p: -p.tokens_per_s)[:top]
     fig, ax = plt.subplots(figsize=(max(6, 0.6 * len(best) + 3), 5.5))
@@ -250,14 +256,15 @@ def throughput_plot_path(path: str | Path) -> Path:
     return path.with_name(f"{path.stem}_throughput{path.suffix or '.png'}")
 
 
-def plot_scenarios(frontiers: Sequence[tuple[str, Sequence[Plan]]], path: str | Path, *, title: str) -> None:
+def plot_scenarios(frontiers: Sequence[tuple[str, Sequence[Plan]]], path: str | Path, *,
+                   title: str) -> None:
     """The frontiers of several scenarios side by side (shared axes, cost from zero)."""
     plt = _pyplot()
     count = max(1, len(frontiers))
     cols = min(count, 4)
     rows = -(-count // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(3.6 * cols, 3.2 * rows + 0.6), sharex=True, sharey=True,
-                             squeeze=False)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.6 * cols, 3.2 * rows + 0.6), sharex=True,
+                             sharey=True, squeeze=False)
     for ax, (name, points) in zip(axes.flat, frontiers, strict=False):
         front = sorted(points, key=lambda p: p.wall_time_s)
         xs = [p.wall_time_s / 3600 for p in front]

@@ -23,6 +23,7 @@ budget, deadline or throughput floor. The robust choice is the plan of least max
 from __future__ import annotations
 
 import copy
+import datetime as dt
 import itertools
 import logging
 import math
@@ -132,7 +133,7 @@ def parse_vary(text: str) -> Variation:
         except yaml.YAMLError as err:
             raise UserInputError(f"--vary {text!r}: value {raw!r} is not valid YAML ({err})",
                                  hint="quote nothing; separate values by commas.") from err
-        parsed.append(value.isoformat() if hasattr(value, "isoformat") else value)
+        parsed.append(value.isoformat() if isinstance(value, dt.date | dt.time) else value)
     return Variation(path=path.strip(), values=tuple(parsed))
 
 
@@ -142,7 +143,8 @@ def scenarios_of(variations: Sequence[Variation]) -> list[Scenario]:
         return [Scenario(name="base", overrides=())]
     paths = [v.path for v in variations]
     if len(set(paths)) != len(paths):
-        raise UserInputError(f"--vary names a path twice: {paths}", hint="give each path once, with all its values.")
+        raise UserInputError(f"--vary names a path twice: {paths}",
+                             hint="give each path once, with all its values.")
     out = []
     for combo in itertools.product(*(v.values for v in variations)):
         pairs = tuple(zip(paths, combo, strict=True))
@@ -154,7 +156,8 @@ def _show(value: Any) -> str:
     return "null" if value is None else str(value)
 
 
-def apply_overrides(raw: dict[str, Any], overrides: Sequence[tuple[str, Any]], source: str) -> dict[str, Any]:
+def apply_overrides(raw: dict[str, Any], overrides: Sequence[tuple[str, Any]],
+                    source: str) -> dict[str, Any]:
     """A deep copy of the instance mapping with each (path, value) set."""
     out = copy.deepcopy(raw)
     for path, value in overrides:
@@ -182,7 +185,8 @@ def _set(raw: dict[str, Any], path: str, value: Any, source: str) -> None:
                 node[part] = {}
             node = node[part]
         else:
-            raise UserInputError(f"--vary {path}: {source}: {'.'.join(parts[:depth])} is a value, not a mapping",
+            raise UserInputError(f"--vary {path}: {source}: {'.'.join(parts[:depth])} is a "
+                                 "value, not a mapping",
                                  hint="point the path at a field of the instance file.")
 
 
@@ -227,7 +231,8 @@ def solve_scenario(instance_path: str, scenario: Scenario, solve: dict[str, Any]
     except InfeasibleError as err:
         return ScenarioResult(instance_path=str(instance_path), scenario=scenario, problem=None,
                               frontier=None, error=err.message)
-    return ScenarioResult(instance_path=str(instance_path), scenario=scenario, problem=problem, frontier=frontier)
+    return ScenarioResult(instance_path=str(instance_path), scenario=scenario, problem=problem,
+                          frontier=frontier)
 
 
 def _is_price_path(path: str) -> bool:
@@ -247,15 +252,18 @@ def _scenario_table(instance_path: str, scenario: Scenario, instance: Any) -> An
         return load_island_table(instance)
     path = Path(instance_path)
     rest = [(p, v) for p, v in scenario.overrides if not _is_price_path(p)]
-    base = instance_from_mapping(apply_overrides(yaml.safe_load(path.read_text()), rest, str(path)), path)
+    base = instance_from_mapping(apply_overrides(yaml.safe_load(path.read_text()), rest, str(path)),
+                                 path)
     table = load_island_table(base).copy()
     for cluster, price in gpu_prices(instance).items():
         rows = table["cluster"] == cluster
-        table.loc[rows, "usd_per_hour"] = table.loc[rows, "nodes"] * table.loc[rows, "gpus_per_node"] * price
+        table.loc[rows, "usd_per_hour"] = (table.loc[rows, "nodes"]
+                                           * table.loc[rows, "gpus_per_node"] * price)
     return table
 
 
-def _solve_job(instance_path: str, scenario: Scenario, solve: dict[str, Any]) -> ScenarioResult | tuple[str, str, str]:
+def _solve_job(instance_path: str, scenario: Scenario,
+               solve: dict[str, Any]) -> ScenarioResult | tuple[str, str, str]:
     """Worker entry: errors travel back as (class name, message, hint) (they do not pickle)."""
     from perfmodel.errors import ShardMeterError
 
@@ -265,8 +273,8 @@ def _solve_job(instance_path: str, scenario: Scenario, solve: dict[str, Any]) ->
         return (type(err).__name__, err.message, err.hint or "")
 
 
-def solve_all(instance_paths: Sequence[str], scenarios: Sequence[Scenario], solve: dict[str, Any], *,
-              workers: int | None = None) -> list[ScenarioResult]:
+def solve_all(instance_paths: Sequence[str], scenarios: Sequence[Scenario], solve: dict[str, Any],
+              *, workers: int | None = None) -> list[ScenarioResult]:
     """Every (instance, scenario), in parallel processes when there are several (order kept).
 
     Every scenario instance is validated here first, so a bad --vary fails before any solve."""
@@ -292,7 +300,8 @@ def solve_all(instance_paths: Sequence[str], scenarios: Sequence[Scenario], solv
 
 def plan_key(plan: Plan) -> tuple[tuple[str, int, int, int, int], ...]:
     """What identifies a plan across scenarios: its islands."""
-    return tuple(sorted((i.cluster, i.nodes, i.gpus_per_node, i.micro_batch, i.accum_steps) for i in plan.islands))
+    return tuple(sorted((i.cluster, i.nodes, i.gpus_per_node, i.micro_batch, i.accum_steps)
+                        for i in plan.islands))
 
 
 def rescore(problem: Problem | None, key: Sequence[tuple[str, int, int, int, int]]) -> Plan | None:
@@ -305,10 +314,10 @@ def rescore(problem: Problem | None, key: Sequence[tuple[str, int, int, int, int
         index[(option.cluster, option.nodes, option.gpus_per_node, pair.micro_batch)] = pi
     choices = []
     for cluster, nodes, gpn, m, k in key:
-        pi = index.get((cluster, nodes, gpn, m))
-        if pi is None or k > problem.pairs[pi].max_accum_steps:
+        found = index.get((cluster, nodes, gpn, m))
+        if found is None or k > problem.pairs[found].max_accum_steps:
             return None
-        choices.append(IslandChoice(pair_index=pi, accum_steps=k))
+        choices.append(IslandChoice(pair_index=found, accum_steps=k))
     if violations(problem, choices):
         return None
     return evaluate(problem, choices)
@@ -342,11 +351,13 @@ def score_answers(results: Sequence[ScenarioResult], answers: Sequence[Plan | No
             return max(0.0, rescored.wall_time_s / best.wall_time_s - 1.0)
         return max(0.0, rescored.cost_usd / best.cost_usd - 1.0) if best.cost_usd > 0 else 0.0
 
-    found = [[(r.scenario.name, a)] if a is not None else [] for r, a in zip(results, answers, strict=True)]
+    found = [[(r.scenario.name, a)] if a is not None else []
+             for r, a in zip(results, answers, strict=True)]
     return _score(results, found, regret)
 
 
-def _score(results: Sequence[ScenarioResult], found: Sequence[Sequence[tuple[str, Plan]]], regret: Any) -> list[ScoredPlan]:
+def _score(results: Sequence[ScenarioResult], found: Sequence[Sequence[tuple[str, Plan]]],
+           regret: Any) -> list[ScoredPlan]:
     from planner.report import plan_label
 
     order: list[tuple] = []
@@ -358,7 +369,8 @@ def _score(results: Sequence[ScenarioResult], found: Sequence[Sequence[tuple[str
             if key not in origin:
                 order.append(key)
                 origin[key] = []
-                labels[key] = plan_label(plan, next((r.problem for r in results if r.problem), None))
+                labels[key] = plan_label(plan,
+                                         next((r.problem for r in results if r.problem), None))
             if name not in origin[key]:
                 origin[key].append(name)
     out = []

@@ -22,8 +22,9 @@ def check_or_write(doc: Path, text: str, *, check: bool, generator: str) -> int:
     if current == text:
         sys.stderr.write(f"docs/{name} is current\n")
         return 0
-    diff = difflib.unified_diff(current.splitlines(), text.splitlines(), f"docs/{name}", "regenerated",
-                                lineterm="", n=1)
+    diff = difflib.unified_diff(
+        current.splitlines(), text.splitlines(), f"docs/{name}", "regenerated", lineterm="", n=1
+    )
     sys.stderr.write("\n".join(list(diff)[:DIFF_LINES])
                      + f"\ndocs/{name} is not current: rerun {generator}\n")
     return 1

@@ -5,13 +5,15 @@
 
 Rows (key `region`, one per row; source, data year (where the data states one) and `as_of`, the
 date of codecarbon's data file, kept per row):
-* ``gcp/<region>``: codecarbon's data/cloud/impact.csv (Google's published per-region grid intensity).
+* ``gcp/<region>``: codecarbon's data/cloud/impact.csv (Google's published per-region grid
+  intensity).
 * ``country/<ISO3>``: codecarbon's data/private_infra/global_energy_mix.json (Our World in Data /
   Ember electricity mix, per country and year).
 * ``us-state/<state>``: codecarbon's data/private_infra/2023/usa_emissions.json (EPA eGRID2023,
   lbs CO2e/MWh, converted once here: 1 lb/MWh = 0.453592 g/kWh).
-* ``aws/<region>``, ``azure/<region>``, ``nebius/<region>``: the grid of the US state or country the
-  provider documents for that region (`REGION_LOCATIONS`, with the provider's region page as source).
+* ``aws/<region>``, ``azure/<region>``, ``nebius/<region>``: the grid of the US state or country
+  the provider documents for that region (`REGION_LOCATIONS`, with the provider's region page as
+  source).
 """
 
 from __future__ import annotations
@@ -75,31 +77,57 @@ def gcp_rows(wheel: zipfile.ZipFile) -> list[dict[str, object]]:
     for rec in csv.DictReader(io.StringIO(_read(wheel, "cloud/impact.csv"))):
         if rec["provider"] != "gcp":
             continue
-        rows.append({"region": f"gcp/{rec['region']}", "provider": "gcp",
-                     "location": rec["city"] or rec["country_name"], "country_iso": rec["countryIsoCode"],
-                     "gco2e_per_kwh": float(rec["impact"]), "year": "",
-                     "source": f"codecarbon 3.3.2 data/cloud/impact.csv ({rec['source']})"})
+        rows.append(
+            {
+                "region": f"gcp/{rec['region']}",
+                "provider": "gcp",
+                "location": rec["city"] or rec["country_name"],
+                "country_iso": rec["countryIsoCode"],
+                "gco2e_per_kwh": float(rec["impact"]),
+                "year": "",
+                "source": f"codecarbon 3.3.2 data/cloud/impact.csv ({rec['source']})",
+            }
+        )
     return rows
 
 
 def country_rows(wheel: zipfile.ZipFile) -> list[dict[str, object]]:
     mix = json.loads(_read(wheel, "private_infra/global_energy_mix.json"))
-    return [{"region": f"country/{iso}", "provider": "", "location": rec["country_name"],
-             "country_iso": iso, "gco2e_per_kwh": float(rec["carbon_intensity"]), "year": rec["year"],
-             "source": "codecarbon 3.3.2 data/private_infra/global_energy_mix.json "
-                       "(Our World in Data / Ember electricity mix)"}
-            for iso, rec in sorted(mix.items()) if rec.get("carbon_intensity") is not None]
+    return [
+        {
+            "region": f"country/{iso}",
+            "provider": "",
+            "location": rec["country_name"],
+            "country_iso": iso,
+            "gco2e_per_kwh": float(rec["carbon_intensity"]),
+            "year": rec["year"],
+            "source": "codecarbon 3.3.2 data/private_infra/global_energy_mix.json "
+            "(Our World in Data / Ember electricity mix)",
+        }
+        for iso, rec in sorted(mix.items())
+        if rec.get("carbon_intensity") is not None
+    ]
 
 
 def state_rows(wheel: zipfile.ZipFile) -> list[dict[str, object]]:
     data = json.loads(_read(wheel, "private_infra/2023/usa_emissions.json"))
     source = data["_source"]
-    return [{"region": f"us-state/{state}", "provider": "", "location": state, "country_iso": "USA",
-             "gco2e_per_kwh": round(rec["emissions"] * G_PER_KWH_PER_LB_PER_MWH, 3),
-             "year": source["year"],
-             "source": f"codecarbon 3.3.2 data/private_infra/2023/usa_emissions.json ({source['name']}, "
-                       f"{source['url']})"}
-            for state, rec in sorted(data.items()) if not state.startswith("_")]
+    return [
+        {
+            "region": f"us-state/{state}",
+            "provider": "",
+            "location": state,
+            "country_iso": "USA",
+            "gco2e_per_kwh": round(rec["emissions"] * G_PER_KWH_PER_LB_PER_MWH, 3),
+            "year": source["year"],
+            "source": (
+                "codecarbon 3.3.2 data/private_infra/2023/usa_emissions.json "
+                f"({source['name']}, {source['url']})"
+            ),
+        }
+        for state, rec in sorted(data.items())
+        if not state.startswith("_")
+    ]
 
 
 def provider_rows(base: dict[str, dict[str, object]]) -> list[dict[str, object]]:

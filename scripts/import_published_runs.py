@@ -53,7 +53,8 @@ TABLES = {  # section title in the README -> catalog GPU, interconnect as publis
                                                               "1600 Gbps RoCE node-node"),
 }
 # MPT dimensions (d_model, n_layers, n_heads) of scripts/train/yamls/pretrain/mpt-*.yaml, as in
-# ../shared/data/published_fsdp_runs.csv; expansion ratio 4, vocabulary 50368. NumParams checks them.
+# ../shared/data/published_fsdp_runs.csv; expansion ratio 4, vocabulary 50368. NumParams checks
+# them.
 MPT_DIMS = {"125m": (768, 12, 12), "350m": (1024, 24, 16), "760m": (1536, 24, 12),
             "1b": (2048, 24, 16), "3b": (2560, 32, 32), "7b": (4096, 32, 32),
             "13b": (5120, 40, 40), "30b": (7168, 48, 64), "70b": (8192, 80, 64)}
@@ -115,7 +116,9 @@ def parse_tables(text: str) -> list[tuple[str, dict[str, str]]]:
                 # The A100 40GB table's header lacks the 'Model TFLOP' column its rows carry.
                 names.insert(names.index("HFU") + 1, "Model TFLOP")
             if len(cells) != len(names):
-                raise ImportCheckError(f"{section}: row has {len(cells)} cells, header {len(names)}")
+                raise ImportCheckError(
+                    f"{section}: row has {len(cells)} cells, header {len(names)}"
+                )
             rows.append((section, dict(zip(names, cells, strict=True))))
     return rows
 
@@ -210,21 +213,50 @@ def torchtitan_rows(text: str) -> list[dict[str, object]]:
         mb = int(re.match(r"\d+", batch).group())
         params = llama_params(h, n_layers, heads, kv, inter, vocab)
         mfu_pct = float(mfu.rstrip("%"))
-        check = 100 * int(wps) * (6 * params + 12 * n_layers * h * seq) / _peak_flops("A100-SXM4-80GB")
+        check = (
+            100 * int(wps) * (6 * params + 12 * n_layers * h * seq) / _peak_flops("A100-SXM4-80GB")
+        )
         if abs(check / mfu_pct - 1) > 0.01:
-            raise ImportCheckError(f"torchtitan {section} {size} {ac}: MFU {mfu_pct} but {check:.2f}")
-        rows.append({
-            "source_table": f"{section} performance numbers", "model": name, "hidden_size": h,
-            "num_layers": n_layers, "num_heads": heads, "num_kv_heads": kv,
-            "intermediate_size": inter, "vocab_size": vocab, "gpu": "A100-SXM4-80GB",
-            "gpu_published": "A100 (80GB)", "interconnect": "not stated", "num_gpus": 64, "nodes": 8,
-            "gpus_per_node": 8, "seq_len": seq, "micro_batch": mb, "accum_steps": 1,
-            "global_batch": 64 * mb, "activation_checkpointing": TT_AC[ac], "precision": "bf16",
-            "mp_mode": "FSDP2 MixedPrecisionPolicy", "pure_bf16": False, "sharding": "FSDP2",
-            "tokens_per_s": 64 * int(wps), "tokens_per_s_per_gpu": int(wps), "mfu_pct": mfu_pct,
-            "hfu_pct": "", "num_params": params, "source_repo": TT_REPO, "source_path": TT_PATH,
-            "source_commit": TT_COMMIT,
-            "source_url": f"https://github.com/{TT_REPO}/blob/{TT_COMMIT}/{TT_PATH}", "layout": "llama"})
+            raise ImportCheckError(
+                f"torchtitan {section} {size} {ac}: MFU {mfu_pct} but {check:.2f}"
+            )
+        rows.append(
+            {
+                "source_table": f"{section} performance numbers",
+                "model": name,
+                "hidden_size": h,
+                "num_layers": n_layers,
+                "num_heads": heads,
+                "num_kv_heads": kv,
+                "intermediate_size": inter,
+                "vocab_size": vocab,
+                "gpu": "A100-SXM4-80GB",
+                "gpu_published": "A100 (80GB)",
+                "interconnect": "not stated",
+                "num_gpus": 64,
+                "nodes": 8,
+                "gpus_per_node": 8,
+                "seq_len": seq,
+                "micro_batch": mb,
+                "accum_steps": 1,
+                "global_batch": 64 * mb,
+                "activation_checkpointing": TT_AC[ac],
+                "precision": "bf16",
+                "mp_mode": "FSDP2 MixedPrecisionPolicy",
+                "pure_bf16": False,
+                "sharding": "FSDP2",
+                "tokens_per_s": 64 * int(wps),
+                "tokens_per_s_per_gpu": int(wps),
+                "mfu_pct": mfu_pct,
+                "hfu_pct": "",
+                "num_params": params,
+                "source_repo": TT_REPO,
+                "source_path": TT_PATH,
+                "source_commit": TT_COMMIT,
+                "source_url": f"https://github.com/{TT_REPO}/blob/{TT_COMMIT}/{TT_PATH}",
+                "layout": "llama",
+            }
+        )
     return rows
 
 

@@ -1,4 +1,5 @@
-"""Regenerate catalogs/models.csv and catalogs/prices/*.csv from the sourced facts in ../shared/data.
+"""Regenerate catalogs/models.csv and catalogs/prices/*.csv from the sourced facts in
+../shared/data.
 
 Run once when ../shared/data changes: `python scripts/import_shared_data.py`. Source and as_of
 columns are kept verbatim. Layout columns the CSV leaves implicit (family, biases, head_dim) come
@@ -54,16 +55,32 @@ def write_models() -> None:
         w = csv.DictWriter(fh, fieldnames=cols)
         w.writeheader()
         for r in rows:
-            r = {k: r[k] for k in r if k in cols} | {"name": r["model"], "family": family_of(r["model"]),
-                                                    "head_dim": HEAD_DIM.get(r["model"], "")}
+            r = {k: r[k] for k in r if k in cols} | {
+                "name": r["model"],
+                "family": family_of(r["model"]),
+                "head_dim": HEAD_DIM.get(r["model"], ""),
+            }
             w.writerow(r)
         for name, fam, h, n_layers, a, kv, f, v, tie in SMALL:
-            w.writerow({"name": name, "family": fam, "hf_id": "", "hidden_size": h,
-                        "num_hidden_layers": n_layers, "num_attention_heads": a,
-                        "num_key_value_heads": kv, "head_dim": "", "intermediate_size": f,
-                        "vocab_size": v, "max_position_embeddings": 2048, "tie_word_embeddings": tie,
-                        "activation": "gelu_new" if fam == "phi" else "silu", "params_b": "",
-                        "source": "ShardMeter test shape (not a published model)"})
+            w.writerow(
+                {
+                    "name": name,
+                    "family": fam,
+                    "hf_id": "",
+                    "hidden_size": h,
+                    "num_hidden_layers": n_layers,
+                    "num_attention_heads": a,
+                    "num_key_value_heads": kv,
+                    "head_dim": "",
+                    "intermediate_size": f,
+                    "vocab_size": v,
+                    "max_position_embeddings": 2048,
+                    "tie_word_embeddings": tie,
+                    "activation": "gelu_new" if fam == "phi" else "silu",
+                    "params_b": "",
+                    "source": "ShardMeter test shape (not a published model)",
+                }
+            )
 
 
 # Node facts the datasheet rows leave out: (usable GiB, intra-node link, default inter-node NIC,
@@ -115,10 +132,14 @@ def write_prices() -> None:
             if not price:
                 continue
             name = f"{slug(provider)}-{r['as_of']}"
-            lists.setdefault(name, []).append({
-                "provider": provider, "offer": r["provider"], "gpu_type": gpu,
-                "provider_gpu_name": r["gpu_type"], "gpus_per_node": r["gpus_per_node"] or "",
-                "tier": tier, "usd_per_gpu_hour": price, "as_of": r["as_of"], "source": r["source"]})
+            lists.setdefault(name, []).append(
+                {
+                    "provider": provider, "offer": r["provider"], "gpu_type": gpu,
+                    "provider_gpu_name": r["gpu_type"], "gpus_per_node": r["gpus_per_node"] or "",
+                    "tier": tier, "usd_per_gpu_hour": price, "as_of": r["as_of"],
+                    "source": r["source"],
+                }
+            )
     folder = ROOT / "catalogs" / "prices"
     folder.mkdir(parents=True, exist_ok=True)
     for name, items in lists.items():

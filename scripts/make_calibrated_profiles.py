@@ -32,7 +32,8 @@ from perfmodel.calibrate import (  # noqa: E402
     load_published_runs,
     profile_from_calibration,
 )
-from perfmodel.profile import dataset_record, save_profile  # noqa: E402
+from perfmodel.profile import save_profile  # noqa: E402
+from perfmodel.profile_fit import dataset_record  # noqa: E402
 
 CV_CSV = PUBLISHED_DIR / "calibration-cv.csv"
 CV_COLUMNS = ["gpu", "model", "seq_len", "nodes", "gpus_per_node", "micro_batch", "accum_steps",

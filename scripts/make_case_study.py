@@ -35,7 +35,8 @@ INSTANCE = ROOT / "instances" / "paper-case-study.yaml"
 DOC = ROOT / "docs" / "CASE_STUDY.md"
 FIGURES = ROOT / "docs" / "figures"
 PAPER_SAVING_PCT = 21.69
-"""The paper's figure (section V): cost saving of the cheapest plan at >= 99 % of the best throughput."""
+"""The paper's figure (section V): cost saving of the cheapest plan at >= 99 % of the best
+throughput."""
 NEAR_PCT = 5.0
 """A scenario's saving counts as "near the paper's" within this many percentage points."""
 TOKENS_PER_BATCH = 256 * 8192
@@ -58,11 +59,25 @@ def sweep() -> list[tuple[str, str, tuple[tuple[str, Any], ...]]]:
     for h in (10, 500):
         one.append(("H", f"H = {h}", (("training.inner_steps", h),)))
     for dtype in ("bf16", "int8", "fp4"):
-        one.append(("pseudo-gradient dtype", f"pseudo-gradient {dtype}", (("training.pseudo_gradient_dtype", dtype),)))
+        one.append(
+            (
+                "pseudo-gradient dtype",
+                f"pseudo-gradient {dtype}",
+                (("training.pseudo_gradient_dtype", dtype),),
+            )
+        )
     one.append(("single-node islands", "islands of one node", _both("max_nodes_per_island", 1)))
     for seq in (2048, 4096):
-        one.append(("sequence length", f"S = {seq} (B = {TOKENS_PER_BATCH // seq})",
-                    (("training.seq_len", seq), ("training.global_batch_seqs", TOKENS_PER_BATCH // seq))))
+        one.append(
+            (
+                "sequence length",
+                f"S = {seq} (B = {TOKENS_PER_BATCH // seq})",
+                (
+                    ("training.seq_len", seq),
+                    ("training.global_batch_seqs", TOKENS_PER_BATCH // seq),
+                ),
+            )
+        )
     one.append(("recipe / profile", "paper recipe", (("training.recipe", {"base": "paper"}),)))
     one.append(("recipe / profile", "B = A100-SXM4-80GB (calibrated profile) at $1.19",
                 (("clusters.B.gpu", "A100-SXM4-80GB"), ("clusters.B.price", None),
@@ -89,6 +104,13 @@ def _fmt(value: Any, digits: int = 4) -> str:
     return str(value)
 
 
+SWEEP_COLUMNS = [
+    "assumption", "scenario", "points", "fastest plan", "fastest h", "fastest USD", "99% pick",
+    "99% pick USD", "saving %", "exact",
+]
+"""The columns of the scenario table in section 5."""
+
+
 def md_table(rows: list[dict[str, Any]], columns: list[str]) -> str:
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     lines += ["| " + " | ".join(_fmt(r.get(c)) for c in columns) + " |" for r in rows]
@@ -97,13 +119,25 @@ def md_table(rows: list[dict[str, Any]], columns: list[str]) -> str:
 
 def frontier_section(result: Any) -> str:
     records = report.frontier_records(result.frontier, result.problem)
-    rows = [{k: r[k] for k in ("point", "label", "wall_time_h", "cost_usd", "usd_per_hour_saved", "tokens_per_s",
-                               "num_islands", "num_gpus", "inner_step_s", "sync_s")} for r in records]
+    rows = [
+        {
+            k: r[k]
+            for k in (
+                "point", "label", "wall_time_h", "cost_usd", "usd_per_hour_saved", "tokens_per_s",
+                "num_islands", "num_gpus", "inner_step_s", "sync_s",
+            )
+        }
+        for r in records
+    ]
     meta = report.frontier_meta(result.frontier)
-    return (md_table(rows, list(rows[0])) + "\n\n"
-            + f"Solver: {meta['solver']}; proven exact: {meta['proven_exact']}; {meta['points']} points. "
-            + "`usd_per_hour_saved`: what the next faster point costs per hour of wall time it saves "
-              "(a jump marks the knee).")
+    return (
+        md_table(rows, list(rows[0]))
+        + "\n\n"
+        + f"Solver: {meta['solver']}; proven exact: {meta['proven_exact']}; {meta['points']} "
+        "points. "
+        + "`usd_per_hour_saved`: what the next faster point costs per hour of wall time it saves "
+        "(a jump marks the knee)."
+    )
 
 
 def sweep_rows(results: list[Any], groups: dict[str, str]) -> list[dict[str, Any]]:
@@ -115,10 +149,18 @@ def sweep_rows(results: list[Any], groups: dict[str, str]) -> list[dict[str, Any
         else:
             best = fastest(r.points)
             chosen, saving = cheapest_at_throughput(r.points, 0.99)
-            row.update({"points": len(r.points), "fastest plan": report.plan_label(best, r.problem),
-                        "fastest h": best.wall_time_s / 3600, "fastest USD": best.cost_usd,
-                        "99% pick": report.plan_label(chosen, r.problem), "99% pick USD": chosen.cost_usd,
-                        "saving %": saving, "exact": r.frontier.proven_exact})
+            row.update(
+                {
+                    "points": len(r.points),
+                    "fastest plan": report.plan_label(best, r.problem),
+                    "fastest h": best.wall_time_s / 3600,
+                    "fastest USD": best.cost_usd,
+                    "99% pick": report.plan_label(chosen, r.problem),
+                    "99% pick USD": chosen.cost_usd,
+                    "saving %": saving,
+                    "exact": r.frontier.proven_exact,
+                }
+            )
         rows.append(row)
     return rows
 
@@ -131,20 +173,31 @@ def conclusions(rows: list[dict[str, Any]]) -> str:
     closest = min(solved, key=lambda r: abs(r["saving %"] - PAPER_SAVING_PCT)) if solved else None
     out = [f"- Scenarios solved: {len(solved)} of {len(rows)}; every frontier proven exact: "
            f"{all(r['exact'] for r in solved)}."]
-    out.append(f"- Saving exactly 0 (the fastest plan is also the cheapest within 1 % of its throughput): "
-               f"{len(zero)} scenarios" + (f" ({'; '.join(zero)})." if zero else "."))
+    out.append(
+        f"- Saving exactly 0 (the fastest plan is also the cheapest within 1 % of its throughput): "
+        f"{len(zero)} scenarios" + (f" ({'; '.join(zero)})." if zero else ".")
+    )
     if positive:
-        out.append("- Positive savings: " + "; ".join(f"{r['scenario']}: {r['saving %']:.2f} %" for r in positive) + ".")
+        out.append(
+            "- Positive savings: "
+            + "; ".join(f"{r['scenario']}: {r['saving %']:.2f} %" for r in positive)
+            + "."
+        )
     else:
         out.append("- No scenario gives a positive saving.")
     if near:
         out.append(f"- Within {NEAR_PCT:g} points of the paper's {PAPER_SAVING_PCT} %: "
                    + "; ".join(f"{r['scenario']} ({r['saving %']:.2f} %)" for r in near) + ".")
     else:
-        out.append(f"- No scenario comes within {NEAR_PCT:g} points of the paper's {PAPER_SAVING_PCT} %.")
+        out.append(
+            f"- No scenario comes within {NEAR_PCT:g} points of the paper's {PAPER_SAVING_PCT} %."
+        )
     if closest is not None:
-        out.append(f"- Closest to {PAPER_SAVING_PCT} %: {closest['scenario']} with {closest['saving %']:.2f} % "
-                   f"(fastest plan {closest['fastest plan']}, 99 % pick {closest['99% pick']}).")
+        out.append(
+            f"- Closest to {PAPER_SAVING_PCT} %: {closest['scenario']} with "
+            f"{closest['saving %']:.2f} % (fastest plan {closest['fastest plan']}, 99 % pick "
+            f"{closest['99% pick']})."
+        )
     return "\n".join(out)
 
 
@@ -153,9 +206,15 @@ def queries_section(result: Any) -> str:
     lines = []
     budget = fastest(points).cost_usd * 0.9
     pick = fastest_within_budget(points, budget)
-    lines.append(f"- Fastest plan within a budget of 90 % of the fastest plan's cost ({budget:,.0f} USD): "
-                 + (f"{report.plan_label(pick, result.problem)}, {pick.wall_time_s / 3600:.4g} h, "
-                    f"{pick.cost_usd:,.0f} USD." if pick else "none."))
+    lines.append(
+        f"- Fastest plan within a budget of 90 % of the fastest plan's cost ({budget:,.0f} USD): "
+        + (
+            f"{report.plan_label(pick, result.problem)}, {pick.wall_time_s / 3600:.4g} h, "
+            f"{pick.cost_usd:,.0f} USD."
+            if pick
+            else "none."
+        )
+    )
     deadline_s = 2 * fastest(points).wall_time_s
     pick = cheapest_within_deadline(points, deadline_s)
     lines.append(f"- Cheapest plan within twice the fastest wall time ({deadline_s / 3600:.4g} h): "
@@ -168,10 +227,20 @@ def heuristic_section(result: Any) -> str:
     from planner.pareto import compute_frontier
 
     heur = compute_frontier(result.problem, solver="heuristic")
-    rows = [{"label": report.plan_label(p, result.problem), "wall_time_h": p.wall_time_s / 3600,
-             "cost_usd": p.cost_usd, "on exact frontier": any(p.key == e.key for e in result.points)}
-            for p in heur.points]
-    return md_table(rows, ["label", "wall_time_h", "cost_usd", "on exact frontier"]) if rows else "No heuristic plan."
+    rows = [
+        {
+            "label": report.plan_label(p, result.problem),
+            "wall_time_h": p.wall_time_s / 3600,
+            "cost_usd": p.cost_usd,
+            "on exact frontier": any(p.key == e.key for e in result.points),
+        }
+        for p in heur.points
+    ]
+    return (
+        md_table(rows, ["label", "wall_time_h", "cost_usd", "on exact frontier"])
+        if rows
+        else "No heuristic plan."
+    )
 
 
 def build(workers: int | None, write_figures: bool) -> str:
@@ -187,18 +256,31 @@ def build(workers: int | None, write_figures: bool) -> str:
 
         FIGURES.mkdir(parents=True, exist_ok=True)
         cloud, sampled = sample_plans(base.problem, 5000)
-        report.plot_frontier(cloud, base.points, FIGURES / "case-study-frontier.png", sampled=sampled,
-                             title="paper-case-study: cost vs wall-clock time")
-        report.plot_top_throughput(base.points, FIGURES / "case-study-frontier_throughput.png",
-                                   title="paper-case-study: highest-throughput frontier plans", problem=base.problem)
-        report.plot_scenarios([(r.scenario.name, r.points) for r in results[:8]], FIGURES / "case-study-scenarios.png",
-                              title="paper-case-study: frontier per assumption")
+        report.plot_frontier(
+            cloud,
+            base.points,
+            FIGURES / "case-study-frontier.png",
+            sampled=sampled,
+            title="paper-case-study: cost vs wall-clock time",
+        )
+        report.plot_top_throughput(
+            base.points,
+            FIGURES / "case-study-frontier_throughput.png",
+            title="paper-case-study: highest-throughput frontier plans",
+            problem=base.problem,
+        )
+        report.plot_scenarios(
+            [(r.scenario.name, r.points) for r in results[:8]],
+            FIGURES / "case-study-scenarios.png",
+            title="paper-case-study: frontier per assumption",
+        )
     chosen, saving = cheapest_at_throughput(base.points, 0.99)
     best = fastest(base.points)
     rows = sweep_rows(results, groups)
+    # A backslash at the end of a line below joins it to the next one in the text.
     return f"""# The paper's case study (section V), reproduced
 
-Generated by `.venv/bin/python scripts/make_case_study.py` (ShardMeter {version('shardmeter')});
+Generated by `.venv/bin/python scripts/make_case_study.py` (ShardMeter {version("shardmeter")});
 `--check` verifies this file is current. Every number and every conclusion below is computed by that
 run. Instance: `instances/paper-case-study.yaml` (every assumption the paper leaves open is marked
 there). Profiles: the shipped datasheet priors for H200-SXM-141GB and A100-PCIe-80GB
@@ -215,9 +297,11 @@ clusters over the slower WAN uplink.
 
 ## 2. The paper's query: cheapest plan at >= 99 % of the best throughput
 
-Fastest plan: {report.plan_label(best, base.problem)}, {best.wall_time_s / 3600:.4g} h, {best.cost_usd:,.2f} USD.
+Fastest plan: {report.plan_label(best, base.problem)}, {best.wall_time_s / 3600:.4g} h, \
+{best.cost_usd:,.2f} USD.
 Cheapest plan with at least 99 % of its throughput: {report.plan_label(chosen, base.problem)},
-{chosen.wall_time_s / 3600:.4g} h, {chosen.cost_usd:,.2f} USD: a saving of {saving:.2f} % (the paper: {PAPER_SAVING_PCT} %).
+{chosen.wall_time_s / 3600:.4g} h, {chosen.cost_usd:,.2f} USD: a saving of {saving:.2f} % \
+(the paper: {PAPER_SAVING_PCT} %).
 
 ## 3. The paper's heuristic (throughput-proportional split, iterative refinement) as a baseline
 
@@ -236,7 +320,7 @@ overrides are listed in `sweep()` of the script). The first eight frontiers side
 
 ![scenarios](figures/case-study-scenarios.png)
 
-{md_table(rows, ["assumption", "scenario", "points", "fastest plan", "fastest h", "fastest USD", "99% pick", "99% pick USD", "saving %", "exact"])}
+{md_table(rows, SWEEP_COLUMNS)}
 
 What the sweep shows (computed from the table above):
 
@@ -246,12 +330,18 @@ What the sweep shows (computed from the table above):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="exit 1 if docs/CASE_STUDY.md is not current")
-    parser.add_argument("--workers", type=int, default=None, help="parallel scenario processes (default: CPUs)")
+    parser.add_argument(
+        "--check", action="store_true", help="exit 1 if docs/CASE_STUDY.md is not current"
+    )
+    parser.add_argument(
+        "--workers", type=int, default=None, help="parallel scenario processes (default: CPUs)"
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     text = build(args.workers, write_figures=not args.check)
-    raise SystemExit(check_or_write(DOC, text, check=args.check, generator="scripts/make_case_study.py"))
+    raise SystemExit(
+        check_or_write(DOC, text, check=args.check, generator="scripts/make_case_study.py")
+    )
 
 if __name__ == "__main__":
     main()

@@ -43,17 +43,28 @@ def solve() -> dict[str, Any]:
     green = min(co2_front.points, key=lambda p: (p.co2_kg, p.wall_time_s))
     capped = min_co2_within_cost(problem, (1 + PREMIUM) * cheap.cost_usd, cheapest_plan=cheap,
                                  within=[*cost_front.points, *co2_front.points])
-    return {"instance": instance, "problem": problem, "cheapest": cheap, "fastest": fast, "lowest_co2": green,
-            "premium": capped.best, "premium_lower_kg": capped.lower_bound_kg,
-            "premium_solves": capped.solves, "cost_points": len(cost_front.points), "co2_points": len(co2_front.points),
-            "co2_exact": co2_front.proven_exact and cost_front.proven_exact}
+    return {
+        "instance": instance,
+        "problem": problem,
+        "cheapest": cheap,
+        "fastest": fast,
+        "lowest_co2": green,
+        "premium": capped.best,
+        "premium_lower_kg": capped.lower_bound_kg,
+        "premium_solves": capped.solves,
+        "cost_points": len(cost_front.points),
+        "co2_points": len(co2_front.points),
+        "co2_exact": co2_front.proven_exact and cost_front.proven_exact,
+    }
 
 
 def _row(name: str, plan: Any, problem: Any) -> str:
     gpu_hours = plan.num_gpus * plan.wall_time_s / 3600
-    return (f"| {name} | {report.plan_label(plan, problem)} | {plan.wall_time_s / 3600:,.1f} | "
-            f"{plan.cost_usd:,.0f} | {plan.energy_kwh:,.0f} | {plan.co2_kg:,.0f} | {plan.num_gpus} | "
-            f"{plan.energy_kwh / gpu_hours:.3f} |")
+    return (
+        f"| {name} | {report.plan_label(plan, problem)} | {plan.wall_time_s / 3600:,.1f} | "
+        f"{plan.cost_usd:,.0f} | {plan.energy_kwh:,.0f} | {plan.co2_kg:,.0f} | {plan.num_gpus} | "
+        f"{plan.energy_kwh / gpu_hours:.3f} |"
+    )
 
 
 def _pct(new: float, old: float) -> str:
@@ -66,29 +77,41 @@ def conclusions(r: dict[str, Any]) -> str:
     most = cheap.co2_kg - r["premium_lower_kg"]
     cap = (1 + PREMIUM) * cheap.cost_usd
     lines = [
-        f"- The lowest-CO2 plan emits {green.co2_kg:,.0f} kg CO2e, {_pct(green.co2_kg, cheap.co2_kg)} vs the "
-        f"cheapest plan ({cheap.co2_kg:,.0f} kg), at {_pct(green.cost_usd, cheap.cost_usd)} cost and "
+        f"- The lowest-CO2 plan emits {green.co2_kg:,.0f} kg CO2e, "
+        f"{_pct(green.co2_kg, cheap.co2_kg)} vs the cheapest plan ({cheap.co2_kg:,.0f} kg), at "
+        f"{_pct(green.cost_usd, cheap.cost_usd)} cost and "
         f"{_pct(green.wall_time_s, cheap.wall_time_s)} wall time.",
-        f"- The fastest plan emits {fast.co2_kg:,.0f} kg CO2e ({_pct(fast.co2_kg, cheap.co2_kg)} vs the cheapest) "
-        f"and uses {fast.energy_kwh:,.0f} kWh ({_pct(fast.energy_kwh, cheap.energy_kwh)}).",
+        f"- The fastest plan emits {fast.co2_kg:,.0f} kg CO2e ({_pct(fast.co2_kg, cheap.co2_kg)} "
+        f"vs the cheapest) and uses {fast.energy_kwh:,.0f} kWh "
+        f"({_pct(fast.energy_kwh, cheap.energy_kwh)}).",
     ]
-    found = (f"the plan {report.plan_label(prem, r['problem'])} costs {_pct(prem.cost_usd, cheap.cost_usd)} and "
-             f"emits {prem.co2_kg:,.0f} kg" if saved > 0 else "no plan found within it emits less than the cheapest")
+    found = (
+        f"the plan {report.plan_label(prem, r['problem'])} costs "
+        f"{_pct(prem.cost_usd, cheap.cost_usd)} and emits {prem.co2_kg:,.0f} kg"
+        if saved > 0
+        else "no plan found within it emits less than the cheapest"
+    )
     lines.append(
-        f"- A {100 * PREMIUM:.0f} % cost premium (at most {cap:,.0f} USD) buys away at least {saved:,.0f} and at "
-        f"most {most:,.0f} kg CO2e (at most {100 * most / cheap.co2_kg:.1f} % of the cheapest plan's): {found}; "
-        f"no plan within the premium emits less than {r['premium_lower_kg']:,.0f} kg.")
+        f"- A {100 * PREMIUM:.0f} % cost premium (at most {cap:,.0f} USD) buys away at least "
+        f"{saved:,.0f} and at most {most:,.0f} kg CO2e (at most {100 * most / cheap.co2_kg:.1f} % "
+        f"of the cheapest plan's): {found}; no plan within the premium emits less than "
+        f"{r['premium_lower_kg']:,.0f} kg."
+    )
     if green.co2_kg < cheap.co2_kg and green.energy_kwh > cheap.energy_kwh:
-        lines.append("- The lowest-CO2 plan uses more energy than the cheapest one: it moves work to a cleaner "
-                     "grid rather than saving kWh.")
+        lines.append(
+            "- The lowest-CO2 plan uses more energy than the cheapest one: it moves work to a "
+            "cleaner grid rather than saving kWh."
+        )
     return "\n".join(lines)
 
 
 def assumptions(r: dict[str, Any]) -> str:
     rows = ["| cluster | region | gCO2e/kWh | PUE | PUE source |", "|---|---|---|---|---|"]
     for info, energy in zip(r["problem"].clusters, r["problem"].energy.clusters, strict=True):
-        rows.append(f"| {info.name} | {energy.region} | {energy.gco2e_per_kwh:.1f} | {energy.pue:.2f} | "
-                    f"{energy.pue_source.split(':')[0]} |")
+        rows.append(
+            f"| {info.name} | {energy.region} | {energy.gco2e_per_kwh:.1f} | {energy.pue:.2f} | "
+            f"{energy.pue_source.split(':')[0]} |"
+        )
     return "\n".join(rows)
 
 
@@ -96,12 +119,18 @@ def build() -> str:
     r = solve()
     p = DEFAULT_POWER
     problem = r["problem"]
-    table = "\n".join([
-        "| plan | islands | wall time (h) | cost (USD) | energy (kWh) | CO2 (kg CO2e) | GPUs | kWh per GPU-hour |",
-        "|---|---|---|---|---|---|---|---|",
-        _row("cheapest", r["cheapest"], problem), _row("fastest", r["fastest"], problem),
-        _row("lowest CO2", r["lowest_co2"], problem),
-        _row(f"least CO2 within +{100 * PREMIUM:.0f} % cost", r["premium"], problem)])
+    table = "\n".join(
+        [
+            "| plan | islands | wall time (h) | cost (USD) | energy (kWh) | CO2 (kg CO2e) | GPUs | "
+            "kWh per GPU-hour |",
+            "|---|---|---|---|---|---|---|---|",
+            _row("cheapest", r["cheapest"], problem),
+            _row("fastest", r["fastest"], problem),
+            _row("lowest CO2", r["lowest_co2"], problem),
+            _row(f"least CO2 within +{100 * PREMIUM:.0f} % cost", r["premium"], problem),
+        ]
+    )
+    # A backslash at the end of a line below joins it to the next one in the text.
     return f"""# Energy and CO2 of the multi-cloud plans
 
 Generated by `.venv/bin/python scripts/make_energy_doc.py` (`--check` verifies this file is current)
@@ -120,13 +149,16 @@ marked in the instance file.
 
 {table}
 
-The time-cost frontier has {r['cost_points']} points, the exact time-vs-CO2 frontier
-{r['co2_points']} (both proven exact: {r['co2_exact']}). Least CO2 under a cost cap is a third
-objective the planner does not trace exactly; it is bracketed instead (`planner.energy.min_co2_within_cost`,
-{r['premium_solves']} exact sweeps of CO2 + λ·cost): "least CO2 within +{100 * PREMIUM:.0f} % cost" is
+The time-cost frontier has {r["cost_points"]} points, the exact time-vs-CO2 frontier
+{r["co2_points"]} (both proven exact: {r["co2_exact"]}). Least CO2 under a cost cap is a third
+objective the planner does not trace exactly; it is bracketed instead \
+(`planner.energy.min_co2_within_cost`,
+{r["premium_solves"]} exact sweeps of CO2 + λ·cost): \
+"least CO2 within +{100 * PREMIUM:.0f} % cost" is
 the lowest-CO2 plan found that costs at most {100 * PREMIUM:.0f} % more than the cheapest plan (a
 real plan: what it saves, the premium surely buys), and Lagrangian duality proves that no plan
-within the cap emits less than {r['premium_lower_kg']:,.0f} kg CO2e (what the premium can buy at most).
+within the cap emits less than {r["premium_lower_kg"]:,.0f} kg CO2e \
+(what the premium can buy at most).
 
 What the comparison shows (computed from the table above):
 
@@ -136,11 +168,15 @@ What the comparison shows (computed from the table above):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="exit 1 if docs/ENERGY.md is not current")
+    parser.add_argument(
+        "--check", action="store_true", help="exit 1 if docs/ENERGY.md is not current"
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     text = build()
-    raise SystemExit(check_or_write(DOC, text, check=args.check, generator="scripts/make_energy_doc.py"))
+    raise SystemExit(
+        check_or_write(DOC, text, check=args.check, generator="scripts/make_energy_doc.py")
+    )
 
 
 if __name__ == "__main__":

@@ -188,12 +188,15 @@ def _pct(t: float) -> str:
 
 def _section_sweeps(doc: Doc) -> None:
     doc.say(
-        "## 1. Small micro-batches are communication-bound and turn compute-bound as the batch grows "
-        "(§IV-C, Fig. 3/4)",
+        "## 1. Small micro-batches are communication-bound and turn compute-bound as the batch "
+        "grows (§IV-C, Fig. 3/4)",
         "",
-        "The all_gathers and reduce_scatters of a step do not depend on the micro-batch; compute grows with it.",
-        "Look at `bound` going from communication to compute, `compute_idle_frac` shrinking, and the step",
-        "time staying almost flat while communication-bound (then growing in proportion once compute-bound).",
+        "The all_gathers and reduce_scatters of a step do not depend on the micro-batch; compute "
+        "grows with it.",
+        "Look at `bound` going from communication to compute, `compute_idle_frac` shrinking, and "
+        "the step",
+        "time staying almost flat while communication-bound (then growing in proportion once "
+        "compute-bound).",
         "",
     )
     args = (
@@ -218,9 +221,12 @@ def _section_sweeps(doc: Doc) -> None:
     doc.say(
         "## 2. More GPUs shift the transition to larger micro-batches (§IV-C, Fig. 5)",
         "",
-        "Ring collectives over more GPUs take longer while per-GPU compute stays the same, so more work per",
-        "GPU is needed to hide them. Compare `transition_micro_batch` for 4 and 8 GPUs of each model in the",
-        "second table; grey markers in the `--plot` figures (not pasted) are micro-batches that do not fit.",
+        "Ring collectives over more GPUs take longer while per-GPU compute stays the same, so more "
+        "work per",
+        "GPU is needed to hide them. Compare `transition_micro_batch` for 4 and 8 GPUs of each "
+        "model in the",
+        "second table; grey markers in the `--plot` figures (not pasted) are micro-batches that do "
+        "not fit.",
         "",
     )
     args = (
@@ -254,13 +260,19 @@ def _section_sweeps(doc: Doc) -> None:
 
 def _section_diloco(doc: Doc) -> None:
     doc.say(
-        "## 3. DiLoCo islands stay compute-bound where FSDP across nodes is communication-bound (§IV-C)",
+        "## 3. DiLoCo islands stay compute-bound where FSDP across nodes is communication-bound "
+        "(§IV-C)",
         "",
-        "Sixteen A100-SXM4 GPUs as one FSDP island span two nodes, so every all_gather and reduce_scatter",
-        "crosses InfiniBand. As two DiLoCo islands of one node each, FSDP traffic stays on NVLink and only",
-        "the pseudo-gradient crosses the WAN every H = 500 steps (`amortised_outer_sync_s`; the Nesterov",
-        "outer step is `outer_optimizer_s`). Compare, at the same per-GPU micro-batch, `island_bound` (the",
-        "FSDP island alone), `bound` (the whole step, amortised WAN sync counted as communication),",
+        "Sixteen A100-SXM4 GPUs as one FSDP island span two nodes, so every all_gather and "
+        "reduce_scatter",
+        "crosses InfiniBand. As two DiLoCo islands of one node each, FSDP traffic stays on NVLink "
+        "and only",
+        "the pseudo-gradient crosses the WAN every H = 500 steps (`amortised_outer_sync_s`; the "
+        "Nesterov",
+        "outer step is `outer_optimizer_s`). Compare, at the same per-GPU micro-batch, "
+        "`island_bound` (the",
+        "FSDP island alone), `bound` (the whole step, amortised WAN sync counted as "
+        "communication),",
         "`compute_idle_s` and `tokens_per_s`.",
         "",
     )
@@ -316,11 +328,16 @@ def _section_figure6(doc: Doc) -> None:
         "## 4. Streaming DiLoCo blocks on a slow WAN; more fragments or a longer delay remove it "
         "(§IV-D, Fig. 6)",
         "",
-        "The four situations of figure 6 (`--example all`; add `--plot fig6.png` for the timelines): A fast",
-        "WAN; B the same schedule on a slow WAN; C doubles the fragments (and H) and D lengthens the delay",
-        "from 2 to 3 steps (and H). As in the paper's figure, an exchange starts after its step here. The",
-        "tuner keeps the H asked for and recommends one configuration (`tuned_*`, first remedy line): the",
-        "shortest delay, then the fewest fragments, that never block within delay <= 5 steps; the other",
+        "The four situations of figure 6 (`--example all`; add `--plot fig6.png` for the "
+        "timelines): A fast",
+        "WAN; B the same schedule on a slow WAN; C doubles the fragments (and H) and D lengthens "
+        "the delay",
+        "from 2 to 3 steps (and H). As in the paper's figure, an exchange starts after its step "
+        "here. The",
+        "tuner keeps the H asked for and recommends one configuration (`tuned_*`, first remedy "
+        "line): the",
+        "shortest delay, then the fewest fragments, that never block within delay <= 5 steps; the "
+        "other",
         "lines are single changes that also remove blocking, and it says why when nothing works.",
         "",
     )
@@ -331,7 +348,8 @@ def _section_figure6(doc: Doc) -> None:
     )
     doc.say(f"Result: {verdict}.", "")
     doc.say(
-        "The same tuner on a user configuration: Llama-3-8B, four islands, 5 Gbit/s WAN, four fragments,",
+        "The same tuner on a user configuration: Llama-3-8B, four islands, 5 Gbit/s WAN, four "
+        "fragments,",
         "the recipe's backward overlap on.",
         "",
     )
@@ -358,12 +376,16 @@ def _section_figure6(doc: Doc) -> None:
     doc.run(*args)
     case = _json(*args)["cases"][0]
     tuned = (
-        f"F={case['tuned_fragments']}, τ={case['tuned_delay_steps']} at H={case['tuned_sync_every']}"
+        (
+            f"F={case['tuned_fragments']}, τ={case['tuned_delay_steps']} at "
+            f"H={case['tuned_sync_every']}"
+        )
         if case["tuned_fragments"]
         else "no configuration"
     )
     doc.say(
-        f"Result: blocked {case['blocked_s']:.3g} s over {case['steps']} steps; the tuner recommends {tuned}.",
+        f"Result: blocked {case['blocked_s']:.3g} s over {case['steps']} steps; the tuner "
+        f"recommends {tuned}.",
         "",
     )
 
@@ -375,16 +397,22 @@ def _section_bandwidth(doc: Doc, write_figure: bool) -> None:
     doc.say(
         "## 5. WAN bandwidth for a compute utilisation (Streaming DiLoCo study, Table 4 / Fig. 4)",
         "",
-        "The question a decentralized-training planner asks first: how many Gbit/s between islands keep",
+        "The question a decentralized-training planner asks first: how many Gbit/s between islands "
+        "keep",
         "the GPUs busy 50, 80, 90, 95 or 99 % of the time? `shardmeter streaming MODEL "
         "--bandwidth-for-utilisation`",
-        "answers it by bisection on the simulator (steady state: one period of H steps after two warm-up",
-        "periods). Here it is asked for the scenario of the published study: Chinchilla-shaped 1B/10B/100B",
-        "models (catalog rows `Chinchilla-*`: the 1B shape is the study's Table 2 row; 10B and 100B keep its",
-        "48 and 108 layers and take the hidden size, a multiple of 64, whose parameter count is closest to",
-        "10e9 and 100e9, see `catalogs/models.csv`), its inner-step compute times (0.1, 0.8 and 4.9 s),",
-        f"H = {STUDY_H}, {STUDY_ISLANDS} islands, no latency, fragments of {LAYERS_PER_FRAGMENT} layers "
-        "(strided), exchanges overlapped with",
+        "answers it by bisection on the simulator (steady state: one period of H steps after two "
+        "warm-up",
+        "periods). Here it is asked for the scenario of the published study: Chinchilla-shaped "
+        "1B/10B/100B",
+        "models (catalog rows `Chinchilla-*`: the 1B shape is the study's Table 2 row; 10B and "
+        "100B keep its",
+        "48 and 108 layers and take the hidden size, a multiple of 64, whose parameter count is "
+        "closest to",
+        "10e9 and 100e9, see `catalogs/models.csv`), its inner-step compute times (0.1, 0.8 and "
+        "4.9 s),",
+        f"H = {STUDY_H}, {STUDY_ISLANDS} islands, no latency, fragments of {LAYERS_PER_FRAGMENT} "
+        "layers (strided), exchanges overlapped with",
         "the backward pass, pseudo-gradients in fp32 unless quantised. One row as a command:",
         "",
     )
@@ -434,9 +462,9 @@ def _section_bandwidth(doc: Doc, write_figure: bool) -> None:
     if write_figure:
         _figure(doc)
     doc.say(
-        "The figure `docs/figures/bandwidth-vs-utilisation.png` (regenerated with the document; not compared "
-        "by `--check`) plots compute utilisation against bandwidth for the same scenario, the form of the "
-        "study's Figure 4.",
+        "The figure `docs/figures/bandwidth-vs-utilisation.png` (regenerated with the document; "
+        "not compared by `--check`) plots compute utilisation against bandwidth for the same "
+        "scenario, the form of the study's Figure 4.",
         "",
     )
 
@@ -449,10 +477,11 @@ def _form_sentences(ours: dict[str, dict[str, list[float | None]]]) -> list[str]
     falls = over[-1] < over[0]
     why = " (longer steps leave more time per fragment)" if falls else ""
     return [
-        f"Result: with the overlapped schedule the bandwidth for 95 % {'falls' if falls else 'rises'} with "
-        f"scale, {_fmt(over[0])} → {_fmt(over[1])} → {_fmt(over[2])} Gbit/s for 1B → 10B → 100B{why}, while "
-        f"blocking DiLoCo needs {_fmt(dl[0])} → {_fmt(dl[1])} → {_fmt(dl[2])}. "
-        f"At 99 % the overlapped schedule needs {_ratio(ours, 'diloco', 'overlap', -1)} less than DiLoCo.",
+        "Result: with the overlapped schedule the bandwidth for 95 % "
+        f"{'falls' if falls else 'rises'} with scale, {_fmt(over[0])} → {_fmt(over[1])} → "
+        f"{_fmt(over[2])} Gbit/s for 1B → 10B → 100B{why}, while blocking DiLoCo needs "
+        f"{_fmt(dl[0])} → {_fmt(dl[1])} → {_fmt(dl[2])}. At 99 % the overlapped schedule needs "
+        f"{_ratio(ours, 'diloco', 'overlap', -1)} less than DiLoCo.",
         "",
     ]
 
@@ -491,8 +520,9 @@ def _options(doc: Doc) -> None:
     ]
     values = {label: _gbit(OPTION_MODEL, OPTION_STEP_S, cfg, dt) for label, cfg, dt in variants}
     doc.say(
-        f"How the 4-bit, strided and overlap options change it ({OPTION_MODEL}, step {OPTION_STEP_S:g} s, "
-        f"F = {variants[0][1].num_fragments}, τ = 1, one setting changed per row):",
+        f"How the 4-bit, strided and overlap options change it ({OPTION_MODEL}, step "
+        f"{OPTION_STEP_S:g} s, F = {variants[0][1].num_fragments}, τ = 1, one setting changed per "
+        "row):",
         "",
     )
     doc.say(
@@ -513,19 +543,22 @@ def _options(doc: Doc) -> None:
     doc.say(
         f"Result: fp4 pseudo-gradients ({bytes_fp4:.4g} B per value with their scales, against "
         f"{formulas.dtype_bytes('fp32'):g} B for fp32) multiply the bandwidth by "
-        f"{change(variants[2][0])} of the fp32 figure and bf16 by {change(variants[1][0])}; contiguous instead "
-        f"of strided fragments by {change(variants[3][0])}; exchanges that wait for the whole step and must be "
-        f"done before the next one starts by {change(variants[4][0])}.",
+        f"{change(variants[2][0])} of the fp32 figure and bf16 by {change(variants[1][0])}; "
+        f"contiguous instead of strided fragments by {change(variants[3][0])}; exchanges that wait "
+        "for the whole step and must be done before the next one starts by "
+        f"{change(variants[4][0])}.",
         "",
     )
 
 
 def _validation(doc: Doc, ours: dict[str, dict[str, list[float | None]]]) -> None:
     doc.say(
-        "### Validation against the published figures (kept apart; nothing above is fitted to them)",
+        "### Validation against the published figures (kept apart; nothing above is fitted to "
+        "them)",
         "",
         f"Source: {PUBLISHED_SOURCE}. Each cell is published Gbit/s / ShardMeter Gbit/s / ratio "
-        "(ShardMeter ÷ published). The study's Data-Parallel rows are not a DiLoCo schedule and are left out.",
+        "(ShardMeter ÷ published). The study's Data-Parallel rows are not a DiLoCo schedule and "
+        "are left out.",
         "",
     )
     rows, ratios = [], []
@@ -544,11 +577,12 @@ def _validation(doc: Doc, ours: dict[str, dict[str, list[float | None]]]) -> Non
     fp4 = [r for k, r in ratios if k == "overlap-fp4"]
     fp32 = [r for k, r in ratios if k != "overlap-fp4"]
     doc.say(
-        f"Result: ShardMeter needs {min(fp32):.2g}x to {max(fp32):.2g}x the published bandwidth for the fp32 "
-        f"rows (median {statistics.median(fp32):.2g}x) and {min(fp4):.2g}x to {max(fp4):.2g}x for the fp4 rows "
-        f"(median {statistics.median(fp4):.2g}x). Differences the model knows of: the study does not state "
-        f"the dtype of its unquantised rows (fp32 assumed here; bf16 changes those figures by "
-        f"{OPTION_CHANGES.get('bf16', 'n/a')}, option table), its models are nominal sizes (here "
+        f"Result: ShardMeter needs {min(fp32):.2g}x to {max(fp32):.2g}x the published bandwidth "
+        f"for the fp32 rows (median {statistics.median(fp32):.2g}x) and {min(fp4):.2g}x to "
+        f"{max(fp4):.2g}x for the fp4 rows (median {statistics.median(fp4):.2g}x). Differences the "
+        "model knows of: the study does not state the dtype of its unquantised rows (fp32 assumed "
+        f"here; bf16 changes those figures by {OPTION_CHANGES.get('bf16', 'n/a')}, option table), "
+        "its models are nominal sizes (here "
         + ", ".join(f"{n} has {get_model(n).total_params:.3g} parameters" for n, _ in STUDY_MODELS)
         + "), and its table reports points of a bandwidth grid.",
         "",
@@ -596,11 +630,14 @@ def build(write_figure: bool) -> str:
     doc.say(
         "# Findings of the paper, reproduced by the CLI",
         "",
-        f"Generated by `scripts/make_findings.py` with ShardMeter {version}; `--check` fails when this file "
-        "is stale.",
-        "Every console block below is a command and its unedited output; every `Result:` sentence is",
-        "formatted from the same results. Profiles are the shipped datasheet priors (`provenance: prior`),",
-        "so the numbers illustrate mechanisms rather than measured speeds; the `bound` labels follow",
+        f"Generated by `scripts/make_findings.py` with ShardMeter {version}; `--check` fails when "
+        "this file is stale.",
+        "Every console block below is a command and its unedited output; every `Result:` sentence "
+        "is",
+        "formatted from the same results. Profiles are the shipped datasheet priors (`provenance: "
+        "prior`),",
+        "so the numbers illustrate mechanisms rather than measured speeds; the `bound` labels "
+        "follow",
         "`perfmodel.analysis` (a stream idle at most 10 % of the step is saturated).",
         "",
     )

@@ -1,7 +1,7 @@
 """Generate the prior hardware profiles in catalogs/profiles/ from the GPU and link catalogs.
 
-    .venv/bin/python scripts/make_prior_profiles.py           # (re)write catalogs/profiles/*-prior.yaml
-    .venv/bin/python scripts/make_prior_profiles.py --check   # exit 1 if a committed file is stale
+    .venv/bin/python scripts/make_prior_profiles.py  # (re)write catalogs/profiles/*-prior.yaml
+    .venv/bin/python scripts/make_prior_profiles.py --check  # exit 1 if a committed file is stale
 
 Every number comes from catalogs/gpus.csv (peak bf16 FLOP/s, HBM bandwidth, links, NICs),
 catalogs/links.csv (latency and bus-bandwidth priors with sources) and the stated assumptions of
@@ -36,7 +36,8 @@ GPUS = ("A100-SXM4-80GB", "A100-SXM4-40GB", "A100-PCIe-80GB", "H100-SXM5-80GB", 
 
 
 def prior_for(gpu: str, folder: Path):
-    """The scaled prior when the GPU has a calibrated reference in `folder`, else the datasheet one."""
+    """The scaled prior when the GPU has a calibrated reference in `folder`, else the datasheet
+    one."""
     reference = PRIOR_REFERENCE.get(gpu)
     path = folder / f"{reference}-calibrated.yaml"
     if reference and path.is_file():
@@ -59,7 +60,9 @@ def main(argv: list[str] | None = None) -> int:
         path = args.out / f"{profile.name}.yaml"
         if args.check:
             current = yaml.safe_load(path.read_text()) if path.is_file() else None
-            if current != yaml.safe_load(yaml.safe_dump(profile.to_dict(), sort_keys=False, allow_unicode=True)):
+            if current != yaml.safe_load(
+                yaml.safe_dump(profile.to_dict(), sort_keys=False, allow_unicode=True)
+            ):
                 stale.append(path)
             continue
         save_profile(profile, path)

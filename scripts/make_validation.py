@@ -39,8 +39,10 @@ DATA = "catalogs/profiles/data"
 PROFILE = "catalogs/profiles/cpu-x86-2core.yaml"
 COMPUTE, COMM, FSDP = f"{DATA}/cpu-compute.csv", f"{DATA}/cpu-comm.csv", f"{DATA}/cpu-fsdp.csv"
 FSDP_MEMORY = f"{DATA}/cpu-fsdp-memory.csv"
-NAMED = {"SmolLM-360M": "SmolLM", "Llama-3.2-1B": "Llama 3.2", "Phi-1.5": "Phi-1.5", "Gemma-2B": "Gemma",
-         "Yi-6B": "Yi-1.5"}
+NAMED = {
+    "SmolLM-360M": "SmolLM", "Llama-3.2-1B": "Llama 3.2", "Phi-1.5": "Phi-1.5", "Gemma-2B": "Gemma",
+    "Yi-6B": "Yi-1.5",
+}
 # Paper (arXiv:2608.23840) Table I: (fwd, bwd, step) MAPE % on A100 and H200; §IV-B comm MAPE %.
 PAPER = {"SmolLM-360M": ((5.29, 10.44, 4.03), (15.22, 28.74, 4.83)),
          "Llama-3.2-1B": ((5.09, 10.13, 8.68), (8.44, 6.97, 6.88)),
@@ -97,7 +99,12 @@ compute being measured (a GPU's caching allocator has no such cost).
 
 def shardmeter(*args: str) -> str:
     """Run the CLI of this checkout (same interpreter); returns stdout."""
-    cmd = [sys.executable, "-c", "import sys; from planner.cli import main; main(sys.argv[1:])", *args]
+    cmd = [
+        sys.executable,
+        "-c",
+        "import sys; from planner.cli import main; main(sys.argv[1:])",
+        *args,
+    ]
     print("$ shardmeter", shlex.join(args), file=sys.stderr)
     return subprocess.run(cmd, cwd=ROOT, check=True, text=True, capture_output=True).stdout
 
@@ -136,33 +143,50 @@ def compute_section(rows: list[dict[str, Any]], mode: str) -> str:
             body.append([short, "not measured", "", "", "", "", ""])
             continue
         a100, h200 = PAPER[name]
-        body.append([f"{short} ({name}, 1 layer)", f(r["forward_mape_pct"]), f(r["backward_mape_pct"]),
-                     f(r["step_mape_pct"]), f(r["optimizer_mape_pct"]),
-                     " / ".join(f(x) for x in a100), " / ".join(f(x) for x in h200)])
+        body.append(
+            [
+                f"{short} ({name}, 1 layer)", f(r["forward_mape_pct"]), f(r["backward_mape_pct"]),
+                f(r["step_mape_pct"]), f(r["optimizer_mape_pct"]), " / ".join(f(x) for x in a100),
+                " / ".join(f(x) for x in h200),
+            ]
+        )
     sobol = [r for r in rows if str(r["model"]).startswith("sobol-")]
     pooled = by_model.get("all", {})
     fwd_ok = [mark(by_model[n]["forward_mape_pct"]) for n in NAMED if n in by_model]
     bwd_ok = [mark(by_model[n]["backward_mape_pct"]) for n in NAMED if n in by_model]
-    return "\n\n".join([
-        "### Compute: Table I for this machine\n\n"
-        f"Validation mode: {mode}. Each named model is predicted by a regression refitted without "
-        "its own rows (the Sobol shapes and the other four named models stay in).",
-        table(["model", "fwd", "bwd", "step", "optimizer", "paper A100 fwd/bwd/step",
-               "paper H200 fwd/bwd/step"], body),
-        f"Pooled over all {pooled.get('rows', '?')} rows ({len(sobol)} Sobol shapes + named): forward "
-        f"{f(pooled.get('forward_mape_pct'))} %, backward {f(pooled.get('backward_mape_pct'))} %, "
-        f"optimizer {f(pooled.get('optimizer_mape_pct'))} %, step {f(pooled.get('step_mape_pct'))} %.",
-        f"Goal (forward and backward <= {GOAL_PCT:.0f} % per named model): forward met for "
-        f"{fwd_ok.count('yes')}/{len(fwd_ok)}, backward met for {bwd_ok.count('yes')}/{len(bwd_ok)}."])
+    return "\n\n".join(
+        [
+            "### Compute: Table I for this machine\n\n"
+            f"Validation mode: {mode}. Each named model is predicted by a regression refitted "
+            "without its own rows (the Sobol shapes and the other four named models stay in).",
+            table(
+                [
+                    "model", "fwd", "bwd", "step", "optimizer", "paper A100 fwd/bwd/step",
+                    "paper H200 fwd/bwd/step",
+                ],
+                body,
+            ),
+            f"Pooled over all {pooled.get('rows', '?')} rows ({len(sobol)} Sobol shapes + named): "
+            f"forward {f(pooled.get('forward_mape_pct'))} %, backward "
+            f"{f(pooled.get('backward_mape_pct'))} %, optimizer "
+            f"{f(pooled.get('optimizer_mape_pct'))} %, step {f(pooled.get('step_mape_pct'))} %.",
+            f"Goal (forward and backward <= {GOAL_PCT:.0f} % per named model): forward met for "
+            f"{fwd_ok.count('yes')}/{len(fwd_ok)}, backward met for "
+            f"{bwd_ok.count('yes')}/{len(bwd_ok)}.",
+        ]
+    )
 
 
 def comm_section(rows: list[dict[str, Any]], mode: str) -> str:
     body = [[r["op"], r["link"], r["rows"], f(r["mape_pct"]),
              f(PAPER_COMM.get(r["op"])) if r["link"] == "all" else "", mark(r["mape_pct"])]
             for r in rows]
-    return "\n\n".join([f"### Collectives (gloo, 2 ranks)\n\nValidation mode: {mode}.",
-                        table(["op", "link", "rows", "MAPE %", "paper MAPE %", f"<= {GOAL_PCT:.0f} %"],
-                              body)])
+    return "\n\n".join(
+        [
+            f"### Collectives (gloo, 2 ranks)\n\nValidation mode: {mode}.",
+            table(["op", "link", "rows", "MAPE %", "paper MAPE %", f"<= {GOAL_PCT:.0f} %"], body),
+        ]
+    )
 
 
 def tracker_agreement() -> str:
@@ -182,25 +206,41 @@ def tracker_agreement() -> str:
 
 
 def fsdp_section(rows: list[dict[str, Any]]) -> str:
-    body = [[r["model"], r["seq_len"], r["micro_batch"], r["grad_accum"], f(r["measured_step_s"], 4),
-             f(r["predicted_step_s"], 4), f(r["step_error_pct"], 1), f(r["predicted_exposed_comm_s"], 4),
-             f(r["measured_peak_mib"], 1), f(r["predicted_peak_mib"], 1), f(r["memory_error_pct"], 1)]
-            for r in rows]
+    body = [
+        [
+            r["model"], r["seq_len"], r["micro_batch"], r["grad_accum"], f(r["measured_step_s"], 4),
+            f(r["predicted_step_s"], 4), f(r["step_error_pct"], 1),
+            f(r["predicted_exposed_comm_s"], 4), f(r["measured_peak_mib"], 1),
+            f(r["predicted_peak_mib"], 1), f(r["memory_error_pct"], 1),
+        ]
+        for r in rows
+    ]
     errors = [abs(r["step_error_pct"]) for r in rows]
     step = sum(errors) / len(rows)
-    mem = [abs(r["memory_error_pct"]) for r in rows if r["memory_error_pct"] == r["memory_error_pct"]]
+    mem = [
+        abs(r["memory_error_pct"]) for r in rows if r["memory_error_pct"] == r["memory_error_pct"]
+    ]
     signs = sum(r["step_error_pct"] < 0 for r in rows)
-    return "\n\n".join([
-        "### FSDP2 end-to-end (2 ranks, gloo) and the memory model",
-        table(["case", "S", "m", "k", "measured s", "predicted s", "error %", "pred. exposed comm s",
-               "measured peak MiB", "predicted peak MiB", "memory error %"], body),
-        f"Step-time MAPE {f(step)} % over {len(rows)} steps (goal <= {STEP_GOAL_PCT:.0f} %: "
-        f"{mark(step, STEP_GOAL_PCT)}); largest case error {f(max(errors))} % (goal <= "
-        f"{STEP_CASE_LIMIT_PCT:.0f} %: {mark(max(errors), STEP_CASE_LIMIT_PCT)}); predicted faster "
-        f"than measured in {signs}/{len(rows)} steps; peak-memory MAPE "
-        f"{f(sum(mem) / max(len(mem), 1))} % (goal <= {GOAL_PCT:.0f} %: "
-        f"{mark(sum(mem) / max(len(mem), 1))}) against the allocator peaks of "
-        f"`cpu-fsdp-memory.csv`. " + tracker_agreement()])
+    return "\n\n".join(
+        [
+            "### FSDP2 end-to-end (2 ranks, gloo) and the memory model",
+            table(
+                [
+                    "case", "S", "m", "k", "measured s", "predicted s", "error %",
+                    "pred. exposed comm s", "measured peak MiB", "predicted peak MiB",
+                    "memory error %",
+                ],
+                body,
+            ),
+            f"Step-time MAPE {f(step)} % over {len(rows)} steps (goal <= {STEP_GOAL_PCT:.0f} %: "
+            f"{mark(step, STEP_GOAL_PCT)}); largest case error {f(max(errors))} % (goal <= "
+            f"{STEP_CASE_LIMIT_PCT:.0f} %: {mark(max(errors), STEP_CASE_LIMIT_PCT)}); predicted "
+            f"faster than measured in {signs}/{len(rows)} steps; peak-memory MAPE "
+            f"{f(sum(mem) / max(len(mem), 1))} % (goal <= {GOAL_PCT:.0f} %: "
+            f"{mark(sum(mem) / max(len(mem), 1))}) against the allocator peaks of "
+            f"`cpu-fsdp-memory.csv`. " + tracker_agreement(),
+        ]
+    )
 
 
 def part_measured() -> str:
@@ -217,16 +257,23 @@ def part_measured() -> str:
 
         sections.append(markdown_section())
         commands.append("shardmeter validate cpu-x86-2core --memory")
-    intro = "\n".join([
-        "## (a) This machine, measured", "",
-        "Machine: see `catalogs/gpus_local.csv` (CPU-x86-2core: 2-core AMD EPYC (Zen 5) KVM guest; "
-        "one rank per core, torch.set_num_threads(1)); the software and date of each dataset are in "
-        "its `*.env.json` sidecar. Timings were taken while other jobs shared the two cores, so every "
-        "dataset carries that noise (medians over repeats; IQR per row). The profile "
-        f"`{PROFILE}` is fitted by the first {len(FIT_COMMANDS)} commands (`--fit`: compute, "
-        "collectives, then the compute-communication contention factor on the FSDP2 steps); the "
-        "others validate it:", "",
-        "```", *commands, "```"])
+    intro = "\n".join(
+        [
+            "## (a) This machine, measured",
+            "",
+            "Machine: see `catalogs/gpus_local.csv` (CPU-x86-2core: 2-core AMD EPYC (Zen 5) KVM "
+            "guest; one rank per core, torch.set_num_threads(1)); the software and date of each "
+            "dataset are in its `*.env.json` sidecar. Timings were taken while other jobs shared "
+            "the two cores, so every dataset carries that noise (medians over repeats; IQR per "
+            f"row). The profile `{PROFILE}` is fitted by the first {len(FIT_COMMANDS)} commands "
+            "(`--fit`: compute, collectives, then the compute-communication contention factor on "
+            "the FSDP2 steps); the others validate it:",
+            "",
+            "```",
+            *commands,
+            "```",
+        ]
+    )
     return "\n\n".join([intro, *sections, NOTES])
 
 

@@ -58,7 +58,9 @@ def _check_table_matches_profiles(cv: pd.DataFrame) -> dict[str, Any]:
         profile = load_profile(f"{gpu}-calibrated")
         mine = runs[runs["gpu"] == gpu].reset_index(drop=True)
         again = predict_tokens_per_s_per_gpu(profile, mine)
-        if len(again) != len(rows) or not np.allclose(again, rows["fit_pred"], rtol=CONSISTENCY_RTOL):
+        if len(again) != len(rows) or not np.allclose(
+            again, rows["fit_pred"], rtol=CONSISTENCY_RTOL
+        ):
             raise SystemExit(f"{CV_CSV} does not belong to the shipped {profile.name} profile: "
                              "rerun scripts/make_calibrated_profiles.py")
         profiles[gpu] = profile
@@ -74,11 +76,23 @@ def _accuracy_table(cv: pd.DataFrame) -> tuple[str, list[tuple[str, str, float]]
                      f(cv_mape), f(_signed(g, "cv_pred")), f(_ape(g, "fit_pred").mean()),
                      "yes" if cv_mape <= GOAL_PCT else "no"])
     for gpu, g in cv.groupby("gpu", sort=True):
-        rows.append([gpu, "all", len(g), f(_ape(g, "prior_pred").mean()), f(_signed(g, "prior_pred")),
-                     f(_ape(g, "cv_pred").mean()), f(_signed(g, "cv_pred")), f(_ape(g, "fit_pred").mean()),
-                     "yes" if _ape(g, "cv_pred").mean() <= GOAL_PCT else "no"])
-    header = ["GPU", "checkpointing", "runs", "prior MAPE %", "prior bias %", "calibrated CV MAPE %",
-              "CV bias %", "in-sample MAPE %", f"CV <= {GOAL_PCT:.0f} %"]
+        rows.append(
+            [
+                gpu,
+                "all",
+                len(g),
+                f(_ape(g, "prior_pred").mean()),
+                f(_signed(g, "prior_pred")),
+                f(_ape(g, "cv_pred").mean()),
+                f(_signed(g, "cv_pred")),
+                f(_ape(g, "fit_pred").mean()),
+                "yes" if _ape(g, "cv_pred").mean() <= GOAL_PCT else "no",
+            ]
+        )
+    header = [
+        "GPU", "checkpointing", "runs", "prior MAPE %", "prior bias %", "calibrated CV MAPE %",
+        "CV bias %", "in-sample MAPE %", f"CV <= {GOAL_PCT:.0f} %",
+    ]
     return table(header, rows), cells
 
 
@@ -148,7 +162,9 @@ def _scaled_priors() -> str:
         p = params_of(profile)
         rows.append([gpu, scaled["profile"], f(p.matmul_efficiency, 3), f"{p.gemm_half_size:.3g}",
                      f(p.attention_efficiency, 3)])
-    return table(["GPU (no published runs)", "scaled from", "e_max", "g_half", "attention eff."], rows)
+    return table(
+        ["GPU (no published runs)", "scaled from", "e_max", "g_half", "attention eff."], rows
+    )
 
 
 def _held_out_validation() -> str:
@@ -174,15 +190,25 @@ def _held_out_validation() -> str:
                          f(errors["prior"][-1], 1), f(c, 0), f(errors["calibrated"][-1], 1)])
     commit = str(runs["source_commit"].iloc[0])
     mape = {k: float(np.mean(np.abs(v))) for k, v in errors.items()}
-    return "\n\n".join([
-        "### Validation on published runs never fitted to (reported apart)",
-        f"`catalogs/published/validation-torchtitan.csv`: pytorch/torchtitan `docs/performance.md` at "
-        f"commit `{commit}` (FSDP2, 64 A100 80GB, Llama 3 at S=8192 and Llama 2 at S=4096; another "
-        "architecture family, framework and checkpointing policy than the calibration data). Not "
-        "used by any fit.",
-        table(["model", "GPU", "nodes x GPUs", "S", "m", "checkpointing", "published tokens/s/GPU",
-               "prior", "prior error %", "calibrated", "calibrated error %"], rows),
-        f"MAPE over {len(rows)} runs: prior {f(mape['prior'])} %, calibrated {f(mape['calibrated'])} %."])
+    return "\n\n".join(
+        [
+            "### Validation on published runs never fitted to (reported apart)",
+            "`catalogs/published/validation-torchtitan.csv`: pytorch/torchtitan "
+            f"`docs/performance.md` at commit `{commit}` (FSDP2, 64 A100 80GB, Llama 3 at S=8192 "
+            "and Llama 2 at S=4096; another architecture family, framework and checkpointing "
+            "policy than the calibration data). Not used by any fit.",
+            table(
+                [
+                    "model", "GPU", "nodes x GPUs", "S", "m", "checkpointing",
+                    "published tokens/s/GPU", "prior", "prior error %", "calibrated",
+                    "calibrated error %",
+                ],
+                rows,
+            ),
+            f"MAPE over {len(rows)} runs: prior {f(mape['prior'])} %, calibrated "
+            f"{f(mape['calibrated'])} %.",
+        ]
+    )
 
 
 def part_calibrated() -> str:
@@ -197,34 +223,43 @@ def part_calibrated() -> str:
     worst = max(cells, key=lambda c: c[2])
     prior_all, cv_all = float(_ape(cv, "prior_pred").mean()), float(_ape(cv, "cv_pred").mean())
     commit = str(runs["source_commit"].iloc[0])
-    return "\n\n".join([
-        "## (b) GPUs, calibrated on published FSDP runs",
-        f"Data: `catalogs/published/llm-foundry.csv`, {len(runs)} runs (every row of the H100 80GB "
-        f"BF16, A100 80GB and A100 40GB tables of mosaicml/llm-foundry "
-        f"`scripts/train/benchmarking/README.md` at commit `{commit}`; see catalogs/published/README.md). "
-        "Each run is simulated by the FSDP step graph (fast path) with its model, nodes x 8 GPUs, "
-        "catalog links and dtypes; the calibrated profile has five physical parameters per GPU "
-        f"(`perfmodel/calibrate.py`). Cross-validation: {CV_SCHEME}, i.e. each model size is "
-        "predicted by parameters fitted without any of its runs. The prior is the datasheet profile "
-        "(`<GPU>-prior.yaml`: one 0.44 matmul efficiency for every GPU).",
-        "Commands: `.venv/bin/python scripts/import_published_runs.py` (data), "
-        "`.venv/bin/python scripts/make_calibrated_profiles.py` (fit + CV; `--check` refits), "
-        "`.venv/bin/python scripts/make_prior_profiles.py` (priors of GPUs without runs).",
-        "### Tokens/s/GPU error, prior vs calibrated", accuracy,
-        f"Goal (CV MAPE <= {GOAL_PCT:.0f} % per GPU and checkpointing mode): met in "
-        f"{len(met)}/{len(cells)} cells; largest {f(worst[2])} % ({worst[0]}, {worst[1]}). Over all "
-        f"{len(cv)} runs: prior {f(prior_all)} %, calibrated (CV) {f(cv_all)} %.",
-        "### Fitted parameters", _params_table(profiles),
-        "### Per held-out model size (MAPE %)", _by_model(cv),
-        "### Multi-node scaling (tokens/s/GPU vs the same model, S and checkpointing on one node)",
-        _scaling(cv),
-        "### Sequence length (signed error: + = predicted too fast)", _by_seq(cv),
-        _held_out_validation(),
-        "### GPUs without published runs: priors scaled from the calibrated profiles",
-        "These stay `provenance: prior`: efficiencies, recompute and contention of the reference, the "
-        "GEMM half-saturation size scaled by the dense bf16 peak ratio, each GPU's own peak and HBM "
-        "bandwidth. No published run checks them.",
-        _scaled_priors()])
+    return "\n\n".join(
+        [
+            "## (b) GPUs, calibrated on published FSDP runs",
+            f"Data: `catalogs/published/llm-foundry.csv`, {len(runs)} runs (every row of the H100 "
+            "80GB BF16, A100 80GB and A100 40GB tables of mosaicml/llm-foundry "
+            f"`scripts/train/benchmarking/README.md` at commit `{commit}`; see "
+            "catalogs/published/README.md). Each run is simulated by the FSDP step graph (fast "
+            "path) with its model, nodes x 8 GPUs, catalog links and dtypes; the calibrated "
+            "profile has five physical parameters per GPU (`perfmodel/calibrate.py`). "
+            f"Cross-validation: {CV_SCHEME}, i.e. each model size is predicted by parameters "
+            "fitted without any of its runs. The prior is the datasheet profile "
+            "(`<GPU>-prior.yaml`: one 0.44 matmul efficiency for every GPU).",
+            "Commands: `.venv/bin/python scripts/import_published_runs.py` (data), "
+            "`.venv/bin/python scripts/make_calibrated_profiles.py` (fit + CV; `--check` refits), "
+            "`.venv/bin/python scripts/make_prior_profiles.py` (priors of GPUs without runs).",
+            "### Tokens/s/GPU error, prior vs calibrated",
+            accuracy,
+            f"Goal (CV MAPE <= {GOAL_PCT:.0f} % per GPU and checkpointing mode): met in "
+            f"{len(met)}/{len(cells)} cells; largest {f(worst[2])} % ({worst[0]}, {worst[1]}). "
+            f"Over all {len(cv)} runs: prior {f(prior_all)} %, calibrated (CV) {f(cv_all)} %.",
+            "### Fitted parameters",
+            _params_table(profiles),
+            "### Per held-out model size (MAPE %)",
+            _by_model(cv),
+            "### Multi-node scaling (tokens/s/GPU vs the same model, S and checkpointing on one "
+            "node)",
+            _scaling(cv),
+            "### Sequence length (signed error: + = predicted too fast)",
+            _by_seq(cv),
+            _held_out_validation(),
+            "### GPUs without published runs: priors scaled from the calibrated profiles",
+            "These stay `provenance: prior`: efficiencies, recompute and contention of the "
+            "reference, the GEMM half-saturation size scaled by the dense bf16 peak ratio, each "
+            "GPU's own peak and HBM bandwidth. No published run checks them.",
+            _scaled_priors(),
+        ]
+    )
 
 
 # ---- (c) the planner on the case study -------------------------------------------------------

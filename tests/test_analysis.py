@@ -60,8 +60,10 @@ def test_analyse_step_hand_example() -> None:
 class ConstantCommProfile:
     """Compute ∝ micro-batch, communication independent of it: the paper's batch-size effect."""
 
-    def compute_time_s(self, phase: str, model: Any, seq_len: int, micro_batch: Any, unit: str = "model",
-                       num_shards: int = 1) -> Any:
+    def compute_time_s(
+        self, phase: str, model: Any, seq_len: int, micro_batch: Any, unit: str = "model",
+        num_shards: int = 1,
+    ) -> Any:
         scale = {"forward": 1.0, "backward": 2.0, "optimizer": 0.0}[phase]
         return scale * 1e-3 * np.asarray(micro_batch, dtype=float) * (1 if unit != "model" else 0)
 
@@ -76,8 +78,10 @@ def _island(nodes: int = 1, gpus: int = 8) -> IslandSpec:
 
 
 def test_batch_sweep_turns_compute_bound() -> None:
-    sweep = batch_sweep(MODEL, ConstantCommProfile(), _island(), seq_len=512, micro_batches=[32, 1, 2, 4, 8, 16],
-                        max_micro_batch=8)
+    sweep = batch_sweep(
+        MODEL, ConstantCommProfile(), _island(), seq_len=512, micro_batches=[32, 1, 2, 4, 8, 16],
+        max_micro_batch=8,
+    )
     assert list(sweep["micro_batch"]) == [1, 2, 4, 8, 16, 32]
     assert sweep["bound"].iloc[0] == COMM_BOUND and sweep["bound"].iloc[-1] == COMPUTE_BOUND
     assert list(sweep["fits"]) == [True, True, True, True, False, False]
@@ -108,7 +112,9 @@ def test_tuner_keeps_h_and_picks_shortest_delay_then_fewest_fragments() -> None:
             other = StreamingConfig(num_fragments=f, sync_every=12, delay_steps=d)
             assert run_streaming(MODEL, step_s=step_s, wan=wan, config=other).blocks, (f, d)
     # the recommendation is the first remedy printed, so table and remedies agree
-    assert tuning.remedies[0].startswith(f"recommended: F={cfg.num_fragments}, τ={cfg.delay_steps} (H=12)")
+    assert tuning.remedies[0].startswith(
+        f"recommended: F={cfg.num_fragments}, τ={cfg.delay_steps} (H=12)"
+    )
 
 
 def test_tuner_bounds_explain_and_single_island() -> None:
@@ -127,20 +133,35 @@ def test_remedies_each_remove_blocking() -> None:
     tuning = tune_streaming(MODEL, step_s=step_s, wan=slow, current=base)
     assert tuning.config is not None and tuning.config.sync_every == base.sync_every
     text = " | ".join(tuning.remedies)
-    for kind in ("recommended", "more fragments", "longer delay", "faster link", "lower pseudo-gradient dtype"):
+    for kind in (
+        "recommended", "more fragments", "longer delay", "faster link",
+        "lower pseudo-gradient dtype",
+    ):
         assert kind in text
     needed = required_wan_bw_bytes_per_s(MODEL, step_s=step_s, wan=slow, config=base)
-    assert run_streaming(MODEL, step_s=step_s, wan=slow.with_bandwidth(needed), config=base).blocks is False
-    assert run_streaming(MODEL, step_s=step_s, wan=slow.with_bandwidth(needed * 0.99), config=base).blocks
-    assert tune_streaming(MODEL, step_s=step_s, wan=slow.with_bandwidth(needed), current=base).remedies == ()
+    assert (
+        run_streaming(MODEL, step_s=step_s, wan=slow.with_bandwidth(needed), config=base).blocks
+        is False
+    )
+    assert run_streaming(
+        MODEL, step_s=step_s, wan=slow.with_bandwidth(needed * 0.99), config=base
+    ).blocks
+    assert (
+        tune_streaming(MODEL, step_s=step_s, wan=slow.with_bandwidth(needed), current=base).remedies
+        == ()
+    )
 
 
 @pytest.mark.parametrize("model_name", ["Llama-3.2-1B", "Llama-3-8B", "SmolLM-360M"])
 def test_figure6_situations(model_name: str) -> None:
     model = get_model(model_name)
     cases = streaming_examples(model, step_s=3.0, latency_s=0.05)
-    blocks = {k: run_streaming(model, step_s=3.0, wan=w, config=c, num_steps=c.sync_every + c.delay_steps + 1).blocks
-              for k, (w, c, _) in cases.items()}
+    blocks = {
+        k: run_streaming(
+            model, step_s=3.0, wan=w, config=c, num_steps=c.sync_every + c.delay_steps + 1
+        ).blocks
+        for k, (w, c, _) in cases.items()
+    }
     assert blocks == {"A": False, "B": True, "C": False, "D": False}
     assert cases["C"][1].num_fragments == 2 * cases["B"][1].num_fragments
     assert cases["D"][1].delay_steps == cases["B"][1].delay_steps + 1
@@ -157,7 +178,10 @@ def test_bandwidth_for_utilisation_matches_blocking_diloco_closed_form() -> None
         sigma = 50 * 0.4 * (1 / row.target - 1)
         exact = formulas.bandwidth_for_sync_s(3, payload, sigma, wan.latency_s)
         assert row.bw_bytes_per_s == pytest.approx(exact, rel=2e-4)
-        assert row.utilisation >= row.target and row.gbit_s == pytest.approx(row.bw_bytes_per_s * 8e-9)
+        assert (
+            row.utilisation >= row.target
+            and row.gbit_s == pytest.approx(row.bw_bytes_per_s * 8e-9)
+        )
 
 
 def test_bandwidth_for_utilisation_properties() -> None:
@@ -166,20 +190,28 @@ def test_bandwidth_for_utilisation_properties() -> None:
     over = StreamingConfig(num_fragments=4, sync_every=40, delay_steps=1, overlap_backward=True)
     wan, fp4 = _wan(1, dtype="bf16"), _wan(1, dtype="fp4")
     cases = [(wan, plain), (wan, over), (fp4, over)]
-    a, b, c = (bandwidth_for_utilisation(MODEL, step_s=step_s, wan=w, config=cfg) for w, cfg in cases)
+    a, b, c = (
+        bandwidth_for_utilisation(MODEL, step_s=step_s, wan=w, config=cfg) for w, cfg in cases
+    )
     for rows, (link, cfg) in zip((a, b, c), cases, strict=True):
         bws = [r.bw_bytes_per_s for r in rows]
-        assert all(x is not None for x in bws) and bws == sorted(bws)  # more utilisation, more bandwidth
+        # more utilisation, more bandwidth
+        assert all(x is not None for x in bws) and bws == sorted(bws)
         for r in rows:  # just below the answer the target is missed
-            below = streaming_utilisation(MODEL, step_s=step_s, wan=link.with_bandwidth(r.bw_bytes_per_s * 0.99),
-                                          config=cfg)
+            below = streaming_utilisation(
+                MODEL, step_s=step_s, wan=link.with_bandwidth(r.bw_bytes_per_s * 0.99), config=cfg
+            )
             assert below < r.target
-    assert all(y.bw_bytes_per_s <= x.bw_bytes_per_s for x, y in zip(a, b, strict=True))  # overlap helps
+    # overlap helps
+    assert all(y.bw_bytes_per_s <= x.bw_bytes_per_s for x, y in zip(a, b, strict=True))
     # fp4 + scales is 0.53 B/value against 2 B for bf16
     assert all(z.bw_bytes_per_s < y.bw_bytes_per_s / 2.5 for y, z in zip(b, c, strict=True))
     # latency alone: two islands 2 s apart cannot reach 99 % with 0.5 s steps and τ = 1
     far = WanLink(num_islands=2, bw_bytes_per_s=1, latency_s=2.0, dtype="bf16")
-    assert bandwidth_for_utilisation(MODEL, step_s=step_s, wan=far, config=plain, targets=(0.99,))[0].bw_bytes_per_s is None
+    far_rows = bandwidth_for_utilisation(
+        MODEL, step_s=step_s, wan=far, config=plain, targets=(0.99,)
+    )
+    assert far_rows[0].bw_bytes_per_s is None
 
 
 def test_fabric_link_for_islands_of_one_cluster() -> None:
@@ -189,9 +221,15 @@ def test_fabric_link_for_islands_of_one_cluster() -> None:
     link = get_link(gpu.inter_node_link)
     fabric = fabric_link(gpu.name, num_islands=2, dtype="bf16")
     assert fabric.kind == "fabric" and fabric.latency_s == link.latency_s
-    assert fabric.bw_bytes_per_s == link.busbw_bytes_per_s * (gpu.nics_per_node if link.per_nic else 1)
-    fast = run_streaming(MODEL, step_s=0.5, wan=fabric, config=StreamingConfig(num_fragments=1, sync_every=10,
-                                                                               delay_steps=0))
+    assert fabric.bw_bytes_per_s == link.busbw_bytes_per_s * (
+        gpu.nics_per_node if link.per_nic else 1
+    )
+    fast = run_streaming(
+        MODEL,
+        step_s=0.5,
+        wan=fabric,
+        config=StreamingConfig(num_fragments=1, sync_every=10, delay_steps=0),
+    )
     slow = run_streaming(MODEL, step_s=0.5, wan=_wan(1, dtype="bf16"), config=StreamingConfig(
         num_fragments=1, sync_every=10, delay_steps=0))
     assert fast.blocked_s < slow.blocked_s

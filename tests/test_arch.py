@@ -166,8 +166,19 @@ def test_config_totals_match_published(filename: str, published: float) -> None:
 
 def test_phi3_is_not_the_phi2_layout() -> None:
     spec = load_hf_config(CONFIGS / "phi3_mini_4k.json")
-    assert spec.family == "phi3" and spec.gated_mlp and spec.norm == "rms" and spec.norms_per_block == 2
-    assert not (spec.qkv_bias or spec.out_bias or spec.mlp_bias or spec.lm_head_bias or spec.tie_word_embeddings)
+    assert (
+        spec.family == "phi3"
+        and spec.gated_mlp
+        and spec.norm == "rms"
+        and spec.norms_per_block == 2
+    )
+    assert not (
+        spec.qkv_bias
+        or spec.out_bias
+        or spec.mlp_bias
+        or spec.lm_head_bias
+        or spec.tie_word_embeddings
+    )
     # by hand: per block q, k, v, o (3072²) + gate, up, down (3072·8192) + two RMSNorm weights
     block = 4 * 3072**2 + 3 * 3072 * 8192 + 2 * 3072
     assert spec.total_params == 32 * block + 2 * 32064 * 3072 + 3072 == 3_821_079_552
@@ -198,7 +209,10 @@ def test_unknown_or_missing_model_type_is_refused(tmp_path: Path) -> None:
     import json
 
     base = json.loads((CONFIGS / "llama3_8b.json").read_text())
-    for model_type, needle in (("gpt_bigcode", "no known parameter layout"), (None, "'model_type' is missing")):
+    for model_type, needle in (
+        ("gpt_bigcode", "no known parameter layout"),
+        (None, "'model_type' is missing"),
+    ):
         cfg = dict(base)
         if model_type is None:
             cfg.pop("model_type")
@@ -211,5 +225,7 @@ def test_unknown_or_missing_model_type_is_refused(tmp_path: Path) -> None:
 
 
 def test_unsupported_config_exits_2_on_the_cli(run_cli) -> None:
-    result = run_cli("predict", str(CONFIGS / "mixtral_8x7b.json"), "--gpu", "A100-PCIe-80GB", "--seq-len", "512")
+    result = run_cli(
+        "predict", str(CONFIGS / "mixtral_8x7b.json"), "--gpu", "A100-PCIe-80GB", "--seq-len", "512"
+    )
     assert result.code == 2 and "To fix:" in result.err and "Traceback" not in result.err

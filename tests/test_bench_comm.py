@@ -1,4 +1,4 @@
-"""Collective benchmark: payload plan, torchrun command, and a real 2-rank gloo sweep with resume."""
+"""Collective benchmark: payload plan, torchrun command, a real 2-rank gloo sweep with resume."""
 
 from __future__ import annotations
 
@@ -36,8 +36,11 @@ def test_torchrun_command_standalone_and_multi_node() -> None:
     cmd = comm.torchrun_command("perfmodel.bench.comm_worker", ["--out", "x.csv"], nproc=2)
     assert cmd[1:4] == ["-m", "torch.distributed.run", "--standalone"]
     assert cmd[-4:] == ["-m", "perfmodel.bench.comm_worker", "--out", "x.csv"]
-    multi = comm.torchrun_command("m", [], nproc=8, torchrun_args="--nnodes 2 --rdzv-endpoint h:29500")
-    assert "--standalone" not in multi and multi[3:7] == ["--nnodes", "2", "--rdzv-endpoint", "h:29500"]
+    multi = comm.torchrun_command(
+        "m", [], nproc=8, torchrun_args="--nnodes 2 --rdzv-endpoint h:29500"
+    )
+    assert "--standalone" not in multi
+    assert multi[3:7] == ["--nnodes", "2", "--rdzv-endpoint", "h:29500"]
 
 
 def test_bench_comm_gloo_two_ranks_runs_and_resumes(run_cli, tmp_path: Path) -> None:
@@ -49,7 +52,9 @@ def test_bench_comm_gloo_two_ranks_runs_and_resumes(run_cli, tmp_path: Path) -> 
     rows = _rows(out)
     assert list(rows[0]) == list(comm.COLUMNS)
     assert len(rows) == 6 and {r["op"] for r in rows} == set(comm.OPS)
-    assert {(r["backend"], r["link"], r["world_size"], r["iters"]) for r in rows} == {("gloo", "gloo-loopback", "2", "2")}
+    assert {(r["backend"], r["link"], r["world_size"], r["iters"]) for r in rows} == {
+        ("gloo", "gloo-loopback", "2", "2")
+    }
     assert all(float(r["time_s"]) > 0 for r in rows)
     second = run_cli(*base, "--points", "3")  # adds only the new middle size
     assert second.code == 0, second.err

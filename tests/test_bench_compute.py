@@ -1,4 +1,4 @@
-"""Compute benchmark: design space, Sobol shapes, profiler phase grouping, real CLI runs + resume."""
+"""Compute benchmark: design space, Sobol shapes, profiler phase grouping, real CLI runs, resume."""
 
 from __future__ import annotations
 
@@ -62,8 +62,14 @@ def test_shipped_spaces_sample_valid_shapes(space: str) -> None:
     assert len(configs) == 40 and len({c.config_id for c in configs}) == 40
     for c in configs:
         s = c.spec
-        assert s.hidden_size % s.num_heads == 0 and s.num_heads % s.num_kv_heads == 0 and s.d % 2 == 0
-        assert design.ranges["num_hidden_layers"].low <= s.num_layers <= design.ranges["num_hidden_layers"].high
+        assert (
+            s.hidden_size % s.num_heads == 0 and s.num_heads % s.num_kv_heads == 0 and s.d % 2 == 0
+        )
+        assert (
+            design.ranges["num_hidden_layers"].low
+            <= s.num_layers
+            <= design.ranges["num_hidden_layers"].high
+        )
         assert c.seq_len in design.seq_lens and c.micro_batches[0] == 1
     assert design.named is not None and len(cb.named_configs(design)) == 5
 
@@ -95,13 +101,17 @@ def test_group_phases_on_a_recorded_cpu_trace(tmp_path: Path) -> None:
     model = build_model(spec)
     opt = torch.optim.AdamW(model.parameters())
     tokens = torch.randint(0, spec.vocab_size, (2, 16))
-    events = cb.profile_steps(lambda: cb._train_step(model, tokens, opt, lambda: None), iters=3, device="cpu")
+    events = cb.profile_steps(
+        lambda: cb._train_step(model, tokens, opt, lambda: None), iters=3, device="cpu"
+    )
     (tmp_path / "trace.json").write_text(json.dumps(events))
     per_iter = cb.group_phases(events, "cpu")
     assert len(per_iter) == 3
     for phase in cb.PHASES:
         ranges = [e for e in events if e.get("cat") == "user_annotation" and e["name"] == phase]
-        assert sum(it[phase] for it in per_iter) == pytest.approx(sum(e["dur"] for e in ranges) * 1e-6)
+        assert sum(it[phase] for it in per_iter) == pytest.approx(
+            sum(e["dur"] for e in ranges) * 1e-6
+        )
         # every op of the phase lies inside its range, so the range bounds the ops' own time
         first = min(ranges, key=lambda e: e["ts"])
         inside = [e for e in events if e.get("cat") == "cpu_op" and e.get("tid") == first["tid"]
@@ -117,14 +127,22 @@ def _cuda_trace() -> list[dict]:
         for k, phase in enumerate(cb.PHASES):
             start = base + 300.0 * k
             events.append({"cat": "user_annotation", "name": phase, "ts": start, "dur": 250.0})
-            events.append({"cat": "gpu_user_annotation", "name": phase, "ts": start + 5, "dur": 999.0})
+            events.append(
+                {"cat": "gpu_user_annotation", "name": phase, "ts": start + 5, "dur": 999.0}
+            )
             for j in range(3):
                 corr += 1
-                events.append({"cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": start + 10 + j,
-                               "dur": 1.0, "args": {"correlation": corr}})
+                events.append(
+                    {
+                        "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": start + 10 + j,
+                        "dur": 1.0, "args": {"correlation": corr},
+                    }
+                )
                 events.append({"cat": "kernel", "name": f"k{corr}", "ts": start + 400 + 20 * j,
                                "dur": float(10 * (k + 1) + it), "args": {"correlation": corr}})
-    events.append({"cat": "kernel", "name": "orphan", "ts": 5.0, "dur": 77.0, "args": {"correlation": 999}})
+    events.append(
+        {"cat": "kernel", "name": "orphan", "ts": 5.0, "dur": 77.0, "args": {"correlation": 999}}
+    )
     return events
 
 
@@ -132,7 +150,9 @@ def test_group_phases_sums_device_kernels_by_launching_range() -> None:
     per_iter = cb.group_phases(_cuda_trace(), "cuda")
     assert per_iter == [pytest.approx({"forward": 30e-6, "backward": 60e-6, "optimizer": 90e-6}),
                         pytest.approx({"forward": 33e-6, "backward": 63e-6, "optimizer": 93e-6})]
-    assert cb.group_phases(_cuda_trace(), "cpu")[0] == pytest.approx(dict.fromkeys(cb.PHASES, 250e-6))
+    assert cb.group_phases(_cuda_trace(), "cpu")[0] == pytest.approx(
+        dict.fromkeys(cb.PHASES, 250e-6)
+    )
 
 
 def test_group_phases_rejects_unbalanced_ranges() -> None:
@@ -160,12 +180,16 @@ def test_bench_compute_cli_runs_and_resumes(run_cli, tiny_space: Path, tmp_path:
     assert len({r["model"] for r in rows}) == 3
     for model in {r["model"] for r in rows}:
         mine = [r for r in rows if r["model"] == model]
-        assert {r["micro_batch"] for r in mine} <= {"1", "2"} and "1" in {r["micro_batch"] for r in mine}
+        assert (
+            {r["micro_batch"] for r in mine} <= {"1", "2"}
+            and "1" in {r["micro_batch"] for r in mine}
+        )
         assert Counter(r["phase"] for r in mine) == Counter({p: len(mine) // 3 for p in cb.PHASES})
     assert all(float(r["time_s"]) > 0 and r["threads"] == "1" and r["iters"] == "2" for r in rows)
     env = json.loads(Path(f"{out}.env.json").read_text())
     assert len(env["sessions"]) == 2 and env["sessions"][0]["torch"] == torch.__version__
-    assert {"glibc_tunables", "transparent_hugepage", "loadavg_1m_at_start", "cpu_model"} <= set(env["sessions"][0])
+    recorded = {"glibc_tunables", "transparent_hugepage", "loadavg_1m_at_start", "cpu_model"}
+    assert recorded <= set(env["sessions"][0])
     assert len(Path(f"{out}.progress").read_text().split("\n")) == 4
     third = run_cli(*args)  # everything finished: nothing is measured again
     assert third.code == 0 and len(_rows(out)) == len(rows)
@@ -173,7 +197,9 @@ def test_bench_compute_cli_runs_and_resumes(run_cli, tiny_space: Path, tmp_path:
 
 def test_bench_compute_named_mode(run_cli, tiny_space: Path, tmp_path: Path) -> None:
     out = tmp_path / "named.csv"
-    result = run_cli("bench", "compute", "--space", str(tiny_space), "--named", "-o", str(out), "--warmup", "1")
+    result = run_cli(
+        "bench", "compute", "--space", str(tiny_space), "--named", "-o", str(out), "--warmup", "1"
+    )
     assert result.code == 0, result.err
     rows = _rows(out)
     assert {r["model"] for r in rows} == {"tiny-llama", "tiny-phi"}
@@ -190,7 +216,9 @@ def test_bench_compute_refuses_a_changed_space(run_cli, tiny_space: Path, tmp_pa
     assert result.code == 2 and "To fix:" in result.err and "another shape" in result.err
 
 
-def test_small_page_warning(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+def test_small_page_warning(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     from perfmodel.bench import environment as common
 
     monkeypatch.setattr(common.sys, "platform", "linux")
@@ -205,8 +233,12 @@ def test_small_page_warning(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogC
 
 
 def test_bench_compute_bad_input_exits_2(run_cli, tmp_path: Path) -> None:
-    result = run_cli("bench", "compute", "--space", str(tmp_path / "nope.yaml"), "-o", str(tmp_path / "x.csv"))
+    result = run_cli(
+        "bench", "compute", "--space", str(tmp_path / "nope.yaml"), "-o", str(tmp_path / "x.csv")
+    )
     assert result.code == 2 and "To fix:" in result.err
-    result = run_cli("bench", "compute", "-o", str(tmp_path / "x.csv"), "--device", "cuda", "-n", "1")
+    result = run_cli(
+        "bench", "compute", "-o", str(tmp_path / "x.csv"), "--device", "cuda", "-n", "1"
+    )
     if not torch.cuda.is_available():
         assert result.code == 2 and "To fix:" in result.err

@@ -48,7 +48,10 @@ def test_load_cases_expands_shapes(tmp_path: Path) -> None:
     cases = fsdp.load_cases(space)
     assert [(c.config_id, c.micro_batch, c.grad_accum) for c in cases] == [
         ("t-llama", 1, 1), ("t-llama", 1, 2), ("t-phi", 2, 1)]
-    assert cases[0].spec.num_layers == 1 and cases[0].spec.hidden_size == get_model("tiny-llama").hidden_size
+    assert (
+        cases[0].spec.num_layers == 1
+        and cases[0].spec.hidden_size == get_model("tiny-llama").hidden_size
+    )
     assert cases[2].spec.gated_mlp is False and cases[2].spec.norm == "layer"
     assert fsdp.FsdpCase.from_json(cases[2].to_json()) == cases[2]
     shipped = fsdp.load_cases(catalog_dir() / "spaces" / "fsdp-cpu.yaml")
@@ -100,12 +103,15 @@ def test_fsdp_compare_against_the_simulator(run_cli, tmp_path: Path) -> None:
     profile = tmp_path / "cpu-prior.yaml"
     save_profile(make_prior_profile("CPU-x86-2core"), profile)
     data = tmp_path / "fsdp.csv"
-    row = {"model": "t", "family": "llama", "hidden_size": 64, "num_hidden_layers": 2,
-           "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "intermediate_size": 176,
-           "vocab_size": 512, "tie_word_embeddings": "false", "seq_len": 32, "micro_batch": 1,
-           "grad_accum": 2, "world_size": 2, "backend": "gloo", "link": "gloo-loopback", "device": "cpu",
-           "dtype": "float32", "threads": 1, "step_time_s": 0.05, "step_time_iqr_s": 0.001, "iters": 3,
-           "peak_memory_bytes": 4_000_000, "memory_source": "profiler+persistent"}
+    row = {
+        "model": "t", "family": "llama", "hidden_size": 64, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+        "intermediate_size": 176, "vocab_size": 512, "tie_word_embeddings": "false", "seq_len": 32,
+        "micro_batch": 1, "grad_accum": 2, "world_size": 2, "backend": "gloo",
+        "link": "gloo-loopback", "device": "cpu", "dtype": "float32", "threads": 1,
+        "step_time_s": 0.05, "step_time_iqr_s": 0.001, "iters": 3, "peak_memory_bytes": 4_000_000,
+        "memory_source": "profiler+persistent",
+    }
     with data.open("w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=fsdp.COLUMNS)
         writer.writeheader()

@@ -74,9 +74,11 @@ def test_rows_are_written_once_and_resumed(tmp_path: Path) -> None:
 
 
 def test_cli_prints_the_tracked_peak(run_cli) -> None:
-    result = run_cli("bench", "memory", "tiny-llama", "--seq-len", "32", "--world-size", "4",
-                     "--micro-batch", "2", "--accum", "2", "--accum-mode", "no_sync", "--ac", "full",
-                     "--format", "json")
+    result = run_cli(
+        "bench", "memory", "tiny-llama", "--seq-len", "32", "--world-size", "4",
+        "--micro-batch", "2", "--accum", "2", "--accum-mode", "no_sync", "--ac", "full",
+        "--format", "json",
+    )
     assert result.code == 0, result.err
     row = json.loads(result.out)[0]
     assert row["peak_gib"] > 0 and row["accum_mode"] == "no_sync" and row["ac"] == "full"

@@ -45,8 +45,10 @@ def synthetic_runs(seed: int = 0) -> pd.DataFrame:
     rows = []
     for i, (hidden, layers, heads) in enumerate([(512, 4, 8), (768, 6, 12), (1024, 4, 16),
                                                  (1536, 4, 12), (2048, 3, 16)]):
-        for seq, mb, nodes, ac in [(512, 32, 1, "none"), (2048, 8, 1, "none"), (8192, 1, 1, "full"),
-                                   (2048, 4, 4, "full"), (1024, 2, 2, "none"), (4096, 2, 8, "none")]:
+        for seq, mb, nodes, ac in [
+            (512, 32, 1, "none"), (2048, 8, 1, "none"), (8192, 1, 1, "full"), (2048, 4, 4, "full"),
+            (1024, 2, 2, "none"), (4096, 2, 8, "none"),
+        ]:
             rows.append({"model": f"syn-{i}", "hidden_size": hidden, "num_layers": layers,
                          "num_heads": heads, "num_kv_heads": heads, "intermediate_size": 4 * hidden,
                          "vocab_size": 50368, "gpu": GPU, "nodes": nodes, "gpus_per_node": 8,
@@ -91,7 +93,9 @@ def test_gemm_efficiency_saturates_with_size() -> None:
 
     model = run_model(model_row)
     peak = get_gpu(GPU).bf16_flops_per_s
-    small, large = (profile.compute_time_s("forward", model, 128, m, unit="block") for m in (1, 512))
+    small, large = (
+        profile.compute_time_s("forward", model, 128, m, unit="block") for m in (1, 512)
+    )
     flops = 2 * model.block_matmul_params * 128
     assert flops * 512 / large / peak > flops / small / peak  # bigger GEMMs run closer to e_max
 
@@ -154,7 +158,7 @@ def test_shipped_calibration_meets_the_accuracy_goal() -> None:
 
 
 def test_overlap_fit_on_measured_fsdp_steps() -> None:
-    from perfmodel.calibrate import fit_overlap_slowdown
+    from perfmodel.calibrate_overlap import fit_overlap_slowdown
 
     profile = load_profile("cpu-x86-2core")
     result = fit_overlap_slowdown(profile, ROOT / "catalogs/profiles/data/cpu-fsdp.csv",

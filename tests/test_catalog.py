@@ -92,7 +92,10 @@ def test_price_lookup_takes_newest_snapshot() -> None:
     rows = [r for r in cat.price_rows() if r.provider == "Lambda"
             and r.gpu_type == "H100-SXM5-80GB" and r.tier == "on-demand"]
     newest = max(rows, key=lambda r: r.as_of)
-    assert cat.price_usd_per_gpu_hour("lambda", "H100-SXM5-80GB", "on-demand") == newest.usd_per_gpu_hour
+    assert (
+        cat.price_usd_per_gpu_hour("lambda", "H100-SXM5-80GB", "on-demand")
+        == newest.usd_per_gpu_hour
+    )
 
 
 def test_broken_model_row_names_file_line_field(tmp_catalogs: Path) -> None:

@@ -12,7 +12,7 @@ import yaml
 
 from perfmodel.catalog import get_model
 from perfmodel.comm import LinkCoefficients, synthetic_comm_dataset
-from perfmodel.compute import synthetic_compute_dataset
+from perfmodel.compute_synthetic import synthetic_compute_dataset
 
 DATA = Path(__file__).resolve().parent / "data" / "perf"
 NAMES = ("tiny-llama", "tiny-gqa", "small-llama", "tiny-phi", "SmolLM-360M", "Llama-3.2-1B",
@@ -62,7 +62,9 @@ def test_fit_then_validate_end_to_end(run_cli, tmp_path: Path,
     assert doc["compute"]["optimizer"]["provenance"] == "prior"  # from the A100 prior base
     fitted = {(c["op"], c["link"]): c for c in doc["comm"]}
     assert fitted[("all_gather", "nvlink3")]["provenance"] == "measured"
-    assert fitted[("all_gather", "nvlink3")]["bandwidth_bytes_per_s"] == pytest.approx(2.3e11, rel=0.05)
+    assert fitted[("all_gather", "nvlink3")]["bandwidth_bytes_per_s"] == pytest.approx(
+        2.3e11, rel=0.05
+    )
     assert fitted[("reduce_scatter", "nvlink3")]["provenance"] == "prior"
     detail = doc["provenance_detail"]
     assert [d["kind"] for d in detail["datasets"]] == ["compute", "comm"]
@@ -70,7 +72,9 @@ def test_fit_then_validate_end_to_end(run_cli, tmp_path: Path,
     assert {"forward", "backward", "all_gather/nvlink3"} <= set(detail["cv_mape_pct"])
     assert detail["commands"][0].startswith("shardmeter fit compute") and detail["fit_date"]
 
-    code, stdout, stderr = run(run_cli, "validate", out, compute, "--comm", comm, "--format", "json")
+    code, stdout, stderr = run(
+        run_cli, "validate", out, compute, "--comm", comm, "--format", "json"
+    )
     assert code == 0, stderr
     report = json.loads(stdout)
     assert report["provenance"]["provenance"] == "measured"
@@ -112,7 +116,9 @@ def test_validate_comm_on_other_data_is_plain(run_cli,
     assert report["comm"]["mode"].startswith("prediction error")
     overall = [r for r in report["comm"]["rows"] if r["link"] == "all"]
     assert len(overall) == 3 and all(5 < r["mape_pct"] < 15 for r in overall)
-    code, stdout, _ = run(run_cli, "validate", out, "--comm", DATA / "comm_small.csv", "--format", "json")
+    code, stdout, _ = run(
+        run_cli, "validate", out, "--comm", DATA / "comm_small.csv", "--format", "json"
+    )
     assert json.loads(stdout)["comm"]["mode"].startswith("5-fold")
 
 
@@ -123,7 +129,9 @@ def test_fit_unknown_hardware_without_base(run_cli, tmp_path: Path) -> None:
     assert code == 0, stderr
     doc = yaml.safe_load(out.read_text())
     assert doc["backend"] == "gloo" and doc["hardware"] == "xeon-local" and doc["compute"] == {}
-    code, _, stderr = run(run_cli, "fit", "comm", DATA / "comm_small.csv", "-o", tmp_path / "x.yaml")
+    code, _, stderr = run(
+        run_cli, "fit", "comm", DATA / "comm_small.csv", "-o", tmp_path / "x.yaml"
+    )
     assert code == 2 and "--hardware" in stderr
 
 
@@ -142,20 +150,39 @@ def _set(col: str, row: int, value: str):
     return edit
 
 
-@pytest.mark.parametrize(("source", "edit", "expected"), [
-    ("compute_small.csv", lambda f: f.drop(columns=["time_s"]), ["missing column(s) time_s"]),
-    ("compute_small.csv", _set("time_s", 1, "-0.25"), ["line 3", "'time_s'", "'-0.25'", "positive"]),
-    ("compute_small.csv", _set("time_s", 4, "0"), ["line 6", "'time_s'", "'0'"]),
-    ("compute_small.csv", _set("phase", 2, "sideways"), ["line 4", "'phase'", "'sideways'"]),
-    ("compute_small.csv", _set("hidden_size", 0, "abc"), ["line 2", "'hidden_size'", "'abc'"]),
-    ("compute_small.csv", _set("micro_batch", 5, "1.5"), ["line 7", "'micro_batch'", "integer"]),
-    ("compute_small.csv", _set("num_key_value_heads", 0, "3"), ["line 2", "num_key_value_heads"]),
-    ("compute_small.csv", _set("tie_word_embeddings", 1, "maybe"), ["line 3", "'maybe'"]),
-    ("compute_small.csv", _set("unit", 0, "layer"), ["line 2", "'unit'", "'layer'"]),
-    ("comm_small.csv", _set("op", 3, "broadcast"), ["line 5", "'op'", "'broadcast'"]),
-    ("comm_small.csv", _set("backend", 0, "nccl"), ["several backends", "--backend"]),
-    ("comm_small.csv", _set("payload_bytes", 2, "many"), ["line 4", "'payload_bytes'", "'many'"]),
-])
+@pytest.mark.parametrize(
+    ("source", "edit", "expected"),
+    [
+        ("compute_small.csv", lambda f: f.drop(columns=["time_s"]), ["missing column(s) time_s"]),
+        (
+            "compute_small.csv",
+            _set("time_s", 1, "-0.25"),
+            ["line 3", "'time_s'", "'-0.25'", "positive"],
+        ),
+        ("compute_small.csv", _set("time_s", 4, "0"), ["line 6", "'time_s'", "'0'"]),
+        ("compute_small.csv", _set("phase", 2, "sideways"), ["line 4", "'phase'", "'sideways'"]),
+        ("compute_small.csv", _set("hidden_size", 0, "abc"), ["line 2", "'hidden_size'", "'abc'"]),
+        (
+            "compute_small.csv",
+            _set("micro_batch", 5, "1.5"),
+            ["line 7", "'micro_batch'", "integer"],
+        ),
+        (
+            "compute_small.csv",
+            _set("num_key_value_heads", 0, "3"),
+            ["line 2", "num_key_value_heads"],
+        ),
+        ("compute_small.csv", _set("tie_word_embeddings", 1, "maybe"), ["line 3", "'maybe'"]),
+        ("compute_small.csv", _set("unit", 0, "layer"), ["line 2", "'unit'", "'layer'"]),
+        ("comm_small.csv", _set("op", 3, "broadcast"), ["line 5", "'op'", "'broadcast'"]),
+        ("comm_small.csv", _set("backend", 0, "nccl"), ["several backends", "--backend"]),
+        (
+            "comm_small.csv",
+            _set("payload_bytes", 2, "many"),
+            ["line 4", "'payload_bytes'", "'many'"],
+        ),
+    ],
+)
 def test_malformed_datasets_exit_2(run_cli, tmp_path: Path, source: str,
                                    edit, expected: list[str]) -> None:
     path = _variant(tmp_path, "bad.csv", source, edit)

@@ -14,7 +14,9 @@ from perfmodel.hardware import GIB
 from perfmodel.memory import max_micro_batch, memory_breakdown
 
 CONFIGS = Path(__file__).parent / "data" / "configs"
-MEMORY_ARGS = ["--gpu", "H100-SXM5-80GB", "--nodes", "2", "--gpus-per-node", "8", "--seq-len", "2048"]
+MEMORY_ARGS = [
+    "--gpu", "H100-SXM5-80GB", "--nodes", "2", "--gpus-per-node", "8", "--seq-len", "2048",
+]
 
 
 def _assert_user_error(result, *needles: str) -> None:
@@ -107,7 +109,9 @@ def test_memory_json_matches_library(run_cli) -> None:
     assert payload["max_micro_batch"] == max_micro_batch(
         spec, gpu_memory_bytes=gpu.usable_memory_bytes, num_gpus=16, seq_len=2048, ac="selective")
     assert payload["fits"] == (expected.peak_bytes <= gpu.usable_memory_bytes)
-    assert payload["breakdown_gib"]["activations"] == pytest.approx(expected.activations_bytes / GIB)
+    assert payload["breakdown_gib"]["activations"] == pytest.approx(
+        expected.activations_bytes / GIB
+    )
     assert sum(payload["breakdown_gib"].values()) == pytest.approx(payload["peak_gib"])
     echoed = {k: payload[k] for k in ("model", "gpu", "nodes", "gpus_per_node", "num_gpus",
                                       "seq_len", "micro_batch", "ac")}

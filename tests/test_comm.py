@@ -106,11 +106,16 @@ def test_fallback_to_catalog_prior_is_reported() -> None:
 
 
 def test_fit_recovers_coefficients_per_op() -> None:
-    true = {("all_gather", "loopback"): LinkCoefficients(latency_s=40e-6, bandwidth_bytes_per_s=5e9),
-            # a backend that runs reduce_scatter through all_reduce: twice the cost, folded in
-            ("reduce_scatter", "loopback"): LinkCoefficients(latency_s=80e-6, bandwidth_bytes_per_s=2.5e9),
-            ("all_reduce", "ib-hdr200"): LinkCoefficients(latency_s=12e-6, bandwidth_bytes_per_s=21.2e9,
-                                                          per_nic=True)}
+    true = {
+        ("all_gather", "loopback"): LinkCoefficients(latency_s=40e-6, bandwidth_bytes_per_s=5e9),
+        # a backend that runs reduce_scatter through all_reduce: twice the cost, folded in
+        ("reduce_scatter", "loopback"): LinkCoefficients(
+            latency_s=80e-6, bandwidth_bytes_per_s=2.5e9
+        ),
+        ("all_reduce", "ib-hdr200"): LinkCoefficients(
+            latency_s=12e-6, bandwidth_bytes_per_s=21.2e9, per_nic=True
+        ),
+    }
     frame = synthetic_comm_dataset(true, backend="gloo", world_sizes=(2, 3, 4, 8),
                                    payloads_bytes=(2**10, 2**16, 2**20, 2**24, 2**27),
                                    nics_per_node=4, noise=0.01, seed=1)
@@ -122,5 +127,9 @@ def test_fit_recovers_coefficients_per_op() -> None:
         assert fitted[key].provenance == "measured" and fitted[key].cv_mape_pct < 3
     assert fitted[("all_reduce", "ib-hdr200")].per_nic  # per-NIC bandwidth (4 NICs divided out)
     table = comm_mape_table(frame, oof)
-    assert set(table[table["link"] == "all"]["op"]) == {"all_gather", "reduce_scatter", "all_reduce"}
+    assert set(table[table["link"] == "all"]["op"]) == {
+        "all_gather",
+        "reduce_scatter",
+        "all_reduce",
+    }
     assert (table["mape_pct"] < 3).all()

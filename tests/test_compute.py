@@ -13,8 +13,8 @@ from perfmodel.compute import (
     leave_one_model_out,
     mape_pct,
     mape_table,
-    synthetic_compute_dataset,
 )
+from perfmodel.compute_synthetic import synthetic_compute_dataset
 from perfmodel.features import REGRESSION_CANDIDATES, candidate_columns, unit_feature_matrix
 
 PASS_FEATURES = REGRESSION_CANDIDATES["forward"]
@@ -35,10 +35,17 @@ def random_models(n: int, seed: int) -> list[ModelSpec]:
     for i in range(n):
         heads = int(rng.choice([8, 16, 32]))
         h = heads * int(rng.choice([64, 128]))
-        out.append(ModelSpec(
-            name=f"rand{i}", hidden_size=h, num_layers=int(rng.integers(2, 33)), num_heads=heads,
-            num_kv_heads=int(rng.choice([1, 2, 4, 8])), intermediate_size=int(h * rng.uniform(2, 5)),
-            vocab_size=int(rng.choice([32000, 50304, 128256]))))
+        out.append(
+            ModelSpec(
+                name=f"rand{i}",
+                hidden_size=h,
+                num_layers=int(rng.integers(2, 33)),
+                num_heads=heads,
+                num_kv_heads=int(rng.choice([1, 2, 4, 8])),
+                intermediate_size=int(h * rng.uniform(2, 5)),
+                vocab_size=int(rng.choice([32000, 50304, 128256])),
+            )
+        )
     return out
 
 
@@ -148,7 +155,9 @@ def test_fit_on_single_units_predicts_whole_models() -> None:
     whole = synthetic_compute_dataset(models, truth, seq_lens=(1024,), noise=0.0)
     from perfmodel.features import dataset_features
 
-    pred = regs["forward"].predict(dataset_features(whole, "forward")[:, candidate_columns("forward")])
+    pred = regs["forward"].predict(
+        dataset_features(whole, "forward")[:, candidate_columns("forward")]
+    )
     assert mape_pct(whole["time_s"], pred) < 2.0
 
 

@@ -42,7 +42,9 @@ def test_heterogeneous_islands_wait_for_the_slowest() -> None:
     """H=4 steps of 1.0 s and 1.5 s, σ = 2: the outer step takes 4·1.5 + 2 = 8 s."""
     result = simulate_diloco({"fast": 1.0, "slow": 1.5}, inner_steps=4, sync_s=2.0, outer_rounds=3)
     assert result.outer_step_s == 8.0
-    with_opt = simulate_diloco({"fast": 1.0, "slow": 1.5}, inner_steps=4, sync_s=2.0, outer_opt_s=0.25)
+    with_opt = simulate_diloco(
+        {"fast": 1.0, "slow": 1.5}, inner_steps=4, sync_s=2.0, outer_opt_s=0.25
+    )
     assert with_opt.outer_step_s == 8.25 and with_opt.island_wait_s == {"fast": 4.0, "slow": 2.0}
     assert result.schedule.makespan_s == 24.0
     assert result.amortised_step_s == 2.0 and result.amortised_sync_s == 0.5
@@ -74,8 +76,15 @@ def test_streaming_by_hand() -> None:
     config = StreamingConfig(num_fragments=2, sync_every=4, delay_steps=1)
     run = simulate_streaming(step_s=1.0, exchange_s=[1.5, 0.5], config=config, num_steps=8)
     assert run.total_s == 9 and run.blocked_s == 1 and run.blocks
-    assert [(e.fragment, e.after_step, e.needed_by_step, e.start_s, e.end_s, e.blocked_s) for e in run.exchanges] == [
-        (0, 2, 4, 2, 3.5, 0.5), (1, 4, 6, 4.5, 5, 0), (0, 6, 8, 6.5, 8, 0.5), (1, 8, 10, 9, 9.5, 0)]
+    assert [
+        (e.fragment, e.after_step, e.needed_by_step, e.start_s, e.end_s, e.blocked_s)
+        for e in run.exchanges
+    ] == [
+        (0, 2, 4, 2, 3.5, 0.5),
+        (1, 4, 6, 4.5, 5, 0),
+        (0, 6, 8, 6.5, 8, 0.5),
+        (1, 8, 10, 9, 9.5, 0),
+    ]
 
 
 def test_streaming_config_validation() -> None:
@@ -84,8 +93,12 @@ def test_streaming_config_validation() -> None:
     with pytest.raises(ValueError):
         StreamingConfig(num_fragments=0, sync_every=4, delay_steps=1)
     with pytest.raises(ValueError, match="one exchange duration per fragment"):
-        simulate_streaming(step_s=1.0, exchange_s=[1.0], config=StreamingConfig(num_fragments=2, sync_every=2,
-                                                                                 delay_steps=0), num_steps=4)
+        simulate_streaming(
+            step_s=1.0,
+            exchange_s=[1.0],
+            config=StreamingConfig(num_fragments=2, sync_every=2, delay_steps=0),
+            num_steps=4,
+        )
 
 
 # Dyadic step times keep every sum exact, so "exactly at the boundary" is exact.
@@ -94,18 +107,25 @@ _step = st.sampled_from([0.25, 0.5, 1.0, 1.5, 2.0, 3.75])
 
 @settings(max_examples=150, deadline=None)
 @given(step=_step, fragments=st.integers(1, 4), delay=st.integers(0, 4), interval=st.integers(1, 4))
-def test_streaming_blocks_exactly_when_an_exchange_outlasts_its_window(step: float, fragments: int, delay: int,
-                                                                        interval: int) -> None:
+def test_streaming_blocks_exactly_when_an_exchange_outlasts_its_window(
+    step: float, fragments: int, delay: int, interval: int
+) -> None:
     """With τ <= H/F each exchange starts on an idle outer stream: it blocks iff it lasts longer
     than τ steps. Checked on both sides of the boundary."""
     delay = min(delay, interval)
-    config = StreamingConfig(num_fragments=fragments, sync_every=fragments * interval, delay_steps=delay)
+    config = StreamingConfig(
+        num_fragments=fragments, sync_every=fragments * interval, delay_steps=delay
+    )
     steps = streaming_steps_to_simulate(config)
     window = delay * step
-    at = simulate_streaming(step_s=step, exchange_s=[window] * fragments, config=config, num_steps=steps)
+    at = simulate_streaming(
+        step_s=step, exchange_s=[window] * fragments, config=config, num_steps=steps
+    )
     assert not at.blocks and at.total_s == steps * step
     over = window + step / 1024
-    late = simulate_streaming(step_s=step, exchange_s=[over] * fragments, config=config, num_steps=steps)
+    late = simulate_streaming(
+        step_s=step, exchange_s=[over] * fragments, config=config, num_steps=steps
+    )
     assert late.blocks
     assert late.blocked_s == pytest.approx(sum(e.blocked_s for e in late.exchanges))
     assert no_block_condition(step_s=step, exchange_s=[window] * fragments, config=config)
@@ -114,12 +134,16 @@ def test_streaming_blocks_exactly_when_an_exchange_outlasts_its_window(step: flo
 
 def test_fragment_exchange_uses_the_shared_sync_formula() -> None:
     model = get_model("Llama-3.2-1B")
-    times = fragment_exchange_s(model, 2, dtype="fp4", num_islands=3, bw_bytes_per_s=1e9, latency_s=0.01)
+    times = fragment_exchange_s(
+        model, 2, dtype="fp4", num_islands=3, bw_bytes_per_s=1e9, latency_s=0.01
+    )
     for params, t in zip(fragment_params(model, 2), times, strict=True):
         # 2·(M−1)/M·P/bw + 2·(M−1)·lat with P = payload incl. fp4 scales
         payload = 0.5 * params + 4 * -(-params // 128)
         assert t == pytest.approx(4 / 3 * payload / 1e9 + 4 * 0.01)
-        assert t == pytest.approx(formulas.sync_time_s(3, formulas.payload_bytes(params, "fp4"), 1e9, 0.01))
+        assert t == pytest.approx(
+            formulas.sync_time_s(3, formulas.payload_bytes(params, "fp4"), 1e9, 0.01)
+        )
 
 
 def test_h_not_a_multiple_of_f_syncs_every_fragment_every_h_steps() -> None:
@@ -151,7 +175,9 @@ def test_strided_and_contiguous_fragments() -> None:
     assert pieces[1][0].ready_fraction > pieces[1][-1].ready_fraction
     assert pieces[1][0].need_fraction < pieces[1][-1].need_fraction
     assert pieces[0][0].ready_fraction == 1.0 and pieces[0][0].need_fraction == 0.0
-    assert all(1 / 3 < p.ready_fraction <= 1 and 0 <= p.need_fraction < 1 / 3 for f in pieces for p in f)
+    assert all(
+        1 / 3 < p.ready_fraction <= 1 and 0 <= p.need_fraction < 1 / 3 for f in pieces for p in f
+    )
 
 
 def test_backward_overlap_by_hand() -> None:
@@ -174,7 +200,9 @@ def test_backward_overlap_by_hand() -> None:
 def test_outer_optimizer_runs_before_the_needing_step() -> None:
     """Blocking DiLoCo as a stream: H = 2, σ = 1, outer step 0.5 s: step 3 starts at 2 + 1 + 0.5."""
     config = StreamingConfig(num_fragments=1, sync_every=2, delay_steps=0)
-    run = simulate_streaming(step_s=1.0, exchange_s=[1.0], config=config, num_steps=3, outer_opt_s=[0.5])
+    run = simulate_streaming(
+        step_s=1.0, exchange_s=[1.0], config=config, num_steps=3, outer_opt_s=[0.5]
+    )
     assert run.total_s == 4.5 and run.outer_optimizer_s == 0.5 and run.blocked_s == 1.0
     model = get_model("Llama-3.2-1B")
     t = outer_optimizer_s(model.total_params, num_gpus=8, hbm_bytes_per_s=2e12)
@@ -194,14 +222,16 @@ def test_overlap_never_hurts_and_streaming_beats_blocking() -> None:
     cu = {}
     for name, (f, tau, over) in {"diloco": (1, 0, False), "streaming": (4, 0, False),
                                  "delayed": (4, 1, False), "overlap": (4, 1, True)}.items():
-        config = StreamingConfig(num_fragments=f, sync_every=20, delay_steps=tau, overlap_backward=over)
+        config = StreamingConfig(
+            num_fragments=f, sync_every=20, delay_steps=tau, overlap_backward=over
+        )
         ex = fragment_exchange_s(model, config, dtype="bf16", num_islands=2, bw_bytes_per_s=1e9,
                                  latency_s=0.01)
         steps, first = utilisation_steps(config)
         run = simulate_streaming(step_s=1.0, exchange_s=ex, config=config, num_steps=steps,
                                  pieces=fragment_pieces(model, f))
         cu[name] = run.utilisation(first)
-    # τ = 0 streaming moves the same bytes as DiLoCo, blocking in F pieces (F latencies instead of 1)
+    # τ = 0 streaming moves the same bytes as DiLoCo, blocking in F pieces (F latencies, not 1)
     assert cu["streaming"] == pytest.approx(cu["diloco"], abs=0.01)
     assert cu["diloco"] < cu["delayed"] <= cu["overlap"] <= 1.0
 
@@ -210,4 +240,6 @@ def test_config_from_recipe() -> None:
     outer = OuterRecipe(inner_steps=30, num_fragments=4, delay_steps=2, overlap_backward=False,
                         fragment_pattern="strided")
     assert StreamingConfig.from_recipe(outer) == StreamingConfig(
-        num_fragments=4, sync_every=30, delay_steps=2, overlap_backward=False, fragment_pattern="strided")
+        num_fragments=4, sync_every=30, delay_steps=2, overlap_backward=False,
+        fragment_pattern="strided",
+    )

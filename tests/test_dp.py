@@ -25,18 +25,31 @@ def _row(cluster: str, nodes: int, gpn: int, m: int, microstep: float, usd: floa
 
 
 def _problem(rows: list[dict], clusters: list[dict], *, batch: int, islands: int, **limits):
-    inst = Instance.model_validate({
-        "name": "t", "model": "m", "parameters": 10**9,
-        "training": {"seq_len": 1000, "global_batch_seqs": batch, "train_tokens": 1e9, "inner_steps": 10},
-        "clusters": clusters, "limits": {"max_islands": islands, **limits}})
+    inst = Instance.model_validate(
+        {
+            "name": "t",
+            "model": "m",
+            "parameters": 10**9,
+            "training": {
+                "seq_len": 1000,
+                "global_batch_seqs": batch,
+                "train_tokens": 1e9,
+                "inner_steps": 10,
+            },
+            "clusters": clusters,
+            "limits": {"max_islands": islands, **limits},
+        }
+    )
     columns = [*TABLE_COLUMNS, *(["accum_fits"] if any("accum_fits" in r for r in rows) else [])]
     table = validate_island_table(pd.DataFrame(rows, columns=columns), "t", inst)
     return build_problem(inst, table)
 
 
 def _cluster(name: str, nodes: int, **extra) -> dict:
-    return {"name": name, "gpu": f"G{name}", "num_nodes": nodes, "gpus_per_node": 1, "price_usd_per_gpu_hour": 1.0,
-            "wan_gbit_s": 1, "wan_latency_ms": 100, **extra}
+    return {
+        "name": name, "gpu": f"G{name}", "num_nodes": nodes, "gpus_per_node": 1,
+        "price_usd_per_gpu_hour": 1.0, "wan_gbit_s": 1, "wan_latency_ms": 100, **extra,
+    }
 
 
 def keys(plans) -> list[tuple[float, float]]:
@@ -47,8 +60,12 @@ def test_same_cluster_islands_sync_over_the_fabric() -> None:
     """Two 1-GPU islands of one cluster: σ = 2·(1/2)·P/bw + 2·lat with the fabric's bw and lat
     (P = 1e9 fp32 values = 4e9 B); across clusters the WAN's (1 Gbit/s, 100 ms)."""
     rows = [_row("a", 1, 1, 1, 1.0, 1.0), _row("b", 1, 1, 1, 1.0, 1.0)]
-    problem = _problem(rows, [_cluster("a", 2, fabric_gbit_s=400, fabric_latency_ms=0.01), _cluster("b", 1)],
-                       batch=2, islands=2)
+    problem = _problem(
+        rows,
+        [_cluster("a", 2, fabric_gbit_s=400, fabric_latency_ms=0.01), _cluster("b", 1)],
+        batch=2,
+        islands=2,
+    )
     plans = BruteForce(problem).plans()
     by_clusters = {tuple(sorted(i.cluster for i in p.islands)): p for p in plans}
     assert by_clusters[("a", "a")].sync_s == pytest.approx(4e9 / 50e9 + 2 * 1e-5)
@@ -57,7 +74,10 @@ def test_same_cluster_islands_sync_over_the_fabric() -> None:
 
 
 def test_rows_that_cannot_accumulate_run_k_1_only() -> None:
-    rows = [_row("a", 1, 1, 1, 1.0, 1.0, accum_fits=False), _row("a", 1, 1, 2, 1.5, 1.0, accum_fits=True)]
+    rows = [
+        _row("a", 1, 1, 1, 1.0, 1.0, accum_fits=False),
+        _row("a", 1, 1, 2, 1.5, 1.0, accum_fits=True),
+    ]
     problem = _problem(rows, [_cluster("a", 1)], batch=4, islands=1)
     ks = {(problem.pairs[item.pair_index].micro_batch, item.accum_steps) for item in problem.menu}
     assert ks == {(1, 1), (2, 1), (2, 2)}  # m = 1 never accumulates; s = 4 only as 2 x m = 2
@@ -90,7 +110,9 @@ def test_dp_respects_budget_and_deadline_like_the_epsilon_loop() -> None:
     full = BruteForce(problem).nondominated()
     assert len(full) >= 3
     middle = full[len(full) // 2]
-    capped = dataclasses.replace(problem, budget_usd=middle.cost_usd, deadline_s=full[-1].wall_time_s)
+    capped = dataclasses.replace(
+        problem, budget_usd=middle.cost_usd, deadline_s=full[-1].wall_time_s
+    )
     expected = keys(epsilon_frontier(capped, BruteForce(capped)))
     assert keys(dp_frontier(capped).points) == expected
 
@@ -112,7 +134,11 @@ class _FaultyInfeasible:
 
 
 def test_an_infeasible_step_after_a_feasible_one_is_cross_checked() -> None:
-    rows = [_row("a", 1, 1, 1, 1.0, 1.0), _row("b", 1, 1, 1, 3.0, 0.2), _row("a", 2, 1, 1, 0.6, 2.0)]
+    rows = [
+        _row("a", 1, 1, 1, 1.0, 1.0),
+        _row("b", 1, 1, 1, 3.0, 0.2),
+        _row("a", 2, 1, 1, 0.6, 2.0),
+    ]
     problem = _problem(rows, [_cluster("a", 2), _cluster("b", 2)], batch=4, islands=4)
     reference = keys(BruteForce(problem).nondominated())
     honest = StaircaseOracle(problem, CpSatSubsolver(problem), checker=dp_checker(problem))
@@ -128,7 +154,8 @@ def test_an_infeasible_step_after_a_feasible_one_is_cross_checked() -> None:
 
 
 def test_time_limit_leaves_the_dp_unproven() -> None:
-    rows = [_row("a", 1, 1, 1, 1.0 + i / 10, 1.0 + i) for i in range(1)] + [_row("b", 1, 1, 1, 3.0, 0.2)]
+    rows = [_row("a", 1, 1, 1, 1.0 + i / 10, 1.0 + i) for i in range(1)]
+    rows += [_row("b", 1, 1, 1, 3.0, 0.2)]
     problem = _problem(rows, [_cluster("a", 3), _cluster("b", 3)], batch=6, islands=6)
     assert dp_frontier(problem).proven_exact
     limited = dp_frontier(problem, time_limit_s=0.0)
@@ -144,8 +171,14 @@ def test_per_instance_size_prices_use_the_listed_size(tmp_path) -> None:
     from planner.instance import load_instance, load_island_table
 
     gpu = "H100-SXM5-80GB"
-    listed = {r.gpus_per_node: r.usd_per_gpu_hour for r in price_rows()
-              if r.provider == "Lambda" and r.gpu_type == gpu and r.tier == "on-demand" and r.gpus_per_node}
+    listed = {
+        r.gpus_per_node: r.usd_per_gpu_hour
+        for r in price_rows()
+        if r.provider == "Lambda"
+        and r.gpu_type == gpu
+        and r.tier == "on-demand"
+        and r.gpus_per_node
+    }
     assert {1, 8} <= set(listed)
     base = price_usd_per_gpu_hour("Lambda", gpu, "on-demand")
     rows = [dict(_row("a", 1, g, 1, 1.0, round(base * g, 6)), gpu_type=gpu) for g in (1, 2, 8)]
@@ -153,8 +186,11 @@ def test_per_instance_size_prices_use_the_listed_size(tmp_path) -> None:
     (tmp_path / "i.yaml").write_text(
         "name: sizes\nmodel: Llama-3.2-1B\nparameters: 1000\nislands_table: t.csv\n"
         "training: {seq_len: 100, global_batch_seqs: 8, train_tokens: 1.0e6, inner_steps: 10}\n"
-        f"clusters:\n  - {{name: a, gpu: {gpu}, num_nodes: 1, gpus_per_node: 8, allowed_gpus_per_node: [1, 2, 8],\n"
-        "     price: {provider: Lambda, tier: on-demand, per_instance_size: true}, wan_gbit_s: 1, wan_latency_ms: 1}\n")
+        f"clusters:\n  - {{name: a, gpu: {gpu}, num_nodes: 1, gpus_per_node: 8, "
+        "allowed_gpus_per_node: [1, 2, 8],\n"
+        "     price: {provider: Lambda, tier: on-demand, per_instance_size: true}, wan_gbit_s: 1, "
+        "wan_latency_ms: 1}\n"
+    )
     instance = load_instance(tmp_path / "i.yaml")
     problem = build_problem(instance, load_island_table(instance))
     usd = {o.gpus_per_node: o.usd_per_hour for o in problem.options}

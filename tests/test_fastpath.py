@@ -31,10 +31,13 @@ class LinearProfile:
     def __init__(self, block_s: float, bw: float) -> None:
         self.block_s, self.bw = block_s, bw
 
-    def compute_time_s(self, phase: str, model: Any, seq_len: int, micro_batch: Any, unit: str = "model",
-                       num_shards: int = 1) -> Any:
+    def compute_time_s(
+        self, phase: str, model: Any, seq_len: int, micro_batch: Any, unit: str = "model",
+        num_shards: int = 1,
+    ) -> Any:
         scale = {"forward": 1.0, "backward": 2.0, "optimizer": 0.5}[phase]
-        return scale * {"block": 1.0, "root": 3.0, "model": 10.0 / num_shards}[unit] * self.block_s * micro_batch
+        per_unit = {"block": 1.0, "root": 3.0, "model": 10.0 / num_shards}[unit]
+        return scale * per_unit * self.block_s * micro_batch
 
     def island_comm_time_s(self, op: str, island: IslandSpec, payload_bytes: Any) -> Any:
         return payload_bytes / self.bw
@@ -57,8 +60,13 @@ def _random_costs(rng: np.random.Generator, num_units: int, recipe: TrainingReci
         return 0.0 if rng.random() < 0.1 else float(rng.exponential(scale))
 
     comm_scale = float(rng.choice([0.1, 1.0, 10.0]))
-    units = tuple(UnitCosts(name=f"u{i}", forward_s=dur(1.0), backward_s=dur(2.0), all_gather_s=dur(comm_scale),
-                            reduce_scatter_s=dur(2 * comm_scale)) for i in range(num_units))
+    units = tuple(
+        UnitCosts(
+            name=f"u{i}", forward_s=dur(1.0), backward_s=dur(2.0), all_gather_s=dur(comm_scale),
+            reduce_scatter_s=dur(2 * comm_scale),
+        )
+        for i in range(num_units)
+    )
     slowdown = 1.0 if rng.random() < 0.5 else float(1.0 + 2.0 * rng.random())
     return StepCosts(units=units, optimizer_s=dur(0.5), recipe=recipe, has_root=has_root,
                      overlap_slowdown=slowdown)
@@ -69,7 +77,9 @@ def test_fast_path_equals_graph_on_random_configurations() -> None:
     resharding of root / last block / blocks, prefetch depth), root or not, contention, k."""
     rng = np.random.default_rng(20240601)
     groups: dict[tuple[int, bool, TrainingRecipe], list[tuple[StepCosts, int]]] = {}
-    shapes = [(int(rng.integers(1, 7)), bool(rng.random() < 0.8), _random_recipe(rng)) for _ in range(40)]
+    shapes = [
+        (int(rng.integers(1, 7)), bool(rng.random() < 0.8), _random_recipe(rng)) for _ in range(40)
+    ]
     for _ in range(N_CONFIGS):
         n, has_root, recipe = shapes[int(rng.integers(len(shapes)))]
         groups.setdefault((n, has_root, recipe), []).append(
@@ -82,7 +92,9 @@ def test_fast_path_equals_graph_on_random_configurations() -> None:
         for i, (costs, k) in enumerate(configs):
             graph = simulate_step(costs, accum_steps=k)
             assert fast_t[i] == pytest.approx(graph.step_time_s, rel=1e-9, abs=1e-12)
-            assert fast.compute_busy_s(k)[i] == pytest.approx(graph.compute_busy_s, rel=1e-9, abs=1e-12)
+            assert fast.compute_busy_s(k)[i] == pytest.approx(
+                graph.compute_busy_s, rel=1e-9, abs=1e-12
+            )
             assert fast.comm_busy_s(k)[i] == pytest.approx(graph.comm_busy_s, rel=1e-9, abs=1e-12)
             checked += 1
             contended += graph.compute_busy_s > costs.compute_s * k + costs.optimizer_s + 1e-9
@@ -92,7 +104,7 @@ def test_fast_path_equals_graph_on_random_configurations() -> None:
 
 
 def test_compiled_graph_is_the_plan() -> None:
-    """The compiled DAG has one node per planned task, and its critical inputs come from the plan."""
+    """The compiled DAG has one node per planned task; its critical inputs come from the plan."""
     for recipe in (DEFAULT_RECIPE, PAPER_RECIPE):
         plan = step_plan(4, recipe=recipe, accum_steps=2)
         compiled = compile_step(4, True, recipe, 2, (0, 0, 0, 1))
@@ -105,29 +117,50 @@ def test_compiled_graph_is_the_plan() -> None:
 def test_model_fast_costs_match_step_costs() -> None:
     prof = LinearProfile(block_s=0.003, bw=5e8)
     gpu = get_gpu("H100-SXM5-80GB")
-    island = IslandSpec(gpu=gpu, num_nodes=2, gpus_per_node=4, intra_link="nvlink4", inter_link="ib-ndr400")
+    island = IslandSpec(
+        gpu=gpu, num_nodes=2, gpus_per_node=4, intra_link="nvlink4", inter_link="ib-ndr400"
+    )
     mbs = np.array([1, 2, 3, 8])
-    for recipe in (DEFAULT_RECIPE, PAPER_RECIPE, DEFAULT_RECIPE.with_overrides(ac="full", reduce_dtype="bf16")):
-        fast = fast_step(model_fast_costs(TINY, prof, island, seq_len=128, micro_batches=mbs, recipe=recipe))
+    for recipe in (
+        DEFAULT_RECIPE,
+        PAPER_RECIPE,
+        DEFAULT_RECIPE.with_overrides(ac="full", reduce_dtype="bf16"),
+    ):
+        fast = fast_step(
+            model_fast_costs(TINY, prof, island, seq_len=128, micro_batches=mbs, recipe=recipe)
+        )
         for i, m in enumerate(mbs):
             costs = step_costs(TINY, prof, island, seq_len=128, micro_batch=int(m), recipe=recipe)
             for k in (1, 3):
-                assert fast.step_time_s(k)[i] == pytest.approx(simulate_step(costs, accum_steps=k).step_time_s,
-                                                               rel=1e-9)
+                assert fast.step_time_s(k)[i] == pytest.approx(
+                    simulate_step(costs, accum_steps=k).step_time_s, rel=1e-9
+                )
 
 
 def test_chunks_and_concatenation_keep_results() -> None:
     prof = LinearProfile(block_s=0.003, bw=5e8)
     gpu = get_gpu("H100-SXM5-80GB")
-    island = IslandSpec(gpu=gpu, num_nodes=1, gpus_per_node=8, intra_link="nvlink4", inter_link="ib-ndr400")
+    island = IslandSpec(
+        gpu=gpu, num_nodes=1, gpus_per_node=8, intra_link="nvlink4", inter_link="ib-ndr400"
+    )
     a = model_fast_costs(TINY, prof, island, seq_len=128, micro_batches=np.arange(1, 5000))
     b = model_fast_costs(TINY, prof, island, seq_len=256, micro_batches=np.arange(1, 4000))
     joined = fast_step(concat_fast_costs([a, b]))  # > one chunk
-    np.testing.assert_allclose(joined.microstep_s, np.concatenate([fast_step(a).microstep_s,
-                                                                   fast_step(b).microstep_s]), rtol=1e-12)
+    np.testing.assert_allclose(
+        joined.microstep_s,
+        np.concatenate([fast_step(a).microstep_s, fast_step(b).microstep_s]),
+        rtol=1e-12,
+    )
     with pytest.raises(ValueError, match="share"):
-        concat_fast_costs([a, model_fast_costs(TINY, prof, island, seq_len=128, micro_batches=np.arange(1, 3),
-                                               recipe=PAPER_RECIPE)])
+        concat_fast_costs(
+            [
+                a,
+                model_fast_costs(
+                    TINY, prof, island, seq_len=128, micro_batches=np.arange(1, 3),
+                    recipe=PAPER_RECIPE,
+                ),
+            ]
+        )
 
 
 def test_fast_costs_validation() -> None:
@@ -139,9 +172,10 @@ def test_fast_costs_validation() -> None:
         FastCosts(forward_s=ok, backward_s=ok, all_gather_s=ok, reduce_scatter_s=ok,
                   optimizer_s=np.ones(3), unit_types=(0, 2))
     with pytest.raises(ValueError, match="overlap_slowdown"):
-        FastCosts(forward_s=ok, backward_s=ok, all_gather_s=ok, reduce_scatter_s=ok,
-                  optimizer_s=np.ones(3), unit_types=(0, 1), overlap_slowdown=np.array([1.0, 0.5, 1.0]))
+        FastCosts(
+            forward_s=ok, backward_s=ok, all_gather_s=ok, reduce_scatter_s=ok,
+            optimizer_s=np.ones(3), unit_types=(0, 1), overlap_slowdown=np.array([1.0, 0.5, 1.0]),
+        )
+    unit = UnitCosts(name="a", forward_s=1, backward_s=1, all_gather_s=1, reduce_scatter_s=1)
     with pytest.raises(ValueError, match="share the unit count"):
-        FastCosts.from_step_costs([StepCosts(units=(UnitCosts(name="a", forward_s=1, backward_s=1, all_gather_s=1,
-                                                              reduce_scatter_s=1),) * n, optimizer_s=0)
-                                   for n in (1, 2)])
+        FastCosts.from_step_costs([StepCosts(units=(unit,) * n, optimizer_s=0) for n in (1, 2)])

@@ -82,6 +82,9 @@ def test_parameter_count_features_do_not_grow_with_tokens(name: str) -> None:
             assert feats[name_][0] == feats[name_][1]  # per pass, not per token
     assert root["emb_grad"][0] == V * h and block["emb_grad"][0] == 0
     assert root["tied_grad"][0] == (V * h if model.tie_word_embeddings else 0)
-    assert root["param_grads"][0] == model.root_params and block["param_grads"][0] == model.block_params
+    assert (
+        root["param_grads"][0] == model.root_params
+        and block["param_grads"][0] == model.block_params
+    )
     assert block["gemm_fixed"][0] == pytest.approx(model.block_matmul_params / h)
     assert root["gemm_fixed"][0] == V

@@ -56,8 +56,9 @@ def test_two_unit_step_by_hand_paper() -> None:
     result = simulate_step(PAPER)
     assert _spans(result) == {
         "AG u1": (0, 3), "AG u0": (3, 4), "F u0": (4, 6), "AG u1 bwd": (6, 9), "F u1": (6, 7),
-        "AG u0 bwd": (9, 10), "B u1": (9, 11), "B u0": (11, 15), "RS u0": (15, 16), "RS u1": (16, 18),
-        "optimizer": (18, 18.5)}
+        "AG u0 bwd": (9, 10), "B u1": (9, 11), "B u0": (11, 15), "RS u0": (15, 16),
+        "RS u1": (16, 18), "optimizer": (18, 18.5),
+    }
     assert result.comm_busy_s == 11
 
 
@@ -98,10 +99,14 @@ def test_collective_order_three_blocks() -> None:
     names = [iv.task.name for iv in simulate_step(costs).schedule.intervals if iv.task.is_comm]
     assert names == ["AG root", "AG block0", "AG block1", "AG block2", "AG block1 bwd", "RS block2",
                      "AG block0 bwd", "RS block1", "RS block0", "RS root"]
-    paper = StepCosts.uniform(num_blocks=3, block=U0, root=root, optimizer_s=0.5, recipe=PAPER_RECIPE)
+    paper = StepCosts.uniform(
+        num_blocks=3, block=U0, root=root, optimizer_s=0.5, recipe=PAPER_RECIPE
+    )
     names = [iv.task.name for iv in simulate_step(paper).schedule.intervals if iv.task.is_comm]
-    assert names == ["AG root", "AG block0", "AG block1", "AG block2", "AG root bwd", "AG block2 bwd",
-                     "AG block1 bwd", "RS block2", "AG block0 bwd", "RS block1", "RS block0", "RS root"]
+    assert names == [
+        "AG root", "AG block0", "AG block1", "AG block2", "AG root bwd", "AG block2 bwd",
+        "AG block1 bwd", "RS block2", "AG block0 bwd", "RS block1", "RS block0", "RS root",
+    ]
 
 
 _dur = st.floats(0, 5, allow_nan=False, allow_infinity=False)
@@ -133,7 +138,11 @@ def test_step_time_bounds(costs: StepCosts, k: int) -> None:
     tol = 1e-9 * (compute + comm + 1)
     assert result.comm_busy_s == pytest.approx(comm)
     assert compute - tol <= result.compute_busy_s <= costs.overlap_slowdown * compute + tol
-    assert max(result.compute_busy_s, comm) - tol <= result.step_time_s <= result.compute_busy_s + comm + tol
+    assert (
+        max(result.compute_busy_s, comm) - tol
+        <= result.step_time_s
+        <= result.compute_busy_s + comm + tol
+    )
 
 
 @settings(max_examples=60, deadline=None)
@@ -153,12 +162,16 @@ def test_reduce_scatters_per_accumulation_mode(costs: StepCosts, k: int) -> None
     reduce_ids = [t.task_id for t in tasks if t.kind == "reduce_scatter"]
     every = costs.recipe.accum_mode == "reduce_scatter"
     assert len(reduce_ids) == n * (k if every else 1)
-    last_forward = max(t.task_id for t in tasks if t.kind == "forward" and t.name.startswith("F u0"))
+    last_forward = max(
+        t.task_id for t in tasks if t.kind == "forward" and t.name.startswith("F u0")
+    )
     if not every:  # no-sync: every reduce_scatter comes after the last micro-step's first forward
         assert min(reduce_ids) > last_forward
     # The root's reduce_scatter closes each micro-step that reduces: nothing but compute after it.
     if costs.has_root:
-        root_rs = [t for t in tasks if t.kind == "reduce_scatter" and t.name.startswith(f"RS u{n - 1}")]
+        root_rs = [
+            t for t in tasks if t.kind == "reduce_scatter" and t.name.startswith(f"RS u{n - 1}")
+        ]
         assert tasks[-2] == root_rs[-1] and tasks[-1].kind == "optimizer"
     gathers = sum(t.kind == "all_gather" for t in tasks)
     assert gathers == k * sum(1 for t in step_plan(n, has_root=costs.has_root, recipe=costs.recipe)
@@ -195,8 +208,10 @@ class LinearProfile:
     bw: float = 1e9
     calls: list[tuple[Any, ...]] | None = None
 
-    def compute_time_s(self, phase: str, model: Any, seq_len: int, micro_batch: Any, unit: str = "model",
-                       num_shards: int = 1) -> Any:
+    def compute_time_s(
+        self, phase: str, model: Any, seq_len: int, micro_batch: Any, unit: str = "model",
+        num_shards: int = 1,
+    ) -> Any:
         scale = {"forward": 1.0, "backward": 2.0, "optimizer": 0.5}[phase]
         unit_scale = {"block": 1.0, "root": 3.0, "model": 10.0 / num_shards}[unit]
         return scale * unit_scale * self.block_s * micro_batch
@@ -209,19 +224,25 @@ class LinearProfile:
 
 TINY = ModelSpec(name="tiny", hidden_size=64, num_layers=3, num_heads=4, num_kv_heads=2,
                  intermediate_size=128, vocab_size=1000)
-GPU = GpuSpec(name="G", memory_bytes=10**10, usable_memory_bytes=9 * 10**9, bf16_flops_per_s=1e14,
-              hbm_bytes_per_s=1e12, intra_node_link="nvlink4", inter_node_link="ib-ndr400", nics_per_node=8)
+GPU = GpuSpec(
+    name="G", memory_bytes=10**10, usable_memory_bytes=9 * 10**9, bf16_flops_per_s=1e14,
+    hbm_bytes_per_s=1e12, intra_node_link="nvlink4", inter_node_link="ib-ndr400", nics_per_node=8,
+)
 
 
 def _island(nodes: int, gpus: int) -> IslandSpec:
-    return IslandSpec(gpu=GPU, num_nodes=nodes, gpus_per_node=gpus, intra_link="nvlink4", inter_link="ib-ndr400")
+    return IslandSpec(
+        gpu=GPU, num_nodes=nodes, gpus_per_node=gpus, intra_link="nvlink4", inter_link="ib-ndr400"
+    )
 
 
 def test_recompute_fraction() -> None:
     assert recompute_fraction(TINY, 128, "none") == 0
     assert recompute_fraction(TINY, 128, "full") == pytest.approx(1.0)
     attn = TINY.attention_flops_per_token(128)
-    assert recompute_fraction(TINY, 128, "selective") == pytest.approx(attn / TINY.block_forward_flops_per_token(128))
+    assert recompute_fraction(TINY, 128, "selective") == pytest.approx(
+        attn / TINY.block_forward_flops_per_token(128)
+    )
     with pytest.raises(ValueError):
         recompute_fraction(TINY, 128, "most")
 
@@ -229,7 +250,9 @@ def test_recompute_fraction() -> None:
 def test_step_costs_from_profile() -> None:
     prof = LinearProfile(calls=[])
     costs = step_costs(TINY, prof, _island(2, 4), seq_len=128, micro_batch=2, ac="full")
-    assert costs.recipe == DEFAULT_RECIPE.with_overrides(ac="full") and costs.overlap_slowdown == 1.0
+    assert (
+        costs.recipe == DEFAULT_RECIPE.with_overrides(ac="full") and costs.overlap_slowdown == 1.0
+    )
     assert [u.name for u in costs.units] == ["block0", "block1", "block2", "root"]
     block, root = costs.units[0], costs.units[-1]
     assert block.forward_s == pytest.approx(0.02)
@@ -245,7 +268,9 @@ def test_step_costs_from_profile() -> None:
                       recipe=DEFAULT_RECIPE.with_overrides(reduce_dtype="bf16", param_dtype="fp32"))
     assert bf16.units[0].reduce_scatter_s == pytest.approx(TINY.block_params * 2 / 1e9)
     assert bf16.units[0].all_gather_s == pytest.approx(TINY.block_params * 4 / 1e9)
-    assert bf16.units[0].backward_s == pytest.approx(0.04 + 0.02 * recompute_fraction(TINY, 128, "selective"))
+    assert bf16.units[0].backward_s == pytest.approx(
+        0.04 + 0.02 * recompute_fraction(TINY, 128, "selective")
+    )
 
 
 def test_overlap_slowdown_is_read_from_the_profile() -> None:

@@ -21,13 +21,16 @@ SPEC = ModelSpec(name="order-3", hidden_size=32, num_layers=3, num_heads=4, num_
                  intermediate_size=64, vocab_size=128)
 RUNS = {
     "torchtitan, reduce-scatter every micro-step": OrderRun(recipe=DEFAULT_RECIPE, accum_steps=2),
-    "torchtitan, no-sync": OrderRun(recipe=DEFAULT_RECIPE.with_overrides(accum_mode="no_sync"),
-                                    accum_steps=2),
+    "torchtitan, no-sync": OrderRun(
+        recipe=DEFAULT_RECIPE.with_overrides(accum_mode="no_sync"), accum_steps=2
+    ),
     "paper (every unit resharded, no-sync)": OrderRun(recipe=PAPER_RECIPE, accum_steps=2),
-    "torchtitan, prefetch two units": OrderRun(recipe=DEFAULT_RECIPE.with_overrides(prefetch_depth=2),
-                                               accum_steps=1),
+    "torchtitan, prefetch two units": OrderRun(
+        recipe=DEFAULT_RECIPE.with_overrides(prefetch_depth=2), accum_steps=1
+    ),
     "blocks kept after forward (ZeRO-2 like)": OrderRun(
-        recipe=DEFAULT_RECIPE.with_overrides(reshard_blocks_after_forward=False), accum_steps=1),
+        recipe=DEFAULT_RECIPE.with_overrides(reshard_blocks_after_forward=False), accum_steps=1
+    ),
 }
 # prefetch_depth 0 is not in the list: FSDP2 treats an empty backward-prefetch list as "default"
 # (one unit), so no FSDP2 run can train it; the simulator keeps it as a what-if.

@@ -40,7 +40,9 @@ TABLES = sorted((ROOT / "instances" / "tables").glob("*.csv"))
 SPACES = sorted((catalog_dir() / "spaces").glob("*.yaml"))
 PROFILES = [catalog_dir() / "profiles" / "cpu-x86-2core.yaml",
             catalog_dir() / "profiles" / "H100-SXM5-80GB-prior.yaml"]
-CONFIGS = [Path(__file__).parent / "data" / "configs" / n for n in ("llama32_1b.json", "gemma_2b.json")]
+CONFIGS = [
+    Path(__file__).parent / "data" / "configs" / n for n in ("llama32_1b.json", "gemma_2b.json")
+]
 COMPUTE_DATA = Path(__file__).parent / "data" / "perf" / "compute_small.csv"
 MUTATIONS_PER_FILE = 10
 
@@ -49,7 +51,10 @@ def invoke(*args: str) -> click.testing.Result:
     """One in-process CLI run with the contract checked."""
     result = CliRunner().invoke(cli, list(args), catch_exceptions=True)
     err, out = result.stderr, result.stdout
-    context = f"shardmeter {' '.join(args)}\nexit {result.exit_code}\nstderr: {err}\nstdout: {out[-2000:]}"
+    context = (
+        f"shardmeter {' '.join(args)}\nexit {result.exit_code}\n"
+        f"stderr: {err}\nstdout: {out[-2000:]}"
+    )
     if result.exception is not None and not isinstance(result.exception, SystemExit):
         raise AssertionError(f"exception escaped the CLI: {result.exception!r}\n{context}")
     assert "Traceback" not in err + out, context
@@ -64,7 +69,9 @@ def invoke(*args: str) -> click.testing.Result:
 
 # ---- the command tree ------------------------------------------------------------------------
 
-def walk(group: click.Group = cli, path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], click.Command]]:
+def walk(
+    group: click.Group = cli, path: tuple[str, ...] = ()
+) -> Iterator[tuple[tuple[str, ...], click.Command]]:
     """Every leaf command with its path (sub-groups included)."""
     ctx = click.Context(group)
     for name in group.list_commands(ctx):
@@ -136,15 +143,21 @@ def test_bad_flag_values_are_usage_errors(path: tuple[str, ...], command: click.
 BASE_ARGS: dict[str, list[str]] = {
     "predict": ["tiny-llama", "--gpu", "H100-SXM5-80GB", "--seq-len", "128", "--format", "json"],
     "simulate": ["tiny-llama", "--gpu", "H100-SXM5-80GB", "--seq-len", "128", "--format", "json"],
-    "sweep": ["tiny-llama", "--gpu", "H100-SXM5-80GB", "--seq-len", "128", "--micro-batches", "1,2",
-              "--format", "json"],
+    "sweep": [
+        "tiny-llama", "--gpu", "H100-SXM5-80GB", "--seq-len", "128", "--micro-batches", "1,2",
+        "--format", "json",
+    ],
     "streaming": ["tiny-llama", "--gpu", "H100-SXM5-80GB", "--seq-len", "128", "--format", "json"],
     "memory": ["tiny-llama", "--gpu", "H100-SXM5-80GB", "--seq-len", "128", "--format", "json"],
     "plan": [str(ROOT / "instances" / "small-two-clusters.yaml"), "--format", "json"],
     "pareto": [str(ROOT / "instances" / "small-fsdp.yaml"), "--format", "json"],
     "islands": [str(ROOT / "instances" / "small-fsdp.yaml"), "--format", "json"],
-    "validate": [str(catalog_dir() / "profiles" / "cpu-x86-2core.yaml"),
-                 str(Path(__file__).parent / "data" / "perf" / "compute_small.csv"), "--format", "json"],
+    "validate": [
+        str(catalog_dir() / "profiles" / "cpu-x86-2core.yaml"),
+        str(Path(__file__).parent / "data" / "perf" / "compute_small.csv"),
+        "--format",
+        "json",
+    ],
     "catalog prices": ["--format", "json"],
 }
 """A valid invocation per command whose body is cheap; one flag at a time is then changed."""
@@ -185,8 +198,10 @@ def test_odd_flag_values_keep_the_contract(name: str, flag: str, value: str) -> 
 
 # ---- file mutations --------------------------------------------------------------------------
 
-BAD_LEAVES: list[Any] = [None, True, False, -1, 0, 0.5, 1e30, math.nan, math.inf, -math.inf, "abc", "",
-                         [], {}, [1, 2], "2026-13-45"]
+BAD_LEAVES: list[Any] = [
+    None, True, False, -1, 0, 0.5, 1e30, math.nan, math.inf, -math.inf, "abc", "", [], {}, [1, 2],
+    "2026-13-45",
+]
 
 
 def _paths(node: Any, prefix: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
@@ -268,11 +283,15 @@ TABLE_BAD_CELLS = ["nan", "inf", "-1", "0", "", "abc", "1e400", "true", "1.5", "
 @pytest.mark.parametrize("seed", range(2 * MUTATIONS_PER_FILE))
 def test_mutated_island_tables(seed: int, tmp_path: Path) -> None:
     rng = random.Random(2000 + seed)
-    source = rng.choice([p for p in INSTANCES if yaml.safe_load(p.read_text()).get("islands_table")])
+    source = rng.choice(
+        [p for p in INSTANCES if yaml.safe_load(p.read_text()).get("islands_table")]
+    )
     doc = yaml.safe_load(source.read_text())
     table = tmp_path / "table.csv"
     lines = (source.parent / doc["islands_table"]).read_text().splitlines()
-    action = rng.choice(["cell", "cell", "cell", "drop-column", "duplicate-row", "empty", "garbage"])
+    action = rng.choice(
+        ["cell", "cell", "cell", "drop-column", "duplicate-row", "empty", "garbage"]
+    )
     if action == "cell":
         row = rng.randrange(1, len(lines))
         cells = lines[row].split(",")

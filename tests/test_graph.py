@@ -30,7 +30,9 @@ def _hand_graph() -> TaskGraph:
 
 def test_hand_graph_schedule() -> None:
     sched = _hand_graph().simulate()
-    assert [(iv.start_s, iv.end_s) for iv in sched.intervals] == [(0, 2), (2, 5), (5, 6), (5, 6), (6, 7)]
+    assert [(iv.start_s, iv.end_s) for iv in sched.intervals] == [
+        (0, 2), (2, 5), (5, 6), (5, 6), (6, 7),
+    ]
     assert sched.makespan_s == 7
     assert [sched.intervals[i].task.name for i in sched.critical_path] == ["C1", "X1", "C2", "C3"]
     assert sched.streams[("i", "compute")].gaps == ((2, 5),)
@@ -80,10 +82,17 @@ def _random_graph(draw: st.DrawFn) -> list[Task]:
     tasks = []
     for i in range(n):
         deps = draw(st.lists(st.integers(0, i - 1), max_size=3, unique=True)) if i else []
-        tasks.append(Task(task_id=i, name=f"t{i}", island=draw(st.sampled_from(["a", "b"])),
-                          stream=draw(st.sampled_from(["compute", "comm"])),
-                          kind=draw(st.sampled_from(["forward", "all_gather"])),
-                          duration_s=draw(st.floats(0, 10, allow_nan=False)), deps=tuple(sorted(deps))))
+        tasks.append(
+            Task(
+                task_id=i,
+                name=f"t{i}",
+                island=draw(st.sampled_from(["a", "b"])),
+                stream=draw(st.sampled_from(["compute", "comm"])),
+                kind=draw(st.sampled_from(["forward", "all_gather"])),
+                duration_s=draw(st.floats(0, 10, allow_nan=False)),
+                deps=tuple(sorted(deps)),
+            )
+        )
     return tasks
 
 
@@ -117,7 +126,9 @@ def test_overlap_slowdown_by_hand() -> None:
     g.add("D", island="j", stream="compute", kind="forward", duration_s=4)
     g.add("Y", island="j", stream="comm", kind="all_gather", duration_s=2)
     sched = g.simulate()
-    assert [(iv.start_s, iv.end_s) for iv in sched.intervals] == [(0, 1), (1, 3), (0, 5.5), (0, 4), (0, 2)]
+    assert [(iv.start_s, iv.end_s) for iv in sched.intervals] == [
+        (0, 1), (1, 3), (0, 5.5), (0, 4), (0, 2),
+    ]
     assert sched.busy_s(comm=False, island="i") == 5.5  # the compute stream was occupied 5.5 s
     assert g.overlap_slowdown == {"i": 2.0}
 

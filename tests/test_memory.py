@@ -189,7 +189,9 @@ def test_zero_when_nothing_fits() -> None:
 
 
 @pytest.mark.parametrize("factor", [0.5, 2.0])
-def test_search_corrects_a_wrong_closed_form(monkeypatch: pytest.MonkeyPatch, factor: float) -> None:
+def test_search_corrects_a_wrong_closed_form(
+    monkeypatch: pytest.MonkeyPatch, factor: float
+) -> None:
     true_coefficients = mem.memory_coefficients
 
     def skewed(*args, **kwargs) -> mem.MemoryCoefficients:

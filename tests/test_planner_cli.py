@@ -34,7 +34,10 @@ def test_pareto_json_has_required_keys(instance: Path, run_cli) -> None:
         assert {"wall_time_s", "cost_usd", "tokens_per_s", "islands", "proven_exact"} <= set(point)
         assert point["proven_exact"] is True
         for island in point["islands"]:
-            assert {"cluster", "nodes", "gpus_per_node", "micro_batch", "accum_steps"} <= set(island)
+            assert (
+                {"cluster", "nodes", "gpus_per_node", "micro_batch", "accum_steps"}
+                <= set(island)
+            )
     walls = [p["wall_time_s"] for p in points]
     costs = [p["cost_usd"] for p in points]
     assert walls == sorted(walls) and costs == sorted(costs, reverse=True)
@@ -49,7 +52,10 @@ def test_pareto_writes_csv_and_both_plots(tmp_path: Path, run_cli) -> None:
     for path in (png, second):
         assert path.stat().st_size > 1000 and path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     frame = pd.read_csv(csv)
-    assert {"wall_time_s", "cost_usd", "tokens_per_s", "label"} <= set(frame.columns) and len(frame) >= 1
+    assert (
+        {"wall_time_s", "cost_usd", "tokens_per_s", "label"} <= set(frame.columns)
+        and len(frame) >= 1
+    )
 
 
 @pytest.mark.parametrize("solver", ["milp", "brute", "heuristic"])
@@ -88,7 +94,9 @@ def test_plan_queries(args: list[str], key: str, run_cli) -> None:
 
 
 def test_plan_fsdp_is_one_island(run_cli) -> None:
-    code, out, err = run_cli("plan", str(ROOT / "instances" / "small-fsdp.yaml"), "--format", "json")
+    code, out, err = run_cli(
+        "plan", str(ROOT / "instances" / "small-fsdp.yaml"), "--format", "json"
+    )
     assert code == 0, err
     record = json.loads(out)
     assert record["num_islands"] == 1 and record["sync_s"] == 0

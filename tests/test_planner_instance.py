@@ -13,10 +13,12 @@ import pytest
 from perfmodel.errors import InstanceError, ShardMeterError
 from planner.instance import TABLE_COLUMNS, gpu_prices, load_instance, load_island_table
 
-GOOD_TABLE = """cluster,gpu_type,nodes,gpus_per_node,micro_batch,microstep_s,step_fixed_s,usd_per_hour,memory_gib,bound
-A,H200-SXM-141GB,1,8,1,1.2,0.3,28.72,60,compute
-A,H200-SXM-141GB,1,8,2,2.3,0.3,28.72,80,compute
-"""
+GOOD_TABLE = (
+    "cluster,gpu_type,nodes,gpus_per_node,micro_batch,microstep_s,step_fixed_s,usd_per_hour,"
+    "memory_gib,bound\n"
+    "A,H200-SXM-141GB,1,8,1,1.2,0.3,28.72,60,compute\n"
+    "A,H200-SXM-141GB,1,8,2,2.3,0.3,28.72,80,compute\n"
+)
 
 GOOD_YAML = """name: t
 model: llama-3-8b
@@ -53,23 +55,58 @@ def write(tmp_path: Path, yaml_text: str = GOOD_YAML, table: str | None = GOOD_T
 @pytest.mark.parametrize(
     ("name", "old", "new", "expected"),
     [
-        ("unknown key, did you mean", "    num_nodes: 2\n", "    num_node: 2\n", ["clusters[0].num_node", "did you mean 'num_nodes'"]),
+        (
+            "unknown key, did you mean",
+            "    num_nodes: 2\n",
+            "    num_node: 2\n",
+            ["clusters[0].num_node", "did you mean 'num_nodes'"],
+        ),
         ("negative size", "num_nodes: 2", "num_nodes: -1", ["clusters[0].num_nodes", "-1"]),
-        ("zero batch", "global_batch_seqs: 16", "global_batch_seqs: 0", ["training.global_batch_seqs", "0"]),
-        ("unknown strategy", "strategy: diloco", "strategy: diloko", ["training.strategy", "diloko"]),
-        ("allowed > gpus_per_node", "allowed_gpus_per_node: [8]", "allowed_gpus_per_node: [8, 16]",
-         ["clusters[0].allowed_gpus_per_node", "16"]),
-        ("duplicate cluster", "limits:", "  - {name: A, gpu: X, num_nodes: 1, gpus_per_node: 1, "
-         "price_usd_per_gpu_hour: 1, wan_gbit_s: 1, wan_latency_ms: 1}\nlimits:", ["clusters[1].name", "'A'"]),
-        ("missing table file", "islands_table: islands.csv", "islands_table: nope.csv", ["islands_table", "nope.csv"]),
+        (
+            "zero batch",
+            "global_batch_seqs: 16",
+            "global_batch_seqs: 0",
+            ["training.global_batch_seqs", "0"],
+        ),
+        (
+            "unknown strategy",
+            "strategy: diloco",
+            "strategy: diloko",
+            ["training.strategy", "diloko"],
+        ),
+        (
+            "allowed > gpus_per_node",
+            "allowed_gpus_per_node: [8]",
+            "allowed_gpus_per_node: [8, 16]",
+            ["clusters[0].allowed_gpus_per_node", "16"],
+        ),
+        (
+            "duplicate cluster",
+            "limits:",
+            "  - {name: A, gpu: X, num_nodes: 1, gpus_per_node: 1, "
+            "price_usd_per_gpu_hour: 1, wan_gbit_s: 1, wan_latency_ms: 1}\nlimits:",
+            ["clusters[1].name", "'A'"],
+        ),
+        (
+            "missing table file",
+            "islands_table: islands.csv",
+            "islands_table: nope.csv",
+            ["islands_table", "nope.csv"],
+        ),
         ("table without parameters", "parameters: 8030261248", "", ["parameters", "required"]),
-        ("two prices", "    price_usd_per_gpu_hour: 3.59\n",
-         "    price_usd_per_gpu_hour: 3.59\n    price: {provider: RunPod}\n", ["clusters[0].price_usd_per_gpu_hour"]),
+        (
+            "two prices",
+            "    price_usd_per_gpu_hour: 3.59\n",
+            "    price_usd_per_gpu_hour: 3.59\n    price: {provider: RunPod}\n",
+            ["clusters[0].price_usd_per_gpu_hour"],
+        ),
         ("diloco without inner_steps", "  inner_steps: 100\n", "", ["training.inner_steps"]),
         ("bad YAML", "name: t", "name: [t", ["not valid YAML"]),
     ],
 )
-def test_instance_errors_exit_2(tmp_path: Path, run_cli, name: str, old: str, new: str, expected: list[str]) -> None:
+def test_instance_errors_exit_2(
+    tmp_path: Path, run_cli, name: str, old: str, new: str, expected: list[str]
+) -> None:
     assert old in GOOD_YAML
     path = write(tmp_path, GOOD_YAML.replace(old, new))
     code, _, err = run_cli("plan", str(path))
@@ -82,17 +119,35 @@ def test_instance_errors_exit_2(tmp_path: Path, run_cli, name: str, old: str, ne
 @pytest.mark.parametrize(
     ("name", "table", "expected"),
     [
-        ("missing column", GOOD_TABLE.replace(",bound", "").replace(",compute", ""), ["lacks columns", "bound"]),
+        (
+            "missing column",
+            GOOD_TABLE.replace(",bound", "").replace(",compute", ""),
+            ["lacks columns", "bound"],
+        ),
         ("negative time", GOOD_TABLE.replace("2.3", "-2.3"), ["line 3", "microstep_s", "-2.3"]),
         ("zero price", GOOD_TABLE.replace("28.72,60", "0,60"), ["line 2", "usd_per_hour"]),
         ("not a number", GOOD_TABLE.replace("1.2,", "fast,"), ["line 2", "microstep_s", "fast"]),
-        ("duplicate rows", GOOD_TABLE + "A,H200-SXM-141GB,1,8,1,1.2,0.3,28.72,60,compute\n", ["duplicate", "[2, 4]"]),
-        ("unknown cluster", GOOD_TABLE.replace("A,H200-SXM-141GB,1,8,2", "AA,H200-SXM-141GB,1,8,2"), ["line 3", "'AA'", "did you mean 'A'"]),
-        ("fractional nodes", GOOD_TABLE.replace("A,H200-SXM-141GB,1,8,2", "A,H200-SXM-141GB,1.5,8,2"), ["line 3", "nodes", "1.5"]),
+        (
+            "duplicate rows",
+            GOOD_TABLE + "A,H200-SXM-141GB,1,8,1,1.2,0.3,28.72,60,compute\n",
+            ["duplicate", "[2, 4]"],
+        ),
+        (
+            "unknown cluster",
+            GOOD_TABLE.replace("A,H200-SXM-141GB,1,8,2", "AA,H200-SXM-141GB,1,8,2"),
+            ["line 3", "'AA'", "did you mean 'A'"],
+        ),
+        (
+            "fractional nodes",
+            GOOD_TABLE.replace("A,H200-SXM-141GB,1,8,2", "A,H200-SXM-141GB,1.5,8,2"),
+            ["line 3", "nodes", "1.5"],
+        ),
         ("price differs by micro-batch", GOOD_TABLE.replace("28.72,80", "30,80"), ["usd_per_hour"]),
     ],
 )
-def test_table_errors_exit_2(tmp_path: Path, run_cli, name: str, table: str, expected: list[str]) -> None:
+def test_table_errors_exit_2(
+    tmp_path: Path, run_cli, name: str, table: str, expected: list[str]
+) -> None:
     path = write(tmp_path, table=table)
     code, _, err = run_cli("pareto", str(path))
     assert code == 2, name
@@ -112,9 +167,10 @@ def test_yaml_dates_and_floats_parse(tmp_path: Path) -> None:
     assert list(load_island_table(instance).columns) == list(TABLE_COLUMNS)
 
 
-PRICE_REF_YAML = GOOD_YAML.replace("    price_usd_per_gpu_hour: 3.59\n",
-                                   "    price: {provider: RunPod, tier: community, as_of: 2026-09-25}\n") \
-    .replace("islands_table: islands.csv\n", "islands_table: null\n")
+PRICE_REF_YAML = GOOD_YAML.replace(
+    "    price_usd_per_gpu_hour: 3.59\n",
+    "    price: {provider: RunPod, tier: community, as_of: 2026-09-25}\n",
+).replace("islands_table: islands.csv\n", "islands_table: null\n")
 
 
 def test_price_reference_uses_injected_resolver(tmp_path: Path) -> None:
@@ -127,7 +183,9 @@ def test_price_reference_uses_injected_resolver(tmp_path: Path) -> None:
     instance = load_instance(write(tmp_path, PRICE_REF_YAML, table=None), resolve_price=resolver)
     assert gpu_prices(instance, resolver) == {"A": 2.5}
     ref = asked[0]
-    assert (ref.provider, ref.gpu, ref.tier, ref.as_of) == ("RunPod", "H200-SXM-141GB", "community", "2026-09-25")
+    assert (ref.provider, ref.gpu, ref.tier, ref.as_of) == (
+        "RunPod", "H200-SXM-141GB", "community", "2026-09-25",
+    )
 
 
 def test_price_lists_unavailable_is_instance_error(tmp_path: Path, monkeypatch) -> None:

@@ -37,34 +37,65 @@ def planner_cases(draw: st.DrawFn) -> tuple[dict, pd.DataFrame]:
     clusters, rows = [], []
     for c in range(3 - draw(st.integers(0, 2))):
         gpn = draw(st.sampled_from([2, 4]))
-        allowed = sorted(draw(st.sets(st.sampled_from([g for g in (1, 2, 4) if g <= gpn]), min_size=1, max_size=2)))
+        allowed = sorted(
+            draw(
+                st.sets(st.sampled_from([g for g in (1, 2, 4) if g <= gpn]), min_size=1, max_size=2)
+            )
+        )
         price = draw(st.integers(50, 400)) / 100
         num_nodes = 3 - draw(st.integers(0, 2))
-        clusters.append({"name": f"c{c}", "gpu": f"G{c}", "num_nodes": num_nodes, "gpus_per_node": gpn,
-                         "allowed_gpus_per_node": allowed, "price_usd_per_gpu_hour": price,
-                         "wan_gbit_s": draw(st.sampled_from([1, 5, 10, 25])),
-                         "wan_latency_ms": draw(st.sampled_from([0, 10, 50, 200])), **_extras(draw)})
+        clusters.append(
+            {
+                "name": f"c{c}",
+                "gpu": f"G{c}",
+                "num_nodes": num_nodes,
+                "gpus_per_node": gpn,
+                "allowed_gpus_per_node": allowed,
+                "price_usd_per_gpu_hour": price,
+                "wan_gbit_s": draw(st.sampled_from([1, 5, 10, 25])),
+                "wan_latency_ms": draw(st.sampled_from([0, 10, 50, 200])),
+                **_extras(draw),
+            }
+        )
         for n in range(1, num_nodes + 1):
-            for g in sorted(set(allowed) | {gpn}):  # gpn may be a disallowed row: it must be ignored
+            # gpn may be a disallowed row: it must be ignored
+            for g in sorted(set(allowed) | {gpn}):
                 if draw(st.integers(0, 3)) == 3:  # most options present (the minimal example: all)
                     continue
                 markup = draw(st.integers(16, 24)) / 20  # per-option price variation
                 for m in sorted({1} | draw(st.sets(st.sampled_from([2, 4]), max_size=1))):
-                    rows.append({"cluster": f"c{c}", "gpu_type": f"G{c}", "nodes": n, "gpus_per_node": g,
-                                 "micro_batch": m, "microstep_s": m * draw(st.integers(300, 3000)) / 1000,
-                                 "step_fixed_s": draw(st.integers(0, 800)) / 1000,
-                                 "usd_per_hour": round(price * n * g * markup, 2),
-                                 "memory_gib": 10.0,
-                                 "bound": "compute", "accum_fits": draw(st.integers(0, 4)) > 0})
+                    rows.append(
+                        {
+                            "cluster": f"c{c}",
+                            "gpu_type": f"G{c}",
+                            "nodes": n,
+                            "gpus_per_node": g,
+                            "micro_batch": m,
+                            "microstep_s": m * draw(st.integers(300, 3000)) / 1000,
+                            "step_fixed_s": draw(st.integers(0, 800)) / 1000,
+                            "usd_per_hour": round(price * n * g * markup, 2),
+                            "memory_gib": 10.0,
+                            "bound": "compute",
+                            "accum_fits": draw(st.integers(0, 4)) > 0,
+                        }
+                    )
     limits = {"max_islands": 3 - draw(st.integers(0, 2)),
               "max_gpus": None if draw(st.integers(0, 3)) else draw(st.integers(2, 16))}
-    instance = {"name": "random", "model": "m", "parameters": draw(st.sampled_from([10**6, 10**8, 10**9])),
-                "training": {"seq_len": draw(st.sampled_from([512, 4096])),
-                             "global_batch_seqs": draw(st.sampled_from([8, 4, 6, 12, 10, 9])),
-                             "train_tokens": 1e9, "strategy": "diloco",
-                             "inner_steps": draw(st.sampled_from([1, 10, 100])),
-                             "pseudo_gradient_dtype": draw(st.sampled_from(["fp32", "bf16", "int8", "fp4"]))},
-                "clusters": clusters, "limits": limits}
+    instance = {
+        "name": "random",
+        "model": "m",
+        "parameters": draw(st.sampled_from([10**6, 10**8, 10**9])),
+        "training": {
+            "seq_len": draw(st.sampled_from([512, 4096])),
+            "global_batch_seqs": draw(st.sampled_from([8, 4, 6, 12, 10, 9])),
+            "train_tokens": 1e9,
+            "strategy": "diloco",
+            "inner_steps": draw(st.sampled_from([1, 10, 100])),
+            "pseudo_gradient_dtype": draw(st.sampled_from(["fp32", "bf16", "int8", "fp4"])),
+        },
+        "clusters": clusters,
+        "limits": limits,
+    }
     return instance, pd.DataFrame(rows, columns=[*TABLE_COLUMNS, "accum_fits"])
 
 
@@ -72,7 +103,10 @@ def _extras(draw: st.DrawFn) -> dict:
     """Optional cluster fields: a stated fabric, a one-node island cap."""
     out = {}
     if draw(st.integers(0, 2)) == 0:
-        out.update(fabric_gbit_s=draw(st.sampled_from([2, 50, 400])), fabric_latency_ms=draw(st.sampled_from([0, 1, 20])))
+        out.update(
+            fabric_gbit_s=draw(st.sampled_from([2, 50, 400])),
+            fabric_latency_ms=draw(st.sampled_from([0, 1, 20])),
+        )
     if draw(st.integers(0, 3)) == 0:
         out["max_nodes_per_island"] = 1
     return out
@@ -86,10 +120,19 @@ def larger_cases(draw: st.DrawFn) -> tuple[dict, pd.DataFrame]:
     for c in range(draw(st.integers(3, 4))):
         price = draw(st.integers(50, 400)) / 100
         num_nodes = draw(st.integers(1, 2))
-        clusters.append({"name": f"c{c}", "gpu": f"G{c}", "num_nodes": num_nodes, "gpus_per_node": 8,
-                         "allowed_gpus_per_node": [4, 8], "price_usd_per_gpu_hour": price,
-                         "wan_gbit_s": draw(st.sampled_from([1, 5, 10, 25])),
-                         "wan_latency_ms": draw(st.sampled_from([0, 10, 50, 200])), **_extras(draw)})
+        clusters.append(
+            {
+                "name": f"c{c}",
+                "gpu": f"G{c}",
+                "num_nodes": num_nodes,
+                "gpus_per_node": 8,
+                "allowed_gpus_per_node": [4, 8],
+                "price_usd_per_gpu_hour": price,
+                "wan_gbit_s": draw(st.sampled_from([1, 5, 10, 25])),
+                "wan_latency_ms": draw(st.sampled_from([0, 10, 50, 200])),
+                **_extras(draw),
+            }
+        )
         speed = draw(st.integers(300, 3000)) / 1000
         for n in range(1, num_nodes + 1):
             for g in (4, 8):
@@ -98,16 +141,36 @@ def larger_cases(draw: st.DrawFn) -> tuple[dict, pd.DataFrame]:
                 for m in (1, 2, 4):
                     if m * n * g > batch or (m == 4 and draw(st.booleans())):
                         continue
-                    rows.append({"cluster": f"c{c}", "gpu_type": f"G{c}", "nodes": n, "gpus_per_node": g,
-                                 "micro_batch": m, "microstep_s": round(m * speed * draw(st.integers(90, 110)) / 100, 3),
-                                 "step_fixed_s": draw(st.integers(0, 800)) / 1000,
-                                 "usd_per_hour": round(price * n * g, 2), "memory_gib": 10.0,
-                                 "bound": "compute", "accum_fits": draw(st.integers(0, 5)) > 0})
-    instance = {"name": "random-large", "model": "m", "parameters": draw(st.sampled_from([10**8, 10**9])),
-                "training": {"seq_len": 4096, "global_batch_seqs": batch, "train_tokens": 1e10,
-                             "strategy": "diloco", "inner_steps": draw(st.sampled_from([10, 100])),
-                             "pseudo_gradient_dtype": draw(st.sampled_from(["fp32", "bf16", "fp4"]))},
-                "clusters": clusters, "limits": {"max_islands": draw(st.integers(2, 4))}}
+                    rows.append(
+                        {
+                            "cluster": f"c{c}",
+                            "gpu_type": f"G{c}",
+                            "nodes": n,
+                            "gpus_per_node": g,
+                            "micro_batch": m,
+                            "microstep_s": round(m * speed * draw(st.integers(90, 110)) / 100, 3),
+                            "step_fixed_s": draw(st.integers(0, 800)) / 1000,
+                            "usd_per_hour": round(price * n * g, 2),
+                            "memory_gib": 10.0,
+                            "bound": "compute",
+                            "accum_fits": draw(st.integers(0, 5)) > 0,
+                        }
+                    )
+    instance = {
+        "name": "random-large",
+        "model": "m",
+        "parameters": draw(st.sampled_from([10**8, 10**9])),
+        "training": {
+            "seq_len": 4096,
+            "global_batch_seqs": batch,
+            "train_tokens": 1e10,
+            "strategy": "diloco",
+            "inner_steps": draw(st.sampled_from([10, 100])),
+            "pseudo_gradient_dtype": draw(st.sampled_from(["fp32", "bf16", "fp4"])),
+        },
+        "clusters": clusters,
+        "limits": {"max_islands": draw(st.integers(2, 4))},
+    }
     return instance, pd.DataFrame(rows, columns=[*TABLE_COLUMNS, "accum_fits"])
 
 
@@ -122,8 +185,12 @@ def independent_check(inst: dict, table: pd.DataFrame, plan) -> None:
     for island in plan.islands:
         c = clusters[island.cluster]
         assert island.gpus_per_node in c["allowed_gpus_per_node"] and island.accum_steps >= 1
-        row = table[(table.cluster == island.cluster) & (table.nodes == island.nodes)
-                    & (table.gpus_per_node == island.gpus_per_node) & (table.micro_batch == island.micro_batch)]
+        row = table[
+            (table.cluster == island.cluster)
+            & (table.nodes == island.nodes)
+            & (table.gpus_per_node == island.gpus_per_node)
+            & (table.micro_batch == island.micro_batch)
+        ]
         assert len(row) == 1
         row = row.iloc[0]
         assert island.accum_steps == 1 or bool(row.get("accum_fits", True))
@@ -144,13 +211,17 @@ def independent_check(inst: dict, table: pd.DataFrame, plan) -> None:
     if m > 1:
         bw = min(c["wan_gbit_s"] for c in used) * 1e9 / 8
         lat = max(c["wan_latency_ms"] for c in used) / 1000
-        if len({c["name"] for c in used}) == 1 and "fabric_gbit_s" in used[0]:  # one cluster: its fabric
+        if len({c["name"] for c in used}) == 1 and "fabric_gbit_s" in used[0]:  # one cluster
             bw, lat = used[0]["fabric_gbit_s"] * 1e9 / 8, used[0]["fabric_latency_ms"] / 1000
         dtype = tr["pseudo_gradient_dtype"]  # int8/fp4 also send one fp32 scale per 128 values
         payload = inst["parameters"] * BYTES[dtype] + (
             math.ceil(inst["parameters"] / 128) * 4 if dtype in ("int8", "fp4") else 0)
         sigma = 2 * (m - 1) / m * payload / bw + 2 * (m - 1) * lat
-    wall = tr["train_tokens"] / (tr["global_batch_seqs"] * tr["seq_len"]) * (max(times) + sigma / tr["inner_steps"])
+    wall = (
+        tr["train_tokens"]
+        / (tr["global_batch_seqs"] * tr["seq_len"])
+        * (max(times) + sigma / tr["inner_steps"])
+    )
     assert math.isclose(wall, plan.wall_time_s, rel_tol=1e-9)
     assert math.isclose(wall / 3600 * usd, plan.cost_usd, rel_tol=1e-9)
 
@@ -161,7 +232,9 @@ def points(plans) -> list[tuple[float, float]]:
 
 def same_points(a, b) -> bool:
     return len(a) == len(b) and all(
-        math.isclose(x[0], y[0], rel_tol=1e-12) and math.isclose(x[1], y[1], rel_tol=1e-12) for x, y in zip(a, b, strict=True))
+        math.isclose(x[0], y[0], rel_tol=1e-12) and math.isclose(x[1], y[1], rel_tol=1e-12)
+        for x, y in zip(a, b, strict=True)
+    )
 
 
 def setup(case):
@@ -234,13 +307,32 @@ def test_heuristic_plans_are_feasible_and_never_beat_the_frontier(case) -> None:
 
 
 def test_time_limit_marks_frontier_unproven() -> None:
-    inst = {"name": "t", "model": "m", "parameters": 10**6,
-            "training": {"seq_len": 512, "global_batch_seqs": 4, "train_tokens": 1e9, "inner_steps": 10},
-            "clusters": [{"name": "a", "gpu": "G", "num_nodes": 2, "gpus_per_node": 2, "price_usd_per_gpu_hour": 1.0,
-                          "wan_gbit_s": 10, "wan_latency_ms": 10}]}
-    table = pd.DataFrame([{"cluster": "a", "gpu_type": "G", "nodes": 1, "gpus_per_node": 2, "micro_batch": 1,
-                           "microstep_s": 1.0, "step_fixed_s": 0.1, "usd_per_hour": 2.0, "memory_gib": 1.0,
-                           "bound": "compute"}])
+    inst = {
+        "name": "t",
+        "model": "m",
+        "parameters": 10**6,
+        "training": {
+            "seq_len": 512,
+            "global_batch_seqs": 4,
+            "train_tokens": 1e9,
+            "inner_steps": 10,
+        },
+        "clusters": [
+            {
+                "name": "a", "gpu": "G", "num_nodes": 2, "gpus_per_node": 2,
+                "price_usd_per_gpu_hour": 1.0, "wan_gbit_s": 10, "wan_latency_ms": 10,
+            }
+        ],
+    }
+    table = pd.DataFrame(
+        [
+            {
+                "cluster": "a", "gpu_type": "G", "nodes": 1, "gpus_per_node": 2, "micro_batch": 1,
+                "microstep_s": 1.0, "step_fixed_s": 0.1, "usd_per_hour": 2.0, "memory_gib": 1.0,
+                "bound": "compute",
+            }
+        ]
+    )
     problem = build_problem(Instance.model_validate(inst), table)
     oracle = StaircaseOracle(problem, CpSatSubsolver(problem), time_limit_s=1e-9)
     assert epsilon_frontier(problem, oracle) == []

@@ -20,7 +20,8 @@ from perfmodel.power import (
 
 
 def _two_stream_schedule():
-    """AG 1 s, then forward 3 s overlapped by RS 2 s, then an exposed AG of 1.5 s, then 1 s compute."""
+    """AG 1 s, then forward 3 s overlapped by RS 2 s, then an exposed AG of 1.5 s, then 1 s of
+    compute."""
     g = TaskGraph()
     ag = g.add("ag0", island="i", stream="comm", kind="all_gather", duration_s=1.0)
     fwd = g.add("fwd", island="i", stream="compute", kind="forward", duration_s=3.0, deps=[ag])
@@ -80,8 +81,12 @@ def test_carbon_catalog_has_sources_and_years():
     assert (table["source"].str.len() > 20).all()
     assert table["as_of"].str.fullmatch(r"\d{4}-\d{2}-\d{2}").all()
     # EPA eGRID state rows convert lbs/MWh once: Virginia 2023 is 539.599 lb/MWh
-    assert carbon_intensity_g_per_kwh("us-state/virginia") == pytest.approx(539.599 * 0.453592, rel=1e-5)
-    assert carbon_intensity_g_per_kwh("aws/us-east-1") == carbon_intensity_g_per_kwh("us-state/virginia")
+    assert carbon_intensity_g_per_kwh("us-state/virginia") == pytest.approx(
+        539.599 * 0.453592, rel=1e-5
+    )
+    assert carbon_intensity_g_per_kwh("aws/us-east-1") == carbon_intensity_g_per_kwh(
+        "us-state/virginia"
+    )
 
 
 def test_unknown_region_suggests():
@@ -98,7 +103,11 @@ def test_pue_lookup():
 def test_bench_sidecar_records_energy_or_says_what_is_missing(tmp_path):
     import json
 
-    from perfmodel.bench.environment import _record_energy_at_exit, append_environment, energy_counters
+    from perfmodel.bench.environment import (
+        _record_energy_at_exit,
+        append_environment,
+        energy_counters,
+    )
 
     start = energy_counters()
     assert start.get("nvml") or start.get("rapl_uj") or start["energy_unavailable"]

@@ -12,7 +12,8 @@ import yaml
 
 from perfmodel.catalog import get_gpu, get_model
 from perfmodel.comm import LinkCoefficients
-from perfmodel.compute import fit_phases, synthetic_compute_dataset
+from perfmodel.compute import fit_phases
+from perfmodel.compute_synthetic import synthetic_compute_dataset
 from perfmodel.errors import ProfileError
 from perfmodel.hardware import IslandSpec
 from perfmodel.profile import (
@@ -21,15 +22,15 @@ from perfmodel.profile import (
     load_profile,
     make_prior_profile,
     save_profile,
-    with_comm_fit,
-    with_compute_fit,
 )
+from perfmodel.profile_fit import with_comm_fit, with_compute_fit
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = ("A100-SXM4-80GB", "A100-SXM4-40GB", "A100-PCIe-80GB", "H100-SXM5-80GB", "H200-SXM-141GB",
            "B200", "L40S", "AMD-MI300X")
 DATASHEET_PRIORS = ("A100-SXM4-80GB", "A100-SXM4-40GB", "H100-SXM5-80GB")
-"""GPUs with published runs keep the datasheet prior; the others' priors scale from a calibrated one."""
+"""GPUs with published runs keep the datasheet prior; the others' priors scale from a calibrated
+one."""
 
 
 @pytest.mark.parametrize("gpu", SHIPPED)
@@ -49,7 +50,9 @@ def test_shipped_priors_load_with_provenance(gpu: str) -> None:
 
 
 def test_prior_files_are_the_scripts_output() -> None:
-    spec = importlib.util.spec_from_file_location("make_prior", ROOT / "scripts/make_prior_profiles.py")
+    spec = importlib.util.spec_from_file_location(
+        "make_prior", ROOT / "scripts/make_prior_profiles.py"
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     assert module.main(["--check"]) == 0
@@ -115,7 +118,7 @@ def _measured(tmp_path: Path):
     data = tmp_path / "compute.csv"
     frame.to_csv(data, index=False)
     regs = fit_phases(frame)
-    from perfmodel.profile import dataset_record
+    from perfmodel.profile_fit import dataset_record
 
     phases = {p: PhaseCoefficients(coefficients=r.coefficients, provenance="measured",
                                    cv_mape_pct=r.cv_mape_, cv_scheme=r.cv_scheme_)
@@ -143,9 +146,13 @@ def test_round_trip_gives_equal_predictions(tmp_path: Path) -> None:
     assert back.to_dict() == prof.to_dict()
     model = get_model("Llama-3.2-1B")
     for phase in ("forward", "backward", "optimizer"):
-        assert back.compute_time_s(phase, model, 2048, 3) == prof.compute_time_s(phase, model, 2048, 3)
+        assert back.compute_time_s(phase, model, 2048, 3) == prof.compute_time_s(
+            phase, model, 2048, 3
+        )
     for op in ("all_gather", "all_reduce"):
-        assert back.comm_time_s(op, ["nvlink4"], 8, 1e8) == prof.comm_time_s(op, ["nvlink4"], 8, 1e8)
+        assert back.comm_time_s(op, ["nvlink4"], 8, 1e8) == prof.comm_time_s(
+            op, ["nvlink4"], 8, 1e8
+        )
     detail = back.provenance_detail
     assert [d["kind"] for d in detail["datasets"]] == ["compute", "comm"]
     assert detail["commands"] == ["test", "test2"] and detail["base"] == "H100-SXM5-80GB-prior"

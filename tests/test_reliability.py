@@ -61,7 +61,9 @@ def write_instance(path: Path, doc: dict[str, Any]) -> Path:
     ["streaming", "--example", "B", "--plot"],
     ["pareto", str(TWO), "--plot"],
 ])
-def test_plot_with_unsupported_extension_lists_supported(run_cli, tmp_path: Path, argv: list[str]) -> None:
+def test_plot_with_unsupported_extension_lists_supported(
+    run_cli, tmp_path: Path, argv: list[str]
+) -> None:
     err = user_error(run_cli(*argv, str(tmp_path / "figure.txt")), "'txt'", "png", "svg", "--plot")
     assert not (tmp_path / "figure.txt").exists() and "supported" in err
 
@@ -110,8 +112,9 @@ def _no_torchrun(monkeypatch: pytest.MonkeyPatch) -> None:
     (["--threads", "0"], "--threads"),
     (["--ops", "all_gathr"], "all_gathr"),
 ])
-def test_bench_comm_validates_before_torchrun(run_cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                              flags: list[str], needle: str) -> None:
+def test_bench_comm_validates_before_torchrun(
+    run_cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, flags: list[str], needle: str
+) -> None:
     pytest.importorskip("torch")
     _no_torchrun(monkeypatch)
     user_error(run_cli("bench", "comm", "-o", str(tmp_path / "comm.csv"), *flags), needle)
@@ -164,13 +167,17 @@ def test_bench_fsdp_refuses_a_csv_of_another_benchmark(run_cli, tmp_path: Path,
     space, other = tmp_path / "space.yaml", tmp_path / "comm.csv"
     space.write_text(FSDP_SPACE)
     shutil.copy(DATA / "perf" / "comm_small.csv", other)
-    user_error(run_cli("bench", "fsdp", "--space", str(space), "-o", str(other)), str(other), "header")
+    user_error(
+        run_cli("bench", "fsdp", "--space", str(space), "-o", str(other)), str(other), "header"
+    )
 
 
 # ---- wrong answers that were ------------------------------------------------------------------
 
 @pytest.mark.parametrize("price", [0, 100])
-def test_instance_price_contradicting_the_table_is_refused(run_cli, tmp_path: Path, price: float) -> None:
+def test_instance_price_contradicting_the_table_is_refused(
+    run_cli, tmp_path: Path, price: float
+) -> None:
     path, doc, table = copy_instance(tmp_path)
     doc["clusters"][0]["price_usd_per_gpu_hour"] = price
     err = user_error(run_cli("plan", str(write_instance(path, doc))), str(table), "usd_per_hour")
@@ -193,8 +200,9 @@ def test_table_prices_the_islands_when_the_instance_gives_no_price(run_cli, tmp_
     ("memory_gib", "150", "141"),
     ("gpus_per_node", "16", "8 GPUs per node"),
 ])
-def test_table_rows_are_checked_against_their_cluster(run_cli, tmp_path: Path, column: str, value: str,
-                                                      needle: str) -> None:
+def test_table_rows_are_checked_against_their_cluster(
+    run_cli, tmp_path: Path, column: str, value: str, needle: str
+) -> None:
     path, doc, table = copy_instance(tmp_path)
     assert table is not None
     lines = table.read_text().splitlines()
@@ -206,7 +214,9 @@ def test_table_rows_are_checked_against_their_cluster(run_cli, tmp_path: Path, c
         cells[header.index("usd_per_hour")] = f"{3.59 * nodes * gpn:.2f}"
     lines[1] = ",".join(cells)
     table.write_text("\n".join(lines) + "\n")
-    user_error(run_cli("islands", str(write_instance(path, doc))), str(table), "line 2", column, needle)
+    user_error(
+        run_cli("islands", str(write_instance(path, doc))), str(table), "line 2", column, needle
+    )
 
 
 @pytest.mark.parametrize(("where", "key", "value"), [
@@ -299,9 +309,13 @@ def test_profile_with_boolean_coefficient(tmp_path: Path) -> None:
 
 
 def test_fit_negative_tolerance(run_cli, tmp_path: Path) -> None:
-    user_error(run_cli("fit", "compute", str(DATA / "perf" / "compute_small.csv"), "-o",
-                       str(tmp_path / "p.yaml"), "--hardware", "CPU-x86-2core", "--tolerance", "-1"),
-               "--tolerance")
+    user_error(
+        run_cli(
+            "fit", "compute", str(DATA / "perf" / "compute_small.csv"), "-o",
+            str(tmp_path / "p.yaml"), "--hardware", "CPU-x86-2core", "--tolerance", "-1",
+        ),
+        "--tolerance",
+    )
 
 
 SPACE = (catalog_dir() / "spaces" / "cpu.yaml").read_text()
@@ -353,7 +367,9 @@ def test_every_solver_has_a_default_time_limit() -> None:
     (["memroy"], ["did you mean 'memory'"]),
     (["plan", str(TWO), "--budget"], ["--budget"]),
 ])
-def test_click_usage_errors_follow_the_contract(run_cli, argv: list[str], needles: list[str]) -> None:
+def test_click_usage_errors_follow_the_contract(
+    run_cli, argv: list[str], needles: list[str]
+) -> None:
     user_error(run_cli(*argv), *needles)
 
 
@@ -434,14 +450,20 @@ def test_long_accumulation_is_closed_form_and_exact() -> None:
     gpu, model = get_gpu("H100-SXM5-80GB"), get_model("tiny-llama")
     island = IslandSpec(gpu=gpu, num_nodes=1, gpus_per_node=8, intra_link=gpu.intra_node_link,
                         inter_link=gpu.inter_node_link, nics_per_node=gpu.nics_per_node)
-    costs = step_costs(model, default_profile(gpu.name), island, seq_len=128, micro_batch=1, ac="none")
+    costs = step_costs(
+        model, default_profile(gpu.name), island, seq_len=128, micro_batch=1, ac="none"
+    )
     k = 3 * SIMULATED_ACCUM_MAX
     full = simulate_step(costs, accum_steps=k)
     fast = _extended_step(simulate_step(costs, accum_steps=SIMULATED_ACCUM_MAX - 1),
                           simulate_step(costs, accum_steps=SIMULATED_ACCUM_MAX), k)
     assert fast.accum_steps == k
-    for field in ("step_time_s", "compute_busy_s", "comm_busy_s", "exposed_comm_s", "compute_idle_s"):
-        assert getattr(fast, field) == pytest.approx(getattr(full, field), rel=1e-9, abs=1e-12), field
+    for field in (
+        "step_time_s", "compute_busy_s", "comm_busy_s", "exposed_comm_s", "compute_idle_s",
+    ):
+        assert getattr(fast, field) == pytest.approx(
+            getattr(full, field), rel=1e-9, abs=1e-12
+        ), field
 
 
 def test_library_callers_still_get_value_errors() -> None:
@@ -454,7 +476,9 @@ def test_readme_format_claim_is_true() -> None:
     from planner.cli import cli
 
     readme = " ".join((ROOT / "README.md").read_text().split())
-    start = readme.index("Every command that prints results (") + len("Every command that prints results (")
+    start = readme.index("Every command that prints results (") + len(
+        "Every command that prints results ("
+    )
     claimed = [name.strip() for name in readme[start:readme.index(")", start)].split(",")]
     assert len(claimed) >= 10
     ctx = click.Context(cli)

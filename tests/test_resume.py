@@ -1,4 +1,5 @@
-"""Data safety of resumable benchmark CSVs: partial last rows, corrupt files, duplicates, hard kills.
+"""Data safety of resumable benchmark CSVs: partial last rows, corrupt files, duplicates, hard
+kills.
 
 `CsvLog` is exercised directly on real files, then through `shardmeter bench compute` with a
 tiny design space, including a real SIGKILL of a running benchmark process: whatever state the
@@ -44,11 +45,14 @@ def test_rows_round_trip_and_append_never_duplicates(tmp_path: Path) -> None:
     assert again.append([_row(0), _row(3)]) == 0
     rows = again.rows()
     assert [r["model"] for r in rows] == ["m0", "m1", "m2", "m3"]
-    assert rows[0] == {"model": "m0", "seq_len": "16", "phase": "forward", "time_s": "0.001", "iters": "3"}
+    assert rows[0] == {
+        "model": "m0", "seq_len": "16", "phase": "forward", "time_s": "0.001", "iters": "3",
+    }
 
 
-def test_truncated_last_line_is_dropped_and_measured_again(tmp_path: Path,
-                                                           caplog: pytest.LogCaptureFixture) -> None:
+def test_truncated_last_line_is_dropped_and_measured_again(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     path = tmp_path / "d.csv"
     _log(path)
     whole = path.read_bytes()
@@ -71,16 +75,37 @@ def test_partial_header_only(tmp_path: Path) -> None:
     assert path.read_text().splitlines()[0] == ",".join(COLUMNS)
 
 
-@pytest.mark.parametrize(("damage", "line", "needle"), [
-    (lambda text: text.replace("m1,16,forward,0.002,3", "#$%garbage"), 3, "1 fields where the header has 5"),
-    (lambda text: text.replace("m1,16,forward,0.002,3", "m1,16,forward,abc,3"), 3, "'time_s' = 'abc'"),
-    (lambda text: text.replace("m1,16,forward,0.002,3", "m1,16,forward,nan,3"), 3, "'time_s' = 'nan'"),
-    (lambda text: text.replace("m2,16,forward,0.003,3", "m2,16,forward,0.003,3,7,8"), 4, "7 fields"),
-    (lambda text: text + "m0,16,forward,0.009,3\n", 5, "duplicate of line 2"),
-    (lambda text: text.replace("m1", "m1\0\0\0"), 3, "NUL bytes"),
-    (lambda text: text.replace("time_s", "seconds"), 1, "existing header"),
-])
-def test_damaged_file_is_refused_with_file_and_line(tmp_path: Path, damage, line: int, needle: str) -> None:
+@pytest.mark.parametrize(
+    ("damage", "line", "needle"),
+    [
+        (
+            lambda text: text.replace("m1,16,forward,0.002,3", "#$%garbage"),
+            3,
+            "1 fields where the header has 5",
+        ),
+        (
+            lambda text: text.replace("m1,16,forward,0.002,3", "m1,16,forward,abc,3"),
+            3,
+            "'time_s' = 'abc'",
+        ),
+        (
+            lambda text: text.replace("m1,16,forward,0.002,3", "m1,16,forward,nan,3"),
+            3,
+            "'time_s' = 'nan'",
+        ),
+        (
+            lambda text: text.replace("m2,16,forward,0.003,3", "m2,16,forward,0.003,3,7,8"),
+            4,
+            "7 fields",
+        ),
+        (lambda text: text + "m0,16,forward,0.009,3\n", 5, "duplicate of line 2"),
+        (lambda text: text.replace("m1", "m1\0\0\0"), 3, "NUL bytes"),
+        (lambda text: text.replace("time_s", "seconds"), 1, "existing header"),
+    ],
+)
+def test_damaged_file_is_refused_with_file_and_line(
+    tmp_path: Path, damage, line: int, needle: str
+) -> None:
     path = tmp_path / "d.csv"
     _log(path)
     path.write_text(damage(path.read_text()))
@@ -119,7 +144,9 @@ def _dataset(tmp_path: Path) -> tuple[Path, list[str]]:
 def test_fit_rejects_duplicate_rows(run_cli, tmp_path: Path) -> None:
     path, lines = _dataset(tmp_path)
     path.write_text("\n".join([*lines, lines[3]]) + "\n")
-    result = run_cli("fit", "compute", str(path), "-o", str(tmp_path / "p.yaml"), "--hardware", "CPU-x86-2core")
+    result = run_cli(
+        "fit", "compute", str(path), "-o", str(tmp_path / "p.yaml"), "--hardware", "CPU-x86-2core"
+    )
     assert result.code == 2 and "To fix:" in result.err
     assert f"{path}, lines [4, {len(lines) + 1}]: duplicate rows" in result.err
 
@@ -131,7 +158,9 @@ def test_fit_rejects_nan_rows(run_cli, tmp_path: Path) -> None:
     cells[header.index("time_s")] = "nan"
     lines[5] = ",".join(cells)
     path.write_text("\n".join(lines) + "\n")
-    result = run_cli("fit", "compute", str(path), "-o", str(tmp_path / "p.yaml"), "--hardware", "CPU-x86-2core")
+    result = run_cli(
+        "fit", "compute", str(path), "-o", str(tmp_path / "p.yaml"), "--hardware", "CPU-x86-2core"
+    )
     assert result.code == 2 and "To fix:" in result.err
     assert f"{path}, line 6" in result.err and "time_s" in result.err
 
@@ -157,7 +186,9 @@ BENCH = ["bench", "compute", "-n", str(N_CONFIGS), "--iters", "2", "--warmup", "
 
 def _keys(path: Path) -> Counter[tuple[str, str, str, str]]:
     with path.open(newline="") as fh:
-        return Counter((r["model"], r["seq_len"], r["micro_batch"], r["phase"]) for r in csv.DictReader(fh))
+        return Counter(
+            (r["model"], r["seq_len"], r["micro_batch"], r["phase"]) for r in csv.DictReader(fh)
+        )
 
 
 def _expected(space: Path) -> set[tuple[str, str, str, str]]:
@@ -166,7 +197,9 @@ def _expected(space: Path) -> set[tuple[str, str, str, str]]:
     from perfmodel.bench import compute as cb
 
     configs = cb.sample_configs(cb.load_space(space), N_CONFIGS, 0)
-    return {(c.config_id, "16", str(mb), phase) for c in configs for mb in (1, 2) for phase in cb.PHASES}
+    return {
+        (c.config_id, "16", str(mb), phase) for c in configs for mb in (1, 2) for phase in cb.PHASES
+    }
 
 
 @pytest.mark.torch
@@ -194,8 +227,10 @@ def test_hard_kill_mid_run_loses_and_duplicates_nothing(run_cli, tmp_path: Path)
     pytest.importorskip("torch")
     space, out = tmp_path / "space.yaml", tmp_path / "out.csv"
     space.write_text(SPACE)
-    cmd = [sys.executable, "-c", "from planner.cli import main; main()", *BENCH, "--space", str(space),
-           "-o", str(out)]
+    cmd = [
+        sys.executable, "-c", "from planner.cli import main; main()", *BENCH, "--space", str(space),
+        "-o", str(out),
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 120

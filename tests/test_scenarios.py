@@ -39,17 +39,27 @@ HOURS = 3600.0
 
 def _write(tmp_path: Path, *, price_b: float = 0.5, extra_cluster: dict | None = None) -> Path:
     rows = [
-        {"cluster": "A", "gpu_type": "H100-SXM5-80GB", "nodes": 1, "gpus_per_node": 1, "micro_batch": 1,
-         "microstep_s": 1.0, "step_fixed_s": 0.0, "usd_per_hour": 2.0, "memory_gib": 1.0, "bound": "compute"},
-        {"cluster": "B", "gpu_type": "A100-SXM4-80GB", "nodes": 1, "gpus_per_node": 1, "micro_batch": 1,
-         "microstep_s": 2.0, "step_fixed_s": 0.0, "usd_per_hour": price_b, "memory_gib": 1.0, "bound": "compute"},
+        {
+            "cluster": "A", "gpu_type": "H100-SXM5-80GB", "nodes": 1, "gpus_per_node": 1,
+            "micro_batch": 1, "microstep_s": 1.0, "step_fixed_s": 0.0, "usd_per_hour": 2.0,
+            "memory_gib": 1.0, "bound": "compute",
+        },
+        {
+            "cluster": "B", "gpu_type": "A100-SXM4-80GB", "nodes": 1, "gpus_per_node": 1,
+            "micro_batch": 1, "microstep_s": 2.0, "step_fixed_s": 0.0, "usd_per_hour": price_b,
+            "memory_gib": 1.0, "bound": "compute",
+        },
     ]
     pd.DataFrame(rows).to_csv(tmp_path / "two.csv", index=False)
     clusters = [
-        {"name": "A", "gpu": "H100-SXM5-80GB", "num_nodes": 1, "gpus_per_node": 1, "price_usd_per_gpu_hour": 2.0,
-         "wan_gbit_s": 10, "wan_latency_ms": 10},
-        {"name": "B", "gpu": "A100-SXM4-80GB", "num_nodes": 1, "gpus_per_node": 1, "price_usd_per_gpu_hour": price_b,
-         "wan_gbit_s": 10, "wan_latency_ms": 10},
+        {
+            "name": "A", "gpu": "H100-SXM5-80GB", "num_nodes": 1, "gpus_per_node": 1,
+            "price_usd_per_gpu_hour": 2.0, "wan_gbit_s": 10, "wan_latency_ms": 10,
+        },
+        {
+            "name": "B", "gpu": "A100-SXM4-80GB", "num_nodes": 1, "gpus_per_node": 1,
+            "price_usd_per_gpu_hour": price_b, "wan_gbit_s": 10, "wan_latency_ms": 10,
+        },
     ]
     instance = {"name": "two-offers", "model": "Llama-3.2-1B", "parameters": 1000,
                 "training": {"seq_len": 100, "global_batch_seqs": 1, "train_tokens": 3600 * 100,
@@ -75,11 +85,15 @@ def test_scenarios_are_the_cartesian_product() -> None:
 
 
 def test_overrides_address_clusters_by_name_or_index() -> None:
-    raw = {"clusters": [{"name": "A", "wan_gbit_s": 1}, {"name": "B", "wan_gbit_s": 2}], "training": {"H": 1}}
+    raw = {
+        "clusters": [{"name": "A", "wan_gbit_s": 1}, {"name": "B", "wan_gbit_s": 2}],
+        "training": {"H": 1},
+    }
     out = apply_overrides(raw, [("clusters.B.wan_gbit_s", 9), ("clusters.0.price.tier", "spot"),
                                 ("training.H", 5)], "x.yaml")
     assert out["clusters"][1]["wan_gbit_s"] == 9 and out["clusters"][0]["price"] == {"tier": "spot"}
-    assert out["training"]["H"] == 5 and raw["clusters"][1]["wan_gbit_s"] == 2  # the input is untouched
+    # the input is untouched
+    assert out["training"]["H"] == 5 and raw["clusters"][1]["wan_gbit_s"] == 2
     with pytest.raises(UserInputError, match="no entry 'C'"):
         apply_overrides(raw, [("clusters.C.wan_gbit_s", 1)], "x.yaml")
 
@@ -88,7 +102,10 @@ def test_frontier_regret_and_robust_choice_by_hand(tmp_path: Path) -> None:
     path = _write(tmp_path)
     scenarios = scenarios_of([parse_vary("clusters.B.price_usd_per_gpu_hour=0.5,3")])
     results = solve_all([str(path)], scenarios, {"solver": "brute"}, workers=1)
-    assert [(p.wall_time_s / HOURS, p.cost_usd) for p in results[0].points] == [(1.0, 2.0), (2.0, 1.0)]
+    assert [(p.wall_time_s / HOURS, p.cost_usd) for p in results[0].points] == [
+        (1.0, 2.0),
+        (2.0, 1.0),
+    ]
     assert [(p.wall_time_s / HOURS, p.cost_usd) for p in results[1].points] == [(1.0, 2.0)]
     scored = {s.label: s for s in score_frontiers(results)}
     a, b = scored["1x1x1 H100"], scored["1x1x1 A100"]
@@ -100,8 +117,10 @@ def test_frontier_regret_and_robust_choice_by_hand(tmp_path: Path) -> None:
 
 def test_plan_cost_regret_through_the_cli(tmp_path: Path, run_cli) -> None:
     path = _write(tmp_path)
-    result = run_cli("plan", str(path), "--objective", "cost", "--vary", "clusters.B.price_usd_per_gpu_hour=0.5,3",
-                     "--format", "json")
+    result = run_cli(
+        "plan", str(path), "--objective", "cost",
+        "--vary", "clusters.B.price_usd_per_gpu_hour=0.5,3", "--format", "json",
+    )
     assert result.code == 0, result.err
     payload = json.loads(result.out)
     assert [row["label"] for row in payload["summary"]] == ["1x1x1 A100", "1x1x1 H100"]
@@ -137,7 +156,9 @@ def test_bad_vary_path_exits_2(tmp_path: Path, run_cli) -> None:
 
 def test_infeasible_scenario_is_an_answer(tmp_path: Path, run_cli) -> None:
     path = _write(tmp_path)
-    result = run_cli("pareto", str(path), "--vary", "limits.budget_usd=null,0.5", "--format", "json")
+    result = run_cli(
+        "pareto", str(path), "--vary", "limits.budget_usd=null,0.5", "--format", "json"
+    )
     assert result.code == 0, result.err
     summary = json.loads(result.out)["summary"]
     assert summary[0]["points"] == 2 and summary[1]["points"] == 0 and summary[1]["note"]

@@ -23,15 +23,27 @@ from perfmodel.trace import (
 )
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-STEP = simulate_step(StepCosts(units=(
-    UnitCosts(name="u0", forward_s=2, backward_s=4, all_gather_s=1, reduce_scatter_s=1),
-    UnitCosts(name="u1", forward_s=1, backward_s=2, all_gather_s=3, reduce_scatter_s=2)), optimizer_s=0.5))
-RUN = simulate_streaming(step_s=STEP.step_time_s, exchange_s=[20.0, 5.0],
-                         config=StreamingConfig(num_fragments=2, sync_every=2, delay_steps=1), num_steps=4)
+STEP = simulate_step(
+    StepCosts(
+        units=(
+            UnitCosts(name="u0", forward_s=2, backward_s=4, all_gather_s=1, reduce_scatter_s=1),
+            UnitCosts(name="u1", forward_s=1, backward_s=2, all_gather_s=3, reduce_scatter_s=2),
+        ),
+        optimizer_s=0.5,
+    )
+)
+RUN = simulate_streaming(
+    step_s=STEP.step_time_s,
+    exchange_s=[20.0, 5.0],
+    config=StreamingConfig(num_fragments=2, sync_every=2, delay_steps=1),
+    num_steps=4,
+)
 
 
 def _spans() -> list:
-    return expand_steps(RUN.schedule, STEP.schedule) + blocked_spans(RUN.schedule, island="train", stream="compute")
+    return expand_steps(RUN.schedule, STEP.schedule) + blocked_spans(
+        RUN.schedule, island="train", stream="compute"
+    )
 
 
 def test_chrome_trace_is_valid_trace_event_json(tmp_path: Path) -> None:
@@ -46,8 +58,15 @@ def test_chrome_trace_is_valid_trace_event_json(tmp_path: Path) -> None:
         if e["ph"] == "X":
             assert {"ts", "dur", "cat"} <= e.keys() and e["dur"] >= 0 and e["ts"] >= 0
         else:
-            assert e["name"] in {"process_name", "thread_name", "process_sort_index", "thread_sort_index"}
-    threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in events if e["name"] == "thread_name"}
+            assert e["name"] in {
+                "process_name",
+                "thread_name",
+                "process_sort_index",
+                "thread_sort_index",
+            }
+    threads = {
+        (e["pid"], e["tid"]): e["args"]["name"] for e in events if e["name"] == "thread_name"
+    }
     assert sorted(threads.values()) == ["comm", "compute", "outer"]
     used = {(e["pid"], e["tid"]) for e in events if e["ph"] == "X"}
     assert used <= threads.keys()
@@ -73,11 +92,22 @@ def test_expand_steps_shifts_nested_schedules() -> None:
 
 
 def test_pngs(tmp_path: Path) -> None:
-    out = plot_timelines([("step", schedule_spans(STEP.schedule)), ("streaming", _spans())], tmp_path / "t.png",
-                         title="timelines")
+    out = plot_timelines(
+        [("step", schedule_spans(STEP.schedule)), ("streaming", _spans())],
+        tmp_path / "t.png",
+        title="timelines",
+    )
     assert out.read_bytes()[:8] == PNG_MAGIC
-    sweep = pd.DataFrame({"model": ["a"] * 3 + ["b"] * 3, "gpus": [8] * 6, "micro_batch": [1, 2, 4] * 2,
-                          "step_time_s": [1.0, 1.1, 2.0, 2.0, 2.5, 4.0], "relative_step_time": [1, 1.1, 2, 1, 1.25, 2],
-                          "tokens_per_s": [10.0, 18, 20, 5, 8, 10], "fits": [True, True, False] * 2})
+    sweep = pd.DataFrame(
+        {
+            "model": ["a"] * 3 + ["b"] * 3,
+            "gpus": [8] * 6,
+            "micro_batch": [1, 2, 4] * 2,
+            "step_time_s": [1.0, 1.1, 2.0, 2.0, 2.5, 4.0],
+            "relative_step_time": [1, 1.1, 2, 1, 1.25, 2],
+            "tokens_per_s": [10.0, 18, 20, 5, 8, 10],
+            "fits": [True, True, False] * 2,
+        }
+    )
     assert plot_sweep(sweep, tmp_path / "s.png").read_bytes()[:8] == PNG_MAGIC
     assert plot_throughput(sweep, tmp_path / "p.png").read_bytes()[:8] == PNG_MAGIC

@@ -16,7 +16,9 @@ ROOT = Path(__file__).resolve().parent.parent
 @pytest.fixture(scope="module")
 def make_validation():
     sys.path.insert(0, str(ROOT / "scripts"))
-    spec = importlib.util.spec_from_file_location("make_validation", ROOT / "scripts" / "make_validation.py")
+    spec = importlib.util.spec_from_file_location(
+        "make_validation", ROOT / "scripts" / "make_validation.py"
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

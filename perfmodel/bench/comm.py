@@ -2,8 +2,8 @@
 
 The CLI side: it builds the payload plan and launches `torchrun ... -m perfmodel.bench.comm_worker`
 (one process per rank); rank 0 of the workers writes the dataset row by row. The payload is the
-full unsharded size D in bytes (all_gather output, reduce_scatter input, all_reduce tensor), log-spaced
-between --min-mib and --max-mib as in the paper (1-150 MiB).
+full unsharded size D in bytes (all_gather output, reduce_scatter input, all_reduce tensor),
+log-spaced between --min-mib and --max-mib as in the paper (1-150 MiB).
 
 Multi-node: pass torchrun's own rendezvous flags with --torchrun-args instead of the default
 `--standalone`, e.g. `--torchrun-args "--nnodes 2 --node-rank 0 --rdzv-backend c10d
@@ -61,7 +61,8 @@ class CommSettings:
     """Element type of the payload."""
 
 
-def payload_sizes(min_mib: float, max_mib: float, points: int, world_size: int, elem_bytes: int) -> list[int]:
+def payload_sizes(min_mib: float, max_mib: float, points: int, world_size: int,
+                  elem_bytes: int) -> list[int]:
     """Log-spaced payload sizes in bytes, each a multiple of world_size x element size."""
     if not (math.isfinite(min_mib) and math.isfinite(max_mib)) or not 0 < min_mib <= max_mib \
             or points < 1:
@@ -80,7 +81,8 @@ def check_settings(s: CommSettings) -> None:
     if bad:
         raise UserInputError(f"unknown collective(s) {bad}", hint=f"use some of {', '.join(OPS)}.")
     if s.backend not in ("gloo", "nccl"):
-        raise UserInputError(f"unknown backend {s.backend!r}", hint="use --backend gloo (CPU) or nccl (CUDA).")
+        raise UserInputError(f"unknown backend {s.backend!r}",
+                             hint="use --backend gloo (CPU) or nccl (CUDA).")
     get_link(s.link)
     if s.iters < 1 or s.warmup < 0:
         raise UserInputError(f"--iters must be >= 1 and --warmup >= 0, got {s.iters}, {s.warmup}",
@@ -91,7 +93,8 @@ def torchrun_command(module: str, worker_args: Sequence[str], *, nproc: int,
                      torchrun_args: str | None = None) -> list[str]:
     """`python -m torch.distributed.run` (= torchrun) for a worker module."""
     if nproc < 1:
-        raise UserInputError(f"--nproc must be >= 1, got {nproc}", hint="pass --nproc 2 on this machine.")
+        raise UserInputError(f"--nproc must be >= 1, got {nproc}",
+                             hint="pass --nproc 2 on this machine.")
     rdzv = shlex.split(torchrun_args) if torchrun_args else ["--standalone"]
     return [sys.executable, "-m", "torch.distributed.run", *rdzv, "--nproc-per-node", str(nproc),
             "-m", module, *worker_args]
@@ -105,7 +108,8 @@ def launch(cmd: Sequence[str], *, threads: int, what: str) -> None:
     if result.returncode != 0:
         raise ShardMeterError(
             f"{what} workers failed (torchrun exit code {result.returncode}): {shlex.join(cmd)}",
-            hint="read the worker messages above; rerun the same command to resume (finished rows are kept).")
+            hint="read the worker messages above; rerun the same command to resume (finished "
+                 "rows are kept).")
 
 
 def check_launch(out_path: str | Path, settings: CommSettings, *, nproc: int) -> None:
@@ -130,5 +134,6 @@ def run_comm(out_path: str | Path, settings: CommSettings, *, nproc: int,
             "--max-mib", str(settings.max_mib), "--points", str(settings.points),
             "--iters", str(settings.iters), "--warmup", str(settings.warmup),
             "--threads", str(settings.threads), "--dtype", settings.dtype]
-    launch(torchrun_command("perfmodel.bench.comm_worker", args, nproc=nproc, torchrun_args=torchrun_args),
+    launch(torchrun_command("perfmodel.bench.comm_worker", args, nproc=nproc,
+                            torchrun_args=torchrun_args),
            threads=settings.threads, what="collective benchmark")

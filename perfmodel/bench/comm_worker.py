@@ -49,18 +49,21 @@ def collective(op: str, payload_elems: int, world: int, device: torch.device,
     """A closure running one collective on preallocated buffers of the full payload size."""
     shard = payload_elems // world
     if op == "all_gather":
-        inp, out = torch.ones(shard, device=device, dtype=dtype), torch.empty(payload_elems, device=device, dtype=dtype)
+        inp = torch.ones(shard, device=device, dtype=dtype)
+        out = torch.empty(payload_elems, device=device, dtype=dtype)
         gather = getattr(dist, "all_gather_single", dist.all_gather_into_tensor)
         return lambda: gather(out, inp)
     if op == "reduce_scatter":
-        inp, out = torch.ones(payload_elems, device=device, dtype=dtype), torch.empty(shard, device=device, dtype=dtype)
+        inp = torch.ones(payload_elems, device=device, dtype=dtype)
+        out = torch.empty(shard, device=device, dtype=dtype)
         scatter = getattr(dist, "reduce_scatter_single", dist.reduce_scatter_tensor)
         return lambda: scatter(out, inp)
     buf = torch.ones(payload_elems, device=device, dtype=dtype)
     return lambda: dist.all_reduce(buf)
 
 
-def time_collective(run: Callable[[], None], *, iters: int, warmup: int, device: torch.device) -> list[float]:
+def time_collective(run: Callable[[], None], *, iters: int, warmup: int,
+                    device: torch.device) -> list[float]:
     """Per-repetition times (max over ranks) of `run`, each started after a barrier."""
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     times = []
@@ -111,7 +114,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     if rank == 0:
         append_environment(args.out, environment_record(
             device=device.type, threads=args.threads,
-            extra={"benchmark": "comm", "backend": args.backend, "world_size": world, "link": args.link}))
+            extra={"benchmark": "comm", "backend": args.backend, "world_size": world,
+                   "link": args.link}))
     for op in args.ops.split(","):
         for size in payload_sizes(args.min_mib, args.max_mib, args.points, world, elem):
             row = {"backend": args.backend, "op": op, "link": args.link, "world_size": world,
@@ -123,7 +127,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             spread = median_iqr(times)
             if rank == 0:
                 log.append([row | {"time_s": spread.median_s, "time_iqr_s": spread.iqr_s}])
-                logger.info("%s %d ranks %.2f MiB: %.6f s", op, world, size / 2**20, spread.median_s)
+                logger.info("%s %d ranks %.2f MiB: %.6f s", op, world, size / 2**20,
+                            spread.median_s)
     dist.barrier()
     dist.destroy_process_group()
 

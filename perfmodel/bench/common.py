@@ -109,13 +109,14 @@ class CsvLog:
         data = self.path.read_bytes()
         if data and not data.endswith(b"\n"):
             keep = data.rfind(b"\n") + 1
-            logger.warning("%s: dropping a partial last line (%d bytes) left by an interrupted run; "
-                           "its measurement is repeated", self.path, len(data) - keep)
+            logger.warning("%s: dropping a partial last line (%d bytes) left by an interrupted "
+                           "run; its measurement is repeated", self.path, len(data) - keep)
             os.truncate(self.path, keep)
             data = data[:keep]
         nul = data.find(b"\0")
         if nul >= 0:
-            raise self._fail(data.count(b"\n", 0, nul) + 1, "contains NUL bytes (the file is corrupt)")
+            raise self._fail(data.count(b"\n", 0, nul) + 1,
+                             "contains NUL bytes (the file is corrupt)")
         try:
             return data.decode("utf-8")
         except UnicodeDecodeError as err:
@@ -131,7 +132,8 @@ class CsvLog:
         header = next(reader)
         if header != self.columns:
             raise self._fail(1, f"existing header {header} does not match this benchmark's columns "
-                             f"{self.columns}", "write to a new output file (-o) or delete the old one.")
+                             f"{self.columns}",
+                             "write to a new output file (-o) or delete the old one.")
         out: list[dict[str, str]] = []
         seen: dict[tuple[str, ...], int] = {}
         for fields in reader:
@@ -139,13 +141,14 @@ class CsvLog:
             if not fields:
                 continue
             if len(fields) != len(self.columns):
-                raise self._fail(line, f"{len(fields)} fields where the header has {len(self.columns)}")
+                raise self._fail(line, f"{len(fields)} fields where the header has "
+                                       f"{len(self.columns)}")
             row = dict(zip(self.columns, fields, strict=True))
             self._check_numbers(row, line)
             key = self.key_of(row)
             if key in seen:
-                raise self._fail(line, f"duplicate of line {seen[key]} (same {', '.join(self.key_columns)}"
-                                 f" = {', '.join(key)})")
+                raise self._fail(line, f"duplicate of line {seen[key]} "
+                                       f"(same {', '.join(self.key_columns)} = {', '.join(key)})")
             seen[key] = line
             out.append(row)
         self._keys = set(seen)
@@ -176,12 +179,14 @@ class CsvLog:
             self.rows()
         keys = self._keys if self._keys is not None else set()
         buffer = io.StringIO()
-        writer = csv.DictWriter(buffer, fieldnames=self.columns, extrasaction="raise", lineterminator="\n")
+        writer = csv.DictWriter(buffer, fieldnames=self.columns, extrasaction="raise",
+                                lineterminator="\n")
         written = 0
         for row in rows:
             key = self.key_of(row)
             if key in keys:
-                logger.warning("%s: a row with key %s is already there; not written again", self.path, key)
+                logger.warning("%s: a row with key %s is already there; not written again",
+                               self.path, key)
                 continue
             keys.add(key)
             writer.writerow({c: _cell(row[c]) for c in self.columns})
@@ -224,10 +229,12 @@ def resolve_device(device: str) -> str:
     import torch
 
     if device not in ("cpu", "cuda"):
-        raise UserInputError(f"unknown device {device!r}", hint="use --device cpu or --device cuda.")
+        raise UserInputError(f"unknown device {device!r}",
+                             hint="use --device cpu or --device cuda.")
     if device == "cuda" and not torch.cuda.is_available():
         raise UserInputError("--device cuda but torch sees no CUDA GPU",
-                             hint="run on a machine with a GPU and a CUDA build of torch, or use --device cpu.")
+                             hint="run on a machine with a GPU and a CUDA build of torch, "
+                                  "or use --device cpu.")
     return device
 
 
@@ -262,10 +269,11 @@ def check_run_inputs(*, out: str | Path, columns: Sequence[str], key_columns: Se
                      warmup: int = 0) -> None:
     """Everything a benchmark launch can check before torch or torchrun starts: the output CSV
     (a file of another benchmark, or a damaged one, is refused), dtype, threads, ranks, repeats."""
-    for flag, value, low in (("--threads", threads, 1), ("--nproc", nproc, 1), ("--iters", iters, 1),
-                             ("--warmup", warmup, 0)):
+    for flag, value, low in (("--threads", threads, 1), ("--nproc", nproc, 1),
+                             ("--iters", iters, 1), ("--warmup", warmup, 0)):
         if value < low:
-            raise UserInputError(f"{flag} {value}: must be >= {low}", hint=f"pass {flag} {max(low, 1)} or more.")
+            raise UserInputError(f"{flag} {value}: must be >= {low}",
+                                 hint=f"pass {flag} {max(low, 1)} or more.")
     check_dtype_name(dtype)
     CsvLog(out, columns, key_columns)
 
@@ -289,7 +297,8 @@ def set_threads(threads: int) -> int:
     import torch
 
     if threads < 1:
-        raise UserInputError(f"--threads must be >= 1, got {threads}", hint="pass --threads 1 (the default).")
+        raise UserInputError(f"--threads must be >= 1, got {threads}",
+                             hint="pass --threads 1 (the default).")
     torch.set_num_threads(threads)
     return torch.get_num_threads()
 

@@ -76,7 +76,8 @@ def shape_from_unit(space: DesignSpace, u: Sequence[float], name: str) -> tuple[
     hidden += step * math.ceil(max(0, r["hidden_size"].low - hidden) / step)
     layout = dict(FAMILY_LAYOUT[fam], tie_word_embeddings=tie)
     spec = ModelSpec(name=name, family=fam, hidden_size=hidden, num_heads=heads, num_kv_heads=kv,
-                     num_layers=_clip(int(r["num_hidden_layers"].pick(u[3])), r["num_hidden_layers"]),
+                     num_layers=_clip(int(r["num_hidden_layers"].pick(u[3])),
+                                      r["num_hidden_layers"]),
                      intermediate_size=_rounded(r["intermediate_size"], u[6]),
                      vocab_size=_rounded(r["vocab_size"], u[7]), **layout)
     seq = space.seq_lens[min(int(u[8] * len(space.seq_lens)), len(space.seq_lens) - 1)]
@@ -111,7 +112,8 @@ def sample_configs(space: DesignSpace, n: int, seed: int) -> list[BenchConfig]:
         out.append(BenchConfig(spec.name, spec, seq, doubling(space.max_micro_batch)))
         if len(out) == n:
             return out
-    raise UserInputError(f"only {len(out)} of {n} Sobol points satisfy max_step_gflop in {space.name}",
+    raise UserInputError(f"only {len(out)} of {n} Sobol points satisfy max_step_gflop "
+                         f"in {space.name}",
                          hint="raise limits.max_step_gflop or ask for fewer configurations.")
 
 
@@ -135,7 +137,8 @@ def _step_gflop(spec: ModelSpec, seq_len: int, micro_batch: int) -> float:
     return spec.train_flops_per_token(seq_len) * seq_len * micro_batch / 1e9
 
 
-def estimate_memory_bytes(spec: ModelSpec, seq_len: int, micro_batch: int, dtype_bytes: int = 4) -> float:
+def estimate_memory_bytes(spec: ModelSpec, seq_len: int, micro_batch: int,
+                          dtype_bytes: int = 4) -> float:
     """Rough training memory: params, grads, two Adam moments and saved activations + logits."""
     tokens = seq_len * micro_batch
     per_token_layer = (6 * spec.hidden_size + 3 * spec.q_dim + 4 * spec.kv_dim
@@ -156,18 +159,22 @@ def group_phases(events: Sequence[Mapping[str, Any]], device: str = "cpu",
     'correlation' id to the host launch event, and assigned to the host phase range that
     contains the launch; the phase time is the sum of its kernels' durations.
     """
-    ranges = sorted((e for e in events if e.get("cat") == "user_annotation" and e.get("name") in phases),
+    ranges = sorted((e for e in events
+                     if e.get("cat") == "user_annotation" and e.get("name") in phases),
                     key=lambda e: float(e["ts"]))
     per_phase: dict[str, list[tuple[float, float]]] = {p: [] for p in phases}
     for e in ranges:
         per_phase[e["name"]].append((float(e["ts"]), float(e["ts"]) + float(e["dur"])))
     counts = {len(v) for v in per_phase.values()}
     if len(counts) != 1:
-        raise DatasetError(f"trace has unequal phase range counts { {k: len(v) for k, v in per_phase.items()} }",
-                           hint="wrap every training step in forward/backward/optimizer record_function ranges.")
+        raise DatasetError("trace has unequal phase range counts "
+                           f"{ {k: len(v) for k, v in per_phase.items()} }",
+                           hint="wrap every training step in forward/backward/optimizer "
+                                "record_function ranges.")
     iterations = counts.pop()
     if device == "cpu":
-        return [{p: (per_phase[p][i][1] - per_phase[p][i][0]) * 1e-6 for p in phases} for i in range(iterations)]
+        return [{p: (per_phase[p][i][1] - per_phase[p][i][0]) * 1e-6 for p in phases}
+                for i in range(iterations)]
     sums = [dict.fromkeys(phases, 0.0) for _ in range(iterations)]
     for launch_ts, dur_us in _device_kernels(events):
         for p in phases:
@@ -318,7 +325,7 @@ def run_compute(configs: Sequence[BenchConfig], out_path: str | Path, settings: 
     for r in log.rows():
         written.setdefault(r["model"], set()).add(int(r["micro_batch"]))
     finished = {c.config_id for c in configs if _is_finished(c, reasons, written, measured)}
-    pending = [c for c in configs if c.config_id not in finished][: limit if limit is not None else None]
+    pending = [c for c in configs if c.config_id not in finished][:limit]  # limit None: all
     logger.info("%d configurations, %d already finished, %d to run now",
                 len(configs), len(finished), len(pending))
     with make_progress() as bar:
@@ -362,7 +369,8 @@ def _measured_steps(log: CsvLog) -> dict[tuple[str, int], dict[int, float]]:
     """(model, seq_len) -> {micro_batch: step time} for points with all phases written."""
     acc: dict[tuple[str, int, int], dict[str, float]] = {}
     for r in log.rows():
-        acc.setdefault((r["model"], int(r["seq_len"]), int(r["micro_batch"])), {})[r["phase"]] = float(r["time_s"])
+        key = (r["model"], int(r["seq_len"]), int(r["micro_batch"]))
+        acc.setdefault(key, {})[r["phase"]] = float(r["time_s"])
     out: dict[tuple[str, int], dict[int, float]] = {}
     for (model, seq, mb), phases in acc.items():
         if set(PHASES) <= set(phases):
@@ -372,7 +380,8 @@ def _measured_steps(log: CsvLog) -> dict[tuple[str, int], dict[int, float]]:
 
 def _stop_reason(cfg: BenchConfig, mb: int, last: tuple[int, float] | None, start_s: float,
                  st: ComputeSettings) -> str | None:
-    if st.memory_cap_bytes and estimate_memory_bytes(cfg.spec, cfg.seq_len, mb) > st.memory_cap_bytes:
+    if (st.memory_cap_bytes
+            and estimate_memory_bytes(cfg.spec, cfg.seq_len, mb) > st.memory_cap_bytes):
         return "memory-cap" if last else None
     if last is None:
         return None
@@ -408,7 +417,8 @@ def run_config(cfg: BenchConfig, log: CsvLog, measured: dict[tuple[str, int], di
                                           iters=st.iters, warmup=st.warmup, device=st.device)
             base = shape_row(cfg) | {"micro_batch": mb, "iters": st.iters, "device": st.device,
                                      "dtype": dtype_name(st.dtype), "threads": st.threads}
-            log.append(base | {"phase": p, "time_s": spreads[p].median_s, "time_iqr_s": spreads[p].iqr_s}
+            log.append(base | {"phase": p, "time_s": spreads[p].median_s,
+                               "time_iqr_s": spreads[p].iqr_s}
                        for p in PHASES)
             last = (mb, sum(spreads[p].median_s for p in PHASES))
         return "done"

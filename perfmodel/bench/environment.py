@@ -29,7 +29,8 @@ def cpu_model_name() -> str:
     return platform.processor() or "unknown"
 
 
-def environment_record(*, device: str, threads: int, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def environment_record(*, device: str, threads: int,
+                       extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """What produced a dataset: software versions, device, CPU, threads, date, command line."""
     import torch
 
@@ -55,7 +56,8 @@ def environment_record(*, device: str, threads: int, extra: Mapping[str, Any] | 
 
 
 HUGEPAGE_TUNABLE = "glibc.malloc.hugetlb=1"
-"""glibc tunable making malloc request transparent huge pages (madvise): the CPU benchmarks' setting."""
+"""glibc tunable making malloc request transparent huge pages (madvise): the CPU benchmarks'
+setting."""
 
 
 def memory_environment() -> dict[str, Any]:
@@ -139,11 +141,14 @@ def _nvml_device(pynvml: Any, index: int) -> dict[str, Any]:
             "power_limit_w": pynvml.nvmlDeviceGetEnforcedPowerLimit(handle) / 1000.0}
 
 
-def energy_delta(start: Mapping[str, Any], end: Mapping[str, Any], window_s: float) -> dict[str, Any]:
-    """Measured energy between two `energy_counters` snapshots, joules (RAPL wrap-arounds skipped)."""
+def energy_delta(start: Mapping[str, Any], end: Mapping[str, Any],
+                 window_s: float) -> dict[str, Any]:
+    """Measured energy between two `energy_counters` snapshots, joules (RAPL wrap-arounds
+    skipped)."""
     out: dict[str, Any] = {"window_s": window_s}
     before = {d["index"]: d["energy_mj"] for d in start.get("nvml", [])}
-    gpus = [{"index": d["index"], "name": d["name"], "energy_j": (d["energy_mj"] - before[d["index"]]) / 1e3}
+    gpus = [{"index": d["index"], "name": d["name"],
+             "energy_j": (d["energy_mj"] - before[d["index"]]) / 1e3}
             for d in end.get("nvml", []) if d["index"] in before]
     if gpus:
         out["nvml"] = gpus
@@ -156,12 +161,15 @@ def energy_delta(start: Mapping[str, Any], end: Mapping[str, Any], window_s: flo
     return out
 
 
-def _record_energy_at_exit(path: Path, index: int, start: Mapping[str, Any], start_s: float) -> None:
-    """atexit: the session's measured energy into its record (skipped when the file changed shape)."""
+def _record_energy_at_exit(path: Path, index: int, start: Mapping[str, Any],
+                           start_s: float) -> None:
+    """atexit: the session's measured energy into its record (skipped when the file changed
+    shape)."""
     try:
         payload = json.loads(path.read_text())
         session = payload["sessions"][index]
-        session["energy_measured"] = energy_delta(start, energy_counters(), time.monotonic() - start_s)
+        session["energy_measured"] = energy_delta(start, energy_counters(),
+                                                  time.monotonic() - start_s)
         tmp = path.with_name(path.name + ".tmp")
         tmp.write_text(json.dumps(payload, indent=2) + "\n")
         os.replace(tmp, path)

@@ -18,7 +18,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from perfmodel.arch import FAMILY_LAYOUT, ModelSpec
 from perfmodel.bench.comm import launch, torchrun_command
@@ -31,14 +31,17 @@ from perfmodel.bench.common import (
 from perfmodel.errors import ConfigError, UserInputError
 from perfmodel.recipe import DEFAULT_RECIPE, TrainingRecipe, recipe_from_mapping
 
+if TYPE_CHECKING:
+    import pandas as pd
+
 logger = logging.getLogger(__name__)
 
 SHAPE_COLUMNS = ("model", "family", "hidden_size", "num_hidden_layers", "num_attention_heads",
                  "num_key_value_heads", "head_dim", "intermediate_size", "vocab_size",
                  "tie_word_embeddings")
 COLUMNS = (*SHAPE_COLUMNS, "seq_len", "micro_batch", "grad_accum", "world_size", "backend", "link",
-           "device", "dtype", "threads", "step_time_s", "step_time_iqr_s", "iters", "peak_memory_bytes",
-           "memory_source", "recipe")
+           "device", "dtype", "threads", "step_time_s", "step_time_iqr_s", "iters",
+           "peak_memory_bytes", "memory_source", "recipe")
 """`recipe` is the JSON mapping of the TrainingRecipe the step trained (datasets recorded before
 it existed lack the column: `LEGACY_RECIPE` describes how they trained)."""
 KEY_COLUMNS = ("model", "seq_len", "micro_batch", "grad_accum", "world_size", "backend", "dtype",
@@ -101,14 +104,16 @@ def _case_spec(path: Path, raw: Mapping[str, Any]) -> ModelSpec:
     overrides = {_SPEC_KEYS[k]: v for k, v in raw.items() if k in _SPEC_KEYS}
     try:
         if "model" in raw:
-            return replace(get_model(str(raw["model"])), name=str(raw.get("name", raw["model"])), **overrides)
+            return replace(get_model(str(raw["model"])), name=str(raw.get("name", raw["model"])),
+                           **overrides)
         family = str(raw.get("family", "llama"))
         layout = dict(FAMILY_LAYOUT.get(family, {}))
         layout.update({k: overrides.pop(k) for k in ("tie_word_embeddings",) if k in overrides})
         return ModelSpec(name=str(raw["name"]), family=family, **overrides, **layout)
     except (KeyError, TypeError) as err:
-        raise ConfigError(f"{path}: case {dict(raw)} is incomplete ({err})",
-                          hint="give `model:` (catalog name) or `name:` plus every shape field.") from err
+        raise ConfigError(
+            f"{path}: case {dict(raw)} is incomplete ({err})",
+            hint="give `model:` (catalog name) or `name:` plus every shape field.") from err
     except UserInputError as err:  # an invalid shape or unknown model: name the space file
         raise ConfigError(f"{path}: case {dict(raw)}: {err.message}", hint=err.hint) from err
 
@@ -131,17 +136,22 @@ def load_cases(path: str | Path) -> list[FsdpCase]:
         if not isinstance(shape, dict):
             raise UserInputError(f"{p}: shapes[{i}] = {shape!r} is not a mapping",
                                  hint="write each shape as `- {model: NAME, ...}`.")
-        reject_unknown_keys(p, f"shapes[{i}]", shape, ("model", "name", "family", *_SPEC_KEYS, "seq_len",
-                                                      "micro_batches", "grad_accum"), example=example)
+        reject_unknown_keys(p, f"shapes[{i}]", shape,
+                            ("model", "name", "family", *_SPEC_KEYS, "seq_len",
+                             "micro_batches", "grad_accum"), example=example)
         spec = _case_spec(p, shape)
-        seq_len = positive_int(p, f"shapes[{i}].seq_len", shape.get("seq_len", raw.get("seq_len", 128)))
+        seq_len = positive_int(p, f"shapes[{i}].seq_len",
+                               shape.get("seq_len", raw.get("seq_len", 128)))
+        lists: dict[str, list[Any]] = {}
         for key in ("micro_batches", "grad_accum"):
             values = shape.get(key, raw.get(key, [1]))
             if not isinstance(values, list) or not values:
-                raise UserInputError(f"{p}: shapes[{i}].{key} = {values!r}: must be a non-empty list",
+                raise UserInputError(f"{p}: shapes[{i}].{key} = {values!r}: "
+                                     "must be a non-empty list",
                                      hint=f"write e.g. `{key}: [1, 2]`.")
-        for mb in shape.get("micro_batches", raw.get("micro_batches", [1])):
-            for ga in shape.get("grad_accum", raw.get("grad_accum", [1])):
+            lists[key] = values
+        for mb in lists["micro_batches"]:
+            for ga in lists["grad_accum"]:
                 cases.append(FsdpCase(spec.name, spec, seq_len,
                                       positive_int(p, f"shapes[{i}].micro_batches", mb),
                                       positive_int(p, f"shapes[{i}].grad_accum", ga)))
@@ -150,17 +160,20 @@ def load_cases(path: str | Path) -> list[FsdpCase]:
 
 def run_fsdp(cases: Sequence[FsdpCase], out_path: str | Path, settings: FsdpSettings, *, nproc: int,
              torchrun_args: str | None = None) -> Path:
-    """Write the case plan next to the output and launch the FSDP2 workers; returns the plan path."""
+    """Write the case plan next to the output and launch the FSDP2 workers; returns the plan
+    path."""
     from perfmodel.catalog import get_link
 
     get_link(settings.link)
     if settings.iters < 1 or settings.warmup < 0:
-        raise UserInputError(f"--iters must be >= 1 and --warmup >= 0, got {settings.iters}, {settings.warmup}",
+        raise UserInputError(f"--iters must be >= 1 and --warmup >= 0, got {settings.iters}, "
+                             f"{settings.warmup}",
                              hint="e.g. --iters 5 --warmup 2.")
     if not cases:  # checked here too: torchrun must not start for nothing
         raise UserInputError("no FSDP cases to run", hint="list shapes in the --space file.")
     check_run_inputs(out=out_path, columns=COLUMNS, key_columns=KEY_COLUMNS, dtype=settings.dtype,
-                     threads=settings.threads, nproc=nproc, iters=settings.iters, warmup=settings.warmup)
+                     threads=settings.threads, nproc=nproc, iters=settings.iters,
+                     warmup=settings.warmup)
     plan = Path(f"{out_path}.plan.json")
     plan.parent.mkdir(parents=True, exist_ok=True)
     plan.write_text(json.dumps([c.to_json() for c in cases], indent=1) + "\n")
@@ -168,7 +181,8 @@ def run_fsdp(cases: Sequence[FsdpCase], out_path: str | Path, settings: FsdpSett
             "--link", settings.link, "--dtype", settings.dtype, "--iters", str(settings.iters),
             "--warmup", str(settings.warmup), "--threads", str(settings.threads),
             "--recipe", json.dumps(recipe_mapping(settings.recipe))]
-    launch(torchrun_command("perfmodel.bench.fsdp_worker", args, nproc=nproc, torchrun_args=torchrun_args),
+    launch(torchrun_command("perfmodel.bench.fsdp_worker", args, nproc=nproc,
+                            torchrun_args=torchrun_args),
            threads=settings.threads, what="FSDP2 benchmark")
     return plan
 
@@ -187,7 +201,8 @@ def _memory_config(dtype: str) -> Any:
 
 
 def recipe_mapping(recipe: TrainingRecipe) -> dict[str, Any]:
-    """The recipe as a JSON-able mapping without the DiLoCo settings (FSDP training ignores them)."""
+    """The recipe as a JSON-able mapping without the DiLoCo settings (FSDP training ignores
+    them)."""
     data = recipe.to_dict()
     data.pop("outer", None)
     return data
@@ -202,12 +217,14 @@ def legacy_recipe(dtype: str) -> TrainingRecipe:
     """How rows without a `recipe` column trained: no MixedPrecisionPolicy (parameters and
     gradients in the run dtype), gradient sync only on the last micro-step, every block resharded
     after forward (FSDP2's default; the root is kept), no activation checkpointing."""
-    name = "fp32" if dtype in ("float32", "fp32") else "bf16" if dtype in ("bfloat16", "bf16") else "fp16"
-    return TrainingRecipe(name=f"legacy-{name}", param_dtype=name, reduce_dtype=name, master_dtype=name,
-                          accum_mode="no_sync", ac="none", reshard_last_block_after_forward=True)
+    name = ("fp32" if dtype in ("float32", "fp32")
+            else "bf16" if dtype in ("bfloat16", "bf16") else "fp16")
+    return TrainingRecipe(name=f"legacy-{name}", param_dtype=name, reduce_dtype=name,
+                          master_dtype=name, accum_mode="no_sync", ac="none",
+                          reshard_last_block_after_forward=True)
 
 
-def row_recipe(row: Mapping[str, Any], source: str) -> TrainingRecipe:
+def row_recipe(row: Mapping[str, Any] | pd.Series, source: str) -> TrainingRecipe:
     """The recipe a dataset row trained with (its `recipe` column, else `legacy_recipe`)."""
     text = str(row.get("recipe", "") or "").strip()
     if not text:
@@ -260,7 +277,8 @@ def compare_fsdp(data: str | Path, profile_name: str, *, hardware: str | None = 
     out = []
     for _, row in frame.iterrows():
         spec = spec_from_row(row)
-        world, seq, mb, ga = (int(row[k]) for k in ("world_size", "seq_len", "micro_batch", "grad_accum"))
+        world, seq, mb, ga = (int(row[k])
+                              for k in ("world_size", "seq_len", "micro_batch", "grad_accum"))
         island = IslandSpec(gpu=gpu, num_nodes=1, gpus_per_node=world, intra_link=row["link"],
                             inter_link=row["link"])
         # Like with like: the prediction uses the recipe the row was measured with.
@@ -279,10 +297,12 @@ def compare_fsdp(data: str | Path, profile_name: str, *, hardware: str | None = 
         measured_mem = peaks[key] if peaks else float(row["peak_memory_bytes"])
         out.append({"model": row["model"], "recipe": recipe.name, "accum_mode": recipe.accum_mode,
                     "seq_len": seq, "micro_batch": mb, "grad_accum": ga,
-                    "world_size": world, "measured_step_s": measured, "predicted_step_s": sim.step_time_s,
+                    "world_size": world, "measured_step_s": measured,
+                    "predicted_step_s": sim.step_time_s,
                     "step_error_pct": 100.0 * (sim.step_time_s - measured) / measured,
                     "predicted_compute_s": sim.compute_busy_s, "predicted_comm_s": sim.comm_busy_s,
                     "predicted_exposed_comm_s": sim.exposed_comm_s,
                     "measured_peak_mib": measured_mem / 2**20, "predicted_peak_mib": peak / 2**20,
-                    "memory_error_pct": 100.0 * (peak - measured_mem) / measured_mem if measured_mem else float("nan")})
+                    "memory_error_pct": (100.0 * (peak - measured_mem) / measured_mem
+                                         if measured_mem else float("nan"))})
     return out

@@ -55,11 +55,13 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--iters", type=int, default=5)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--recipe", default=None, help="TrainingRecipe as a JSON mapping (default torchtitan)")
+    p.add_argument("--recipe", default=None,
+                   help="TrainingRecipe as a JSON mapping (default torchtitan)")
     return p.parse_args(argv)
 
 
-def shard_model(case: FsdpCase, device: torch.device, dtype: torch.dtype, recipe: TrainingRecipe) -> Any:
+def shard_model(case: FsdpCase, device: torch.device, dtype: torch.dtype,
+                recipe: TrainingRecipe) -> Any:
     """The case's model sharded as the recipe says (`recipe_wrap.shard_with_recipe`)."""
     return shard_with_recipe(build_model(case.spec, device=device, dtype=dtype, seed=0), recipe)
 
@@ -117,7 +119,8 @@ def cpu_peak_bytes(step: Callable[[], None], model: Any, optimizer: Any) -> int:
     return persistent_bytes(model, optimizer) + peak.live_bytes
 
 
-def peak_memory(step: Callable[[], None], model: Any, optimizer: Any, device: torch.device) -> tuple[int, str]:
+def peak_memory(step: Callable[[], None], model: Any, optimizer: Any,
+                device: torch.device) -> tuple[int, str]:
     """(peak bytes on the worst rank, how it was measured)."""
     if device.type == "cuda":
         value, source = torch.cuda.max_memory_allocated(device), "cuda.max_memory_allocated"
@@ -147,9 +150,10 @@ def run_case(case: FsdpCase, args: argparse.Namespace, device: torch.device) -> 
     s = case.spec
     return {"model": case.config_id, "family": s.family, "hidden_size": s.hidden_size,
             "num_hidden_layers": s.num_layers, "num_attention_heads": s.num_heads,
-            "num_key_value_heads": s.num_kv_heads, "head_dim": s.d, "intermediate_size": s.intermediate_size,
-            "vocab_size": s.vocab_size, "tie_word_embeddings": s.tie_word_embeddings,
-            "seq_len": case.seq_len, "micro_batch": case.micro_batch, "grad_accum": case.grad_accum,
+            "num_key_value_heads": s.num_kv_heads, "head_dim": s.d,
+            "intermediate_size": s.intermediate_size, "vocab_size": s.vocab_size,
+            "tie_word_embeddings": s.tie_word_embeddings, "seq_len": case.seq_len,
+            "micro_batch": case.micro_batch, "grad_accum": case.grad_accum,
             "world_size": dist.get_world_size(), "backend": args.backend, "link": args.link,
             "device": device.type, "dtype": dtype_name(dtype), "threads": args.threads,
             "step_time_s": spread.median_s, "step_time_iqr_s": spread.iqr_s, "iters": args.iters,
@@ -173,19 +177,22 @@ def main(argv: Sequence[str] | None = None) -> None:
     if rank == 0:
         append_environment(args.out, environment_record(
             device=device.type, threads=args.threads,
-            extra={"benchmark": "fsdp", "backend": args.backend, "world_size": dist.get_world_size()}))
+            extra={"benchmark": "fsdp", "backend": args.backend,
+                   "world_size": dist.get_world_size()}))
     for case in cases:
-        key = log.key_of({"model": case.config_id, "seq_len": case.seq_len, "micro_batch": case.micro_batch,
-                          "grad_accum": case.grad_accum, "world_size": dist.get_world_size(),
-                          "backend": args.backend, "dtype": dtype_name(resolve_dtype(args.dtype)),
+        key = log.key_of({"model": case.config_id, "seq_len": case.seq_len,
+                          "micro_batch": case.micro_batch, "grad_accum": case.grad_accum,
+                          "world_size": dist.get_world_size(), "backend": args.backend,
+                          "dtype": dtype_name(resolve_dtype(args.dtype)),
                           "recipe": recipe_cell(_recipe(args))})
         if key in done:
             continue
         row = run_case(case, args, device)
         if rank == 0:
             log.append([row])
-            logger.info("%s S=%d mb=%d ga=%d: %.4f s/step, peak %.1f MiB", case.config_id, case.seq_len,
-                        case.micro_batch, case.grad_accum, row["step_time_s"], row["peak_memory_bytes"] / 2**20)
+            logger.info("%s S=%d mb=%d ga=%d: %.4f s/step, peak %.1f MiB", case.config_id,
+                        case.seq_len, case.micro_batch, case.grad_accum, row["step_time_s"],
+                        row["peak_memory_bytes"] / 2**20)
         gc.collect()
     dist.barrier()
     dist.destroy_process_group()

@@ -205,5 +205,6 @@ def run_cases(cases: Iterable[MemoryCase], out_path: str | Path, *,
         counts["measured"] += 1
         logger.info("%s G=%d S=%d m=%d k=%d %s ac=%s: peak %.2f GiB (%.1f s)", case.config_id,
                     case.world_size, case.seq_len, case.micro_batch, case.accum_steps,
-                    case.recipe.accum_mode, case.recipe.ac, row["peak_bytes"] / 2**30, row["wall_s"])
+                    case.recipe.accum_mode, case.recipe.ac, row["peak_bytes"] / 2**30,
+                    row["wall_s"])
     return counts

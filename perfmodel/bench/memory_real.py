@@ -7,12 +7,12 @@ fused AdamW, optimizer state created first), with real tensors on the CPU:
 1. the optimizer state is created (as in the fake-mode bench), then one step runs under
    `FSDPMemTracker` (real tensors): the tracker's peak and breakdown;
 2. two identical steps, each inside a `record_function` window, measured by torch's own CPU
-   allocator accounting: the profiler runs with `profile_memory=True` from before the model is built, so
-   its "Total Allocated" counter covers every live allocation of the process; the allocator peak
-   is its maximum over a window, for the training thread's own allocations (frees matched by
-   address), with the collective backend's staging buffers (allocated inside c10d ops) left out and
-   FSDP collective buffers whose free the profiler lost (gloo released them on a worker thread)
-   reported apart; the row keeps the lower and the higher of the two windows.
+   allocator accounting: the profiler runs with `profile_memory=True` from before the model is
+   built, so its "Total Allocated" counter covers every live allocation of the process; the
+   allocator peak is its maximum over a window, for the training thread's own allocations (frees
+   matched by address), with the collective backend's staging buffers (allocated inside c10d ops)
+   left out and FSDP collective buffers whose free the profiler lost (gloo released them on a
+   worker thread) reported apart; the row keeps the lower and the higher of the two windows.
 
 Like with like: the same rank, the same step, bytes as allocated (the CPU allocator does not
 round). What the allocator sees and the tracker does not shows up as the difference; gloo's
@@ -34,7 +34,8 @@ from perfmodel.bench.memory import MemoryCase, shape_columns, tracked_steps
 logger = logging.getLogger(__name__)
 
 COLUMNS = (*FAKE_COLUMNS, "allocator_peak_bytes", "allocator_staging_bytes",
-           "allocator_retained_bytes", "allocator_peak_max_bytes", "allocator_process_peak_bytes", "tracker_vs_allocator_pct")
+           "allocator_retained_bytes", "allocator_peak_max_bytes", "allocator_process_peak_bytes",
+           "tracker_vs_allocator_pct")
 """allocator_peak_bytes: the CPU allocator's live bytes of the training thread's allocations at
 their peak (frees matched by address), less the collective backend's staging buffers (made
 inside c10d ops, below the dispatcher where no tracker sees them; when gloo frees them depends
@@ -42,8 +43,9 @@ on thread timing), the lower of `WINDOWS` identical steps; allocator_staging_byt
 bytes live at that peak; allocator_retained_bytes: of the peak, FSDP's collective buffers
 whose free the profiler did not record (a gloo worker thread dropped the last reference after
 Python, and so the tracker, had released them; counted until their address is allocated again,
-the latest they can have been freed; whether it happens depends on thread timing); _max: the higher window; allocator_process_peak_bytes: the whole
-process, gloo's threads and staging included (the higher window)."""
+the latest they can have been freed; whether it happens depends on thread timing); _max: the
+higher window; allocator_process_peak_bytes: the whole process, gloo's threads and staging
+included (the higher window)."""
 KEY_COLUMNS = ("model", "world_size", "seq_len", "micro_batch", "accum_steps", "accum_mode", "ac",
                "recipe", "param_dtype", "reduce_dtype", "attention", "tensors")
 WORLD_SIZE = 2
@@ -109,7 +111,8 @@ def run_real_case(case: MemoryCase, out_path: str | Path) -> None:
     import torch.multiprocessing as mp
 
     if case.world_size != WORLD_SIZE:
-        raise ValueError(f"real-tensor runs use {WORLD_SIZE} ranks, got world_size {case.world_size}")
+        raise ValueError(f"real-tensor runs use {WORLD_SIZE} ranks, got world_size "
+                         f"{case.world_size}")
     mp.spawn(_rank_main, args=(case, _free_port(), str(out_path)), nprocs=WORLD_SIZE, join=True)
 
 

@@ -30,10 +30,12 @@ def _activation(spec: ModelSpec) -> nn.Module:
 
 
 def rope_tables(seq_len: int, head_dim: int, *, device: torch.device | str | None = None,
-                dtype: torch.dtype = torch.float32, base: float = 10_000.0) -> tuple[torch.Tensor, torch.Tensor]:
+                dtype: torch.dtype = torch.float32,
+                base: float = 10_000.0) -> tuple[torch.Tensor, torch.Tensor]:
     """cos/sin tables of shape (seq_len, head_dim) for rotary position embeddings."""
     half = head_dim // 2
-    inv_freq = 1.0 / (base ** (torch.arange(0, half, device=device, dtype=torch.float32) / max(half, 1)))
+    exponents = torch.arange(0, half, device=device, dtype=torch.float32) / max(half, 1)
+    inv_freq = 1.0 / (base ** exponents)
     angles = torch.outer(torch.arange(seq_len, device=device, dtype=torch.float32), inv_freq)
     angles = torch.cat([angles, angles], dim=-1)
     cos, sin = angles.cos(), angles.sin()
@@ -138,7 +140,8 @@ class Transformer(nn.Module):
         return self._rope[1], self._rope[2]
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        """Loss of predicting tokens[:, 1:] from tokens[:, :-1] (inputs and labels share the batch)."""
+        """Loss of predicting tokens[:, 1:] from tokens[:, :-1] (inputs and labels share the
+        batch)."""
         x = self.embed(tokens)
         cos, sin = self._rope_for(tokens.shape[1], x)
         for layer in self.layers:
@@ -172,8 +175,8 @@ def count_parameters(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-def random_tokens(spec: ModelSpec, micro_batch: int, seq_len: int, *, device: str | torch.device = "cpu",
-                  seed: int = 0) -> torch.Tensor:
+def random_tokens(spec: ModelSpec, micro_batch: int, seq_len: int, *,
+                  device: str | torch.device = "cpu", seed: int = 0) -> torch.Tensor:
     """A reproducible batch of token ids of shape (micro_batch, seq_len)."""
     gen = torch.Generator(device="cpu").manual_seed(seed)
     return torch.randint(0, spec.vocab_size, (micro_batch, seq_len), generator=gen).to(device)

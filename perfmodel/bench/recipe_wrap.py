@@ -23,13 +23,15 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import torch
 from torch import nn
 
 from perfmodel.bench.common import resolve_dtype
 from perfmodel.recipe import TrainingRecipe
+
+ModuleT = TypeVar("ModuleT", bound=nn.Module)
 
 
 def _matmul_ops() -> frozenset[Any]:
@@ -82,7 +84,12 @@ def _selective_context() -> Any:
     return create_selective_checkpoint_contexts(selective_policy())
 
 
-def apply_activation_checkpointing(model: nn.Module, ac: str) -> nn.Module:
+def _blocks(model: nn.Module) -> nn.ModuleList:
+    """`model.layers`, the transformer blocks (nn.Module attributes are typed Tensor | Module)."""
+    return cast(nn.ModuleList, model.layers)
+
+
+def apply_activation_checkpointing(model: ModuleT, ac: str) -> ModuleT:
     """Wrap every block of `model.layers` for AC mode `ac` (none | selective | full), in place."""
     from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
 
@@ -90,12 +97,13 @@ def apply_activation_checkpointing(model: nn.Module, ac: str) -> nn.Module:
         return model
     if ac not in ("selective", "full"):
         raise ValueError(f"unknown activation checkpointing mode {ac!r}")
-    for i, block in enumerate(model.layers):
+    layers = _blocks(model)
+    for i, block in enumerate(layers):
         if ac == "full":
-            model.layers[i] = checkpoint_wrapper(block, preserve_rng_state=False)
+            layers[i] = checkpoint_wrapper(block, preserve_rng_state=False)
         else:
-            model.layers[i] = checkpoint_wrapper(block, preserve_rng_state=False,
-                                                 context_fn=_selective_context)
+            layers[i] = checkpoint_wrapper(block, preserve_rng_state=False,
+                                           context_fn=_selective_context)
     return model
 
 
@@ -107,14 +115,14 @@ def mixed_precision(recipe: TrainingRecipe) -> Any:
                                 reduce_dtype=resolve_dtype(recipe.reduce_dtype))
 
 
-def shard_with_recipe(model: nn.Module, recipe: TrainingRecipe, *, mesh: Any = None) -> nn.Module:
+def shard_with_recipe(model: ModuleT, recipe: TrainingRecipe, *, mesh: Any = None) -> ModuleT:
     """AC per the recipe, `fully_shard` on every block then the root; returns the root module
     (the same object, now an `FSDPModule`). `mesh`: a 1-D DeviceMesh (None: the default group)."""
     from torch.distributed.fsdp import fully_shard
 
     apply_activation_checkpointing(model, recipe.ac)
     mp = mixed_precision(recipe)
-    blocks = list(model.layers)
+    blocks = list(_blocks(model))
     for i, block in enumerate(blocks):
         last = i == len(blocks) - 1
         reshard = (recipe.reshard_last_block_after_forward if last

@@ -87,7 +87,8 @@ class DesignSpace:
 
 
 def _fail(path: Path, msg: str) -> UserInputError:
-    return UserInputError(f"{path}: {msg}", hint=f"fix {path} (see catalogs/spaces/cpu.yaml for the format).")
+    return UserInputError(f"{path}: {msg}",
+                          hint=f"fix {path} (see catalogs/spaces/cpu.yaml for the format).")
 
 
 SPACE_KEYS = ("name", "families", "tie_word_embeddings", *DIMS[2:8], "seq_len", "max_micro_batch",
@@ -109,8 +110,9 @@ def _int_range(path: Path, name: str, raw: Any) -> IntRange:
     scale = raw.get("scale", "linear")
     if scale not in ("linear", "log"):
         raise _fail(path, f"'{name}.scale' = {scale!r}: use linear or log")
-    rng = IntRange(positive_int(path, f"{name}.min", raw["min"]), positive_int(path, f"{name}.max", raw["max"]),
-                   scale == "log", positive_int(path, f"{name}.multiple_of", raw.get("multiple_of", 1)))
+    rng = IntRange(positive_int(path, f"{name}.min", raw["min"]),
+                   positive_int(path, f"{name}.max", raw["max"]), scale == "log",
+                   positive_int(path, f"{name}.multiple_of", raw.get("multiple_of", 1)))
     if rng.low > rng.high:
         raise _fail(path, f"'{name}' needs min <= max, got {raw!r}")
     return rng
@@ -118,7 +120,8 @@ def _int_range(path: Path, name: str, raw: Any) -> IntRange:
 
 def _limit(path: Path, limits: Mapping[str, Any], key: str) -> float:
     value = limits.get(key, 0) or 0
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+    if (isinstance(value, bool) or not isinstance(value, int | float)
+            or not math.isfinite(value) or value < 0):
         raise _fail(path, f"'limits.{key}' = {value!r}: must be a finite number >= 0 (0: no limit)")
     return float(value)
 
@@ -133,12 +136,13 @@ def load_space(path: str | Path) -> DesignSpace:
     ranges = {k: _int_range(p, k, raw.get(k)) for k in DIMS[2:8]}
     kv, heads = ranges["num_key_value_heads"], ranges["num_attention_heads"]
     if kv.high > heads.high:
-        raise _fail(p, f"'num_key_value_heads.max' = {kv.high} is above 'num_attention_heads.max' = "
-                    f"{heads.high} (kv heads divide the heads)")
+        raise _fail(p, f"'num_key_value_heads.max' = {kv.high} is above "
+                       f"'num_attention_heads.max' = {heads.high} (kv heads divide the heads)")
     families = raw.get("families", ["llama"])
     if not isinstance(families, list) or not families \
             or any(not isinstance(f, str) or f not in FAMILY_LAYOUT for f in families):
-        raise _fail(p, f"'families' = {families!r}: must be a non-empty list of {', '.join(FAMILY_LAYOUT)}")
+        raise _fail(p, f"'families' = {families!r}: must be a non-empty list of "
+                       f"{', '.join(FAMILY_LAYOUT)}")
     ties = raw.get("tie_word_embeddings", [False])
     if not isinstance(ties, list) or not ties or any(not isinstance(t, bool) for t in ties):
         raise _fail(p, f"'tie_word_embeddings' = {ties!r}: must be a non-empty list of true/false")
@@ -163,16 +167,19 @@ def load_space(path: str | Path) -> DesignSpace:
 def _named(path: Path, raw: Any) -> NamedSettings | None:
     if raw is None:
         return None
-    if not isinstance(raw, dict) or not all(k in raw for k in ("models", "seq_len", "micro_batches")):
+    if not isinstance(raw, dict) or not all(k in raw
+                                            for k in ("models", "seq_len", "micro_batches")):
         raise _fail(path, f"'named' needs models, seq_len, micro_batches, got {raw!r}")
     _no_unknown_keys(path, "named", raw, _NAMED_KEYS)
     models, micro_batches = raw["models"], raw["micro_batches"]
-    if not isinstance(models, list) or not models or not isinstance(micro_batches, list) or not micro_batches:
+    if (not isinstance(models, list) or not models
+            or not isinstance(micro_batches, list) or not micro_batches):
         raise _fail(path, "'named.models' and 'named.micro_batches' must be non-empty lists")
     layers, iters = raw.get("num_hidden_layers"), raw.get("iters")
     return NamedSettings(
         models=tuple(str(m) for m in models),
-        num_hidden_layers=None if layers is None else positive_int(path, "named.num_hidden_layers", layers),
+        num_hidden_layers=(None if layers is None
+                           else positive_int(path, "named.num_hidden_layers", layers)),
         seq_len=positive_int(path, "named.seq_len", raw["seq_len"]),
         micro_batches=tuple(positive_int(path, "named.micro_batches", m) for m in micro_batches),
         iters=None if iters is None else positive_int(path, "named.iters", iters))

@@ -33,15 +33,22 @@ BUG_REPORT = "report a bug with the command line and the traceback that `SHARDME
 # command name -> (module, attribute, one-line help). Modules are imported only when used.
 _COMMANDS: dict[str, tuple[str, str, str]] = {
     "catalog": ("planner.cli.catalog_cmd", "catalog", "List catalog models, GPUs, links, prices."),
-    "memory": ("planner.cli.catalog_cmd", "memory", "Per-GPU memory breakdown and largest micro-batch."),
-    "fit": ("planner.cli.fit_cmd", "fit", "Fit compute/comm models from benchmark data into a profile."),
-    "validate": ("planner.cli.fit_cmd", "validate", "Accuracy of a profile on a dataset (MAPE tables)."),
-    "predict": ("planner.cli.sim_cmd", "predict", "Predict one training step: time, throughput, bound."),
-    "simulate": ("planner.cli.sim_cmd", "simulate", "Simulate a step timeline; write trace and plot."),
+    "memory": ("planner.cli.catalog_cmd", "memory",
+               "Per-GPU memory breakdown and largest micro-batch."),
+    "fit": ("planner.cli.fit_cmd", "fit",
+            "Fit compute/comm models from benchmark data into a profile."),
+    "validate": ("planner.cli.fit_cmd", "validate",
+                 "Accuracy of a profile on a dataset (MAPE tables)."),
+    "predict": ("planner.cli.sim_cmd", "predict",
+                "Predict one training step: time, throughput, bound."),
+    "simulate": ("planner.cli.sim_cmd", "simulate",
+                 "Simulate a step timeline; write trace and plot."),
     "sweep": ("planner.cli.sim_cmd", "sweep", "Sweep micro-batch sizes: regime transitions."),
     "streaming": ("planner.cli.streaming_cmd", "streaming",
-                  "Streaming DiLoCo tuner; --bandwidth-for-utilisation: link Gbit/s per utilisation."),
-    "bench": ("planner.cli.bench_cmd", "bench", "Measure compute, collectives and FSDP2 with torch."),
+                  "Streaming DiLoCo tuner; --bandwidth-for-utilisation: "
+                  "link Gbit/s per utilisation."),
+    "bench": ("planner.cli.bench_cmd", "bench",
+              "Measure compute, collectives and FSDP2 with torch."),
     "islands": ("planner.cli.plan_cmd", "islands", "Build the per-island throughput/cost table."),
     "plan": ("planner.cli.plan_cmd", "plan", "Best deployment plan for one objective or query."),
     "pareto": ("planner.cli.plan_cmd", "pareto", "Exact cost-vs-time Pareto frontier of plans."),
@@ -66,7 +73,8 @@ class LazyGroup(click.Group):
                         args: list[str]) -> tuple[str | None, click.Command | None, list[str]]:
         name = args[0] if args else ""
         if name and not name.startswith("-") and name not in _COMMANDS:
-            raise click.UsageError(f"no such command {name!r}; {did_you_mean(name, _COMMANDS)}", ctx)
+            raise click.UsageError(f"no such command {name!r}; {did_you_mean(name, _COMMANDS)}",
+                                   ctx)
         return super().resolve_command(ctx, args)
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
@@ -124,7 +132,8 @@ def report_error(err: BaseException, *, debug: bool = False) -> int:
         _show_usage_error(err)
         return 2
     if isinstance(err, click.ClickException):
-        click.echo("error: " + _with_fix(err.format_message(), "see `shardmeter --help`."), err=True)
+        click.echo("error: " + _with_fix(err.format_message(), "see `shardmeter --help`."),
+                   err=True)
         return err.exit_code
     if isinstance(err, OSError) and err.filename is not None:
         click.echo(f"error: cannot use {os.fsdecode(err.filename)!r}: {err.strerror or err}\n"
@@ -145,7 +154,8 @@ def _show_usage_error(err: click.UsageError) -> None:
     path = ctx.command_path if ctx is not None else "shardmeter"
     if type(err).__name__ == "NoArgsIsHelpError":  # a group run without a command: its help
         click.echo(err.format_message(), err=True)
-        click.echo(f"To fix: add one of the commands listed above (`{path} COMMAND --help`).", err=True)
+        click.echo(f"To fix: add one of the commands listed above (`{path} COMMAND --help`).",
+                   err=True)
         return
     if ctx is not None:
         click.echo(ctx.get_usage(), err=True)
@@ -164,7 +174,8 @@ def _usage_hint(err: click.UsageError, command_path: str) -> str:
     if isinstance(err, click.NoSuchOption):
         return f"use an option that exists ({help_ref})."
     if isinstance(err, click.BadParameter) and param is not None:
-        name = param.opts[0] if isinstance(param, click.Option) and param.opts else param.human_readable_name
+        name = (param.opts[0] if isinstance(param, click.Option) and param.opts
+                else param.human_readable_name)
         kind = getattr(param.type, "inner", param.type)
         choices = getattr(kind, "choices", None)
         if choices:
@@ -174,7 +185,8 @@ def _usage_hint(err: click.UsageError, command_path: str) -> str:
         describe = getattr(kind, "_describe_range", None)
         if callable(describe) and (getattr(kind, "min", None) is not None
                                    or getattr(kind, "max", None) is not None):
-            number = "an integer" if isinstance(kind, click.types.IntParamType) else "a finite number"
+            number = ("an integer" if isinstance(kind, click.types.IntParamType)
+                      else "a finite number")
             return f"pass {name} {number} with {describe()} ({help_ref})."
         return f"pass {name} a valid {getattr(kind, 'name', 'value')} ({help_ref})."
     return f"correct the command line ({help_ref})."
@@ -192,5 +204,6 @@ def cli(verbose: int, debug: bool) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Console-script entry point: user mistakes exit 2 and infeasible plans exit 1, no traceback."""
+    """Console-script entry point: user mistakes exit 2 and infeasible plans exit 1,
+    no traceback."""
     cli.main(args=argv, prog_name="shardmeter")

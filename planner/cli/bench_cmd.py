@@ -28,7 +28,8 @@ def _require_torch() -> None:
         import torch  # noqa: F401
     except ImportError as err:
         raise click.ClickException(
-            "torch is not installed.\nTo fix: pip install 'shardmeter[bench]' (torch==2.13.0).") from err
+            "torch is not installed.\n"
+            "To fix: pip install 'shardmeter[bench]' (torch==2.13.0).") from err
 
 
 def _verbose_bench_logs() -> None:
@@ -50,35 +51,44 @@ def _cap(given: float | None, unit: float, default: float) -> float:
 
 
 @bench.command("compute")
-@click.option("--space", default=lambda: _default_space("cpu.yaml"), show_default="catalogs/spaces/cpu.yaml",
-              help="Design-space YAML file.")
-@click.option("-n", "n", type=int, default=150, show_default=True, help="Sobol configurations to sample.")
+@click.option("--space", default=lambda: _default_space("cpu.yaml"),
+              show_default="catalogs/spaces/cpu.yaml", help="Design-space YAML file.")
+@click.option("-n", "n", type=int, default=150, show_default=True,
+              help="Sobol configurations to sample.")
 @click.option("-o", "--out", "out", type=click.Path(dir_okay=False, path_type=Path), required=True,
               help="Output CSV (appended; rerun to resume).")
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
 @click.option("--dtype", default="float32", show_default=True, help="float32, bfloat16 or float16.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Sobol scrambling seed.")
 @click.option("--iters", type=int, default=None,
-              help="Profiled iterations per point [default: 10; --named: the space's named.iters or 10].")
-@click.option("--warmup", type=int, default=2, show_default=True, help="Unprofiled warm-up steps per point.")
+              help="Profiled iterations per point [default: 10; --named: "
+                   "the space's named.iters or 10].")
+@click.option("--warmup", type=int, default=2, show_default=True,
+              help="Unprofiled warm-up steps per point.")
 @click.option("--threads", type=int, default=1, show_default=True, help="torch intra-op threads.")
 @click.option("--max-time-s", type=float, default=None,
-              help="Per-configuration time cap for the micro-batch sweep [default: the space's; none with --named].")
+              help="Per-configuration time cap for the micro-batch sweep [default: the space's; "
+                   "none with --named].")
 @click.option("--memory-cap-gib", type=float, default=None,
-              help="Estimated-memory cap for the sweep [default: the space's; none with --named]; GPUs stop at OOM.")
-@click.option("--named", is_flag=True, help="Measure the space's held-out named models instead of Sobol shapes.")
-@click.option("--limit", type=int, default=None, help="Run at most this many unfinished configurations.")
+              help="Estimated-memory cap for the sweep [default: the space's; none with --named]; "
+                   "GPUs stop at OOM.")
+@click.option("--named", is_flag=True,
+              help="Measure the space's held-out named models instead of Sobol shapes.")
+@click.option("--limit", type=int, default=None,
+              help="Run at most this many unfinished configurations.")
 @click.option("--dry-run", is_flag=True, help="List the configurations and exit.")
-def compute_cmd(space: str, n: int, out: Path, device: str, dtype: str, seed: int, iters: int | None, warmup: int,
-                threads: int, max_time_s: float | None, memory_cap_gib: float | None, named: bool,
-                limit: int | None, dry_run: bool) -> None:
+def compute_cmd(space: str, n: int, out: Path, device: str, dtype: str, seed: int,
+                iters: int | None, warmup: int, threads: int, max_time_s: float | None,
+                memory_cap_gib: float | None, named: bool, limit: int | None,
+                dry_run: bool) -> None:
     """Profile forward/backward/optimizer phases over a design space (Sobol sample or --named)."""
     from perfmodel.bench import compute as cb
     design = cb.load_space(space)
     configs = cb.named_configs(design) if named else cb.sample_configs(design, n, seed)
     if dry_run:
         emit_records([cb.shape_row(c) | {"micro_batches": " ".join(map(str, c.micro_batches))}
-                      for c in configs], "table", title=f"{len(configs)} configurations of {design.name}")
+                      for c in configs], "table",
+                     title=f"{len(configs)} configurations of {design.name}")
         return
     _require_torch()
     _verbose_bench_logs()
@@ -86,7 +96,8 @@ def compute_cmd(space: str, n: int, out: Path, device: str, dtype: str, seed: in
 
     common.warn_small_pages(device)
     if iters is None:
-        iters = (design.named.iters if named and design.named and design.named.iters else None) or 10
+        iters = (design.named.iters if named and design.named and design.named.iters
+                 else None) or 10
     common.check_run_inputs(out=out, columns=cb.COLUMNS, key_columns=cb.KEY_COLUMNS, dtype=dtype,
                             threads=threads, iters=iters, warmup=warmup)
     settings = cb.ComputeSettings(
@@ -95,10 +106,12 @@ def compute_cmd(space: str, n: int, out: Path, device: str, dtype: str, seed: in
         time_per_config_s=_cap(max_time_s, 1.0, 0.0 if named else design.time_per_config_s),
         memory_cap_bytes=_cap(memory_cap_gib, 1024**3, 0.0 if named else design.memory_cap_bytes),
         seed=seed)
-    common.append_environment(out, common.environment_record(device=device, threads=settings.threads, extra={
-        "benchmark": "compute", "space": str(space), "named": named, "n": n, "seed": seed, "iters": iters,
-        "warmup": warmup, "dtype": dtype, "time_per_config_s": settings.time_per_config_s,
-        "memory_cap_bytes": settings.memory_cap_bytes}))
+    common.append_environment(out, common.environment_record(
+        device=device, threads=settings.threads, extra={
+            "benchmark": "compute", "space": str(space), "named": named, "n": n, "seed": seed,
+            "iters": iters, "warmup": warmup, "dtype": dtype,
+            "time_per_config_s": settings.time_per_config_s,
+            "memory_cap_bytes": settings.memory_cap_bytes}))
     counts = cb.run_compute(configs, out, settings, limit=limit)
     click.echo(f"{out}: {counts['rows']} rows, {counts['configs']} configurations, "
                f"{counts['points']} (configuration, micro-batch) points")
@@ -109,7 +122,8 @@ def _comm_link(backend: str, link: str | None) -> str:
         return link
     if backend == "gloo":
         return "gloo-loopback"
-    raise click.UsageError("--backend nccl needs --link (the slowest link of the ring, e.g. nvlink4).\n"
+    raise click.UsageError("--backend nccl needs --link (the slowest link of the ring, "
+                           "e.g. nvlink4).\n"
                            "To fix: pass --link with a name from catalogs/links.csv.")
 
 
@@ -118,7 +132,8 @@ def _comm_link(backend: str, link: str | None) -> str:
               help="Output CSV (appended; rerun to resume).")
 @click.option("--nproc", type=int, default=2, show_default=True, help="Processes (ranks) per node.")
 @click.option("--backend", type=click.Choice(["gloo", "nccl"]), default="gloo", show_default=True)
-@click.option("--link", default=None, help="Link name recorded per row [default: gloo-loopback for gloo].")
+@click.option("--link", default=None,
+              help="Link name recorded per row [default: gloo-loopback for gloo].")
 @click.option("--ops", default="all_gather,reduce_scatter,all_reduce", show_default=True)
 @click.option("--min-mib", type=float, default=1.0, show_default=True)
 @click.option("--max-mib", type=float, default=150.0, show_default=True)
@@ -130,8 +145,9 @@ def _comm_link(backend: str, link: str | None) -> str:
 @click.option("--torchrun-args", default=None,
               help='torchrun rendezvous flags replacing --standalone (multi-node), e.g. '
                    '"--nnodes 2 --node-rank 0 --rdzv-backend c10d --rdzv-endpoint host0:29500".')
-def comm_cmd(out: Path, nproc: int, backend: str, link: str | None, ops: str, min_mib: float, max_mib: float,
-             points: int, iters: int, warmup: int, threads: int, dtype: str, torchrun_args: str | None) -> None:
+def comm_cmd(out: Path, nproc: int, backend: str, link: str | None, ops: str, min_mib: float,
+             max_mib: float, points: int, iters: int, warmup: int, threads: int, dtype: str,
+             torchrun_args: str | None) -> None:
     """Time all_gather / reduce_scatter / all_reduce over log-spaced payloads (torchrun)."""
     _require_torch()
     _verbose_bench_logs()
@@ -140,9 +156,9 @@ def comm_cmd(out: Path, nproc: int, backend: str, link: str | None, ops: str, mi
 
     warn_small_pages("cpu" if backend == "gloo" else "cuda")
 
-    settings = CommSettings(backend=backend, link=_comm_link(backend, link), ops=tuple(ops.split(",")),
-                            min_mib=min_mib, max_mib=max_mib, points=points, iters=iters, warmup=warmup,
-                            threads=threads, dtype=dtype)
+    settings = CommSettings(backend=backend, link=_comm_link(backend, link),
+                            ops=tuple(ops.split(",")), min_mib=min_mib, max_mib=max_mib,
+                            points=points, iters=iters, warmup=warmup, threads=threads, dtype=dtype)
     run_comm(out, settings, nproc=nproc, torchrun_args=torchrun_args)
     click.echo(f"{out}: {len(CsvLog(out, COLUMNS, KEY_COLUMNS).rows())} rows")
 
@@ -154,18 +170,21 @@ def comm_cmd(out: Path, nproc: int, backend: str, link: str | None, ops: str, mi
               help="Output CSV (appended; rerun to resume).")
 @click.option("--nproc", type=int, default=2, show_default=True, help="Processes (ranks) per node.")
 @click.option("--backend", type=click.Choice(["gloo", "nccl"]), default="gloo", show_default=True)
-@click.option("--link", default=None, help="Link name recorded per row [default: gloo-loopback for gloo].")
+@click.option("--link", default=None,
+              help="Link name recorded per row [default: gloo-loopback for gloo].")
 @click.option("--dtype", default="float32", show_default=True)
 @click.option("--iters", type=int, default=5, show_default=True, help="Timed steps per case.")
 @click.option("--warmup", type=int, default=2, show_default=True)
 @click.option("--threads", type=int, default=1, show_default=True, help="torch threads per rank.")
-@click.option("--torchrun-args", default=None, help="torchrun rendezvous flags replacing --standalone.")
+@click.option("--torchrun-args", default=None,
+              help="torchrun rendezvous flags replacing --standalone.")
 @recipe_options
-def fsdp_cmd(space: str, out: Path, nproc: int, backend: str, link: str | None, dtype: str, iters: int,
-             warmup: int, threads: int, torchrun_args: str | None, recipe_name: str,
+def fsdp_cmd(space: str, out: Path, nproc: int, backend: str, link: str | None, dtype: str,
+             iters: int, warmup: int, threads: int, torchrun_args: str | None, recipe_name: str,
              **recipe_flags: Any) -> None:
     """Real FSDP2 (fully_shard) training steps with gradient accumulation, trained as the recipe
-    says (MixedPrecisionPolicy, resharding, accumulation mode, AC); median step time, peak memory."""
+    says (MixedPrecisionPolicy, resharding, accumulation mode, AC); median step time,
+    peak memory."""
     _require_torch()
     _verbose_bench_logs()
     from perfmodel.bench.common import CsvLog, warn_small_pages
@@ -174,19 +193,23 @@ def fsdp_cmd(space: str, out: Path, nproc: int, backend: str, link: str | None, 
     warn_small_pages("cpu" if backend == "gloo" else "cuda")
 
     cases = load_cases(space)
-    settings = FsdpSettings(backend=backend, link=_comm_link(backend, link), dtype=dtype, iters=iters,
-                            warmup=warmup, threads=threads,
+    settings = FsdpSettings(backend=backend, link=_comm_link(backend, link), dtype=dtype,
+                            iters=iters, warmup=warmup, threads=threads,
                             recipe=recipe_from_options(recipe_name, **recipe_flags))
     run_fsdp(cases, out, settings, nproc=nproc, torchrun_args=torchrun_args)
-    click.echo(f"{out}: {len(CsvLog(out, COLUMNS, KEY_COLUMNS).rows())} rows ({len(cases)} cases planned)")
+    click.echo(f"{out}: {len(CsvLog(out, COLUMNS, KEY_COLUMNS).rows())} rows "
+               f"({len(cases)} cases planned)")
 
 
 @bench.command("fsdp-compare")
 @click.argument("data", type=click.Path(exists=True, dir_okay=False))
-@click.option("--profile", "profile_name", required=True, help="Hardware profile (name or YAML path).")
-@click.option("--hardware", default=None, help="Catalog device of the island [default: the profile's].")
+@click.option("--profile", "profile_name", required=True,
+              help="Hardware profile (name or YAML path).")
+@click.option("--hardware", default=None,
+              help="Catalog device of the island [default: the profile's].")
 @click.option("--memory", "memory_data", type=click.Path(exists=True, dir_okay=False), default=None,
-              help="Measured peaks from `bench memory --real --like DATA` instead of the rows' own.")
+              help="Measured peaks from `bench memory --real --like DATA` "
+                   "instead of the rows' own.")
 @format_option()
 def fsdp_compare_cmd(data: str, profile_name: str, hardware: str | None,
                      memory_data: str | None, fmt: str) -> None:

@@ -102,8 +102,8 @@ def memory_cmd(model: str | None, nodes: int, gpus_per_node: int, world_size: in
     if grid is not None or heldout:
         if out is None:
             raise UserInputError("--grid/--heldout write a dataset", hint="pass -o DATA.csv.")
-        cases = (memory_grid.heldout_cases(steps) if heldout
-                 else memory_grid.grid_cases(grid, seed=seed, steps=steps))
+        cases = (memory_grid.grid_cases(grid, seed=seed, steps=steps)
+                 if grid is not None and not heldout else memory_grid.heldout_cases(steps))
         if only_model is not None:
             cases = [c for c in cases if c.config_id == only_model.lower()]
         counts = memory_grid.run_parallel(cases, out, jobs=jobs, limit=limit)

@@ -105,7 +105,8 @@ def _memory_payload(breakdown: MemoryBreakdown, *, model: str, gpu: Any, nodes: 
         "seq_len": breakdown.seq_len, "micro_batch": breakdown.micro_batch, "ac": breakdown.ac,
         "accum_steps": breakdown.accum_steps, "accum_mode": breakdown.accum_mode,
         "recipe": recipe.name, "peak_phase": breakdown.phase, "peak_gib": peak_gib,
-        "tracked_gib": breakdown.tracked_bytes / GIB, "usable_memory_gib": gpu.usable_memory_bytes / GIB,
+        "tracked_gib": breakdown.tracked_bytes / GIB,
+        "usable_memory_gib": gpu.usable_memory_bytes / GIB,
         "fits": breakdown.peak_bytes <= gpu.usable_memory_bytes, "max_micro_batch": max_m,
         "breakdown_gib": gib,
     }
@@ -131,8 +132,9 @@ def _emit_memory(payload: dict[str, Any], fmt: str) -> None:
     click.echo(title)
     emit_table(pd.DataFrame(rows))
     verdict = "fits" if payload["fits"] else "does NOT fit"
-    click.echo(f"peak {payload['peak_gib']:.2f} GiB {verdict} in {payload['usable_memory_gib']:.2f} "
-               f"GiB usable; largest micro-batch that fits: {payload['max_micro_batch']}")
+    click.echo(f"peak {payload['peak_gib']:.2f} GiB {verdict} in "
+               f"{payload['usable_memory_gib']:.2f} GiB usable; "
+               f"largest micro-batch that fits: {payload['max_micro_batch']}")
 
 
 @click.command()

@@ -66,7 +66,7 @@ class FiniteFloat(click.ParamType):
     def get_metavar(self, param: click.Parameter, ctx: click.Context) -> str | None:
         return self.inner.get_metavar(param, ctx)
 
-    def to_info_dict(self) -> dict[str, Any]:
+    def to_info_dict(self) -> click.types.ParamTypeInfoDict:
         return self.inner.to_info_dict()
 
     def __repr__(self) -> str:
@@ -109,8 +109,9 @@ class OutputPath(click.ParamType):
             suffix = path.suffix.lower().lstrip(".")
             supported = figure_formats()
             if suffix not in supported:
-                self.fail(f"{str(path)!r}: cannot write a figure with extension {suffix or '(none)'!r}; "
-                          f"supported: {', '.join(supported)}", param, ctx)
+                self.fail(f"{str(path)!r}: cannot write a figure with extension "
+                          f"{suffix or '(none)'!r}; supported: {', '.join(supported)}",
+                          param, ctx)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as err:
@@ -120,7 +121,7 @@ class OutputPath(click.ParamType):
     def get_metavar(self, param: click.Parameter, ctx: click.Context) -> str | None:
         return self.inner.get_metavar(param, ctx)
 
-    def to_info_dict(self) -> dict[str, Any]:
+    def to_info_dict(self) -> click.types.ParamTypeInfoDict:
         return self.inner.to_info_dict()
 
 

@@ -44,11 +44,13 @@ def fit() -> None:
 
 
 def _common_options(func: Any) -> Any:
-    func = click.option("--name", default=None, help="Profile name [default: output file stem].")(func)
+    func = click.option("--name", default=None,
+                        help="Profile name [default: output file stem].")(func)
     func = click.option("--base", default=None,
                         help="Profile to start from (name or path) [default: the output file if it "
                              "exists, else the prior of --hardware].")(func)
-    func = click.option("--hardware", default=None, help="Catalog GPU (or local device) name.")(func)
+    func = click.option("--hardware", default=None,
+                        help="Catalog GPU (or local device) name.")(func)
     func = click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
                         help="Profile YAML to write.")(func)
     return click.argument("data", type=click.Path(dir_okay=False))(func)
@@ -95,7 +97,8 @@ def _today() -> str:
 @fit.command("compute")
 @_common_options
 @click.option("--backend", type=click.Choice(BACKENDS), default=None,
-              help="Collective backend [default: the base's, else gloo for a CPU device, nccl for a GPU].")
+              help="Collective backend [default: the base's, else gloo for a CPU device, "
+                   "nccl for a GPU].")
 @click.option("--selection", type=click.Choice(("auto", "exhaustive", "forward", "none")),
               default="auto", show_default=True, help="Feature selection by cross-validation.")
 @click.option("--tolerance", type=click.FloatRange(min=0), default=0.05, show_default=True,
@@ -106,7 +109,8 @@ def fit_compute(data: str, output: str, hardware: str | None, base: str | None, 
                 backend: str | None, selection: str, tolerance: float, fmt: str) -> None:
     """Fit forward/backward/optimizer regressions from a compute dataset."""
     from perfmodel.compute import fit_phases, load_compute_dataset
-    from perfmodel.profile import PhaseCoefficients, dataset_record, save_profile, with_compute_fit
+    from perfmodel.profile import PhaseCoefficients, save_profile
+    from perfmodel.profile_fit import dataset_record, with_compute_fit
 
     frame = load_compute_dataset(data)
     reject_duplicate_rows(frame, data, COMPUTE_KEY)
@@ -118,8 +122,9 @@ def fit_compute(data: str, output: str, hardware: str | None, base: str | None, 
               for p, r in regs.items()}
     profile = with_compute_fit(
         base_profile, name=name or Path(output).stem, hardware=hw,
-        backend=backend or (base_profile.backend if base_profile else default_backend(hw)), phases=phases,
-        dataset=dataset_record(data, "compute", len(frame)), fit_date=_today(), settings=settings,
+        backend=backend or (base_profile.backend if base_profile else default_backend(hw)),
+        phases=phases, dataset=dataset_record(data, "compute", len(frame)), fit_date=_today(),
+        settings=settings,
         command=_command("compute", data, output, hardware=hardware, base=base, name=name,
                          backend=backend, selection=selection, tolerance=tolerance))
     save_profile(profile, output)
@@ -141,7 +146,8 @@ def fit_comm_cmd(data: str, output: str, hardware: str | None, base: str | None,
                  backend: str | None, fmt: str) -> None:
     """Fit latency/bandwidth coefficients per (op, link) from a communication dataset."""
     from perfmodel.comm import fit_comm, load_comm_dataset
-    from perfmodel.profile import dataset_record, save_profile, with_comm_fit
+    from perfmodel.profile import save_profile
+    from perfmodel.profile_fit import dataset_record, with_comm_fit
 
     frame = _one_backend(load_comm_dataset(data), backend, data)
     reject_duplicate_rows(frame, data, COMM_KEY)
@@ -175,14 +181,16 @@ def fit_overlap(data: str, output: str, fmt: str) -> None:
     leave-one-out."""
     from dataclasses import replace
 
-    from perfmodel.calibrate import fit_overlap_slowdown
-    from perfmodel.profile import dataset_record, load_profile, save_profile
+    from perfmodel.calibrate_overlap import fit_overlap_slowdown
+    from perfmodel.profile import load_profile, save_profile
+    from perfmodel.profile_fit import dataset_record
 
     profile = load_profile(output)
     result = fit_overlap_slowdown(profile, data)
     detail = dict(profile.provenance_detail)
     record = dataset_record(data, "fsdp", result.errors_pct.shape[1])
-    detail["datasets"] = [*[d for d in detail.get("datasets", []) if d.get("kind") != "fsdp"], record]
+    detail["datasets"] = [*[d for d in detail.get("datasets", []) if d.get("kind") != "fsdp"],
+                          record]
     detail["overlap_fit"] = {
         "overlap_slowdown": result.overlap_slowdown, "grid": [result.grid[0], result.grid[-1]],
         "step_mape_pct_without": round(result.mape_pct(1.0), 3),
@@ -211,7 +219,8 @@ def reject_duplicate_rows(frame: pd.DataFrame, path: str, key: tuple[str, ...]) 
     if dupes.any():
         lines = [int(i) + 2 for i in frame.index[dupes]][:6]
         raise DatasetError(f"{path}, lines {lines}: duplicate rows (same {', '.join(columns)})",
-                           hint=f"keep one row per measurement in {path} (delete the repeated lines).")
+                           hint=f"keep one row per measurement in {path} (delete the "
+                                "repeated lines).")
 
 
 def default_backend(hardware: str) -> str:
@@ -242,7 +251,7 @@ def _one_backend(frame: pd.DataFrame, backend: str | None, path: str) -> pd.Data
 # ---- validate ------------------------------------------------------------------------------
 
 def _fitted_on(profile: Any, path: str, kind: str) -> bool:
-    from perfmodel.profile import dataset_record
+    from perfmodel.profile_fit import dataset_record
 
     if profile.provenance != "measured":
         return False
@@ -268,13 +277,14 @@ def _compute_fit_settings(profile: Any) -> dict[str, Any]:
             and math.isfinite(tolerance) and tolerance >= 0:
         out["tolerance"] = float(tolerance)
     if out.keys() != recorded.keys():
-        logger.warning("profile %s: ignoring malformed fit_settings.compute %r", profile.name, recorded)
+        logger.warning("profile %s: ignoring malformed fit_settings.compute %r", profile.name,
+                       recorded)
     return out
 
 
 def _validate_compute(profile: Any, data: str) -> tuple[pd.DataFrame, str]:
     from perfmodel.compute import leave_one_model_out, load_compute_dataset, mape_table
-    from perfmodel.profile import predict_compute_dataset
+    from perfmodel.profile_fit import predict_compute_dataset
 
     frame = load_compute_dataset(data)
     if _fitted_on(profile, data, "compute") and frame["model"].nunique() >= 2:
@@ -298,7 +308,8 @@ def _validate_comm(profile: Any, data: str) -> tuple[pd.DataFrame, str]:
     else:
         other = sorted(set(frame["backend"]) - {profile.backend})
         if other:
-            logger.warning("rows of backend(s) %s compared with a %s profile", other, profile.backend)
+            logger.warning("rows of backend(s) %s compared with a %s profile", other,
+                           profile.backend)
         pred = predict_comm_dataset(profile.comm, frame)
         mode = "prediction error (profile not fitted on this dataset)"
     return comm_mape_table(frame, pred), mode

@@ -71,7 +71,8 @@ def load_recipe(name_or_path: str) -> TrainingRecipe:
     try:
         data = yaml.safe_load(path.read_text())
     except yaml.YAMLError as exc:
-        raise UserInputError(f"{path}: not valid YAML ({exc})", hint="fix the YAML syntax.") from None
+        raise UserInputError(f"{path}: not valid YAML ({exc})",
+                             hint="fix the YAML syntax.") from None
     return recipe_from_mapping(data or {}, source=str(path))
 
 

@@ -1,5 +1,6 @@
 """Commands `predict`, `simulate` and `sweep`: one step, its timeline and micro-batch sweeps
-(`streaming` lives in `planner.cli.streaming_cmd`). A thin layer: the numbers come from `perfmodel.api`."""
+(`streaming` lives in `planner.cli.streaming_cmd`). A thin layer: the numbers come from
+`perfmodel.api`."""
 
 from __future__ import annotations
 
@@ -29,8 +30,8 @@ from planner.cli.recipe_opts import recipe_from_options, recipe_option_list
 AC_CHOICES = AC_MODES
 STRATEGIES = ("fsdp", "diloco", "streaming-diloco")
 _PATH = click.Path(dir_okay=False, path_type=Path)
-__all__ = ["EXAMPLE_ACCUM", "EXAMPLE_MICRO_BATCH", "EXAMPLE_SEQ_LEN", "MAX_PLOTTED_SPANS", "SIMULATED_ACCUM_MAX",
-           "Workload", "predict", "simulate", "sweep"]
+__all__ = ["EXAMPLE_ACCUM", "EXAMPLE_MICRO_BATCH", "EXAMPLE_SEQ_LEN", "MAX_PLOTTED_SPANS",
+           "SIMULATED_ACCUM_MAX", "Workload", "predict", "simulate", "sweep"]
 
 
 def _apply(options: list[Callable[..., Any]], func: Callable[..., Any]) -> Callable[..., Any]:
@@ -39,26 +40,34 @@ def _apply(options: list[Callable[..., Any]], func: Callable[..., Any]) -> Calla
     return func
 
 
-def _workload_option_list(*, examples: bool = False, recipe: bool = False) -> list[Callable[..., Any]]:
+def _workload_option_list(*, examples: bool = False,
+                          recipe: bool = False) -> list[Callable[..., Any]]:
     """Model-independent workload options; with `examples` the GPU and sizes may be left out;
     with `recipe` the training-recipe options too (`--ac` then defaults to the recipe's)."""
-    sizes = ("(default 2048)", "(default 1; examples 2)", "(default 1; examples 8)") if examples else ("", "", "")
+    sizes = (("(default 2048)", "(default 1; examples 2)", "(default 1; examples 8)") if examples
+             else ("", "", ""))
     return [
         click.option("--gpu", "gpu_name", required=not examples,
-                     help="Catalog GPU name" + (" (required unless --example)." if examples else ".")),
+                     help="Catalog GPU name"
+                     + (" (required unless --example)." if examples else ".")),
         click.option("--nodes", type=int, default=1, show_default=True, help="Nodes per island."),
-        click.option("--gpus-per-node", type=int, default=8, show_default=True, help="GPUs used per node."),
+        click.option("--gpus-per-node", type=int, default=8, show_default=True,
+                     help="GPUs used per node."),
         click.option("--seq-len", type=int, required=not examples, default=None,
                      help=f"Sequence length in tokens {sizes[0]}."),
-        click.option("--micro-batch", type=int, default=None if examples else 1, show_default=not examples,
+        click.option("--micro-batch", type=int, default=None if examples else 1,
+                     show_default=not examples,
                      help=f"Sequences per GPU per micro-step {sizes[1]}."),
-        click.option("--accum", type=int, default=None if examples else 1, show_default=not examples,
+        click.option("--accum", type=int, default=None if examples else 1,
+                     show_default=not examples,
                      help=f"Gradient-accumulation micro-steps k {sizes[2]}."),
         click.option("--ac", type=click.Choice(AC_CHOICES), default=None if recipe else "none",
                      show_default=not recipe,
-                     help="Activation checkpointing" + (" (default: the recipe's)." if recipe else ".")),
+                     help="Activation checkpointing"
+                     + (" (default: the recipe's)." if recipe else ".")),
         click.option("--profile", "profile_name", default=None,
-                     help="Hardware profile name or YAML path (default: the GPU's, measured beats prior)."),
+                     help="Hardware profile name or YAML path (default: the GPU's, "
+                          "measured beats prior)."),
         *(recipe_option_list(ac=False) if recipe else []),
     ]
 
@@ -80,23 +89,28 @@ def _recipe_payload(payload: dict[str, Any], recipe: Any, fmt: str) -> dict[str,
 
 def _strategy_options(func: Callable[..., Any]) -> Callable[..., Any]:
     return _apply([
-        click.option("--strategy", type=click.Choice(STRATEGIES), default="fsdp", show_default=True),
-        click.option("--islands", type=int, default=None, help="Islands M (default 1 for fsdp, else 2)."),
+        click.option("--strategy", type=click.Choice(STRATEGIES), default="fsdp",
+                     show_default=True),
+        click.option("--islands", type=int, default=None,
+                     help="Islands M (default 1 for fsdp, else 2)."),
         click.option("--inner-steps", type=int, default=None,
                      help="DiLoCo H (default: the recipe's, else 100; streaming: F·τ)."),
         *_wan_options(),
         click.option("--fragments", type=int, default=None,
                      help="Streaming DiLoCo fragments F (default: the recipe's, else 3)."),
         click.option("--delay", type=int, default=None,
-                     help="Streaming DiLoCo delay τ in inner steps (default: the recipe's, else 2)."),
+                     help="Streaming DiLoCo delay τ in inner steps "
+                          "(default: the recipe's, else 2)."),
         *outer_option_list(),
     ], func)
 
 
 def _wan_options() -> list[Callable[..., Any]]:
     return [
-        click.option("--wan-gbit-s", type=float, default=10.0, show_default=True, help="Slowest WAN uplink, Gbit/s."),
-        click.option("--wan-latency-ms", type=float, default=50.0, show_default=True, help="Largest WAN latency, ms."),
+        click.option("--wan-gbit-s", type=float, default=10.0, show_default=True,
+                     help="Slowest WAN uplink, Gbit/s."),
+        click.option("--wan-latency-ms", type=float, default=50.0, show_default=True,
+                     help="Largest WAN latency, ms."),
         dtype_option(),
     ]
 
@@ -110,23 +124,24 @@ _extended_step = extended_step
 _streaming_spans = streaming_spans
 
 
-def _spec(model_name: str, *, gpu_name: str, nodes: int, gpus_per_node: int, seq_len: int, micro_batch: int,
-          accum: int, profile_name: str | None, recipe_name: str, ac: str | None,
+def _spec(model_name: str, *, gpu_name: str, nodes: int, gpus_per_node: int, seq_len: int,
+          micro_batch: int, accum: int, profile_name: str | None, recipe_name: str, ac: str | None,
           recipe_flags: dict[str, Any]) -> api.WorkloadSpec:
-    return api.WorkloadSpec(model_name=model_name, gpu_name=gpu_name, nodes=nodes, gpus_per_node=gpus_per_node,
-                            seq_len=seq_len, micro_batch=micro_batch, accum=accum, profile_name=profile_name,
+    return api.WorkloadSpec(model_name=model_name, gpu_name=gpu_name, nodes=nodes,
+                            gpus_per_node=gpus_per_node, seq_len=seq_len, micro_batch=micro_batch,
+                            accum=accum, profile_name=profile_name,
                             recipe=recipe_from_options(recipe_name, ac=ac, **recipe_flags))
 
 
-def _outer_spec(strategy: str, *, islands: int | None, inner_steps: int | None, fragments: int | None,
-                delay: int | None, dtype: str | None, wan_gbit_s: float, wan_latency_ms: float,
-                flags: dict[str, Any]) -> api.OuterSpec:
-    return api.OuterSpec(strategy=strategy, islands=islands, inner_steps=inner_steps, fragments=fragments,
-                         delay_steps=delay, pseudo_gradient_dtype=dtype,
+def _outer_spec(strategy: str, *, islands: int | None, inner_steps: int | None,
+                fragments: int | None, delay: int | None, dtype: str | None, wan_gbit_s: float,
+                wan_latency_ms: float, flags: dict[str, Any]) -> api.OuterSpec:
+    return api.OuterSpec(strategy=strategy, islands=islands, inner_steps=inner_steps,
+                         fragments=fragments, delay_steps=delay, pseudo_gradient_dtype=dtype,
                          fragment_pattern=flags.get("fragment_pattern"),
                          overlap_backward=flags.get("overlap_backward"),
-                         islands_same_cluster=bool(flags.get("islands_same_cluster")), wan_gbit_s=wan_gbit_s,
-                         wan_latency_ms=wan_latency_ms)
+                         islands_same_cluster=bool(flags.get("islands_same_cluster")),
+                         wan_gbit_s=wan_gbit_s, wan_latency_ms=wan_latency_ms)
 
 
 # ---- predict ---------------------------------------------------------------------------------
@@ -136,23 +151,27 @@ def _outer_spec(strategy: str, *, islands: int | None, inner_steps: int | None, 
 @_workload_options
 @_strategy_options
 @format_option()
-def predict(model_name: str, gpu_name: str, nodes: int, gpus_per_node: int, seq_len: int, micro_batch: int,
-            accum: int, ac: str, profile_name: str | None, strategy: str, islands: int | None, inner_steps: int,
-            wan_gbit_s: float, wan_latency_ms: float, dtype: str, fragments: int, delay: int, fmt: str,
-            recipe_name: str, **recipe_flags: Any) -> None:
+def predict(model_name: str, gpu_name: str, nodes: int, gpus_per_node: int, seq_len: int,
+            micro_batch: int, accum: int, ac: str, profile_name: str | None, strategy: str,
+            islands: int | None, inner_steps: int, wan_gbit_s: float, wan_latency_ms: float,
+            dtype: str, fragments: int, delay: int, fmt: str, recipe_name: str,
+            **recipe_flags: Any) -> None:
     """Predict one training step of MODEL: time, throughput, MFU, memory and what bounds it."""
-    p = api.predict(_spec(model_name, gpu_name=gpu_name, nodes=nodes, gpus_per_node=gpus_per_node, seq_len=seq_len,
-                          micro_batch=micro_batch, accum=accum, profile_name=profile_name, recipe_name=recipe_name,
-                          ac=ac, recipe_flags=recipe_flags),
-                    _outer_spec(strategy, islands=islands, inner_steps=inner_steps, fragments=fragments, delay=delay,
-                                dtype=dtype, wan_gbit_s=wan_gbit_s, wan_latency_ms=wan_latency_ms,
+    p = api.predict(_spec(model_name, gpu_name=gpu_name, nodes=nodes, gpus_per_node=gpus_per_node,
+                          seq_len=seq_len, micro_batch=micro_batch, accum=accum,
+                          profile_name=profile_name, recipe_name=recipe_name, ac=ac,
+                          recipe_flags=recipe_flags),
+                    _outer_spec(strategy, islands=islands, inner_steps=inner_steps,
+                                fragments=fragments, delay=delay, dtype=dtype,
+                                wan_gbit_s=wan_gbit_s, wan_latency_ms=wan_latency_ms,
                                 flags=recipe_flags))
     payload = dict(p.record)
     if strategy != "fsdp":
         payload["outer"] = describe_outer(p.outer, p.link)
     w = p.workload
     emit_mapping(_recipe_payload(payload, w.recipe, fmt), fmt,
-                 title=f"{w.model.name} on {p.islands} x {nodes}x{gpus_per_node} {w.gpu.name} ({strategy})")
+                 title=f"{w.model.name} on {p.islands} x {nodes}x{gpus_per_node} "
+                       f"{w.gpu.name} ({strategy})")
 
 
 # ---- simulate --------------------------------------------------------------------------------
@@ -161,31 +180,37 @@ def predict(model_name: str, gpu_name: str, nodes: int, gpus_per_node: int, seq_
 @click.argument("model_name", metavar="MODEL")
 @_workload_options
 @_strategy_options
-@click.option("--steps", type=int, default=None, help="Inner steps to simulate (diloco: H; streaming: H+τ+1).")
-@click.option("--trace", "trace_path", type=_PATH, default=None, help="Write a Chrome/Perfetto trace JSON here.")
+@click.option("--steps", type=int, default=None,
+              help="Inner steps to simulate (diloco: H; streaming: H+τ+1).")
+@click.option("--trace", "trace_path", type=_PATH, default=None,
+              help="Write a Chrome/Perfetto trace JSON here.")
 @click.option("--plot", "plot_path", type=_PATH, default=None, help="Write a PNG timeline here.")
 @format_option()
-def simulate(model_name: str, gpu_name: str, nodes: int, gpus_per_node: int, seq_len: int, micro_batch: int,
-             accum: int, ac: str, profile_name: str | None, strategy: str, islands: int | None, inner_steps: int,
-             wan_gbit_s: float, wan_latency_ms: float, dtype: str, fragments: int, delay: int, steps: int | None,
-             trace_path: Path | None, plot_path: Path | None, fmt: str, recipe_name: str,
-             **recipe_flags: Any) -> None:
+def simulate(model_name: str, gpu_name: str, nodes: int, gpus_per_node: int, seq_len: int,
+             micro_batch: int, accum: int, ac: str, profile_name: str | None, strategy: str,
+             islands: int | None, inner_steps: int, wan_gbit_s: float, wan_latency_ms: float,
+             dtype: str, fragments: int, delay: int, steps: int | None, trace_path: Path | None,
+             plot_path: Path | None, fmt: str, recipe_name: str, **recipe_flags: Any) -> None:
     """Simulate MODEL's step timeline (or a DiLoCo / Streaming DiLoCo run) and export it."""
     from perfmodel import trace
 
-    sim = api.simulate(_spec(model_name, gpu_name=gpu_name, nodes=nodes, gpus_per_node=gpus_per_node,
-                             seq_len=seq_len, micro_batch=micro_batch, accum=accum, profile_name=profile_name,
-                             recipe_name=recipe_name, ac=ac, recipe_flags=recipe_flags),
-                       _outer_spec(strategy, islands=islands, inner_steps=inner_steps, fragments=fragments,
-                                   delay=delay, dtype=dtype, wan_gbit_s=wan_gbit_s, wan_latency_ms=wan_latency_ms,
+    sim = api.simulate(_spec(model_name, gpu_name=gpu_name, nodes=nodes,
+                             gpus_per_node=gpus_per_node, seq_len=seq_len, micro_batch=micro_batch,
+                             accum=accum, profile_name=profile_name, recipe_name=recipe_name, ac=ac,
+                             recipe_flags=recipe_flags),
+                       _outer_spec(strategy, islands=islands, inner_steps=inner_steps,
+                                   fragments=fragments, delay=delay, dtype=dtype,
+                                   wan_gbit_s=wan_gbit_s, wan_latency_ms=wan_latency_ms,
                                    flags=recipe_flags), steps=steps)
     w, summary = sim.workload, dict(sim.summary)
-    title = f"{w.model.name}, {nodes}x{gpus_per_node} {w.gpu.name}, m={micro_batch}, k={accum} ({strategy})"
+    title = (f"{w.model.name}, {nodes}x{gpus_per_node} {w.gpu.name}, m={micro_batch}, "
+             f"k={accum} ({strategy})")
     if strategy != "fsdp":
         summary["outer"] = describe_outer(sim.outer, sim.link)
     summary["provenance"] = w.profile.provenance
     if trace_path:
-        summary["trace"] = str(trace.write_chrome_trace(sim.spans, trace_path, metadata={"title": title}))
+        summary["trace"] = str(trace.write_chrome_trace(sim.spans, trace_path,
+                                                        metadata={"title": title}))
     if plot_path:
         summary["plot"] = str(trace.plot_timelines([(title, sim.spans)], plot_path))
     emit_mapping(_recipe_payload(summary, w.recipe, fmt), fmt, title=title)
@@ -208,7 +233,8 @@ def _int_list(option: str, text: str) -> list[int]:
         raise UserInputError(f"{option} {text!r}: not a list of integers",
                              hint=f"write {option} 1..32 (powers of two), 1-8 or 1,2,4.") from err
     if not values or min(values) < 1:
-        raise UserInputError(f"{option} {text!r}: values must be >= 1", hint=f"write {option} 1..32 or 1,2,4.")
+        raise UserInputError(f"{option} {text!r}: values must be >= 1",
+                             hint=f"write {option} 1..32 or 1,2,4.")
     return values
 
 
@@ -216,23 +242,30 @@ def _int_list(option: str, text: str) -> list[int]:
 @click.argument("model_names", metavar="MODEL...", nargs=-1)
 @click.option("--models", default=None, help="Comma-separated models (added to MODEL...).")
 @click.option("--gpu", "gpu_name", required=True, help="Catalog GPU name.")
-@click.option("--nodes", "nodes_text", default="1", show_default=True, help="Nodes per island (list).")
-@click.option("--gpus-per-node", "gpn_text", default="8", show_default=True, help="GPUs per node (list, e.g. 4,8).")
+@click.option("--nodes", "nodes_text", default="1", show_default=True,
+              help="Nodes per island (list).")
+@click.option("--gpus-per-node", "gpn_text", default="8", show_default=True,
+              help="GPUs per node (list, e.g. 4,8).")
 @click.option("--seq-len", type=int, required=True, help="Sequence length in tokens.")
 @click.option("--micro-batches", "mb_text", default="1..32", show_default=True,
               help="Micro-batches: 1..32 (powers of two), 1-8 or 1,2,4.")
-@click.option("--accum", type=int, default=1, show_default=True, help="Gradient-accumulation micro-steps k.")
-@click.option("--ac", type=click.Choice(AC_CHOICES), default=None, help="Activation checkpointing (default: the recipe's).")
+@click.option("--accum", type=int, default=1, show_default=True,
+              help="Gradient-accumulation micro-steps k.")
+@click.option("--ac", type=click.Choice(AC_CHOICES), default=None,
+              help="Activation checkpointing (default: the recipe's).")
 @click.option("--profile", "profile_name", default=None, help="Hardware profile name or YAML path.")
 @click.option("--plot", "plot_path", type=_PATH, default=None,
-              help="Figure 4 PNG here; figure 5 (throughput vs runtime) next to it as *_throughput.png.")
+              help="Figure 4 PNG here; figure 5 (throughput vs runtime) next to it as "
+                   "*_throughput.png.")
 @click.option("--timelines", "timeline_path", type=_PATH, default=None,
-              help="Figure 3 PNG: step timelines of the first model/island at up to 4 micro-batches.")
+              help="Figure 3 PNG: step timelines of the first model/island at up to "
+                   "4 micro-batches.")
 @recipe_options_no_ac
 @format_option()
-def sweep(model_names: tuple[str, ...], models: str | None, gpu_name: str, nodes_text: str, gpn_text: str,
-          seq_len: int, mb_text: str, accum: int, ac: str | None, profile_name: str | None, plot_path: Path | None,
-          timeline_path: Path | None, fmt: str, recipe_name: str, **recipe_flags: Any) -> None:
+def sweep(model_names: tuple[str, ...], models: str | None, gpu_name: str, nodes_text: str,
+          gpn_text: str, seq_len: int, mb_text: str, accum: int, ac: str | None,
+          profile_name: str | None, plot_path: Path | None, timeline_path: Path | None, fmt: str,
+          recipe_name: str, **recipe_flags: Any) -> None:
     """Sweep micro-batch sizes: iteration time, throughput and where compute-bound begins."""
     import pandas as pd
 
@@ -243,12 +276,13 @@ def sweep(model_names: tuple[str, ...], models: str | None, gpu_name: str, nodes
     recipe = recipe_from_options(recipe_name, ac=ac, **recipe_flags)
     result = api.sweep(names, gpu_name=gpu_name, nodes=_int_list("--nodes", nodes_text),
                        gpus_per_node=_int_list("--gpus-per-node", gpn_text), seq_len=seq_len,
-                       micro_batches=micro_batches, accum=accum, profile_name=profile_name, recipe=recipe)
+                       micro_batches=micro_batches, accum=accum, profile_name=profile_name,
+                       recipe=recipe)
     table = result.table
     outputs = _sweep_plots(table, result.workloads[0], micro_batches, plot_path, timeline_path)
     if fmt == "json":
-        emit_json({"points": table.to_dict(orient="records"), "summary": result.summary, "outputs": outputs,
-                   "recipe": recipe.to_dict()})
+        emit_json({"points": table.to_dict(orient="records"), "summary": result.summary,
+                   "outputs": outputs, "recipe": recipe.to_dict()})
     elif fmt == "csv":
         emit_records(table, "csv")
     else:
@@ -268,12 +302,14 @@ def _sweep_plots(table: Any, first: Workload, micro_batches: list[int], plot_pat
     out = []
     if plot_path:
         out.append(str(trace.plot_sweep(table, plot_path)))
-        out.append(str(trace.plot_throughput(table, plot_path.with_name(plot_path.stem + "_throughput.png"))))
+        out.append(str(trace.plot_throughput(
+            table, plot_path.with_name(plot_path.stem + "_throughput.png"))))
     if timeline_path:
         panels = []
         for m in micro_batches[:4]:
             step = simulate_inner_step(replace(first, micro_batch=m))
-            panels.append((f"micro-batch {m}: {step.step_time_s:.3g} s, compute idle {step.compute_idle_s:.3g} s",
+            panels.append((f"micro-batch {m}: {step.step_time_s:.3g} s, "
+                           f"compute idle {step.compute_idle_s:.3g} s",
                            trace.schedule_spans(step.schedule)))
         out.append(str(trace.plot_timelines(panels, timeline_path, title=f"{first.model.name} on "
                                             f"{first.island.num_gpus} x {first.gpu.name}")))

@@ -62,7 +62,8 @@ def _streaming_options(func: Any) -> Any:
                 "sync_every",
                 type=int,
                 default=None,
-                help="H, any value >= 1 (default: the recipe's, else F·τ: one fragment every τ steps).",
+                help="H, any value >= 1 (default: the recipe's, else F·τ: "
+                     "one fragment every τ steps).",
             ),
             *outer_option_list(),
             click.option(
@@ -84,21 +85,24 @@ def _streaming_options(func: Any) -> Any:
                 "--example",
                 type=click.Choice(["A", "B", "C", "D", "all"]),
                 default=None,
-                help="Paper figure 6: A fast WAN, B slow WAN blocks, C more fragments, D longer delay.",
+                help="Paper figure 6: A fast WAN, B slow WAN blocks, C more fragments, "
+                     "D longer delay.",
             ),
             click.option(
                 "--bandwidth-for-utilisation",
                 "for_utilisation",
                 is_flag=True,
                 default=False,
-                help="Instead: the link Gbit/s that reaches each --utilisation (bisection on the simulator).",
+                help="Instead: the link Gbit/s that reaches each --utilisation (bisection on "
+                     "the simulator).",
             ),
             click.option(
                 "--utilisation",
                 "utilisation_text",
                 default="0.5,0.8,0.9,0.95,0.99",
                 show_default=True,
-                help="Compute utilisation targets for --bandwidth-for-utilisation (fractions in (0, 1)).",
+                help="Compute utilisation targets for --bandwidth-for-utilisation "
+                     "(fractions in (0, 1)).",
             ),
             click.option(
                 "--step-time-s",
@@ -121,13 +125,14 @@ def _streaming_options(func: Any) -> Any:
 @click.argument("model_name", metavar="MODEL", required=False)
 @_streaming_options
 @format_option()
-def streaming(model_name: str | None, gpu_name: str | None, nodes: int, gpus_per_node: int, seq_len: int | None,
-              micro_batch: int | None, accum: int | None, ac: str, profile_name: str | None, recipe_name: str,
-              islands: int, wan_gbit_s: float, wan_latency_ms: float, dtype: str | None, fragments: int | None,
-              delay: int | None, sync_every: int | None, fragment_pattern: str | None,
-              overlap_backward: bool | None, islands_same_cluster: bool, steps: int | None,
-              max_delay_steps: int | None, max_sync_every: int | None, example: str | None,
-              for_utilisation: bool, utilisation_text: str, step_time_s: float | None, plot_path: Path | None,
+def streaming(model_name: str | None, gpu_name: str | None, nodes: int, gpus_per_node: int,
+              seq_len: int | None, micro_batch: int | None, accum: int | None, ac: str,
+              profile_name: str | None, recipe_name: str, islands: int, wan_gbit_s: float,
+              wan_latency_ms: float, dtype: str | None, fragments: int | None, delay: int | None,
+              sync_every: int | None, fragment_pattern: str | None, overlap_backward: bool | None,
+              islands_same_cluster: bool, steps: int | None, max_delay_steps: int | None,
+              max_sync_every: int | None, example: str | None, for_utilisation: bool,
+              utilisation_text: str, step_time_s: float | None, plot_path: Path | None,
               trace_path: Path | None, fmt: str, **recipe_flags: Any) -> None:
     """Streaming DiLoCo: simulate a fragment schedule, find blocking, tune fragments and delay.
 
@@ -140,16 +145,18 @@ def streaming(model_name: str | None, gpu_name: str | None, nodes: int, gpus_per
         if value is not None:
             positive(option, value, zero_ok=option == "--max-delay-steps")
     recipe = recipe_from_options(recipe_name, ac=ac, **recipe_flags)
-    outer = api.OuterSpec(strategy="streaming-diloco", islands=islands, inner_steps=sync_every, fragments=fragments,
-                          delay_steps=delay, pseudo_gradient_dtype=dtype, fragment_pattern=fragment_pattern,
-                          overlap_backward=overlap_backward, islands_same_cluster=islands_same_cluster,
-                          wan_gbit_s=wan_gbit_s, wan_latency_ms=wan_latency_ms)
-    where = {"gpu_name": gpu_name, "nodes": nodes, "gpus_per_node": gpus_per_node, "seq_len": seq_len,
-             "micro_batch": micro_batch, "accum": accum, "profile_name": profile_name, "recipe": recipe}
+    outer = api.OuterSpec(strategy="streaming-diloco", islands=islands, inner_steps=sync_every,
+                          fragments=fragments, delay_steps=delay, pseudo_gradient_dtype=dtype,
+                          fragment_pattern=fragment_pattern, overlap_backward=overlap_backward,
+                          islands_same_cluster=islands_same_cluster, wan_gbit_s=wan_gbit_s,
+                          wan_latency_ms=wan_latency_ms)
+    where: dict[str, Any] = {"gpu_name": gpu_name, "nodes": nodes, "gpus_per_node": gpus_per_node,
+                             "seq_len": seq_len, "micro_batch": micro_batch, "accum": accum,
+                             "profile_name": profile_name, "recipe": recipe}
     if for_utilisation:
         targets = _targets(utilisation_text)
-        _emit_bandwidth(api.bandwidth_for_utilisation(model_name, outer, targets=targets, step_time_s=step_time_s,
-                                                      **where), fmt)
+        _emit_bandwidth(api.bandwidth_for_utilisation(model_name, outer, targets=targets,
+                                                      step_time_s=step_time_s, **where), fmt)
         return
     study = api.streaming(model_name, outer, steps=steps, max_delay_steps=max_delay_steps,
                           max_sync_every=max_sync_every, example=example, **where)
@@ -231,8 +238,9 @@ def _emit_bandwidth(table: api.BandwidthTable, fmt: str) -> None:
         emit_records(table.rows, "csv")
         return
     emit_records(table.rows, "table",
-                 title=f"{'Fabric' if table.link_kind == 'fabric' else 'WAN'} bandwidth for compute "
-                 f"utilisation, {table.header['model']}, step {table.step_time_s:.3g} s")
+                 title=f"{'Fabric' if table.link_kind == 'fabric' else 'WAN'} bandwidth for "
+                       f"compute utilisation, {table.header['model']}, "
+                       f"step {table.step_time_s:.3g} s")
     click.echo(f"recipe {table.header['recipe']}")
     click.echo(table.header["outer"])
     click.echo(f"outer optimizer: {table.header['outer_optimizer']}")

@@ -21,7 +21,12 @@ from perfmodel.compute import synthetic_compute_dataset  # noqa: E402
 
 COMPUTE = {
     "forward": {"tok_block_matmul": 1.0e-12, "tok_lm_head": 1.5e-12, "layers": 2e-4, "const": 1e-3},
-    "backward": {"tok_block_matmul": 2.0e-12, "tok_lm_head": 3.0e-12, "layers": 4e-4, "const": 2e-3},
+    "backward": {
+        "tok_block_matmul": 2.0e-12,
+        "tok_lm_head": 3.0e-12,
+        "layers": 4e-4,
+        "const": 2e-3,
+    },
     "optimizer": {"shard_params": 5e-10, "layers": 1e-4, "const": 5e-4},
 }
 COMM = {
