@@ -82,6 +82,17 @@ def _positive(name: str, value: float | None, hint: str) -> None:
         raise UserInputError(f"{name} = {value!r}: must be a finite number > 0", hint=hint)
 
 
+def _caps(request: FrontierRequest | QueryRequest | SolveRequest) -> None:
+    """The run's CO2 and energy caps: None or a finite number > 0."""
+    _positive("max_energy_kwh", request.max_energy_kwh, "give the cap in kWh, or None.")
+    _positive("max_co2_kg", request.max_co2_kg, "give the cap in kg CO2e, or None.")
+
+
+def _is_study(instance_paths: tuple[Path, ...], vary: tuple[str, ...]) -> bool:
+    """Several files or what-ifs: a scenario study."""
+    return len(instance_paths) > 1 or bool(vary)
+
+
 def _choice(name: str, value: str, choices: tuple[str, ...]) -> None:
     if value not in choices:
         raise UserInputError(f"{name} = {value!r}: not one of {', '.join(choices)}",
@@ -154,8 +165,7 @@ class SolveRequest:
     def __post_init__(self) -> None:
         _paths("instance_path", (self.instance_path,))
         _choice("metric", self.metric, METRICS)
-        _positive("max_energy_kwh", self.max_energy_kwh, "give the cap in kWh, or None.")
-        _positive("max_co2_kg", self.max_co2_kg, "give the cap in kg CO2e, or None.")
+        _caps(self)
         for name, metric in (("max_energy_kwh", "energy"), ("max_co2_kg", "co2")):
             if getattr(self, name) is not None and self.metric != metric:
                 raise UserInputError(f"{name} caps the {metric} frontier, not the "
@@ -206,13 +216,12 @@ class FrontierRequest:
     def __post_init__(self) -> None:
         _paths("instance_paths", self.instance_paths)
         _choice("objectives", self.objectives, FRONTIER_OBJECTIVES)
-        _positive("max_co2_kg", self.max_co2_kg, "give the cap in kg CO2e, or None.")
-        _positive("max_energy_kwh", self.max_energy_kwh, "give the cap in kWh, or None.")
+        _caps(self)
 
     @property
     def scenarios(self) -> bool:
         """Several files or what-ifs: a scenario study."""
-        return len(self.instance_paths) > 1 or bool(self.vary)
+        return _is_study(self.instance_paths, self.vary)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -244,13 +253,12 @@ class QueryRequest:
             if fraction > 1:
                 raise UserInputError(f"min_throughput_fraction = {fraction!r}: above 1",
                                      hint="give a fraction in (0, 1], e.g. 0.99.")
-        _positive("max_co2_kg", self.max_co2_kg, "give the cap in kg CO2e, or None.")
-        _positive("max_energy_kwh", self.max_energy_kwh, "give the cap in kWh, or None.")
+        _caps(self)
 
     @property
     def scenarios(self) -> bool:
         """Several files or what-ifs: a scenario study."""
-        return len(self.instance_paths) > 1 or bool(self.vary)
+        return _is_study(self.instance_paths, self.vary)
 
 
 # ---- results ---------------------------------------------------------------------------------

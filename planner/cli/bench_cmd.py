@@ -44,12 +44,6 @@ def bench() -> None:
     """Measure compute phases, collectives and FSDP2 steps with torch (resumable CSVs)."""
 
 
-def _cap(given: float | None, unit: float, default: float) -> float:
-    """A sweep cap: the option if given, else the default (named models have none: their
-    micro-batch list is explicit)."""
-    return default if given is None else given * unit
-
-
 @bench.command("compute")
 @click.option("--space", default=lambda: _default_space("cpu.yaml"),
               show_default="catalogs/spaces/cpu.yaml", help="Design-space YAML file.")
@@ -82,39 +76,21 @@ def compute_cmd(space: str, n: int, out: Path, device: str, dtype: str, seed: in
                 memory_cap_gib: float | None, named: bool, limit: int | None,
                 dry_run: bool) -> None:
     """Profile forward/backward/optimizer phases over a design space (Sobol sample or --named)."""
-    from perfmodel.bench import compute as cb
-    design = cb.load_space(space)
-    configs = cb.named_configs(design) if named else cb.sample_configs(design, n, seed)
+    from perfmodel.bench import api_bench
+
+    plan = api_bench.plan_compute_bench(api_bench.ComputeBenchRequest(
+        space_path=space, out_path=out, configs=n, device=device, dtype=dtype, seed=seed,
+        iters=iters, warmup=warmup, threads=threads, max_time_s=max_time_s,
+        memory_cap_gib=memory_cap_gib, named=named, limit=limit))
     if dry_run:
-        emit_records([cb.shape_row(c) | {"micro_batches": " ".join(map(str, c.micro_batches))}
-                      for c in configs], "table",
-                     title=f"{len(configs)} configurations of {design.name}")
+        emit_records(plan.records(), "table",
+                     title=f"{len(plan.configs)} configurations of {plan.space.name}")
         return
     _require_torch()
     _verbose_bench_logs()
-    from perfmodel.bench import common
-
-    common.warn_small_pages(device)
-    if iters is None:
-        iters = (design.named.iters if named and design.named and design.named.iters
-                 else None) or 10
-    common.check_run_inputs(out=out, columns=cb.COLUMNS, key_columns=cb.KEY_COLUMNS, dtype=dtype,
-                            threads=threads, iters=iters, warmup=warmup)
-    settings = cb.ComputeSettings(
-        device=common.resolve_device(device), dtype=common.resolve_dtype(dtype),
-        threads=common.set_threads(threads), iters=iters, warmup=warmup,
-        time_per_config_s=_cap(max_time_s, 1.0, 0.0 if named else design.time_per_config_s),
-        memory_cap_bytes=_cap(memory_cap_gib, 1024**3, 0.0 if named else design.memory_cap_bytes),
-        seed=seed)
-    common.append_environment(out, common.environment_record(
-        device=device, threads=settings.threads, extra={
-            "benchmark": "compute", "space": str(space), "named": named, "n": n, "seed": seed,
-            "iters": iters, "warmup": warmup, "dtype": dtype,
-            "time_per_config_s": settings.time_per_config_s,
-            "memory_cap_bytes": settings.memory_cap_bytes}))
-    counts = cb.run_compute(configs, out, settings, limit=limit)
-    click.echo(f"{out}: {counts['rows']} rows, {counts['configs']} configurations, "
-               f"{counts['points']} (configuration, micro-batch) points")
+    counts = api_bench.run_compute_bench(plan)
+    click.echo(f"{out}: {counts.rows} rows, {counts.configs} configurations, "
+               f"{counts.points} (configuration, micro-batch) points")
 
 
 def _comm_link(backend: str, link: str | None) -> str:

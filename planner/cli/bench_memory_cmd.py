@@ -5,43 +5,14 @@ torch is imported inside the command only, so `shardmeter --help` stays light.
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import click
 
-from perfmodel.errors import UserInputError
-from perfmodel.hardware import GIB
 from planner.cli.common import emit_records, format_option
 from planner.cli.recipe_opts import recipe_from_options, recipe_options
-
-_ROW_FIELDS = ("model", "world_size", "seq_len", "micro_batch", "accum_steps", "accum_mode", "ac",
-               "peak_bytes", "wall_s")
-
-
-def _display(row: dict[str, Any]) -> dict[str, Any]:
-    from perfmodel.bench.memory import CATEGORIES
-
-    out = {k: row[k] for k in _ROW_FIELDS if k != "peak_bytes"}
-    out["peak_gib"] = int(row["peak_bytes"]) / GIB
-    for column in CATEGORIES.values():
-        if float(row[column]):
-            out[column.removesuffix("_bytes") + "_gib"] = float(row[column]) / GIB
-    return out
-
-
-def _single_case(model: str | None, nodes: int, gpus_per_node: int, world_size: int | None,
-                 seq_len: int | None, micro_batch: int, accum: int, recipe: Any,
-                 steps: int) -> Any:
-    from perfmodel.bench.memory import MemoryCase
-    from perfmodel.catalog import get_model
-
-    if model is None or seq_len is None:
-        raise UserInputError("bench memory needs MODEL and --seq-len (or --grid / --heldout)",
-                             hint="e.g. shardmeter bench memory Llama-3.1-8B --seq-len 8192.")
-    ws = world_size if world_size is not None else nodes * gpus_per_node
-    return MemoryCase(config_id=model, spec=get_model(model), world_size=ws, seq_len=seq_len,
-                      micro_batch=micro_batch, accum_steps=accum, recipe=recipe, steps=steps)
 
 
 @click.command("memory")
@@ -76,49 +47,23 @@ def _single_case(model: str | None, nodes: int, gpus_per_node: int, world_size: 
 def memory_cmd(model: str | None, nodes: int, gpus_per_node: int, world_size: int | None,
                seq_len: int | None, micro_batch: int, accum: int, recipe_name: str,
                out: Path | None, grid: int | None, heldout: bool, real: bool, like: Path | None,
-               seed: int,
-               steps: int, jobs: int,
-               limit: int | None, only_model: str | None, fmt: str, **flags: Any) -> None:
+               seed: int, steps: int, jobs: int, limit: int | None, only_model: str | None,
+               fmt: str, **flags: Any) -> None:
     """FSDPMemTracker peak per GPU of MODEL trained as the recipe says, under FakeTensorMode
     (no real memory): two optimizer steps of k micro-steps, breakdown by category."""
+    from perfmodel.bench import api_bench
     from planner.cli.bench_cmd import _require_torch, _verbose_bench_logs
 
     _require_torch()
     _verbose_bench_logs()
-    from perfmodel.bench import memory_grid
-    from perfmodel.bench.memory import run_fake_case
-
-    if like is not None and not real:
-        raise UserInputError("--like measures real-tensor runs", hint="add --real.")
-    if real:
-        if out is None:
-            raise UserInputError("--real writes a dataset", hint="pass -o DATA.csv.")
-        from perfmodel.bench.memory_real import run_real_cases
-
-        cases = memory_grid.real_cases() if like is None else memory_grid.cases_like(like)
-        counts = run_real_cases(cases, out)
-        click.echo(f"{out}: {counts['measured']} real runs, {counts['skipped']} already there")
-        return
-    if grid is not None or heldout:
-        if out is None:
-            raise UserInputError("--grid/--heldout write a dataset", hint="pass -o DATA.csv.")
-        cases = (memory_grid.grid_cases(grid, seed=seed, steps=steps)
-                 if grid is not None and not heldout else memory_grid.heldout_cases(steps))
-        if only_model is not None:
-            cases = [c for c in cases if c.config_id == only_model.lower()]
-        counts = memory_grid.run_parallel(cases, out, jobs=jobs, limit=limit)
-        click.echo(f"{out}: {counts['measured']} tracked, {counts['skipped']} already there")
-        return
-    recipe = recipe_from_options(recipe_name, **flags)
-    case = _single_case(model, nodes, gpus_per_node, world_size, seq_len, micro_batch, accum,
-                        recipe, steps)
-    if out is not None:
-        memory_grid.run_parallel([case], out, jobs=1)
-        from perfmodel.bench.common import CsvLog
-        from perfmodel.bench.memory import COLUMNS, KEY_COLUMNS
-
-        log = CsvLog(out, COLUMNS, KEY_COLUMNS)
-        row = next(r for r in log.rows() if log.key_of(r) == log.key_of(case.key("fake")))
+    result = api_bench.run_memory_bench(api_bench.MemoryBenchRequest(
+        model=model, nodes=nodes, gpus_per_node=gpus_per_node, world_size=world_size,
+        seq_len=seq_len, micro_batch=micro_batch, accum=accum,
+        recipe=partial(recipe_from_options, recipe_name, **flags), out_path=out, grid=grid,
+        heldout=heldout, real=real, like=like, seed=seed, steps=steps, jobs=jobs, limit=limit,
+        only_model=only_model))
+    if result.row is not None:
+        emit_records([result.row], fmt, title=f"FSDPMemTracker ({result.recipe_summary})")
     else:
-        row = run_fake_case(case)
-    emit_records([_display(row)], fmt, title=f"FSDPMemTracker ({recipe.summary()})")
+        done = "real runs" if result.mode == "real" else "tracked"
+        click.echo(f"{out}: {result.measured} {done}, {result.skipped} already there")
