@@ -34,6 +34,7 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from perfmodel.markdown import markdown_table  # noqa: E402
 from planner.baselines import DEFAULT_MAX_PLANS, BruteForce, TooManyPlans, heuristic_plans  # noqa: E402
 from planner.instance import Instance, load_instance, load_island_table  # noqa: E402
 from planner.pareto import cheapest_at_throughput, compute_frontier, epsilon_frontier  # noqa: E402
@@ -307,9 +308,7 @@ SCALE_COLUMNS = [
 
 
 def table(rows: list[dict], columns: list[str]) -> str:
-    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    lines += ["| " + " | ".join(fmt(r.get(c)) for c in columns) + " |" for r in rows]
-    return "\n".join(lines)
+    return markdown_table(columns, ([fmt(r.get(c)) for c in columns] for r in rows))
 
 
 def main() -> None:

@@ -17,6 +17,7 @@ from typing import Any
 from perfmodel.arch import ModelSpec
 from perfmodel.errors import DatasetError
 from perfmodel.hardware import GIB
+from perfmodel.markdown import markdown_table
 from perfmodel.memory import MemoryConfig, memory_breakdown
 from perfmodel.paths import catalog_dir
 from perfmodel.recipe import AC_MODES, named_recipe
@@ -159,19 +160,13 @@ def memory_report(path: str | Path | None = None) -> dict[str, Any]:
             "components": component_summary(records), "rows": records}
 
 
-def _md_table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
-    return "\n".join(lines)
-
-
 def _summary_md(report: Mapping[str, Any], title: str) -> str:
     rows = [(g["group"], g["rows"], f"{g['mape_pct']:.2f}", f"{g['worst_pct']:.2f}",
              "met" if g["rows"] and g["mape_pct"] <= 3.0 and g["worst_pct"] <= 8.0 else "MISSED")
             for g in report["summary"]]
+    header = ["group", "rows", "MAPE %", "worst %", "goal (<= 3 % / <= 8 %)"]
     return "\n\n".join([f"{title} (`{Path(report['dataset']).name}`):",
-                        _md_table(["group", "rows", "MAPE %", "worst %", "goal (<= 3 % / <= 8 %)"],
-                                  rows)])
+                        markdown_table(header, rows)])
 
 
 def markdown_section(paths: Sequence[str | Path] | None = None) -> str:
@@ -194,7 +189,7 @@ def markdown_section(paths: Sequence[str | Path] | None = None) -> str:
         parts.append(_summary_md(memory_report(heldout_path), "Held-out configurations"))
     comp = [(c["component"], f"{c['mean_tracker_gib']:.3f}", f"{c['mean_abs_diff_gib']:.4f}",
              f"{c['mean_abs_diff_pct_of_peak']:.3f}") for c in grid["components"]]
-    parts.append(_md_table(["component", "mean tracker GiB", "mean abs diff GiB",
+    parts.append(markdown_table(["component", "mean tracker GiB", "mean abs diff GiB",
                             "mean abs diff % of peak"], comp))
     real = dataset_path("memory-tracker-real.csv")
     if real.is_file():
@@ -215,6 +210,6 @@ def markdown_section(paths: Sequence[str | Path] | None = None) -> str:
                      "counted until their address is reused (retained MiB). The same case is "
                      "exact in other runs (thread timing); gloo's own staging copies made inside "
                      "c10d ops are left out (NCCL keeps them outside the caching allocator).")
-        parts.append(_md_table(["case", "S", "m", "k", "accum", "AC", "tracker MiB",
+        parts.append(markdown_table(["case", "S", "m", "k", "accum", "AC", "tracker MiB",
                                 "allocator MiB", "diff %", "retained MiB", "process MiB"], body))
     return "\n\n".join(parts)

@@ -22,6 +22,7 @@ sys.path.insert(0, str(ROOT))
 
 from _docgen import check_or_write  # noqa: E402  (this folder; the script runs from here)
 
+from perfmodel.markdown import markdown_table  # noqa: E402
 from planner import report  # noqa: E402
 from planner.pareto import (  # noqa: E402
     cheapest_at_throughput,
@@ -112,9 +113,7 @@ SWEEP_COLUMNS = [
 
 
 def md_table(rows: list[dict[str, Any]], columns: list[str]) -> str:
-    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    lines += ["| " + " | ".join(_fmt(r.get(c)) for c in columns) + " |" for r in rows]
-    return "\n".join(lines)
+    return markdown_table(columns, ([_fmt(r.get(c)) for c in columns] for r in rows))
 
 
 def frontier_section(result: Any) -> str:

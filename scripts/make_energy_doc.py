@@ -21,6 +21,7 @@ sys.path.insert(0, str(ROOT))
 
 from _docgen import check_or_write  # noqa: E402  (this folder; the script runs from here)
 
+from perfmodel.markdown import markdown_table  # noqa: E402
 from perfmodel.power import DEFAULT_POWER  # noqa: E402
 from planner import report  # noqa: E402
 from planner.energy import min_co2_within_cost, solve_energy  # noqa: E402
@@ -58,13 +59,11 @@ def solve() -> dict[str, Any]:
     }
 
 
-def _row(name: str, plan: Any, problem: Any) -> str:
+def _row(name: str, plan: Any, problem: Any) -> list[str]:
     gpu_hours = plan.num_gpus * plan.wall_time_s / 3600
-    return (
-        f"| {name} | {report.plan_label(plan, problem)} | {plan.wall_time_s / 3600:,.1f} | "
-        f"{plan.cost_usd:,.0f} | {plan.energy_kwh:,.0f} | {plan.co2_kg:,.0f} | {plan.num_gpus} | "
-        f"{plan.energy_kwh / gpu_hours:.3f} |"
-    )
+    return [name, report.plan_label(plan, problem), f"{plan.wall_time_s / 3600:,.1f}",
+            f"{plan.cost_usd:,.0f}", f"{plan.energy_kwh:,.0f}", f"{plan.co2_kg:,.0f}",
+            str(plan.num_gpus), f"{plan.energy_kwh / gpu_hours:.3f}"]
 
 
 def _pct(new: float, old: float) -> str:
@@ -106,30 +105,24 @@ def conclusions(r: dict[str, Any]) -> str:
 
 
 def assumptions(r: dict[str, Any]) -> str:
-    rows = ["| cluster | region | gCO2e/kWh | PUE | PUE source |", "|---|---|---|---|---|"]
-    for info, energy in zip(r["problem"].clusters, r["problem"].energy.clusters, strict=True):
-        rows.append(
-            f"| {info.name} | {energy.region} | {energy.gco2e_per_kwh:.1f} | {energy.pue:.2f} | "
-            f"{energy.pue_source.split(':')[0]} |"
-        )
-    return "\n".join(rows)
+    rows = [[info.name, energy.region, f"{energy.gco2e_per_kwh:.1f}", f"{energy.pue:.2f}",
+             energy.pue_source.split(":")[0]]
+            for info, energy in zip(r["problem"].clusters, r["problem"].energy.clusters,
+                                    strict=True)]
+    return markdown_table(["cluster", "region", "gCO2e/kWh", "PUE", "PUE source"], rows)
 
 
 def build() -> str:
     r = solve()
     p = DEFAULT_POWER
     problem = r["problem"]
-    table = "\n".join(
-        [
-            "| plan | islands | wall time (h) | cost (USD) | energy (kWh) | CO2 (kg CO2e) | GPUs | "
-            "kWh per GPU-hour |",
-            "|---|---|---|---|---|---|---|---|",
-            _row("cheapest", r["cheapest"], problem),
-            _row("fastest", r["fastest"], problem),
-            _row("lowest CO2", r["lowest_co2"], problem),
-            _row(f"least CO2 within +{100 * PREMIUM:.0f} % cost", r["premium"], problem),
-        ]
-    )
+    table = markdown_table(
+        ["plan", "islands", "wall time (h)", "cost (USD)", "energy (kWh)", "CO2 (kg CO2e)",
+         "GPUs", "kWh per GPU-hour"],
+        [_row("cheapest", r["cheapest"], problem),
+         _row("fastest", r["fastest"], problem),
+         _row("lowest CO2", r["lowest_co2"], problem),
+         _row(f"least CO2 within +{100 * PREMIUM:.0f} % cost", r["premium"], problem)])
     # A backslash at the end of a line below joins it to the next one in the text.
     return f"""# Energy and CO2 of the multi-cloud plans
 

@@ -32,6 +32,7 @@ from _docgen import check_or_write  # noqa: E402  (this folder; the script runs 
 from perfmodel import formulas  # noqa: E402
 from perfmodel.catalog import get_model  # noqa: E402
 from perfmodel.diloco import StreamingConfig  # noqa: E402
+from perfmodel.markdown import markdown_table  # noqa: E402
 from perfmodel.streaming import (  # noqa: E402
     UTILISATION_TARGETS,
     WanLink,
@@ -171,12 +172,7 @@ def _fmt(value: float | None) -> str:
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
-    return [
-        "| " + " | ".join(header) + " |",
-        "|" + "|".join(" --- " for _ in header) + "|",
-        *("| " + " | ".join(r) + " |" for r in rows),
-        "",
-    ]
+    return [*markdown_table(header, rows, rule=" --- ").split("\n"), ""]
 
 
 def _pct(t: float) -> str:

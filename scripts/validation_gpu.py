@@ -16,6 +16,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from perfmodel.markdown import markdown_table
+
 ROOT = Path(__file__).resolve().parent.parent
 CV_CSV = ROOT / "catalogs" / "published" / "calibration-cv.csv"
 CASE = ROOT / "instances" / "paper-case-study.yaml"
@@ -34,9 +36,7 @@ def f(x: Any, digits: int = 2) -> str:
 
 
 def table(header: list[str], rows: list[list[Any]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    lines += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
-    return "\n".join(lines)
+    return markdown_table(header, rows)
 
 
 def _ape(frame: pd.DataFrame, column: str) -> pd.Series:
