@@ -27,6 +27,9 @@ DATASET = "memory-tracker.csv"
 HELDOUT = "memory-tracker-heldout.csv"
 """The 20 held-out configurations (never used to build or tune the model)."""
 
+EXACT_MATCH_BYTES = 64
+"""Tracker and allocator peaks that differ by at most this agree exactly (allocation rounding)."""
+
 CATEGORY_OF_COMPONENT: dict[str, tuple[str, ...]] = {
     "sharded_params": ("sharded_param_bytes",),
     "optimizer_states": ("optimizer_bytes",),
@@ -207,9 +210,28 @@ def markdown_section(paths: Sequence[str | Path] | None = None) -> str:
                      "collective buffers (all-gather outputs, reduce-scatter inputs) whose free "
                      "the profiler did not record, because a gloo worker thread dropped the last "
                      "reference after Python (and so the tracker) had released them; they are "
-                     "counted until their address is reused (retained MiB). The same case is "
-                     "exact in other runs (thread timing); gloo's own staging copies made inside "
-                     "c10d ops are left out (NCCL keeps them outside the caching allocator).")
+                     "counted until their address is reused (retained MiB); whether a free is "
+                     "lost depends on thread timing. gloo's own staging copies made inside c10d "
+                     "ops are left out (NCCL keeps them outside the caching allocator).")
         parts.append(markdown_table(["case", "S", "m", "k", "accum", "AC", "tracker MiB",
                                 "allocator MiB", "diff %", "retained MiB", "process MiB"], body))
+        parts.append(tracker_agreement(rows))
     return "\n\n".join(parts)
+
+
+def tracker_agreement(rows: Sequence[Mapping[str, str]]) -> str:
+    """One sentence, computed from real-tensor rows (`bench memory --real`): in how many the
+    tracker and the allocator agree exactly, in how many the allocator holds more than the
+    tracker beyond the collective buffers whose free the profiler lost, and where the tracker
+    counts more."""
+    diff = [(r, int(r["allocator_peak_bytes"]) - int(r["peak_bytes"])) for r in rows]
+    exact = sum(abs(d) <= EXACT_MATCH_BYTES for _, d in diff)
+    above = sum(d > int(r["allocator_retained_bytes"]) + EXACT_MATCH_BYTES for r, d in diff)
+    over = [f"{r['model']} m {r['micro_batch']} k {r['accum_steps']} "
+            f"({float(r['tracker_vs_allocator_pct']):+.3f} %)"
+            for r, d in diff if d < -EXACT_MATCH_BYTES]
+    text = (f"On these {len(rows)} real-tensor runs FSDPMemTracker and the allocator agree within "
+            f"{EXACT_MATCH_BYTES} B in {exact}/{len(rows)}; the allocator holds more than the "
+            f"tracker beyond the lost-free collective buffers in {above}/{len(rows)}")
+    return text + (f"; the tracker counts more in {', '.join(over)} (tracker vs allocator), "
+                   "not explained here." if over else ".")

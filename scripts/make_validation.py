@@ -191,18 +191,10 @@ def comm_section(rows: list[dict[str, Any]], mode: str) -> str:
 
 def tracker_agreement() -> str:
     """How FSDPMemTracker compares with the allocator on the re-measured FSDP2 configurations."""
-    import csv
+    from perfmodel.memory_validation import read_rows
+    from perfmodel.memory_validation import tracker_agreement as agreement
 
-    with (ROOT / FSDP_MEMORY).open(newline="") as fh:
-        rows = list(csv.DictReader(fh))
-    diff = [(r, int(r["allocator_peak_bytes"]) - int(r["peak_bytes"])) for r in rows]
-    exact = sum(abs(d) <= 64 for _, d in diff)
-    over = [f"{r['model']} m {r['micro_batch']} k {r['accum_steps']} "
-            f"({float(r['tracker_vs_allocator_pct']):+.3f} %)" for r, d in diff if d < -64]
-    text = (f"On these {len(rows)} real-tensor runs FSDPMemTracker and the allocator agree within "
-            f"64 B in {exact}/{len(rows)}; the allocator never exceeds the tracker")
-    return text + (f"; the tracker counts more in {', '.join(over)} (tracker vs allocator), "
-                   "not explained here." if over else ".")
+    return agreement(read_rows(ROOT / FSDP_MEMORY))
 
 
 def fsdp_section(rows: list[dict[str, Any]]) -> str:

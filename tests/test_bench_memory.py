@@ -168,11 +168,11 @@ def test_shipped_fsdp_memory_rows_never_exceed_the_tracker() -> None:
     """The re-measured FSDP2 benchmark peaks: the allocator never holds more than the tracker
     counts, beyond the collective buffers whose free gloo's threads made unrecorded. (The other
     side does not always hold: where the tracker counts more, docs/VALIDATION.md lists the case.)"""
-    from test_memory import ALIGN_BYTES
+    from perfmodel.memory_validation import EXACT_MATCH_BYTES
 
     path = Path(__file__).resolve().parent.parent / "catalogs/profiles/data/cpu-fsdp-memory.csv"
     rows = list(csv.DictReader(path.open()))
     assert len(rows) == 16
     for row in rows:
         extra = int(row["allocator_peak_bytes"]) - int(row["peak_bytes"])
-        assert extra <= int(row["allocator_retained_bytes"]) + ALIGN_BYTES, row
+        assert extra <= int(row["allocator_retained_bytes"]) + EXACT_MATCH_BYTES, row

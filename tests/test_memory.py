@@ -11,6 +11,7 @@ from perfmodel.catalog import get_gpu, get_model
 from perfmodel.errors import UserInputError
 from perfmodel.memory import MemoryConfig, max_micro_batch, memory_breakdown
 from perfmodel.memory_validation import (
+    EXACT_MATCH_BYTES,
     HELDOUT,
     compare_memory,
     dataset_path,
@@ -50,10 +51,6 @@ def _real_rows() -> list[dict[str, str]]:
     return list(csv.DictReader(dataset_path("memory-tracker-real.csv").open()))
 
 
-ALIGN_BYTES = 64
-"""What the allocator and the tracker may differ by on an exact match (allocation rounding)."""
-
-
 def assert_tracker_matches_allocator(row: dict[str, str]) -> None:
     """The allocator's peak is the tracker's, plus at most the FSDP collective buffers the
     allocator measured as retained by gloo at that peak (released by Python, so rightly released
@@ -63,10 +60,10 @@ def assert_tracker_matches_allocator(row: dict[str, str]) -> None:
 
     extra = int(row["allocator_peak_bytes"]) - int(row["peak_bytes"])
     retained = int(row["allocator_retained_bytes"])
-    assert -ALIGN_BYTES <= extra <= retained + ALIGN_BYTES, row
+    assert -EXACT_MATCH_BYTES <= extra <= retained + EXACT_MATCH_BYTES, row
     spec = spec_of_row(row)
     per_unit = (2 + 4) * (spec.block_params * spec.num_layers + spec.root_params)
-    assert 0 <= retained <= per_unit + ALIGN_BYTES, row
+    assert 0 <= retained <= per_unit + EXACT_MATCH_BYTES, row
 
 
 def test_real_tensor_tracker_matches_the_allocator() -> None:

@@ -441,11 +441,11 @@ def test_human_formatters() -> None:
 
 
 def test_long_accumulation_is_closed_form_and_exact() -> None:
+    from perfmodel.api_setup import SIMULATED_ACCUM_MAX, extended_step
     from perfmodel.catalog import get_gpu, get_model
     from perfmodel.fsdp import simulate_step, step_costs
     from perfmodel.hardware import IslandSpec
     from perfmodel.profile import default_profile
-    from planner.cli.sim_cmd import SIMULATED_ACCUM_MAX, _extended_step
 
     gpu, model = get_gpu("H100-SXM5-80GB"), get_model("tiny-llama")
     island = IslandSpec(gpu=gpu, num_nodes=1, gpus_per_node=8, intra_link=gpu.intra_node_link,
@@ -455,8 +455,8 @@ def test_long_accumulation_is_closed_form_and_exact() -> None:
     )
     k = 3 * SIMULATED_ACCUM_MAX
     full = simulate_step(costs, accum_steps=k)
-    fast = _extended_step(simulate_step(costs, accum_steps=SIMULATED_ACCUM_MAX - 1),
-                          simulate_step(costs, accum_steps=SIMULATED_ACCUM_MAX), k)
+    fast = extended_step(simulate_step(costs, accum_steps=SIMULATED_ACCUM_MAX - 1),
+                         simulate_step(costs, accum_steps=SIMULATED_ACCUM_MAX), k)
     assert fast.accum_steps == k
     for field in (
         "step_time_s", "compute_busy_s", "comm_busy_s", "exposed_comm_s", "compute_idle_s",

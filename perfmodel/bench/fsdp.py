@@ -251,13 +251,27 @@ def measured_peaks(memory_data: str | Path | None) -> dict[tuple[str, ...], floa
     return {tuple(r[k] for k in keys): float(r["allocator_peak_bytes"]) for r in rows}
 
 
+def read_fsdp_dataset(data: str | Path) -> pd.DataFrame:
+    """A `shardmeter bench fsdp` CSV, every cell a string; UserInputError naming a missing file
+    or missing columns (`recipe` may be absent: such rows trained `legacy_recipe`)."""
+    import pandas as pd
+
+    hint = "give a CSV written by `shardmeter bench fsdp`."
+    if not Path(data).is_file():
+        raise UserInputError(f"{data}: no such file", hint=hint)
+    frame = pd.read_csv(data, dtype=str, keep_default_na=False)
+    missing = [c for c in COLUMNS if c not in frame.columns and c != "recipe"]
+    if missing:
+        raise UserInputError(f"{data}: missing column(s) {', '.join(missing)}", hint=hint)
+    return frame
+
+
 def compare_fsdp(data: str | Path, profile_name: str, *, hardware: str | None = None,
                  memory_data: str | Path | None = None) -> list[dict[str, Any]]:
     """Measured FSDP2 steps beside the simulator's prediction (perfmodel.fsdp.simulate_step over
     the profile's compute and comm coefficients) and the memory model's peak, per row. The
     measured peak is the row's own, or with `memory_data` (`bench memory --real --like DATA`)
     the real-tensor allocator peak of the same configuration."""
-    import pandas as pd
 
     from perfmodel.catalog import get_gpu
     from perfmodel.features import spec_from_row
@@ -268,11 +282,7 @@ def compare_fsdp(data: str | Path, profile_name: str, *, hardware: str | None = 
 
     profile = load_profile(profile_name)
     gpu = get_gpu(hardware or profile.hardware)
-    frame = pd.read_csv(data, dtype=str, keep_default_na=False)
-    missing = [c for c in COLUMNS if c not in frame.columns and c != "recipe"]
-    if missing:
-        raise UserInputError(f"{data}: missing column(s) {', '.join(missing)}",
-                             hint="give a CSV written by `shardmeter bench fsdp`.")
+    frame = read_fsdp_dataset(data)
     peaks = measured_peaks(memory_data)
     out = []
     for _, row in frame.iterrows():

@@ -186,24 +186,16 @@ def run_parallel(cases: Iterable[MemoryCase], out_path: str | Path, *, jobs: int
 def cases_like(fsdp_data: str | Path) -> list[MemoryCase]:
     """The configurations of an FSDP2 benchmark CSV (`shardmeter bench fsdp`), each trained with
     the recipe its row says: their memory, re-measured by the real-tensor runner."""
-    import csv
-
-    from perfmodel.bench.fsdp import row_recipe
+    from perfmodel.bench.fsdp import read_fsdp_dataset, row_recipe
     from perfmodel.errors import UserInputError
     from perfmodel.features import spec_from_row
 
-    path = Path(fsdp_data)
-    if not path.is_file():
-        raise UserInputError(f"{path}: no such file", hint="give a CSV written by "
+    frame = read_fsdp_dataset(fsdp_data)
+    if frame.empty:
+        raise UserInputError(f"{fsdp_data}: no rows", hint="give a CSV written by "
                              "`shardmeter bench fsdp`.")
-    with path.open(newline="") as fh:
-        rows = list(csv.DictReader(fh))
-    need = ("model", "world_size", "seq_len", "micro_batch", "grad_accum", "dtype")
-    missing = [c for c in need if rows and c not in rows[0]]
-    if not rows or missing:
-        raise UserInputError(f"{path}: no rows or missing column(s) {', '.join(missing)}",
-                             hint="give a CSV written by `shardmeter bench fsdp`.")
     return [MemoryCase(config_id=r["model"], spec=spec_from_row(r), world_size=int(r["world_size"]),
                        seq_len=int(r["seq_len"]), micro_batch=int(r["micro_batch"]),
-                       accum_steps=int(r["grad_accum"]), recipe=row_recipe(r, str(path)), steps=1)
-            for r in rows]
+                       accum_steps=int(r["grad_accum"]), recipe=row_recipe(r, str(fsdp_data)),
+                       steps=1)
+            for _, r in frame.iterrows()]

@@ -11,13 +11,10 @@ from typing import Any
 import click
 
 from perfmodel import api
-from perfmodel.api import MAX_PLOTTED_SPANS, streaming_spans
+from perfmodel.api import MAX_PLOTTED_SPANS
 from perfmodel.api_setup import (
     SIMULATED_ACCUM_MAX,
     Workload,
-    extended_step,
-    positive,
-    resolve_workload,
     simulate_inner_step,
 )
 from perfmodel.api_streaming import EXAMPLE_ACCUM, EXAMPLE_MICRO_BATCH, EXAMPLE_SEQ_LEN
@@ -113,15 +110,6 @@ def _wan_options() -> list[Callable[..., Any]]:
                      help="Largest WAN latency, ms."),
         dtype_option(),
     ]
-
-
-# ---- shared setup (moved to perfmodel.api; the old names stay importable) --------------------
-
-_positive = positive
-_workload = resolve_workload
-_simulate = simulate_inner_step
-_extended_step = extended_step
-_streaming_spans = streaming_spans
 
 
 def _spec(model_name: str, *, gpu_name: str, nodes: int, gpus_per_node: int, seq_len: int,
