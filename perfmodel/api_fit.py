@@ -103,7 +103,8 @@ class CommFitRequest:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class OverlapFitRequest:
-    """`shardmeter fit overlap`: the profile's overlap_slowdown from measured FSDP2 steps."""
+    """`shardmeter fit overlap`: the profile's overlap_slowdown and fsdp_copy_s_per_byte from
+    measured FSDP2 steps."""
 
     data_path: str
     """FSDP2 step dataset CSV (`shardmeter bench fsdp`)."""
@@ -118,7 +119,7 @@ class FitResult:
     profile: HardwareProfile
     """The profile as written to the output file."""
     fitted: tuple[str, ...]
-    """Fitted phases (compute), "op/link" pairs (comm), or ("overlap_slowdown",)."""
+    """Fitted phases (compute), "op/link" pairs (comm), or the FSDP-side parameters."""
     records: list[dict[str, Any]]
     """The printed rows, in output order."""
 
@@ -249,8 +250,9 @@ def fit_comm(request: CommFitRequest) -> FitResult:
 
 
 def fit_overlap(request: OverlapFitRequest) -> FitResult:
-    """Fit overlap_slowdown on measured FSDP2 steps (step MAPE before, after, leave-one-out),
-    write the updated profile, return the one summary row."""
+    """Fit overlap_slowdown and fsdp_copy_s_per_byte on measured FSDP2 steps (step MAPE before,
+    fitted, and with each model shape held out), write the updated profile, return the one
+    summary row."""
     from dataclasses import replace
 
     from perfmodel.calibrate_overlap import fit_overlap_slowdown
@@ -265,14 +267,19 @@ def fit_overlap(request: OverlapFitRequest) -> FitResult:
     detail["datasets"] = [*[d for d in detail.get("datasets", []) if d.get("kind") != "fsdp"],
                           record]
     detail["overlap_fit"] = {
-        "overlap_slowdown": result.overlap_slowdown, "grid": [result.grid[0], result.grid[-1]],
-        "step_mape_pct_without": round(result.mape_pct(1.0), 3),
-        "step_mape_pct_fitted": round(result.mape_pct(result.overlap_slowdown), 3),
-        "step_mape_pct_leave_one_out": round(result.loo_mape_pct(), 3)}
+        "overlap_slowdown": result.overlap_slowdown,
+        "fsdp_copy_s_per_byte": result.fsdp_copy_s_per_byte,
+        "grid_overlap_slowdown": [result.grid[0][0], result.grid[-1][0]],
+        "grid_fsdp_copy_s_per_byte": [result.grid[0][1], result.grid[-1][1]],
+        "step_mape_pct_without": round(result.mape_pct((1.0, 0.0)), 3),
+        "step_mape_pct_fitted": round(result.mape_pct(result.best), 3),
+        "step_mape_pct_shape_held_out": round(result.cv_mape_pct(), 3)}
     detail["commands"] = [*detail.get("commands", []), f"shardmeter fit overlap {data} -o {output}"]
-    fitted = replace(profile, overlap_slowdown=result.overlap_slowdown, provenance_detail=detail)
+    fitted = replace(profile, overlap_slowdown=result.overlap_slowdown,
+                     fsdp_copy_s_per_byte=result.fsdp_copy_s_per_byte, provenance_detail=detail)
     save_profile(fitted, output)
-    return FitResult(profile=fitted, fitted=("overlap_slowdown",), records=[detail["overlap_fit"]])
+    return FitResult(profile=fitted, fitted=("overlap_slowdown", "fsdp_copy_s_per_byte"),
+                     records=[detail["overlap_fit"]])
 
 
 def reject_duplicate_rows(frame: pd.DataFrame, path: str, key: tuple[str, ...]) -> None:

@@ -1,5 +1,18 @@
-"""The contention (overlap slowdown) of a measured CPU profile, fitted on its FSDP2 end-to-end
-steps: the factor that makes the simulated steps closest to the measured ones."""
+"""The FSDP-side parameters of a measured CPU profile, fitted on its FSDP2 end-to-end steps.
+
+Two physical parameters the compute and collective benchmarks cannot see, because they only
+exist inside an FSDP2 step:
+
+* `overlap_slowdown`: compute runs this many times slower while a collective is in flight
+  (gloo's threads and the kernel's TCP copies take the same two cores as the ranks);
+* `fsdp_copy_s_per_byte`: FSDP2's copies around each collective (all-gather copy-in and
+  copy-out, reduce-scatter chunk-cat), memory traffic into fresh buffers on the CPU.
+
+Both are found by a grid search minimising the step MAPE of `compare_fsdp` (the simulator run
+like with like on the dataset's rows). Because the rows are also the ground truth, the figure to
+judge the fit by is the grouped cross-validated one: each model shape's rows predicted with the
+pair fitted on the other shapes (`cv_mape_pct`).
+"""
 
 from __future__ import annotations
 
@@ -10,49 +23,75 @@ from typing import Any
 
 import numpy as np
 
+OVERLAP_GRID = (*(round(1.0 + 0.25 * i, 2) for i in range(13)), 5.0, 6.0, 8.0, 12.0, 16.0)
+"""overlap_slowdown candidates: 1.00, 1.25, ..., 4.00, then up to 16 (compute all but stopped
+while a collective runs: no overlap at all)."""
+
+COPY_GRID = tuple(round(0.25e-9 * i, 14) for i in range(17))
+"""fsdp_copy_s_per_byte candidates: 0, 0.25, ..., 4 ns per byte (0.25 GB/s at the top)."""
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class OverlapFit:
-    """overlap_slowdown fitted on measured FSDP steps (grid search, exact leave-one-out)."""
+    """FSDP-side parameters fitted on measured FSDP steps (grid search, grouped CV)."""
 
     overlap_slowdown: float
-    """Factor minimising the step MAPE over all rows."""
-    grid: tuple[float, ...]
-    """Candidate factors."""
+    """Factor of the pair minimising the step MAPE over all rows."""
+    fsdp_copy_s_per_byte: float
+    """Copy cost of that pair."""
+    grid: tuple[tuple[float, float], ...]
+    """Candidate (overlap_slowdown, fsdp_copy_s_per_byte) pairs."""
     errors_pct: np.ndarray
     """(len(grid), rows) signed step errors, percent."""
+    groups: tuple[str, ...]
+    """Model shape of each row (the CV groups)."""
 
-    def mape_pct(self, factor: float) -> float:
-        return float(np.abs(self.errors_pct[self.grid.index(factor)]).mean())
+    @property
+    def best(self) -> tuple[float, float]:
+        return self.overlap_slowdown, self.fsdp_copy_s_per_byte
 
-    def loo_mape_pct(self) -> float:
-        """Each row predicted with the factor fitted on the other rows."""
+    def mape_pct(self, pair: tuple[float, float]) -> float:
+        return float(np.abs(self.errors_pct[self.grid.index(pair)]).mean())
+
+    def cv_errors_pct(self) -> np.ndarray:
+        """Signed error of each row predicted with the pair fitted on the other shapes' rows."""
         ape = np.abs(self.errors_pct)
-        n = ape.shape[1]
-        picks = [int(np.argmin((ape.sum(axis=1) - ape[:, i]) / (n - 1))) for i in range(n)]
-        return float(np.mean([ape[k, i] for i, k in enumerate(picks)]))
+        groups = np.asarray(self.groups)
+        out = np.empty(ape.shape[1])
+        for group in dict.fromkeys(self.groups):
+            held = groups == group
+            pick = int(np.argmin(ape[:, ~held].mean(axis=1)))
+            out[held] = self.errors_pct[pick, held]
+        return out
 
-
-OVERLAP_GRID = tuple(round(1.0 + 0.05 * i, 2) for i in range(61))
-"""1.00, 1.05, ..., 4.00."""
+    def cv_mape_pct(self) -> float:
+        """Step MAPE with each shape held out of the fit."""
+        return float(np.abs(self.cv_errors_pct()).mean())
 
 
 def fit_overlap_slowdown(profile: Any, data: str | Path, *,
-                         grid: Sequence[float] = OVERLAP_GRID) -> OverlapFit:
-    """The contention factor that makes the simulated FSDP steps (`compare_fsdp`, like with like)
-    closest to the measured ones of `data` (a `shardmeter bench fsdp` CSV)."""
+                         overlap_grid: Sequence[float] = OVERLAP_GRID,
+                         copy_grid: Sequence[float] = COPY_GRID) -> OverlapFit:
+    """The (overlap_slowdown, fsdp_copy_s_per_byte) pair that makes the simulated FSDP steps
+    (`compare_fsdp`, like with like) closest to the measured ones of `data` (a `shardmeter bench
+    fsdp` CSV)."""
     import tempfile
 
     from perfmodel.bench.fsdp import compare_fsdp
     from perfmodel.profile import save_profile
 
-    rows = []
+    grid = tuple((float(s), float(c)) for s in overlap_grid for c in copy_grid)
+    rows: list[list[float]] = []
+    groups: tuple[str, ...] = ()
     with tempfile.TemporaryDirectory() as tmp:
-        for factor in grid:
-            path = Path(tmp) / f"overlap-{factor}.yaml"
-            save_profile(replace(profile, overlap_slowdown=float(factor)), path)
-            rows.append([r["step_error_pct"] for r in compare_fsdp(data, str(path))])
+        for i, (slowdown, copy) in enumerate(grid):
+            path = Path(tmp) / f"fsdp-fit-{i}.yaml"
+            save_profile(replace(profile, overlap_slowdown=slowdown, fsdp_copy_s_per_byte=copy),
+                         path)
+            result = compare_fsdp(data, str(path))
+            rows.append([r["step_error_pct"] for r in result])
+            groups = tuple(str(r["model"]) for r in result)
     errors = np.array(rows, dtype=float)
-    best = tuple(grid)[int(np.argmin(np.abs(errors).mean(axis=1)))]
-    return OverlapFit(overlap_slowdown=float(best), grid=tuple(float(g) for g in grid),
-                      errors_pct=errors)
+    best = grid[int(np.argmin(np.abs(errors).mean(axis=1)))]
+    return OverlapFit(overlap_slowdown=best[0], fsdp_copy_s_per_byte=best[1], grid=grid,
+                      errors_pct=errors, groups=groups)

@@ -32,7 +32,7 @@ UNITS = ("model", "block", "root")
 
 PASS_FEATURES: tuple[str, ...] = (
     "tok_block_matmul", "tok_attn", "tok_lm_head", "tok_vocab", "tok_hidden", "tok_ffn",
-    "layers", "const", "gemm_fixed", "emb_grad", "tied_grad", "param_grads",
+    "layers", "const", "gemm_fixed", "emb_grad", "tied_grad", "param_grads", "weight_read",
 )
 """Candidate features of the forward and backward passes (same names, separate coefficients)."""
 
@@ -41,14 +41,15 @@ OPTIMIZER_FEATURES: tuple[str, ...] = ("shard_params", "layers", "const")
 
 _BASE_PASS = PASS_FEATURES[:8]
 REGRESSION_CANDIDATES: Mapping[str, tuple[str, ...]] = {
-    "forward": _BASE_PASS,
-    "backward": (*_BASE_PASS, "emb_grad", "tied_grad", "param_grads"),
+    "forward": (*_BASE_PASS, "weight_read"),
+    "backward": (*_BASE_PASS, "emb_grad", "tied_grad", "param_grads", "weight_read"),
     "optimizer": OPTIMIZER_FEATURES,
 }
 """Features the measured regression (perfmodel.compute) selects from, per phase. `gemm_fixed` is
 left out: its coefficient is a physical one of calibrated profiles (perfmodel.calibrate). The
-parameter-count features are backward candidates only: that is where the dense embedding
-gradient, tied-weight accumulation and fresh gradient buffers run."""
+parameter-count features `emb_grad`, `tied_grad` and `param_grads` are backward candidates only:
+that is where the dense embedding gradient, tied-weight accumulation and fresh gradient buffers
+run; `weight_read` (matmul weights streamed from memory once per pass) is a candidate of both."""
 
 FEATURE_DOCS: Mapping[str, str] = {
     "tok_block_matmul": "tokens x matmul weights of the unit's block linears (block: "
@@ -68,6 +69,9 @@ FEATURE_DOCS: Mapping[str, str] = {
                  "the embedding's; untied or block: 0)",
     "param_grads": "parameters of the unit per pass (fresh gradient buffers allocated and written "
                    "once per backward)",
+    "weight_read": "matmul weights of the unit per pass (block: block linears; root: the LM "
+                   "head's vocab x hidden): at few tokens per pass a GEMM streams its weights "
+                   "from memory, a cost that grows with the weights, not the tokens",
     "shard_params": "parameters of the unit / num_shards (optimizer step on a G-way shard)",
 }
 """What each feature counts; coefficients are seconds per unit of the feature."""
@@ -99,16 +103,17 @@ def _pass_vectors(model: ModelSpec, seq_len: int, unit: str) -> tuple[np.ndarray
     # order: tok_block_matmul, tok_attn, tok_lm_head, tok_vocab, tok_hidden, tok_ffn, layers, const,
     # gemm_fixed. A GEMM of g = tokens x width at efficiency e_max·g/(g + g_half) takes
     # FLOPs/(peak·e_max) + 2·weights·g_half/(width·peak·e_max): the second term is gemm_fixed.
-    # emb_grad, tied_grad, param_grads: per-pass work that grows with parameters, not tokens.
+    # emb_grad, tied_grad, param_grads, weight_read: per-pass work that grows with parameters,
+    # not tokens.
     tied = float(h * V) if model.tie_word_embeddings else 0.0
     block_tok = np.array([model.block_matmul_params, seq_len * model.num_heads * model.d,
-                          0.0, 0.0, h, f, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0])
+                          0.0, 0.0, h, f, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0])
     block_one = np.array([0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, model.block_matmul_params / h,
-                          0.0, 0.0, float(model.block_params)])
+                          0.0, 0.0, float(model.block_params), float(model.block_matmul_params)])
     root_tok = np.zeros(len(PASS_FEATURES))
     root_tok[[2, 3, 4]] = h * V, V, h
     root_one = np.array([0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, float(V), float(h * V), tied,
-                         float(model.root_params)])
+                         float(model.root_params), float(h * V)])
     if unit == "block":
         out = block_tok, block_one
     elif unit == "root":

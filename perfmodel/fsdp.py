@@ -403,11 +403,15 @@ def unit_durations(model: ModelSpec, profile: CostModel, island: IslandSpec, *, 
     def compute(phase: str, unit: str) -> Any:
         return profile.compute_time_s(phase, model, seq_len, micro_batch, unit=unit)
 
+    copy_s_per_byte = getattr(profile, "fsdp_copy_s_per_byte", 0.0)
+
     def comm(op: str, payload_bytes: float) -> float:
         # A single-GPU island has nothing to gather or reduce.
         if island.num_gpus == 1:
             return 0.0
-        return float(profile.island_comm_time_s(op, island, payload_bytes))
+        # FSDP2 copies the payload once unsharded and once sharded around each collective.
+        copy_s = copy_s_per_byte * payload_bytes * (1.0 + 1.0 / island.num_gpus)
+        return float(profile.island_comm_time_s(op, island, payload_bytes)) + copy_s
 
     block_fwd = compute("forward", "block")
     return UnitDurations(

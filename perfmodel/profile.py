@@ -100,6 +100,12 @@ class HardwareProfile:
     recompute_factor: float = 1.0
     """Time of an activation-checkpointing recompute as a multiple of the forward time of the
     FLOPs it recomputes (1.0 = as fast as the forward pass); > 0."""
+    fsdp_copy_s_per_byte: float = 0.0
+    """Seconds per byte of FSDP2's copies around each collective (all_gather: the shard's copy-in
+    and the unsharded copy-out; reduce_scatter: the gradients' chunk-cat and the sharded
+    result), added to the collective's time; bytes = payload x (1 + 1/ranks). 0 = not modelled
+    (on a GPU they run at HBM bandwidth, well under 1 % of a step); on the CPU they are the
+    training thread's memory traffic into fresh buffers. >= 0."""
     schema_version: int = SCHEMA_VERSION
     """YAML schema version."""
     _cache: dict[Any, tuple[Any, Any]] = field(default_factory=dict, init=False, compare=False,
@@ -115,6 +121,9 @@ class HardwareProfile:
         if not (math.isfinite(self.recompute_factor) and self.recompute_factor > 0.0):
             raise ValueError(f"recompute_factor must be finite and > 0, "
                              f"got {self.recompute_factor}")
+        if not (math.isfinite(self.fsdp_copy_s_per_byte) and self.fsdp_copy_s_per_byte >= 0.0):
+            raise ValueError(f"fsdp_copy_s_per_byte must be finite and >= 0, "
+                             f"got {self.fsdp_copy_s_per_byte}")
 
     # -- compute --------------------------------------------------------------------------
     def _phase(self, phase: str) -> PhaseCoefficients:
@@ -182,6 +191,7 @@ class HardwareProfile:
                 "compute": {p: c.provenance for p, c in self.compute.items()},
                 "overlap_slowdown": self.overlap_slowdown,
                 "recompute_factor": self.recompute_factor,
+                "fsdp_copy_s_per_byte": self.fsdp_copy_s_per_byte,
                 "comm": {f"{op}/{link}": c.provenance
                          for (op, link), c in self.comm.coefficients.items()},
                 "comm_fallback": "catalog prior (catalogs/links.csv) for links not listed"}
@@ -193,6 +203,8 @@ class HardwareProfile:
             "backend": self.backend, "provenance": self.provenance, "units": dict(UNITS_DOC),
             "overlap_slowdown": float(self.overlap_slowdown),
             "recompute_factor": float(self.recompute_factor),
+            **({"fsdp_copy_s_per_byte": float(self.fsdp_copy_s_per_byte)}
+               if self.fsdp_copy_s_per_byte else {}),
             "compute": {phase: {"provenance": c.provenance, "cv_mape_pct": c.cv_mape_pct,
                                 "cv_scheme": c.cv_scheme,
                                 "coefficients_s": {k: float(v) for k, v in c.coefficients.items()}}
@@ -239,6 +251,7 @@ class _ProfileDoc(_Strict):
     units: dict[str, str] = Field(default_factory=dict)
     overlap_slowdown: float = Field(default=1.0, ge=1.0, allow_inf_nan=False)
     recompute_factor: float = Field(default=1.0, gt=0.0, allow_inf_nan=False)
+    fsdp_copy_s_per_byte: float = Field(default=0.0, ge=0.0, allow_inf_nan=False)
     compute: dict[str, _PhaseDoc] = Field(default_factory=dict)
     comm: list[_CommDoc] = Field(default_factory=list)
     provenance_detail: dict[str, Any] = Field(default_factory=dict)
@@ -286,7 +299,8 @@ def profile_from_dict(data: Any, *, source: str = "<profile>") -> HardwareProfil
                            provenance=doc.provenance, provenance_detail=doc.provenance_detail,
                            compute=compute, comm=CommModel(backend=doc.backend, coefficients=comm),
                            overlap_slowdown=doc.overlap_slowdown,
-                           recompute_factor=doc.recompute_factor)
+                           recompute_factor=doc.recompute_factor,
+                           fsdp_copy_s_per_byte=doc.fsdp_copy_s_per_byte)
 
 
 @functools.lru_cache(maxsize=256)

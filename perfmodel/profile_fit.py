@@ -80,13 +80,16 @@ def with_compute_fit(base: HardwareProfile | None, *, name: str, hardware: str, 
 class _Contention(TypedDict, total=False):
     overlap_slowdown: float
     recompute_factor: float
+    fsdp_copy_s_per_byte: float
 
 
 def _contention(base: HardwareProfile | None) -> _Contention:
-    """The base's overlap_slowdown and recompute_factor (kept by a refit of other parts)."""
+    """The base's overlap_slowdown, recompute_factor and fsdp_copy_s_per_byte (kept by a refit of
+    other parts)."""
     if base is None:
         return {}
-    return {"overlap_slowdown": base.overlap_slowdown, "recompute_factor": base.recompute_factor}
+    return {"overlap_slowdown": base.overlap_slowdown, "recompute_factor": base.recompute_factor,
+            "fsdp_copy_s_per_byte": base.fsdp_copy_s_per_byte}
 
 
 def with_comm_fit(base: HardwareProfile | None, *, name: str, hardware: str, backend: str,

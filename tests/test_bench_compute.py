@@ -55,7 +55,7 @@ def _rows(path: Path) -> list[dict[str, str]]:
 
 # ---- design space -------------------------------------------------------------------------
 
-@pytest.mark.parametrize("space", ["cpu.yaml", "paper-gpu.yaml"])
+@pytest.mark.parametrize("space", ["cpu.yaml", "cpu-wide.yaml", "paper-gpu.yaml"])
 def test_shipped_spaces_sample_valid_shapes(space: str) -> None:
     design = cb.load_space(catalog_dir() / "spaces" / space)
     configs = cb.sample_configs(design, 40, seed=0)

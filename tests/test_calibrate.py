@@ -161,14 +161,18 @@ def test_overlap_fit_on_measured_fsdp_steps() -> None:
     from perfmodel.calibrate_overlap import fit_overlap_slowdown
 
     profile = load_profile("cpu-x86-2core")
-    result = fit_overlap_slowdown(profile, ROOT / "catalogs/profiles/data/cpu-fsdp.csv",
-                                  grid=(1.0, 1.5, 2.5))
-    assert result.errors_pct.shape == (3, 16)
-    # more contention -> longer simulated steps, row by row (collectives overlap compute)
-    assert np.all(np.diff(result.errors_pct, axis=0) >= 0)
-    assert result.overlap_slowdown in result.grid
-    assert result.mape_pct(result.overlap_slowdown) == min(result.mape_pct(g) for g in result.grid)
-    assert result.loo_mape_pct() >= result.mape_pct(result.overlap_slowdown) - 1e-9
+    data = ROOT / "catalogs/profiles/data/cpu-fsdp.csv"
+    result = fit_overlap_slowdown(profile, data, overlap_grid=(1.0, 1.5, 2.5),
+                                  copy_grid=(0.0, 1e-9))
+    rows = len(result.groups)
+    assert result.errors_pct.shape == (6, rows) and len(set(result.groups)) >= 2
+    errors = result.errors_pct.reshape(3, 2, rows)
+    # more contention or dearer copies -> longer simulated steps, row by row
+    assert np.all(np.diff(errors, axis=0) >= 0) and np.all(np.diff(errors, axis=1) > 0)
+    assert result.best in result.grid
+    assert result.mape_pct(result.best) == min(result.mape_pct(g) for g in result.grid)
+    # holding a shape out can only do worse than fitting on every row
+    assert result.cv_mape_pct() >= result.mape_pct(result.best) - 1e-9
 
 
 def test_predict_names_profile_and_provenance_per_link(run_cli) -> None:
@@ -181,3 +185,31 @@ def test_predict_names_profile_and_provenance_per_link(run_cli) -> None:
     assert out["profile"] == "H100-SXM5-80GB-calibrated" and out["provenance"] == "calibrated"
     assert out["compute_provenance"] == "calibrated (H100-SXM5-80GB-calibrated)"
     assert out["link_nvlink4_provenance"] == "prior" and out["link_ib-ndr400_provenance"] == "prior"
+
+
+def test_fsdp_copy_cost_is_added_to_each_collective(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from perfmodel.catalog import get_model
+    from perfmodel.fsdp import unit_durations
+    from perfmodel.hardware import IslandSpec
+
+    base = load_profile("cpu-x86-2core")
+    copying = replace(base, fsdp_copy_s_per_byte=1e-9)
+    path = tmp_path / "copy.yaml"
+    save_profile(copying, path)
+    loaded = load_profile(str(path))
+    assert loaded.fsdp_copy_s_per_byte == 1e-9
+    with pytest.raises(ProfileError, match="fsdp_copy_s_per_byte"):
+        profile_from_dict({**copying.to_dict(), "fsdp_copy_s_per_byte": -1.0})
+    model = get_model("small-llama")
+    island = IslandSpec(gpu=get_gpu(base.hardware), num_nodes=1, gpus_per_node=2,
+                        intra_link="gloo-loopback", inter_link="gloo-loopback")
+    kwargs = {"seq_len": 128, "micro_batch": 1}
+    before = unit_durations(model, replace(base, fsdp_copy_s_per_byte=0.0), island, **kwargs)
+    after = unit_durations(model, loaded, island, **kwargs)
+    block_payload = model.fsdp_units(128)[0].params * 4  # the recipe's fp32 reduce dtype
+    # one unsharded and one sharded copy (2 ranks) of the payload per collective
+    assert after.block_reduce_scatter_s - before.block_reduce_scatter_s == pytest.approx(
+        1e-9 * block_payload * 1.5)
+    assert after.block_forward_s == before.block_forward_s

@@ -110,7 +110,9 @@ def test_estimator_conventions() -> None:
     assert not hasattr(reg, "coef_")
     model = get_model("tiny-llama")
     X = unit_feature_matrix(model, 64, np.arange(1, 9))[:, candidate_columns("forward")]
-    y = X @ np.array([1e-12, 0, 0, 0, 0, 0, 1e-5, 0])
+    coef = np.zeros(len(PASS_FEATURES))
+    coef[[PASS_FEATURES.index("tok_block_matmul"), PASS_FEATURES.index("layers")]] = 1e-12, 1e-5
+    y = X @ coef
     assert reg.fit(X, y) is reg
     assert reg.cv_scheme_ == "3-fold"
     assert reg.predict(X).shape == y.shape

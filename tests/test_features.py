@@ -78,7 +78,7 @@ def test_parameter_count_features_do_not_grow_with_tokens(name: str) -> None:
     block = dict(zip(PASS_FEATURES, unit_feature_matrix(model, 256, np.array([1, 8]), "block",
                                                         "backward").T, strict=True))
     for feats in (root, block):
-        for name_ in ("gemm_fixed", "emb_grad", "tied_grad", "param_grads"):
+        for name_ in ("gemm_fixed", "emb_grad", "tied_grad", "param_grads", "weight_read"):
             assert feats[name_][0] == feats[name_][1]  # per pass, not per token
     assert root["emb_grad"][0] == V * h and block["emb_grad"][0] == 0
     assert root["tied_grad"][0] == (V * h if model.tie_word_embeddings else 0)
@@ -86,5 +86,7 @@ def test_parameter_count_features_do_not_grow_with_tokens(name: str) -> None:
         root["param_grads"][0] == model.root_params
         and block["param_grads"][0] == model.block_params
     )
+    assert root["weight_read"][0] == V * h
+    assert block["weight_read"][0] == model.block_matmul_params
     assert block["gemm_fixed"][0] == pytest.approx(model.block_matmul_params / h)
     assert root["gemm_fixed"][0] == V

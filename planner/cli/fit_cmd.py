@@ -95,11 +95,13 @@ def fit_comm_cmd(data: str, output: str, hardware: str | None, base: str | None,
               help="Measured profile YAML to update (its compute and comm are used as they are).")
 @format_option()
 def fit_overlap(data: str, output: str, fmt: str) -> None:
-    """Fit the profile's overlap_slowdown (compute slowed while a collective runs) from measured
-    FSDP2 steps (`shardmeter bench fsdp` CSV); reports the step MAPE before, after and
-    leave-one-out."""
+    """Fit the profile's overlap_slowdown (compute slowed while a collective runs) and
+    fsdp_copy_s_per_byte (FSDP2's copies around each collective) from measured FSDP2 steps
+    (`shardmeter bench fsdp` CSV); reports the step MAPE before, fitted, and with each model
+    shape held out of the fit."""
     result = api_fit.fit_overlap(api_fit.OverlapFitRequest(data_path=data, output_path=output))
-    click.echo(f"wrote {output} (overlap_slowdown {result.profile.overlap_slowdown})", err=True)
+    click.echo(f"wrote {output} (overlap_slowdown {result.profile.overlap_slowdown}, "
+               f"fsdp_copy_s_per_byte {result.profile.fsdp_copy_s_per_byte:.3g})", err=True)
     emit_records(result.records, fmt, title=f"overlap fit -> {output}")
 
 

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Recollect every CPU timing dataset behind catalogs/profiles/cpu-x86-2core.yaml on ONE machine,
+# in the order the fits need them (about 1.2 h on the 2-core VM), over the wider design space
+# catalogs/spaces/cpu-wide.yaml (Sobol shapes spanning the named models' embedding sizes, named
+# models with two layers). The shipped datasets predate this script: their commands are in their
+# *.env.json sidecars. Each step appends to its CSV and resumes where a killed run stopped; move
+# the four datasets (and their .env.json/.progress/.plan.json sidecars) away first, and run it on a
+# quiet machine: anything else on the two cores, including a second benchmark, is noise in every
+# row (a 2026-12-01 trial that ran the named models beside the Sobol sweep was not usable).
+# Afterwards: `.venv/bin/python scripts/make_validation.py --fit` refits the profile and rewrites
+# docs/VALIDATION.md.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SM=${SHARDMETER:-.venv/bin/shardmeter}
+DATA=catalogs/profiles/data
+SPACE=catalogs/spaces/cpu-wide.yaml
+# malloc asks for transparent huge pages (see catalogs/spaces/cpu.yaml for why).
+export GLIBC_TUNABLES=glibc.malloc.hugetlb=1
+step() { echo "== $(date -u +%FT%TZ) $*"; "$@"; }
+step "$SM" -v bench compute --space "$SPACE" -n 150 -o "$DATA/cpu-compute.csv"
+# The named models alone: a 2-layer Yi-6B needs more than 12 GB.
+step "$SM" -v bench compute --space "$SPACE" --named -o "$DATA/cpu-compute.csv"
+# 200 repetitions: small gloo collectives on two shared cores are noisy (see the IQR column of
+# cpu-comm.csv), so the median needs many samples.
+step "$SM" -v bench comm -o "$DATA/cpu-comm.csv" --iters 200 --warmup 10
+# torchtitan's recipe in fp32 without activation checkpointing (CPU bf16 matmuls are not what
+# the fp32 compute profile measures; AC would add recompute the CPU profile does not time).
+step "$SM" -v bench fsdp -o "$DATA/cpu-fsdp.csv" --iters 10 --warmup 3 --recipe torchtitan \
+    --param-dtype fp32 --reduce-dtype fp32 --ac none
+step "$SM" -v bench memory --real --like "$DATA/cpu-fsdp.csv" -o "$DATA/cpu-fsdp-memory.csv"
+echo "== $(date -u +%FT%TZ) done"
