@@ -49,11 +49,9 @@ def _check_backend(backend: str | None) -> None:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class ComputeFitRequest:
-    """`shardmeter fit compute`: forward/backward/optimizer regressions from a compute CSV."""
+class _ProfileFitTarget:
+    """Where a fit of part of a profile starts and what it writes (shared by compute and comm)."""
 
-    data_path: str
-    """Compute dataset CSV (`shardmeter bench compute`)."""
     output_path: str
     """Profile YAML to write (also the base when it exists and `base` is None)."""
     hardware: str | None = None
@@ -62,6 +60,14 @@ class ComputeFitRequest:
     """Profile (name or path) to start from; None: the output file, else the prior."""
     name: str | None = None
     """Profile name; None: the output file's stem."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ComputeFitRequest(_ProfileFitTarget):
+    """`shardmeter fit compute`: forward/backward/optimizer regressions from a compute CSV."""
+
+    data_path: str
+    """Compute dataset CSV (`shardmeter bench compute`)."""
     backend: str | None = None
     """Collective backend; None: the base's, else gloo for a CPU device, nccl for a GPU."""
     selection: str = "auto"
@@ -81,19 +87,11 @@ class ComputeFitRequest:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class CommFitRequest:
+class CommFitRequest(_ProfileFitTarget):
     """`shardmeter fit comm`: latency/bandwidth per (op, link) from a communication CSV."""
 
     data_path: str
     """Communication dataset CSV (`shardmeter bench comm`)."""
-    output_path: str
-    """Profile YAML to write (also the base when it exists and `base` is None)."""
-    hardware: str | None = None
-    """Catalog GPU (or local device) name; None: the base profile's."""
-    base: str | None = None
-    """Profile (name or path) to start from; None: the output file, else the prior."""
-    name: str | None = None
-    """Profile name; None: the output file's stem."""
     backend: str | None = None
     """Use only rows of this backend (needed when the dataset has several)."""
 
