@@ -200,9 +200,9 @@ def fit_link(op: str, frame: pd.DataFrame, *, per_nic: bool = False, n_splits: i
     oof = np.full(len(y), np.nan)
     k = min(n_splits, len(y))
     if k >= 2:
-        folds = np.array_split(np.random.default_rng(seed).permutation(len(y)), k)
-        for test in folds:
-            train = np.setdiff1d(np.arange(len(y)), test)
+        from sklearn.model_selection import KFold
+
+        for train, test in KFold(n_splits=k, shuffle=True, random_state=seed).split(X):
             oof[test] = X[test] @ _fit_rel(X[train], y[train])
     else:
         oof = X @ np.array([alpha, beta])

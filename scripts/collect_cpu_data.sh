@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Recollect every CPU timing dataset behind catalogs/profiles/cpu-x86-2core.yaml on ONE machine,
-# in the order the fits need them (about 1.2 h on the 2-core VM), over the wider design space
+# in the order the fits need them (about 1 h on the 2-core VM), over the wider design space
 # catalogs/spaces/cpu-wide.yaml (Sobol shapes spanning the named models' embedding sizes, named
 # models with two layers). The shipped datasets predate this script: their commands are in their
 # *.env.json sidecars. Each step appends to its CSV and resumes where a killed run stopped; move
@@ -14,8 +14,19 @@ cd "$(dirname "$0")/.."
 SM=${SHARDMETER:-.venv/bin/shardmeter}
 DATA=catalogs/profiles/data
 SPACE=catalogs/spaces/cpu-wide.yaml
-# malloc asks for transparent huge pages (see catalogs/spaces/cpu.yaml for why).
-export GLIBC_TUNABLES=glibc.malloc.hugetlb=1
+# A caching malloc, as a GPU has: glibc's malloc unmaps every large freed tensor, so each step's
+# fresh gradient and optimizer buffers fault their pages in again, at a cost that swings with the
+# VM's huge-page supply (the datasets measured before 2026-12-01 carry it: backward IQRs above the
+# median on large tied shapes). jemalloc, set never to purge by itself, reuses warm pages; the
+# compute bench purges between configurations (perfmodel.bench.environment.release_freed_memory).
+JEMALLOC=${JEMALLOC:-$(ldconfig -p | awk '/libjemalloc\.so\.2 /{print $NF; exit}')}
+if [[ -z "$JEMALLOC" || ! -e "$JEMALLOC" ]]; then
+    echo "error: libjemalloc.so.2 not found. To fix: apt-get install libjemalloc2, or set" \
+         "JEMALLOC=/path/to/libjemalloc.so.2" >&2
+    exit 2
+fi
+export LD_PRELOAD="$JEMALLOC" MALLOC_CONF=dirty_decay_ms:-1,muzzy_decay_ms:-1
+export GLIBC_TUNABLES=glibc.malloc.hugetlb=1  # for what still goes through glibc (ld.so, gloo)
 step() { echo "== $(date -u +%FT%TZ) $*"; "$@"; }
 step "$SM" -v bench compute --space "$SPACE" -n 150 -o "$DATA/cpu-compute.csv"
 # The named models alone: a 2-layer Yi-6B needs more than 12 GB.

@@ -52,55 +52,42 @@ PAPER = {"SmolLM-360M": ((5.29, 10.44, 4.03), (15.22, 28.74, 4.83)),
 PAPER_COMM = {"all_gather": 14.99, "reduce_scatter": 13.1, "all_reduce": 2.14}
 GOAL_PCT = 10.0
 STEP_GOAL_PCT, STEP_CASE_LIMIT_PCT = 15.0, 25.0
-NOTES = """### How the data were collected
+COLLECTED = """### How the data were collected
 
-All CPU benchmarks ran with `GLIBC_TUNABLES=glibc.malloc.hugetlb=1` (malloc asks for transparent
-huge pages): with 4 KiB pages every fresh large tensor (gradients, optimizer temporaries) costs
-~0.33 s per GiB of page faults on this VM, six times the huge-page cost, and would swamp the
-compute being measured (a GPU's caching allocator has no such cost).
+`scripts/collect_cpu_data.sh` measured every timing dataset below in one quiet run on one machine,
+on jemalloc set never to return freed pages (`LD_PRELOAD=libjemalloc.so.2
+MALLOC_CONF=dirty_decay_ms:-1,muzzy_decay_ms:-1`): glibc's malloc unmaps every large freed
+tensor, so each step's fresh gradients and optimizer temporaries fault their pages in again, at a
+cost that swings with the VM's huge-page supply, while a GPU's caching allocator reuses warm
+memory. Compute: `catalogs/spaces/cpu-wide.yaml` (150 scrambled-Sobol shapes, hidden 64-4096,
+vocabulary 512-262144, llama/gemma/phi layouts, 1-4 layers, micro-batch sweep 1, 2, 4, ... to 16
+under a 15 s and 12 GiB cap; `--named`: the five held-out models' real shapes with two layers,
+sequence 64, micro-batches 1 and 2); fp32, AdamW, one thread, phase times from the profiler's
+`record_function` ranges (median of the profiled steps, IQR per row). Collectives: gloo over TCP
+loopback, 2 ranks, slowest rank per repetition, median. FSDP2: `catalogs/spaces/fsdp-cpu.yaml`,
+`fully_shard` per block and root, 2 ranks, torchtitan's recipe in fp32. FSDP2 peak memory: the
+same configurations as real-tensor 2-rank gloo runs, the CPU allocator's live bytes of the training
+thread at their peak (`perfmodel/bench/alloc_trace.py`) beside FSDPMemTracker on the same step.
+Each dataset's commands, as its `*.env.json` sidecar records them:
 
-- Compute (`catalogs/profiles/data/cpu-compute.csv`): `shardmeter bench compute` over
-  `catalogs/spaces/cpu.yaml` (150 scrambled-Sobol shapes: log-uniform hidden 64-2048,
-  intermediate 128-6144, vocabulary 512-131072, 1-4 layers, llama/gemma/phi layouts, sequence
-  64/128/256; micro-batch sweep 1, 2, 4, ... up to 16 stopped by a 15 s per-shape time cap or a
-  6 GiB memory estimate), then `--named`: the five held-out models with their real widths, heads,
-  kv heads, head_dim, intermediate size, vocabulary, family layout and tying but ONE layer,
-  sequence 64, micro-batches 1 and 2, 5 profiled steps. fp32, AdamW, one thread, phase times
-  from the profiler's `record_function` ranges (median of the profiled steps, IQR kept per row).
-- Collectives (`cpu-comm.csv`): `shardmeter bench comm`, gloo over TCP loopback, 2 ranks,
-  12 log-spaced payloads 1-150 MiB, 50 timed repetitions after 5 warm-ups, slowest rank per
-  repetition, median.
-- FSDP2 (`cpu-fsdp.csv`): `shardmeter bench fsdp` with `catalogs/spaces/fsdp-cpu.yaml`,
-  `fully_shard` per block and root, 2 ranks, gloo, micro-batches 1 and 4, gradient accumulation 1
-  and 2, 5 timed steps after 2 warm-ups.
-- FSDP2 peak memory (`cpu-fsdp-memory.csv`): `shardmeter bench memory --real --like cpu-fsdp.csv`,
-  the same 16 configurations and recipe as real-tensor 2-rank gloo runs: the CPU allocator's
-  live bytes of the training thread at their peak (`perfmodel/bench/alloc_trace.py`: frees
-  matched by address, a free gloo's worker threads made unrecorded counted until the address is
-  reused, gloo's staging copies inside c10d ops left out), each beside FSDPMemTracker on the same
-  step. Bytes do not depend on the CPU, so they were re-measured on 2026-12-01 without re-timing
-  the steps; `cpu-fsdp.csv`'s own `peak_memory_bytes` (raw "Total Allocated" maximum plus
-  persistent state) overstated the peak by every free gloo's threads made unrecorded.
+"""
 
-### Caveats
+NOTES = """### Caveats
 
-- The named models were measured with one layer, so their LM head and embedding dominate
-  (Gemma-2B: 256k vocabulary, 634M of its 1-layer parameters). Their backward pass and optimizer
-  step carry costs that grow with the parameter count rather than with tokens (dense embedding
-  gradient, tied-weight gradient accumulation, fresh gradient buffers): the backward features
-  `emb_grad`, `tied_grad` and `param_grads` and the pass feature `weight_read` (matmul weights
-  streamed once per pass) model them, but the Sobol shapes reach a quarter of the named models'
-  embedding sizes, so the regression extrapolates there. The recollection that closes this gap
-  (`scripts/collect_cpu_data.sh` over `catalogs/spaces/cpu-wide.yaml`: Sobol vocabularies up to
-  256k and widths up to 4096, named models with two layers) needs a quiet machine for about
-  1.2 h and has not been run to the end.
+- Backward of the large named models is predicted too fast, tied or untied alike, while their
+  forward is not. They sit at the weight-bound end of the data: 64-128 tokens through 2048-4096-
+  wide layers whose FFNs (8192-16384 wide) are wider than any Sobol shape's (at most 6144), so
+  their FFN matrices are larger than every Sobol shape's. Our reading, not tested here: the
+  per-FLOP cost of a backward matmul at so few tokens grows with the matrix in a way the linear
+  features do not express, and Sobol shapes with the named models' FFN widths at micro-batch 1-2
+  would put that regime in the data.
 - Two ranks and gloo's threads share the two cores, so a collective takes CPU time from the
   compute it overlaps (`overlap_slowdown`), and FSDP2's copies around each collective (all-gather
   copy-in and copy-out, reduce-scatter chunk-cat) run in the training thread
   (`fsdp_copy_s_per_byte`); both are fitted on the FSDP2 steps, hence the held-out column.
-- Other engineers' jobs ran on the same two cores during collection (load average ~2 before our
-  jobs; recorded per session in the `*.env.json` files): absolute times are noisy, and a rank that
-  shares its core slows the whole FSDP step."""
+- The datasets measured before this collection (AMD EPYC, glibc's malloc with huge pages) are in
+  the git history; they are not mixed with these: the CPU, the malloc and the named models'
+  layer count all differ."""
 
 
 def shardmeter(*args: str) -> str:
@@ -272,17 +259,44 @@ def fsdp_section(rows: list[dict[str, Any]]) -> str:
     )
 
 
+def _sessions(name: str) -> list[dict[str, Any]]:
+    sidecar = ROOT / f"{name}.env.json"
+    return json.loads(sidecar.read_text())["sessions"] if sidecar.is_file() else []
+
+
 def machines() -> str:
     """The CPU model(s) and dates the timing datasets' env.json sidecars record."""
     seen: dict[str, set[str]] = {}
     for name in (COMPUTE, COMM, FSDP):
-        sidecar = ROOT / f"{name}.env.json"
-        if not sidecar.is_file():
-            continue
-        for session in json.loads(sidecar.read_text())["sessions"]:
+        for session in _sessions(name):
             seen.setdefault(str(session.get("cpu_model", "?")), set()).add(session["date"][:10])
     return "; ".join(f"{cpu}, timing data collected {', '.join(sorted(days))}"
                      for cpu, days in sorted(seen.items()))
+
+
+def _command(line: str) -> str:
+    """A recorded command line with its program shortened (shardmeter, or the script's path in
+    this checkout)."""
+    program, _, rest = line.partition(" ")
+    path = Path(program)
+    if path.name == "shardmeter":
+        return f"shardmeter {rest}"
+    return f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path.name} {rest}"
+
+
+def collection() -> str:
+    """Each dataset's benchmark commands, malloc and machine load, from its env.json sidecar."""
+    lines = []
+    for name in (COMPUTE, COMM, FSDP, FSDP_MEMORY):
+        sessions = _sessions(name)
+        commands = dict.fromkeys(_command(s["command"]) for s in sessions)
+        mallocs = sorted({str(s.get("malloc_library", "glibc")) for s in sessions})
+        loads = [float(s["loadavg_1m_at_start"]) for s in sessions if "loadavg_1m_at_start" in s]
+        lines.append(f"- `{Path(name).name}` ({len(sessions)} session(s); malloc: "
+                     f"{', '.join(mallocs)}; load average at start <= "
+                     f"{f(max(loads, default=float('nan')))}):\n  `"
+                     + "`\n  `".join(commands) + "`")
+    return "\n".join(lines)
 
 
 def part_measured() -> str:
@@ -305,9 +319,9 @@ def part_measured() -> str:
             "",
             f"Machine: {machines()}; `catalogs/gpus_local.csv` CPU-x86-2core, a 2-core KVM "
             "guest, one rank per core, torch.set_num_threads(1). The software, CPU and date of "
-            "each dataset are in its `*.env.json` sidecar. Timings were taken while other jobs "
-            "shared the two cores, so every dataset carries that noise (medians over repeats; IQR "
-            f"per row). The profile `{PROFILE}` is fitted by the first {len(FIT_COMMANDS)} "
+            "each dataset, its malloc and the machine's load when it started are in its "
+            f"`*.env.json` sidecar (listed below). The profile `{PROFILE}` is fitted by the "
+            f"first {len(FIT_COMMANDS)} "
             "commands (`--fit`: compute, collectives, then the two FSDP-side parameters, "
             "contention and FSDP2's copies, on the FSDP2 steps); the others validate it:",
             "",
@@ -316,7 +330,7 @@ def part_measured() -> str:
             "```",
         ]
     )
-    return "\n\n".join([intro, *sections, NOTES])
+    return "\n\n".join([intro, *sections, COLLECTED + collection(), NOTES])
 
 
 PARTS: dict[str, Callable[[], str]] = {

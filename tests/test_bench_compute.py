@@ -188,7 +188,8 @@ def test_bench_compute_cli_runs_and_resumes(run_cli, tiny_space: Path, tmp_path:
     assert all(float(r["time_s"]) > 0 and r["threads"] == "1" and r["iters"] == "2" for r in rows)
     env = json.loads(Path(f"{out}.env.json").read_text())
     assert len(env["sessions"]) == 2 and env["sessions"][0]["torch"] == torch.__version__
-    recorded = {"glibc_tunables", "transparent_hugepage", "loadavg_1m_at_start", "cpu_model"}
+    recorded = {"malloc_library", "malloc_conf", "glibc_tunables", "transparent_hugepage",
+                "loadavg_1m_at_start", "cpu_model"}
     assert recorded <= set(env["sessions"][0])
     assert len(Path(f"{out}.progress").read_text().split("\n")) == 4
     third = run_cli(*args)  # everything finished: nothing is measured again
@@ -216,20 +217,59 @@ def test_bench_compute_refuses_a_changed_space(run_cli, tiny_space: Path, tmp_pa
     assert result.code == 2 and "To fix:" in result.err and "another shape" in result.err
 
 
-def test_small_page_warning(
-    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
-) -> None:
+def test_malloc_library_is_read_from_the_process_maps(tmp_path: Path) -> None:
+    from perfmodel.bench import environment as common
+
+    maps = tmp_path / "maps"
+    maps.write_text("7f00-7f10 r-xp 0 08:01 1 /usr/lib/x86_64-linux-gnu/libc.so.6\n")
+    assert common.malloc_library(maps) == "glibc"
+    maps.write_text(maps.read_text() + "7f20-7f30 r-xp 0 08:01 2 /usr/lib/libjemalloc.so.2\n")
+    assert common.malloc_library(maps) == "jemalloc"
+    assert common.malloc_library(tmp_path / "absent") == "unknown"
+
+
+RELEASE_PROBE = """
+import torch
+from perfmodel.bench.environment import malloc_library, release_freed_memory
+def rss_mib():
+    return int(open("/proc/self/statm").read().split()[1]) * 4096 >> 20
+blocks = [torch.ones(2**26) for _ in range(4)]  # 1 GiB
+del blocks
+held = rss_mib()
+release_freed_memory()
+print(malloc_library(), held, rss_mib())
+"""
+
+
+def test_release_freed_memory_purges_the_benchmarks_jemalloc() -> None:
+    """The benchmarks' jemalloc keeps freed pages; release_freed_memory hands them back."""
+    import subprocess
+    import sys
+
+    from perfmodel.bench import environment as common
+
+    library = Path("/usr/lib/x86_64-linux-gnu/libjemalloc.so.2")
+    if not library.is_file():
+        pytest.skip("libjemalloc2 is not installed (apt-get install libjemalloc2)")
+    env = {"PATH": "/usr/bin:/bin", "LD_PRELOAD": str(library),
+           "MALLOC_CONF": common.JEMALLOC_CONF}
+    out = subprocess.run([sys.executable, "-c", RELEASE_PROBE], env=env, check=True,
+                         capture_output=True, text=True, cwd=Path(__file__).parent.parent).stdout
+    name, held_mib, after_mib = out.split()
+    assert name == "jemalloc" and int(held_mib) - int(after_mib) > 900
+
+
+@pytest.mark.parametrize(("library", "device", "warns"), [
+    ("glibc", "cpu", True), ("unknown", "cpu", True), ("jemalloc", "cpu", False),
+    ("tcmalloc", "cpu", False), ("glibc", "cuda", False)])
+def test_small_page_warning(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+                            library: str, device: str, warns: bool) -> None:
     from perfmodel.bench import environment as common
 
     monkeypatch.setattr(common.sys, "platform", "linux")
-    monkeypatch.setenv("GLIBC_TUNABLES", "")
-    common.warn_small_pages("cpu")
-    assert "GLIBC_TUNABLES=glibc.malloc.hugetlb=1" in caplog.text
-    caplog.clear()
-    monkeypatch.setenv("GLIBC_TUNABLES", common.HUGEPAGE_TUNABLE)
-    common.warn_small_pages("cpu")
-    common.warn_small_pages("cuda")
-    assert caplog.text == ""
+    monkeypatch.setattr(common, "malloc_library", lambda: library)
+    common.warn_small_pages(device)
+    assert ("LD_PRELOAD=libjemalloc.so.2" in caplog.text and "To fix:" in caplog.text) == warns
 
 
 def test_bench_compute_bad_input_exits_2(run_cli, tmp_path: Path) -> None:

@@ -149,7 +149,11 @@ def test_cases_like_an_fsdp_dataset_keep_each_rows_recipe() -> None:
     for case, row in zip(cases, rows, strict=True):
         assert case.config_id == row["model"] and case.accum_steps == int(row["grad_accum"])
         assert case.spec.hidden_size == int(row["hidden_size"])
-        assert case.recipe == legacy_recipe(row["dtype"])  # rows without a recipe column
+        if row.get("recipe"):  # the row's own recipe, field by field
+            recorded = json.loads(row["recipe"])
+            assert {k: case.recipe.to_dict()[k] for k in recorded} == recorded
+        else:  # rows without a recipe column
+            assert case.recipe == legacy_recipe(row["dtype"])
 
 
 def test_cases_like_rejects_a_file_that_is_not_an_fsdp_dataset(tmp_path: Path) -> None:

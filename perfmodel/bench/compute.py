@@ -397,6 +397,7 @@ def run_config(cfg: BenchConfig, log: CsvLog, measured: dict[tuple[str, int], di
     import torch
 
     from perfmodel.bench.common import dtype_name
+    from perfmodel.bench.environment import release_freed_memory
     from perfmodel.bench.model import build_model
 
     start = time.perf_counter()
@@ -432,3 +433,5 @@ def run_config(cfg: BenchConfig, log: CsvLog, measured: dict[tuple[str, int], di
         gc.collect()
         if st.device == "cuda":
             torch.cuda.empty_cache()
+        else:
+            release_freed_memory()

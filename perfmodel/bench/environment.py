@@ -56,8 +56,49 @@ def environment_record(*, device: str, threads: int,
 
 
 HUGEPAGE_TUNABLE = "glibc.malloc.hugetlb=1"
-"""glibc tunable making malloc request transparent huge pages (madvise): the CPU benchmarks'
-setting."""
+"""glibc tunable making malloc request transparent huge pages (madvise): the setting of the CPU
+datasets measured before 2026-12-01."""
+
+CACHING_MALLOCS = ("jemalloc", "tcmalloc")
+"""malloc libraries that keep freed memory for reuse instead of unmapping it, as a GPU's caching
+allocator does (the CPU benchmarks' setting since 2026-12-01)."""
+
+JEMALLOC_CONF = "dirty_decay_ms:-1,muzzy_decay_ms:-1"
+"""jemalloc options for the benchmarks: never hand freed pages back to the kernel, so a training
+step's fresh buffers reuse warm memory from the previous step."""
+
+
+def malloc_library(maps: Path = Path("/proc/self/maps")) -> str:
+    """Which caching malloc (jemalloc, tcmalloc) this process runs on, or 'glibc'."""
+    try:
+        mapped = maps.read_text()
+    except OSError:
+        return "unknown"
+    return next((name for name in CACHING_MALLOCS if f"lib{name}" in mapped), "glibc")
+
+
+MALLCTL_ARENAS_ALL = 4096
+"""jemalloc's arena index meaning every arena (`arena.<i>.purge`)."""
+
+
+def release_freed_memory() -> None:
+    """Hand the pages freed so far back to the kernel: the CPU's `torch.cuda.empty_cache()`.
+
+    The benchmarks' jemalloc never purges by itself (a step's fresh buffers reuse the previous
+    step's pages, as on a GPU); without this, memory freed by one configuration's model stays
+    mapped in size classes the next one may not reuse, and a 150-shape sweep filled the 24 GB VM
+    (2026-12-01)."""
+    import ctypes
+
+    process = ctypes.CDLL(None)
+    library = malloc_library()
+    if library == "jemalloc":
+        process.mallctl(f"arena.{MALLCTL_ARENAS_ALL}.purge".encode(), None, None, None,
+                        ctypes.c_size_t(0))
+    elif library == "tcmalloc":
+        process.MallocExtension_ReleaseFreeMemory()
+    elif library == "glibc" and hasattr(process, "malloc_trim"):
+        process.malloc_trim(ctypes.c_size_t(0))
 
 
 def memory_environment() -> dict[str, Any]:
@@ -67,20 +108,25 @@ def memory_environment() -> dict[str, Any]:
         load = os.getloadavg()[0]
     except OSError:
         load = float("nan")
-    return {"glibc_tunables": os.environ.get("GLIBC_TUNABLES", ""),
+    return {"malloc_library": malloc_library(),
+            "malloc_conf": os.environ.get("MALLOC_CONF", ""),
+            "glibc_tunables": os.environ.get("GLIBC_TUNABLES", ""),
             "transparent_hugepage": thp.read_text().strip() if thp.is_file() else "n/a",
             "loadavg_1m_at_start": load}
 
 
 def warn_small_pages(device: str) -> None:
-    """On Linux CPUs, fresh large tensors pay one page fault per 4 KiB unless malloc uses huge
-    pages (measured here: ~0.33 s per GiB, 6x more than with huge pages): say how to avoid it."""
+    """On Linux CPUs, glibc's malloc unmaps every large freed tensor, so each step's fresh
+    gradients and optimizer temporaries fault their pages in again, at a cost that swings with
+    the VM's huge-page supply and that no GPU pays behind its caching allocator: say how to avoid
+    it."""
     if device == "cpu" and sys.platform.startswith("linux") \
-            and HUGEPAGE_TUNABLE not in os.environ.get("GLIBC_TUNABLES", ""):
-        logger.warning("GLIBC_TUNABLES=%s is not set: large fresh tensors (gradients, optimizer "
-                       "temporaries) will be dominated by 4 KiB page faults. To fix: start the "
-                       "command as `GLIBC_TUNABLES=%s shardmeter bench ...`", HUGEPAGE_TUNABLE,
-                       HUGEPAGE_TUNABLE)
+            and malloc_library() not in CACHING_MALLOCS:
+        logger.warning("this process runs on glibc's malloc: large fresh tensors (gradients, "
+                       "optimizer temporaries) will be dominated by page faults. To fix: install "
+                       "jemalloc (Debian: apt-get install libjemalloc2) and start the command as "
+                       "`LD_PRELOAD=libjemalloc.so.2 MALLOC_CONF=%s shardmeter bench ...`",
+                       JEMALLOC_CONF)
 
 
 def device_name(device: str) -> str:
