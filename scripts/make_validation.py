@@ -281,7 +281,10 @@ def _command(line: str) -> str:
     path = Path(program)
     if path.name == "shardmeter":
         return f"shardmeter {rest}"
-    return f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path.name} {rest}"
+    # the recorded path is the measuring checkout's: keep the part that names a file of this one
+    inside = next((Path(*path.parts[i:]) for i in range(1, len(path.parts))
+                   if (ROOT / Path(*path.parts[i:])).is_file()), Path(path.name))
+    return f"{inside.as_posix()} {rest}"
 
 
 def collection() -> str:
