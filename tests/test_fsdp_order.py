@@ -9,6 +9,8 @@ parameter counts.
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 
 pytest.importorskip("torch")
@@ -38,7 +40,16 @@ RUNS = {
 
 @pytest.fixture(scope="module")
 def recorded() -> dict[str, list]:
-    return dict(zip(RUNS, record_orders(SPEC, list(RUNS.values())), strict=True))
+    from torch.multiprocessing import ProcessExitedException
+
+    try:
+        orders = record_orders(SPEC, list(RUNS.values()))
+    except ProcessExitedException as err:
+        # A gloo rank aborted ("terminate called without an active exception", SIGABRT) once in
+        # a 2026-12-01 fresh-clone CI run and never on rerun: record once more, and say so.
+        warnings.warn(f"real FSDP2 recording aborted ({err}); recorded again", stacklevel=1)
+        orders = record_orders(SPEC, list(RUNS.values()))
+    return dict(zip(RUNS, orders, strict=True))
 
 
 @pytest.mark.parametrize("label", list(RUNS))
