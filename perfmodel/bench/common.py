@@ -22,9 +22,6 @@ from pathlib import Path
 from typing import Any
 
 from perfmodel.bench.environment import (  # noqa: F401  (re-exported: the old home)
-    CACHING_MALLOCS,
-    HUGEPAGE_TUNABLE,
-    JEMALLOC_CONF,
     POWERCAP,
     append_environment,
     cpu_model_name,
@@ -32,7 +29,6 @@ from perfmodel.bench.environment import (  # noqa: F401  (re-exported: the old h
     energy_counters,
     energy_delta,
     environment_record,
-    malloc_library,
     memory_environment,
     warn_small_pages,
 )

@@ -55,10 +55,6 @@ def environment_record(*, device: str, threads: int,
     return record
 
 
-HUGEPAGE_TUNABLE = "glibc.malloc.hugetlb=1"
-"""glibc tunable making malloc request transparent huge pages (madvise): the setting of the CPU
-datasets measured before 2026-12-01."""
-
 CACHING_MALLOCS = ("jemalloc", "tcmalloc")
 """malloc libraries that keep freed memory for reuse instead of unmapping it, as a GPU's caching
 allocator does (the CPU benchmarks' setting since 2026-12-01)."""
