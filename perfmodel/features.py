@@ -33,6 +33,7 @@ UNITS = ("model", "block", "root")
 PASS_FEATURES: tuple[str, ...] = (
     "tok_block_matmul", "tok_attn", "tok_lm_head", "tok_vocab", "tok_hidden", "tok_ffn",
     "layers", "const", "gemm_fixed", "emb_grad", "tied_grad", "param_grads", "weight_read",
+    "aligned_weight_grads",
 )
 """Candidate features of the forward and backward passes (same names, separate coefficients)."""
 
@@ -42,14 +43,41 @@ OPTIMIZER_FEATURES: tuple[str, ...] = ("shard_params", "layers", "const")
 _BASE_PASS = PASS_FEATURES[:8]
 REGRESSION_CANDIDATES: Mapping[str, tuple[str, ...]] = {
     "forward": (*_BASE_PASS, "weight_read"),
-    "backward": (*_BASE_PASS, "emb_grad", "tied_grad", "param_grads", "weight_read"),
+    "backward": (*_BASE_PASS, "emb_grad", "tied_grad", "param_grads", "weight_read",
+                 "aligned_weight_grads"),
     "optimizer": OPTIMIZER_FEATURES,
 }
 """Features the measured regression (perfmodel.compute) selects from, per phase. `gemm_fixed` is
 left out: its coefficient is a physical one of calibrated profiles (perfmodel.calibrate). The
 parameter-count features `emb_grad`, `tied_grad` and `param_grads` are backward candidates only:
 that is where the dense embedding gradient, tied-weight accumulation and fresh gradient buffers
-run; `weight_read` (matmul weights streamed from memory once per pass) is a candidate of both."""
+run; `weight_read` (matmul weights streamed from memory once per pass) is a candidate of both;
+`aligned_weight_grads` is a backward candidate: that is where widths that are multiples of
+`ALIGNED_WIDTH` were measured slower (catalogs/profiles/data/cpu-width-probe.csv); their forward
+was not."""
+
+ALIGNED_WIDTH = 1024
+"""Rows of a multiple of this many fp32 elements are a multiple of 4 KiB long, the stride at which
+a CPU's L1 cache sets and load/store forwarding alias addresses. On the 2-core Xeon the backward
+pass of a model this wide measured slower than at the widths beside it (docs/VALIDATION.md part
+(a), width probe), so `aligned_weight_grads` lets the regression price it. Real models' widths
+(2048, 4096) are such multiples, cpu-wide.yaml's Sobol widths almost never are
+(catalogs/spaces/cpu-aligned.yaml samples them). The measured profiles are fp32; a bf16 row
+aliases at twice the elements, which this constant does not model."""
+
+
+def aligned_rows(n: int) -> bool:
+    """Whether a row of n elements is a multiple of ALIGNED_WIDTH long."""
+    return n % ALIGNED_WIDTH == 0
+
+
+def _aligned_block_grads(model: ModelSpec) -> float:
+    """Elements of one block's weight gradients whose rows (in_features) are aligned: q, k, v,
+    gate and up read hidden-long rows, o_proj q_dim-long ones, down_proj intermediate-long ones."""
+    h, f, q, kv = model.hidden_size, model.intermediate_size, model.q_dim, model.kv_dim
+    n_in_h = (2 if model.gated_mlp else 1) * f
+    return float(aligned_rows(h) * h * (q + 2 * kv + n_in_h) + aligned_rows(q) * q * h
+                 + aligned_rows(f) * f * h)
 
 FEATURE_DOCS: Mapping[str, str] = {
     "tok_block_matmul": "tokens x matmul weights of the unit's block linears (block: "
@@ -72,6 +100,10 @@ FEATURE_DOCS: Mapping[str, str] = {
     "weight_read": "matmul weights of the unit per pass (block: block linears; root: the LM "
                    "head's vocab x hidden): at few tokens per pass a GEMM streams its weights "
                    "from memory, a cost that grows with the weights, not the tokens",
+    "aligned_weight_grads": f"weight-gradient elements per pass in matrices whose rows are a "
+                            f"multiple of {ALIGNED_WIDTH} long (4 KiB in fp32; block: each "
+                            "linear by its in_features; root: the LM head's and the embedding's "
+                            "vocab x hidden when hidden is)",
     "shard_params": "parameters of the unit / num_shards (optimizer step on a G-way shard)",
 }
 """What each feature counts; coefficients are seconds per unit of the feature."""
@@ -104,16 +136,18 @@ def _pass_vectors(model: ModelSpec, seq_len: int, unit: str) -> tuple[np.ndarray
     # gemm_fixed. A GEMM of g = tokens x width at efficiency e_max·g/(g + g_half) takes
     # FLOPs/(peak·e_max) + 2·weights·g_half/(width·peak·e_max): the second term is gemm_fixed.
     # emb_grad, tied_grad, param_grads, weight_read: per-pass work that grows with parameters,
-    # not tokens.
+    # not tokens; aligned_weight_grads: those of them whose rows alias (LM head and embedding:
+    # two gradient matrices written, tied or not).
     tied = float(h * V) if model.tie_word_embeddings else 0.0
     block_tok = np.array([model.block_matmul_params, seq_len * model.num_heads * model.d,
-                          0.0, 0.0, h, f, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0])
+                          0.0, 0.0, h, f, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0])
     block_one = np.array([0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, model.block_matmul_params / h,
-                          0.0, 0.0, float(model.block_params), float(model.block_matmul_params)])
+                          0.0, 0.0, float(model.block_params), float(model.block_matmul_params),
+                          _aligned_block_grads(model)])
     root_tok = np.zeros(len(PASS_FEATURES))
     root_tok[[2, 3, 4]] = h * V, V, h
     root_one = np.array([0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, float(V), float(h * V), tied,
-                         float(model.root_params), float(h * V)])
+                         float(model.root_params), float(h * V), aligned_rows(h) * 2.0 * h * V])
     if unit == "block":
         out = block_tok, block_one
     elif unit == "root":

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Recollect every CPU timing dataset behind catalogs/profiles/cpu-x86-2core.yaml on ONE machine,
-# in the order the fits need them (about 1 h on the 2-core VM), over the wider design space
+# in the order the fits need them (about 1 h 20 min on the 2-core VM), over the wider design space
 # catalogs/spaces/cpu-wide.yaml (Sobol shapes spanning the named models' embedding sizes, named
 # models with two layers). The shipped datasets predate this script: their commands are in their
 # *.env.json sidecars. Each step appends to its CSV and resumes where a killed run stopped; move
-# the four datasets (and their .env.json/.progress/.plan.json sidecars) away first, and run it on a
+# the five datasets (and their .env.json/.progress/.plan.json sidecars) away first, and run it on a
 # quiet machine: anything else on the two cores, including a second benchmark, is noise in every
 # row (a 2026-12-01 trial that ran the named models beside the Sobol sweep was not usable).
 # Afterwards: `.venv/bin/python scripts/make_validation.py --fit` refits the profile and rewrites
@@ -31,6 +31,12 @@ step() { echo "== $(date -u +%FT%TZ) $*"; "$@"; }
 step "$SM" -v bench compute --space "$SPACE" -n 150 -o "$DATA/cpu-compute.csv"
 # The named models alone: a 2-layer Yi-6B needs more than 12 GB.
 step "$SM" -v bench compute --space "$SPACE" --named -o "$DATA/cpu-compute.csv"
+# Widths that are multiples of 1024, as the named models' are (rows aligned-NNNN): their backward
+# runs slower than at the widths beside them on this CPU (catalogs/spaces/cpu-aligned.yaml).
+step "$SM" -v bench compute --space catalogs/spaces/cpu-aligned.yaml -n 64 -o "$DATA/cpu-compute.csv"
+# The evidence for that: one shape at eight widths (docs/VALIDATION.md part (a), width probe).
+step "$SM" -v bench compute --space catalogs/spaces/cpu-width-probe.yaml -n 8 \
+    -o "$DATA/cpu-width-probe.csv"
 # 200 repetitions: small gloo collectives on two shared cores are noisy (see the IQR column of
 # cpu-comm.csv), so the median needs many samples.
 step "$SM" -v bench comm -o "$DATA/cpu-comm.csv" --iters 200 --warmup 10

@@ -74,6 +74,32 @@ def test_shipped_spaces_sample_valid_shapes(space: str) -> None:
     assert design.named is not None and len(cb.named_configs(design)) == 5
 
 
+def test_listed_values_are_sampled_from_the_list() -> None:
+    """cpu-aligned.yaml lists its widths and head counts: every shape takes listed values and is
+    valid, and its ids carry the space's prefix (its rows share cpu-compute.csv with sobol-*)."""
+    design = cb.load_space(catalog_dir() / "spaces" / "cpu-aligned.yaml")
+    configs = cb.sample_configs(design, 40, seed=0)
+    widths = Counter(c.spec.hidden_size for c in configs)
+    assert set(widths) == {1024, 2048, 3072, 4096}
+    for c in configs:
+        s = c.spec
+        assert c.config_id.startswith("aligned-") and s.hidden_size % 1024 == 0
+        assert s.num_heads in (4, 8, 16) and s.num_kv_heads in (1, 2, 4, 8)
+        assert s.hidden_size % s.num_heads == 0 and s.num_heads % s.num_kv_heads == 0
+        assert 128 <= s.intermediate_size <= 16384
+
+
+def test_width_probe_takes_each_width_once() -> None:
+    """The probe's claim: its first 8 Sobol points take each of its 8 widths once, the rest
+    fixed."""
+    design = cb.load_space(catalog_dir() / "spaces" / "cpu-width-probe.yaml")
+    configs = cb.sample_configs(design, 8, seed=0)
+    assert sorted(c.spec.hidden_size for c in configs) == list(
+        design.ranges["hidden_size"].choices)
+    assert len({(c.spec.intermediate_size, c.spec.vocab_size, c.spec.num_layers,
+                 c.spec.num_heads, c.seq_len) for c in configs}) == 1
+
+
 def test_sobol_sample_is_seeded_and_prefix_stable(tiny_space: Path) -> None:
     design = cb.load_space(tiny_space)
     a, b = cb.sample_configs(design, 6, seed=1), cb.sample_configs(design, 12, seed=1)
@@ -92,6 +118,13 @@ def test_bad_space_files_are_user_errors(tmp_path: Path) -> None:
         cb.load_space(bad)
     with pytest.raises(UserInputError, match="not found"):
         cb.load_space(tmp_path / "missing.yaml")
+    bad.write_text(TINY_SPACE.replace("name: tiny", "name: tiny\nid_prefix: Sobol 2"))
+    with pytest.raises(UserInputError, match="id_prefix"):
+        cb.load_space(bad)
+    bad.write_text(TINY_SPACE.replace("{min: 16, max: 64, scale: log, multiple_of: 8}",
+                                      "[16, 2.5]"))
+    with pytest.raises(UserInputError, match="hidden_size.*2.5"):
+        cb.load_space(bad)
 
 
 # ---- phase grouping -----------------------------------------------------------------------

@@ -90,3 +90,28 @@ def test_parameter_count_features_do_not_grow_with_tokens(name: str) -> None:
     assert block["weight_read"][0] == model.block_matmul_params
     assert block["gemm_fixed"][0] == pytest.approx(model.block_matmul_params / h)
     assert root["gemm_fixed"][0] == V
+
+
+@pytest.mark.parametrize(("hidden", "ffn", "aligned_in_h", "aligned_ffn"), [
+    (2048, 8192, True, True), (2048, 1008, True, False), (1984, 8192, False, True),
+    (2112, 1056, False, False), (1536, 1008, False, False)])
+def test_aligned_weight_grads_count_matrices_with_aligned_rows(
+        hidden: int, ffn: int, aligned_in_h: bool, aligned_ffn: bool) -> None:
+    from dataclasses import replace
+
+    from perfmodel.features import ALIGNED_WIDTH, REGRESSION_CANDIDATES
+
+    model = replace(get_model("Phi-1.5"), hidden_size=hidden, intermediate_size=ffn,
+                    num_heads=32, num_kv_heads=32)
+    assert ALIGNED_WIDTH == 1024 and model.q_dim == hidden and not model.gated_mlp
+    block = dict(zip(PASS_FEATURES, unit_feature_matrix(model, 64, np.array([1, 2]), "block",
+                                                        "backward").T, strict=True))
+    root = dict(zip(PASS_FEATURES, unit_feature_matrix(model, 64, np.array([1, 2]), "root",
+                                                       "backward").T, strict=True))
+    # q, k, v, o and the up projection have hidden-long rows, the down projection ffn-long ones
+    expected = aligned_in_h * (4 * hidden * hidden + ffn * hidden) + aligned_ffn * ffn * hidden
+    np.testing.assert_array_equal(block["aligned_weight_grads"], [expected, expected])
+    np.testing.assert_array_equal(root["aligned_weight_grads"],
+                                  [aligned_in_h * 2 * hidden * model.vocab_size] * 2)
+    assert "aligned_weight_grads" in REGRESSION_CANDIDATES["backward"]
+    assert "aligned_weight_grads" not in REGRESSION_CANDIDATES["forward"]

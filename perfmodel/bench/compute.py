@@ -50,7 +50,8 @@ class BenchConfig:
     """One shape to benchmark with its micro-batch sweep."""
 
     config_id: str
-    """Dataset `model` column: sobol-NNNN or the named model's name."""
+    """Dataset `model` column: <space id_prefix>-NNNN (sobol-NNNN by default) or the named
+    model's name."""
     spec: ModelSpec
     """Architecture."""
     seq_len: int
@@ -106,7 +107,7 @@ def sample_configs(space: DesignSpace, n: int, seed: int) -> list[BenchConfig]:
     points = sobol.random_base2(int(math.ceil(math.log2(8 * n))))
     out: list[BenchConfig] = []
     for i, u in enumerate(points):
-        spec, seq = shape_from_unit(space, u, f"sobol-{i:04d}")
+        spec, seq = shape_from_unit(space, u, f"{space.id_prefix}-{i:04d}")
         if space.max_step_gflop and _step_gflop(spec, seq, 1) > space.max_step_gflop:
             continue
         out.append(BenchConfig(spec.name, spec, seq, doubling(space.max_micro_batch)))

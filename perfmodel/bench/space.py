@@ -9,6 +9,7 @@ above the heads range is a UserInputError naming the file and field.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +26,8 @@ DIMS = ("family", "tie_word_embeddings", "hidden_size", "num_hidden_layers", "nu
 
 @dataclass(frozen=True, slots=True)
 class IntRange:
-    """An integer range sampled uniformly or log-uniformly, rounded to a multiple."""
+    """An integer range sampled uniformly or log-uniformly, rounded to a multiple; or a list of
+    values sampled uniformly (`choices`)."""
 
     low: int
     """Smallest value."""
@@ -35,9 +37,13 @@ class IntRange:
     """Sample log-uniformly (sizes) rather than uniformly."""
     multiple_of: int = 1
     """Round sampled values to a multiple of this."""
+    choices: tuple[int, ...] = ()
+    """The values to sample from, ascending (empty: the range low..high)."""
 
     def pick(self, u: float) -> float:
-        """Map u in [0, 1) onto the range (unrounded)."""
+        """Map u in [0, 1) onto the range (unrounded), or onto one of the choices."""
+        if self.choices:
+            return float(self.choices[min(int(u * len(self.choices)), len(self.choices) - 1)])
         if self.log:
             return math.exp(math.log(self.low) + u * (math.log(self.high) - math.log(self.low)))
         return self.low + u * (self.high + 1 - self.low)
@@ -84,6 +90,9 @@ class DesignSpace:
     """Reject sampled shapes whose micro-batch-1 training step exceeds this (0: no limit)."""
     named: NamedSettings | None
     """Settings of the --named mode."""
+    id_prefix: str = "sobol"
+    """Dataset ids of the sampled shapes are `<id_prefix>-NNNN` (NNNN: index in the Sobol
+    sequence): a second space appending to the same dataset needs its own prefix."""
 
 
 def _fail(path: Path, msg: str) -> UserInputError:
@@ -91,8 +100,8 @@ def _fail(path: Path, msg: str) -> UserInputError:
                           hint=f"fix {path} (see catalogs/spaces/cpu.yaml for the format).")
 
 
-SPACE_KEYS = ("name", "families", "tie_word_embeddings", *DIMS[2:8], "seq_len", "max_micro_batch",
-              "limits", "named")
+SPACE_KEYS = ("name", "id_prefix", "families", "tie_word_embeddings", *DIMS[2:8], "seq_len",
+              "max_micro_batch", "limits", "named")
 """Top-level keys of a compute design-space file."""
 _RANGE_KEYS = ("min", "max", "scale", "multiple_of")
 _LIMIT_KEYS = ("time_per_config_s", "memory_gib", "max_step_gflop")
@@ -104,8 +113,12 @@ def _no_unknown_keys(path: Path, where: str, raw: Mapping[str, Any], known: Sequ
 
 
 def _int_range(path: Path, name: str, raw: Any) -> IntRange:
+    if isinstance(raw, list) and raw:
+        values = sorted({positive_int(path, name, v) for v in raw})
+        return IntRange(values[0], values[-1], choices=tuple(values))
     if not isinstance(raw, dict) or "min" not in raw or "max" not in raw:
-        raise _fail(path, f"'{name}' must be a mapping with min and max, got {raw!r}")
+        raise _fail(path, f"'{name}' must be a mapping with min and max, or a list of values, "
+                          f"got {raw!r}")
     _no_unknown_keys(path, name, raw, _RANGE_KEYS)
     scale = raw.get("scale", "linear")
     if scale not in ("linear", "log"):
@@ -161,7 +174,14 @@ def load_space(path: str | Path) -> DesignSpace:
         time_per_config_s=_limit(p, limits, "time_per_config_s"),
         memory_cap_bytes=_limit(p, limits, "memory_gib") * 1024**3,
         max_step_gflop=_limit(p, limits, "max_step_gflop"),
-        named=_named(p, raw.get("named")))
+        named=_named(p, raw.get("named")), id_prefix=_id_prefix(p, raw.get("id_prefix", "sobol")))
+
+
+def _id_prefix(path: Path, raw: Any) -> str:
+    if not isinstance(raw, str) or not re.fullmatch(r"[a-z][a-z0-9_]*", raw):
+        raise _fail(path, f"'id_prefix' = {raw!r}: must be a lower-case word such as sobol "
+                          "(it names the dataset rows <id_prefix>-0000, ...)")
+    return raw
 
 
 def _named(path: Path, raw: Any) -> NamedSettings | None:
