@@ -103,15 +103,26 @@ class ModelSpec:
     def kv_dim(self) -> int:
         return self.num_kv_heads * self.d
 
+    @property
+    def attn_linears(self) -> tuple[tuple[int, int], ...]:
+        """(in_features, out_features) of one block's attention linears: q, k, v, o."""
+        h, q, kv = self.hidden_size, self.q_dim, self.kv_dim
+        return (h, q), (h, kv), (h, kv), (q, h)
+
+    @property
+    def mlp_linears(self) -> tuple[tuple[int, int], ...]:
+        """(in_features, out_features) of one block's MLP linears: (gate,) up, down."""
+        h, f = self.hidden_size, self.intermediate_size
+        return ((h, f),) * (2 if self.gated_mlp else 1) + ((f, h),)
+
     # ---- parameter counts ---------------------------------------------------------------
     @property
     def attn_matmul_params(self) -> int:
-        h = self.hidden_size
-        return h * self.q_dim + 2 * h * self.kv_dim + self.q_dim * h
+        return sum(i * o for i, o in self.attn_linears)
 
     @property
     def mlp_matmul_params(self) -> int:
-        return (3 if self.gated_mlp else 2) * self.hidden_size * self.intermediate_size
+        return sum(i * o for i, o in self.mlp_linears)
 
     @property
     def block_matmul_params(self) -> int:

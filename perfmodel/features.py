@@ -72,12 +72,10 @@ def aligned_rows(n: int) -> bool:
 
 
 def _aligned_block_grads(model: ModelSpec) -> float:
-    """Elements of one block's weight gradients whose rows (in_features) are aligned: q, k, v,
-    gate and up read hidden-long rows, o_proj q_dim-long ones, down_proj intermediate-long ones."""
-    h, f, q, kv = model.hidden_size, model.intermediate_size, model.q_dim, model.kv_dim
-    n_in_h = (2 if model.gated_mlp else 1) * f
-    return float(aligned_rows(h) * h * (q + 2 * kv + n_in_h) + aligned_rows(q) * q * h
-                 + aligned_rows(f) * f * h)
+    """Elements of one block's weight gradients whose rows (in_features) are aligned."""
+    return float(sum(i * o for i, o in (*model.attn_linears, *model.mlp_linears)
+                     if aligned_rows(i)))
+
 
 FEATURE_DOCS: Mapping[str, str] = {
     "tok_block_matmul": "tokens x matmul weights of the unit's block linears (block: "
