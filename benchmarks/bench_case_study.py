@@ -1,6 +1,6 @@
 """Time the paper's case study end to end: instance -> island table -> exact frontier.
 
-Run: `.venv/bin/python benchmarks/bench_case_study.py [--repeats 5]`. Writes its section of
+Run: `.venv/bin/python -m benchmarks.bench_case_study [--repeats 5]`. Writes its section of
 docs/PERFORMANCE.md (target: frontier, table included, <= 1 s median). The default solver
 (`--solver auto`: the exact DP here), checked against one CP-SAT run in the same process.
 """
@@ -9,18 +9,18 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
 from pathlib import Path
 
+from benchmarks._perfdoc import replace_block
+from benchmarks.bench_fastpath import machine_lines
+from planner.analysis.pareto import cheapest_at_throughput, compute_frontier, solve_instance
+from planner.model.instance import load_instance
+from planner.model.island_table import load_island_table
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
-from _perfdoc import replace_block  # noqa: E402
-from bench_fastpath import machine_lines  # noqa: E402
 
-from planner.instance import load_instance, load_island_table  # noqa: E402
-from planner.pareto import cheapest_at_throughput, compute_frontier, solve_instance  # noqa: E402
 
 INSTANCE = ROOT / "instances" / "paper-case-study.yaml"
 
@@ -52,7 +52,7 @@ def main() -> None:
     body = [
         "## Paper case study: island table + exact frontier",
         "",
-        f"Command: `.venv/bin/python benchmarks/bench_case_study.py --repeats {args.repeats}`",
+        f"Command: `.venv/bin/python -m benchmarks.bench_case_study --repeats {args.repeats}`",
         "",
         *machine_lines(),
         "",

@@ -1,6 +1,6 @@
 """Fast path vs graph simulator: FSDP step evaluations per second for a 32-layer model, one core.
 
-Run: .venv/bin/python benchmarks/bench_fastpath.py [--quick]
+Run: .venv/bin/python -m benchmarks.bench_fastpath [--quick]
 Writes its section of docs/PERFORMANCE.md (command, date, machine, every figure).
 
 Workload: Llama-3-8B (32 blocks + root = 33 FSDP units) with the H100-SXM5-80GB default profile
@@ -22,23 +22,22 @@ import os
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS"):
     os.environ[_var] = "1"  # before numpy is imported
 
-import argparse  # noqa: E402
-import statistics  # noqa: E402
-import sys  # noqa: E402
-import time  # noqa: E402
-from pathlib import Path  # noqa: E402
+import argparse
+import statistics
+import time
+from pathlib import Path
 
-import numpy as np  # noqa: E402
+import numpy as np
+
+from perfmodel.profiles.profile import default_profile
+from perfmodel.sim.fastpath import FastCosts, concat_fast_costs, fast_step, model_fast_costs
+from perfmodel.sim.fsdp import simulate_step, step_costs
+from perfmodel.spec.catalog import get_gpu, get_model
+from perfmodel.spec.hardware import IslandSpec
+from perfmodel.spec.recipe import DEFAULT_RECIPE, PAPER_RECIPE
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
-from perfmodel.catalog import get_gpu, get_model  # noqa: E402
-from perfmodel.fastpath import FastCosts, concat_fast_costs, fast_step, model_fast_costs  # noqa: E402
-from perfmodel.fsdp import simulate_step, step_costs  # noqa: E402
-from perfmodel.hardware import IslandSpec  # noqa: E402
-from perfmodel.profile import default_profile  # noqa: E402
-from perfmodel.recipe import DEFAULT_RECIPE, PAPER_RECIPE  # noqa: E402
 
 MODEL, GPU = "Llama-3-8B", "H100-SXM5-80GB"
 SEQ_LEN = 4096
@@ -76,7 +75,7 @@ def machine_lines() -> list[str]:
 
 def write_section(key: str, title: str, command: str, body: list[str]) -> Path:
     """Replace (or append) this benchmark's block of docs/PERFORMANCE.md."""
-    from _perfdoc import replace_block
+    from benchmarks._perfdoc import replace_block
 
     return replace_block(key, "\n".join([f"## {title}", "", f"Command: `{command}`", "", *body]))
 
@@ -175,7 +174,7 @@ def main() -> None:
     path = write_section(
         "bench_fastpath",
         "Fast path vs graph simulator",
-        f".venv/bin/python benchmarks/bench_fastpath.py{' --quick' if args.quick else ''}",
+        f".venv/bin/python -m benchmarks.bench_fastpath{' --quick' if args.quick else ''}",
         machine_lines() + [""] + lines,
     )
     print("\n".join(lines))

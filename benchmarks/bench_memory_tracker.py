@@ -1,6 +1,6 @@
 """Wall time of the FSDPMemTracker benchmark on a 70B model (issue 9: target < 2 minutes).
 
-Run: .venv/bin/python benchmarks/bench_memory_tracker.py
+Run: .venv/bin/python -m benchmarks.bench_memory_tracker
 Writes its section of docs/PERFORMANCE.md (command, date, machine, load, every figure).
 
 Times `shardmeter bench memory Llama-3.1-70B --nodes 8 --gpus-per-node 8 --seq-len 8192
@@ -20,9 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from bench_fastpath import machine_lines, write_section  # noqa: E402
+from benchmarks.bench_fastpath import machine_lines, write_section
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGET_S = 120.0

@@ -1,7 +1,7 @@
 """Planner benchmark: frontier time of the default solver (the exact DP) and CP-SAT vs brute force,
 scaling, heuristic gap.
 
-Run: .venv/bin/python benchmarks/bench_planner.py [--quick] [--budget-s 600] [--case-limit-s 120]
+Run: .venv/bin/python -m benchmarks.bench_planner [--quick] [--budget-s 600] [--case-limit-s 120]
 Writes its section of docs/PERFORMANCE.md (the command, date, machine and every measured figure).
 
 Synthetic island tables (`synthetic_instance`): `clusters` clusters with seeded random GPU speed
@@ -31,14 +31,16 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from perfmodel.formatting import markdown_table
+from planner.analysis.pareto import cheapest_at_throughput, compute_frontier, epsilon_frontier
+from planner.model.evaluate import build_problem, nondominated
+from planner.model.instance import Instance, load_instance
+from planner.model.island_table import load_island_table
+from planner.model.problem import Problem
+from planner.solvers.baselines import DEFAULT_MAX_PLANS, BruteForce, TooManyPlans, heuristic_plans
 
-from perfmodel.markdown import markdown_table  # noqa: E402
-from planner.baselines import DEFAULT_MAX_PLANS, BruteForce, TooManyPlans, heuristic_plans  # noqa: E402
-from planner.instance import Instance, load_instance, load_island_table  # noqa: E402
-from planner.pareto import cheapest_at_throughput, compute_frontier, epsilon_frontier  # noqa: E402
-from planner.problem import Problem, build_problem, nondominated  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
+
 
 GPUS_PER_NODE = (1, 2, 4, 8)
 RAW_SKIP_PLANS = 100_000
@@ -325,7 +327,7 @@ def main() -> None:
     args = parser.parse_args()
     log = print  # this is a script, not library code
     command = (
-        "`.venv/bin/python benchmarks/bench_planner.py"
+        "`.venv/bin/python -m benchmarks.bench_planner"
         + "".join(f" {a}" for a in sys.argv[1:])
         + "`"
     )
@@ -417,7 +419,7 @@ def write_report(path: Path, command: str, vs, paper, gap_rows, scale, args) -> 
 
 Produced by {command} on {dt.date.today().isoformat()}; machine: {os.cpu_count()} CPUs (nproc),
 Python {platform.python_version()}, OR-Tools {ortools.__version__}; {load_note()}. "default" is
-`compute_frontier` with no solver named (`--solver auto`): the exact DP of `planner/dp.py`
+`compute_frontier` with no solver named (`--solver auto`): the exact DP of `planner/solvers/dp.py`
 wherever the problem has no GPU cap (all instances below), CP-SAT otherwise. CP-SAT runs with one
 worker here so that its column stays comparable between runs. Times are wall-clock seconds:
 default and CP-SAT in the first table are the median of {args.repeats} runs, brute force likewise
@@ -430,8 +432,8 @@ other work, so absolute times are noisy; compare ratios measured in the same run
 
 Brute force enumerates every plan and filters the non-dominated ones; "raw" enumerates every
 (option, micro-batch, k) island, "reduced" only the fastest (m, k) per (option, k·m) (an exact
-reduction, see `planner/baselines.py`). `identical` compares the default solver's (W, C) points
-with brute force bit for bit, `cpsat_identical` CP-SAT's with the default's.
+reduction, see `planner/solvers/baselines.py`). `identical` compares the default solver's (W, C)
+points with brute force bit for bit, `cpsat_identical` CP-SAT's with the default's.
 
 {table(vs, VERSUS_COLUMNS)}
 
@@ -469,7 +471,7 @@ clusters' nodes and the batch); `menu_items` the (option, sequences-per-GPU) cho
 
 {table(scale, SCALE_COLUMNS)}
 """
-    from _perfdoc import DOC, replace_block
+    from benchmarks._perfdoc import DOC, replace_block
 
     if path.resolve() == DOC:
         replace_block("bench_planner", text)

@@ -1,6 +1,6 @@
 """Island-table build time for the paper's case study (target < 2 s).
 
-Run: .venv/bin/python benchmarks/bench_tables.py [--quick]
+Run: .venv/bin/python -m benchmarks.bench_tables [--quick]
 Writes its section of docs/PERFORMANCE.md (command, date, machine, every figure).
 
 Case study (paper §V; instances/paper-case-study.yaml): Llama-3-8B, seq 8192, selective
@@ -14,18 +14,13 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from bench_fastpath import machine_lines, pin_one_core, write_section  # noqa: E402
-
-from perfmodel.catalog import get_gpu, get_model, price_usd_per_gpu_hour  # noqa: E402
-from perfmodel.hardware import ClusterSpec  # noqa: E402
-from perfmodel.recipe import DEFAULT_RECIPE  # noqa: E402
-from perfmodel.tables import build_island_table  # noqa: E402
+from benchmarks.bench_fastpath import machine_lines, pin_one_core, write_section
+from perfmodel.spec.catalog import get_gpu, get_model, price_usd_per_gpu_hour
+from perfmodel.spec.hardware import ClusterSpec
+from perfmodel.spec.recipe import DEFAULT_RECIPE
+from perfmodel.tables import build_island_table
 
 TARGET_S = 2.0
 
@@ -81,7 +76,7 @@ def main() -> None:
     path = write_section(
         "bench_tables",
         "Island table: paper case study",
-        f".venv/bin/python benchmarks/bench_tables.py{' --quick' if args.quick else ''}",
+        f".venv/bin/python -m benchmarks.bench_tables{' --quick' if args.quick else ''}",
         machine_lines() + [""] + lines,
     )
     print("\n".join(lines))

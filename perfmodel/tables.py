@@ -6,16 +6,16 @@ micro-batch m = 1..(largest that fits the GPU's usable memory) one row:
     cluster, gpu_type, nodes, gpus_per_node, micro_batch, microstep_s, step_fixed_s,
     usd_per_hour, memory_gib, bound, provenance
 
-microstep_s / step_fixed_s are the exact decomposition of the FSDP step graph (perfmodel.fsdp),
+microstep_s / step_fixed_s are the exact decomposition of the FSDP step graph (perfmodel.sim.fsdp),
 evaluated by the vectorised fast path; usd_per_hour = n·g·usd_per_gpu_hour; memory_gib is the
-predicted peak per GPU; bound is the regime of a single-micro-step step (perfmodel.analysis);
+predicted peak per GPU; bound is the regime of a single-micro-step step (perfmodel.sim.analysis);
 provenance is the profile's ('measured' or 'prior').
 
 This module is also the planner's one door into the performance model and its catalogs (DESIGN
-§1: `planner` imports perfmodel only through `perfmodel.tables`, `perfmodel.formulas` and
-`perfmodel.errors`): it re-exports the energy facts (TDP, PUE, grid intensity), the power
+§1: `planner` imports perfmodel only through `perfmodel.tables`, `perfmodel.spec.formulas` and
+`perfmodel.spec.errors`): it re-exports the energy facts (TDP, PUE, grid intensity), the power
 assumptions and units, and fronts the model/GPU/price catalogs with thin functions that import
-`perfmodel.catalog` when called (a planner without catalogs still loads instances with tables).
+`perfmodel.spec.catalog` when called (a planner without catalogs still loads instances with tables).
 One home per formula: nothing here is copied, every name is the catalog's own.
 """
 
@@ -24,43 +24,25 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from perfmodel.analysis import classify_regime
-from perfmodel.arch import ModelSpec
-from perfmodel.energy_catalog import carbon_intensity_g_per_kwh, gpu_tdp_w, provider_pue
-from perfmodel.fastpath import FastCosts, concat_fast_costs, fast_step, model_fast_costs
-from perfmodel.fsdp import resolve_recipe
-from perfmodel.hardware import GIB, ClusterSpec
-from perfmodel.power import DEFAULT_POWER, J_PER_KWH, PowerAssumptions
-from perfmodel.recipe import TrainingRecipe
+from perfmodel.costs.memory import max_micro_batch, memory_coefficients
+from perfmodel.profiles.profile import HardwareProfile, default_profile
+from perfmodel.sim.analysis import classify_regime
+from perfmodel.sim.fastpath import FastCosts, concat_fast_costs, fast_step, model_fast_costs
+from perfmodel.sim.fsdp import resolve_recipe
+from perfmodel.spec.arch import ModelSpec
+from perfmodel.spec.catalog import get_gpu, get_model
+from perfmodel.spec.energy_catalog import gpu_tdp_w
+from perfmodel.spec.formulas import GIB
+from perfmodel.spec.hardware import ClusterSpec
+from perfmodel.spec.recipe import TrainingRecipe, recipe_from_mapping
 
-if TYPE_CHECKING:
-    from perfmodel.catalog import PriceRow
-    from perfmodel.hardware import GpuSpec
-
-__all__ = [
-    "DEFAULT_POWER",
-    "GIB",
-    "J_PER_KWH",
-    "TABLE_COLUMNS",
-    "ClusterRequest",
-    "ModelTable",
-    "PowerAssumptions",
-    "build_island_table",
-    "carbon_intensity_g_per_kwh",
-    "cluster_fabric",
-    "get_gpu",
-    "gpu_tdp_w",
-    "island_table_for",
-    "model_parameters",
-    "price_rows",
-    "price_usd_per_gpu_hour",
-    "provider_pue",
-]
+__all__ = ["TABLE_COLUMNS", "ClusterRequest", "ModelTable", "build_island_table",
+           "island_table_for"]
 
 logger = logging.getLogger(__name__)
 
@@ -76,17 +58,17 @@ The activity split of the step (issue 14, for the power model): compute-stream b
 C(k) = compute_fixed_s + k·compute_micro_s and communication-only time
 X(k) = comm_only_fixed_s + k·comm_only_micro_s. The step graph is a list schedule (a task starts
 when its predecessors end), so one island's step has no moment where neither stream runs:
-X(k) = T(k) − C(k), and both are linear in k because T(k) and C(k) are (perfmodel.fastpath).
+X(k) = T(k) − C(k), and both are linear in k because T(k) and C(k) are (perfmodel.sim.fastpath).
 tdp_w is the GPU's datasheet TDP (NaN when the catalog gives none)."""
 
 
 def build_island_table(model: ModelSpec, *, seq_len: int, ac: str | None = None,
-                       clusters: Sequence[ClusterSpec], profiles: Mapping[str, Any] | None = None,
+                       clusters: Sequence[ClusterSpec],
+                       profiles: Mapping[str, HardwareProfile] | None = None,
                        recipe: TrainingRecipe | None = None) -> pd.DataFrame:
     """The island table of `model` over `clusters` (profiles keyed by GPU name; default: the GPU's
     default profile, measured beating prior) for `recipe` (default torchtitan; `ac` overrides its
     checkpointing mode)."""
-    from perfmodel.memory import max_micro_batch, memory_coefficients
 
     recipe = resolve_recipe(recipe, ac)
     ac = recipe.ac
@@ -119,7 +101,7 @@ def build_island_table(model: ModelSpec, *, seq_len: int, ac: str | None = None,
                              "memory_accum_gib": accum_peak / GIB,
                              "accum_fits": accum_peak <= cluster.gpu.usable_memory_bytes,
                              "tdp_w": gpu_tdp_w(cluster.gpu.name) or float("nan"),
-                             "provenance": getattr(profile, "provenance", "unknown")})
+                             "provenance": profile.provenance})
     if not costs:
         return pd.DataFrame({c: [] for c in TABLE_COLUMNS})
     fast = fast_step(concat_fast_costs(costs))
@@ -138,12 +120,12 @@ def build_island_table(model: ModelSpec, *, seq_len: int, ac: str | None = None,
     return frame
 
 
-def _profile_for(gpu_name: str, profiles: Mapping[str, Any] | None) -> Any:
+def _profile_for(gpu_name: str,
+                 profiles: Mapping[str, HardwareProfile] | None) -> HardwareProfile:
     if profiles is not None:
         for key, profile in profiles.items():
             if key.lower() == gpu_name.lower():
                 return profile
-    from perfmodel.profile import default_profile
 
     return default_profile(gpu_name)
 
@@ -190,9 +172,6 @@ def island_table_for(model: str, *, seq_len: int, ac: str | None = None,
     """Resolve catalog names and build the island table (catalog errors name the bad value);
     `recipe` (default torchtitan; a mapping is an instance's `training.recipe` section) is what
     every island trains, `ac` overrides its checkpointing mode."""
-    from perfmodel.catalog import get_gpu, get_model
-    from perfmodel.recipe import recipe_from_mapping
-
     if isinstance(recipe, Mapping):
         recipe = recipe_from_mapping(recipe, source="training.recipe")
     spec = get_model(model)
@@ -208,53 +187,3 @@ def island_table_for(model: str, *, seq_len: int, ac: str | None = None,
             wan_latency_s=c.wan_latency_s))
     table = build_island_table(spec, seq_len=seq_len, ac=ac, clusters=specs, recipe=recipe)
     return ModelTable(table=table, parameters=spec.total_params, model_name=spec.name)
-
-
-def cluster_fabric(gpu: str) -> tuple[float, float] | None:
-    """(bytes/s, latency s) of the inter-node fabric of a catalog GPU's node: the catalog
-    inter-node link's bus bandwidth x NICs per node (per-NIC links) and its latency; None when
-    the GPU is not in the catalog. The planner's σ for islands that share one cluster."""
-    from perfmodel.catalog import get_gpu, get_link
-    from perfmodel.errors import ShardMeterError
-
-    try:
-        spec = get_gpu(gpu)
-        link = get_link(spec.inter_node_link)
-    except ShardMeterError:
-        return None
-    nics = spec.nics_per_node if link.per_nic else 1
-    return link.busbw_bytes_per_s * nics, link.latency_s
-
-
-# ---- catalog lookups for the planner (perfmodel.catalog, imported when called) ----------------
-
-
-def get_gpu(name: str) -> GpuSpec:
-    """The catalog GPU called `name` (CatalogError with a did-you-mean on typos):
-    `perfmodel.catalog.get_gpu`. ImportError when the catalogs are unavailable."""
-    from perfmodel.catalog import get_gpu as catalog_gpu
-
-    return catalog_gpu(name)
-
-
-def model_parameters(name_or_path: str) -> int:
-    """Total parameters of a catalog model or Hugging Face config.json path (CatalogError or
-    ConfigError when unknown): `perfmodel.catalog.get_model`. ImportError without catalogs."""
-    from perfmodel.catalog import get_model
-
-    return get_model(name_or_path).total_params
-
-
-def price_rows(price_list: str | None = None) -> list[PriceRow]:
-    """Every row of the price lists (or of one list): `perfmodel.catalog.price_rows`."""
-    from perfmodel.catalog import price_rows as catalog_rows
-
-    return catalog_rows(price_list)
-
-
-def price_usd_per_gpu_hour(provider: str, gpu: str, tier: str, as_of: str | None = None) -> float:
-    """USD per GPU-hour of `gpu` in a provider's price list (CatalogError when absent):
-    `perfmodel.catalog.price_usd_per_gpu_hour`. ImportError when the catalogs are unavailable."""
-    from perfmodel.catalog import price_usd_per_gpu_hour as catalog_price
-
-    return catalog_price(provider, gpu, tier, as_of)

@@ -7,7 +7,7 @@
 # the five datasets (and their .env.json/.progress/.plan.json sidecars) away first, and run it on a
 # quiet machine: anything else on the two cores, including a second benchmark, is noise in every
 # row (a 2026-12-01 trial that ran the named models beside the Sobol sweep was not usable).
-# Afterwards: `.venv/bin/python scripts/make_validation.py --fit` refits the profile and rewrites
+# Afterwards: `.venv/bin/python -m scripts.make_validation --fit` refits the profile and rewrites
 # docs/VALIDATION.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -1,7 +1,7 @@
 """Regenerate catalogs/energy/carbon_intensity.csv from the data the `codecarbon` package ships.
 
     pip download --no-deps codecarbon==3.3.2 -d /tmp/cc && \
-        python scripts/import_energy_data.py /tmp/cc/codecarbon-3.3.2-py3-none-any.whl
+        python -m scripts.import_energy_data /tmp/cc/codecarbon-3.3.2-py3-none-any.whl
 
 Rows (key `region`, one per row; source, data year (where the data states one) and `as_of`, the
 date of codecarbon's data file, kept per row):

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Build catalogs/published/llm-foundry.csv from the llm-foundry benchmark tables.
 
-    .venv/bin/python scripts/import_published_runs.py           # (re)write the CSVs
-    .venv/bin/python scripts/import_published_runs.py --check   # exit 1 if a CSV is stale
+    .venv/bin/python -m scripts.import_published_runs           # (re)write the CSVs
+    .venv/bin/python -m scripts.import_published_runs --check   # exit 1 if a CSV is stale
 
 Input: catalogs/published/source/llm-foundry-benchmarking-README.md, a verbatim excerpt of
 mosaicml/llm-foundry scripts/train/benchmarking/README.md at commit SOURCE_COMMIT (its H100 80GB
@@ -37,8 +37,12 @@ import re
 import sys
 from pathlib import Path
 
+from perfmodel.spec.arch import ModelSpec
+from perfmodel.spec.catalog import get_gpu
+from perfmodel.spec.formulas import six_n_flops_per_token
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+
 
 SOURCE = ROOT / "catalogs" / "published" / "source" / "llm-foundry-benchmarking-README.md"
 OUT = ROOT / "catalogs" / "published" / "llm-foundry.csv"
@@ -124,7 +128,6 @@ def parse_tables(text: str) -> list[tuple[str, dict[str, str]]]:
 
 
 def _peak_flops(gpu: str) -> float:
-    from perfmodel.catalog import get_gpu
 
     return get_gpu(gpu).bf16_flops_per_s
 
@@ -146,7 +149,7 @@ def convert(section: str, raw: dict[str, str]) -> dict[str, object]:
     if mpt_params(hidden, layers, seq) != params:
         raise ImportCheckError(f"{where}: NumParams {params} != MPT layout "
                                f"{mpt_params(hidden, layers, seq)}")
-    flops_per_token = 6 * params + 12 * layers * hidden * seq  # README: 3x(2N + attention)
+    flops_per_token = six_n_flops_per_token(params, layers, hidden, seq)
     mfu_check = 100 * tps_gpu * flops_per_token / _peak_flops(gpu)
     if abs(mfu_check / mfu - 1) > 0.01:
         raise ImportCheckError(f"{where}: MFU {mfu} but recomputed {mfu_check:.2f}")
@@ -191,9 +194,8 @@ def check_shared(rows: list[dict[str, object]]) -> int:
 
 def llama_params(hidden: int, layers: int, heads: int, kv: int, inter: int, vocab: int) -> int:
     """Llama layout: q/k/v/o without bias (GQA), SwiGLU MLP, two RMSNorms, untied LM head."""
-    d = hidden // heads
-    block = hidden * (heads * d) * 2 + 2 * hidden * kv * d + 3 * hidden * inter + 2 * hidden
-    return layers * block + 2 * vocab * hidden + hidden
+    return ModelSpec(name="llama", hidden_size=hidden, num_layers=layers, num_heads=heads,
+                     num_kv_heads=kv, intermediate_size=inter, vocab_size=vocab).total_params
 
 
 def torchtitan_rows(text: str) -> list[dict[str, object]]:
@@ -214,7 +216,8 @@ def torchtitan_rows(text: str) -> list[dict[str, object]]:
         params = llama_params(h, n_layers, heads, kv, inter, vocab)
         mfu_pct = float(mfu.rstrip("%"))
         check = (
-            100 * int(wps) * (6 * params + 12 * n_layers * h * seq) / _peak_flops("A100-SXM4-80GB")
+            100 * int(wps) * six_n_flops_per_token(params, n_layers, h, seq)
+            / _peak_flops("A100-SXM4-80GB")
         )
         if abs(check / mfu_pct - 1) > 0.01:
             raise ImportCheckError(
@@ -300,7 +303,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.check:
         stale = [p for p, text in outputs.items() if not p.is_file() or p.read_text() != text]
         for path in stale:
-            logger.error("stale: %s (rerun scripts/import_published_runs.py)", path)
+            logger.error("stale: %s (rerun python -m scripts.import_published_runs)", path)
         return 1 if stale else 0
     for path, text in outputs.items():
         path.write_text(text)

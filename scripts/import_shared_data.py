@@ -1,7 +1,7 @@
 """Regenerate catalogs/models.csv and catalogs/prices/*.csv from the sourced facts in
 ../shared/data.
 
-Run once when ../shared/data changes: `python scripts/import_shared_data.py`. Source and as_of
+Run once when ../shared/data changes: `python -m scripts.import_shared_data`. Source and as_of
 columns are kept verbatim. Layout columns the CSV leaves implicit (family, biases, head_dim) come
 from the models' config.json conventions, stated in the `layout_note` column.
 """

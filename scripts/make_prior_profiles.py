@@ -1,18 +1,18 @@
 """Generate the prior hardware profiles in catalogs/profiles/ from the GPU and link catalogs.
 
-    .venv/bin/python scripts/make_prior_profiles.py  # (re)write catalogs/profiles/*-prior.yaml
-    .venv/bin/python scripts/make_prior_profiles.py --check  # exit 1 if a committed file is stale
+    .venv/bin/python -m scripts.make_prior_profiles  # (re)write catalogs/profiles/*-prior.yaml
+    .venv/bin/python -m scripts.make_prior_profiles --check  # exit 1 if a committed file is stale
 
 Every number comes from catalogs/gpus.csv (peak bf16 FLOP/s, HBM bandwidth, links, NICs),
 catalogs/links.csv (latency and bus-bandwidth priors with sources) and the stated assumptions of
-perfmodel.compute.PriorAssumptions (matmul efficiency from shared/data/training_mfu.csv, byte
+perfmodel.costs.compute.PriorAssumptions (matmul efficiency from shared/data/training_mfu.csv, byte
 counts, kernel gaps); each YAML repeats them under provenance_detail.
 
 GPUs with published runs (A100 40/80GB, H100) keep this datasheet prior: it is what their
-calibrated profiles are compared against. GPUs without published runs (perfmodel.calibrate
+calibrated profiles are compared against. GPUs without published runs (perfmodel.profiles.calibrate
 PRIOR_REFERENCE: H200, B200, MI300X, L40S, A100 PCIe) get a prior SCALED from the calibrated
-profile of a reference GPU by datasheet ratios (run scripts/make_calibrated_profiles.py first);
-their YAML says so under provenance_detail.scaled_from.
+profile of a reference GPU by datasheet ratios (run python -m scripts.make_calibrated_profiles
+first); their YAML says so under provenance_detail.scaled_from.
 """
 
 from __future__ import annotations
@@ -24,11 +24,11 @@ from pathlib import Path
 
 import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from perfmodel.profiles.calibrate import PRIOR_REFERENCE, scaled_prior_profile
+from perfmodel.profiles.profile import load_profile, make_prior_profile, save_profile
 
-from perfmodel.calibrate import PRIOR_REFERENCE, scaled_prior_profile  # noqa: E402
-from perfmodel.profile import load_profile, make_prior_profile, save_profile  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
+
 
 GPUS = ("A100-SXM4-80GB", "A100-SXM4-40GB", "A100-PCIe-80GB", "H100-SXM5-80GB", "H200-SXM-141GB",
         "B200", "L40S", "AMD-MI300X")
@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
         save_profile(profile, path)
         logger.info("wrote %s", path.relative_to(ROOT) if path.is_relative_to(ROOT) else path)
     for path in stale:
-        logger.error("stale: %s (rerun scripts/make_prior_profiles.py)", path)
+        logger.error("stale: %s (rerun python -m scripts.make_prior_profiles)", path)
     return 1 if stale else 0
 
 

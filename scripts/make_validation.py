@@ -1,18 +1,25 @@
 #!/usr/bin/env python3
 """Regenerate docs/VALIDATION.md: every figure recomputed from the shipped data, none typed.
 
-    .venv/bin/python scripts/make_validation.py                    # all three parts
-    .venv/bin/python scripts/make_validation.py --part calibrated  # one part (repeatable)
-    .venv/bin/python scripts/make_validation.py --check            # exit 1 if the doc is stale
-    .venv/bin/python scripts/make_validation.py --fit              # refit the CPU profile first
+    .venv/bin/python -m scripts.make_validation                    # all three parts
+    .venv/bin/python -m scripts.make_validation --part calibrated  # one part (repeatable)
+    .venv/bin/python -m scripts.make_validation --check            # exit 1 if the doc is stale
+    .venv/bin/python -m scripts.make_validation --refresh          # recompute the cached CVs
+    .venv/bin/python -m scripts.make_validation --fit              # refit the CPU profile first
+
+The nested cross-validations (leave-one-architecture-out compute refits, the FSDP-side grid) take
+most of an hour on two cores; their out-of-fold results are cached in catalogs/cv-cache/ under the
+sha256 of their datasets and of the code that computes them (`perfmodel.profiles.cache`).
+`--check` verifies those keys and re-renders from the cache in seconds, and fails naming what
+changed; `--refresh` recomputes them.
 
 Parts (each between `<!-- part:NAME -->` markers, regenerated and checked on its own):
   measured    (a) this machine: `shardmeter validate` (leave-one-architecture-out compute,
               5-fold collectives) and `shardmeter bench fsdp-compare` on catalogs/profiles/data/;
   calibrated  (b) GPUs calibrated on published runs: leave-one-model-size-out CV per GPU and per
               checkpointing mode (catalogs/published/calibration-cv.csv, written by
-              scripts/make_calibrated_profiles.py) beside the datasheet prior's error; the shipped
-              profiles are re-simulated to check that table is theirs;
+              python -m scripts.make_calibrated_profiles) beside the datasheet prior's error; the
+              shipped profiles are re-simulated to check that table is theirs;
   planner     (c) what the planner decides differently on instances/paper-case-study.yaml with the
               calibration-derived profiles instead of the datasheet priors.
 """
@@ -29,10 +36,21 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+import numpy as np
+import pandas as pd
 
-import validation_gpu  # noqa: E402  (scripts/validation_gpu.py: parts b and c)
+from perfmodel.api.fit import ValidationRequest, validate_profile
+from perfmodel.costs.features import ALIGNED_WIDTH
+from perfmodel.formatting import json_ready
+from perfmodel.profiles.memory_validation import markdown_section, read_rows
+from perfmodel.profiles.memory_validation import tracker_agreement as agreement
+from perfmodel.profiles.overlap import fit_overlap_slowdown
+from perfmodel.profiles.profile import load_profile
+from perfmodel.spec.errors import ShardMeterError
+from scripts import validation_gpu
+from scripts.cache import cv_cache, set_cache_mode
+
+ROOT = Path(__file__).resolve().parent.parent
 
 DOC = "docs/VALIDATION.md"
 DATA = "catalogs/profiles/data"
@@ -113,6 +131,7 @@ FIT_COMMANDS = [
     ("fit", "overlap", FSDP, "-o", PROFILE),
 ]
 VALIDATE = ("validate", PROFILE, COMPUTE, "--comm", COMM, "--format", "json")
+"""The command whose output part (a) renders (run through the API with the CV cache)."""
 COMPARE = ("bench", "fsdp-compare", FSDP, "--profile", PROFILE, "--memory", FSDP_MEMORY,
            "--format", "json")
 
@@ -134,8 +153,6 @@ def mark(value: float, goal: float = GOAL_PCT) -> str:
 
 def named_layers() -> dict[str, int]:
     """Layers each named model was measured with (from the compute dataset)."""
-    import pandas as pd
-
     frame = pd.read_csv(ROOT / COMPUTE, usecols=["model", "num_hidden_layers"])
     return {str(k): int(v) for k, v in frame.groupby("model")["num_hidden_layers"].first().items()
             if k in NAMED}
@@ -189,12 +206,6 @@ def compute_section(rows: list[dict[str, Any]], mode: str) -> str:
 def width_section() -> str:
     """Backward / forward time of one shape at eight widths (cpu-width-probe.csv), and the price
     the fitted profile puts on the widths that are multiples of features.ALIGNED_WIDTH."""
-    import numpy as np
-    import pandas as pd
-
-    from perfmodel.features import ALIGNED_WIDTH
-    from perfmodel.profile import load_profile
-
     data = pd.read_csv(ROOT / WIDTH_PROBE)
     times = data.pivot_table(index=["hidden_size", "micro_batch"], columns="phase",
                              values="time_s")
@@ -239,19 +250,14 @@ def comm_section(rows: list[dict[str, Any]], mode: str) -> str:
 
 def tracker_agreement() -> str:
     """How FSDPMemTracker compares with the allocator on the re-measured FSDP2 configurations."""
-    from perfmodel.memory_validation import read_rows
-    from perfmodel.memory_validation import tracker_agreement as agreement
-
     return agreement(read_rows(ROOT / FSDP_MEMORY))
 
 
 def held_out_errors() -> tuple[list[float], dict[str, Any]]:
     """Step errors with each FSDP case's shape held out of the FSDP-side fit (overlap_slowdown,
     fsdp_copy_s_per_byte), and the pair fitted on every row."""
-    from perfmodel.calibrate_overlap import fit_overlap_slowdown
-    from perfmodel.profile import load_profile
-
-    result = fit_overlap_slowdown(load_profile(str(ROOT / PROFILE)), ROOT / FSDP)
+    result = fit_overlap_slowdown(load_profile(str(ROOT / PROFILE)), ROOT / FSDP,
+                                  cache=cv_cache())
     return [float(e) for e in result.cv_errors_pct()], {
         "overlap_slowdown": result.overlap_slowdown,
         "fsdp_copy_s_per_byte": result.fsdp_copy_s_per_byte,
@@ -348,7 +354,9 @@ def collection() -> str:
 
 def part_measured() -> str:
     """(a) This machine: measured datasets, cross-validated."""
-    result = json.loads(shardmeter(*VALIDATE))
+    report = validate_profile(ValidationRequest(profile_name=PROFILE, compute_data_path=COMPUTE,
+                                                comm_data_path=COMM, cache=cv_cache()))
+    result = json_ready(report.record())
     commands = ["shardmeter " + " ".join(c) for c in (*FIT_COMMANDS, VALIDATE)]
     sections = [compute_section(result["compute"]["rows"], result["compute"]["mode"])]
     if (ROOT / WIDTH_PROBE).is_file():
@@ -358,8 +366,6 @@ def part_measured() -> str:
         sections.append(fsdp_section(json.loads(shardmeter(*COMPARE))))
         commands.append("shardmeter " + " ".join(COMPARE))
     if (ROOT / DATA / "memory-tracker.csv").is_file():  # memory model vs FSDPMemTracker (issue 9)
-        from perfmodel.memory_validation import markdown_section
-
         sections.append(markdown_section())
         commands.append("shardmeter validate cpu-x86-2core --memory")
     intro = "\n".join(
@@ -389,7 +395,8 @@ PARTS: dict[str, Callable[[], str]] = {
 }
 HEADER = """# ShardMeter validation
 
-Generated by `scripts/make_validation.py` from the data shipped in this repository; every figure
+Generated by `python -m scripts.make_validation` from the data shipped in this repository; every
+figure
 below is recomputed by it (`--check` fails when this file is stale, and CI runs it). Three parts:
 (a) this machine, measured; (b) GPUs, calibrated on published FSDP runs; (c) what the planner
 decides differently with the calibrated profiles. Regenerate one part with `--part NAME`."""
@@ -410,20 +417,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--part", action="append", choices=list(PARTS), help="only this part")
     parser.add_argument("--check", action="store_true", help="compare instead of writing")
     parser.add_argument("--fit", action="store_true", help="refit the CPU profile first")
+    parser.add_argument("--refresh", action="store_true",
+                        help="recompute the cached cross-validations (catalogs/cv-cache)")
     parser.add_argument("--out", default=DOC)
     args = parser.parse_args(argv)
-    if args.fit and args.check:
-        parser.error("--fit rewrites the profile; it cannot be combined with --check")
+    if (args.fit or args.refresh) and args.check:
+        parser.error("--fit and --refresh rewrite files; they cannot be combined with --check")
+    set_cache_mode("check" if args.check else "refresh" if args.refresh or args.fit else "use")
     if args.fit:
         fit()
     out = ROOT / args.out
     current = out.read_text() if out.is_file() else ""
     names = args.part or list(PARTS)
-    bodies = {name: PARTS[name]() for name in names}
+    try:
+        bodies = {name: PARTS[name]() for name in names}
+    except ShardMeterError as err:  # a stale cache under --check: say what changed, no traceback
+        print(f"error: {err}", file=sys.stderr)
+        return err.exit_code
     if args.check:
         stale = [n for n, body in bodies.items() if _section(current, n) != body]
         for name in stale:
-            print(f"stale: part {name!r} of {args.out} (rerun scripts/make_validation.py "
+            print(f"stale: part {name!r} of {args.out} (rerun python -m scripts.make_validation "
                   f"--part {name})", file=sys.stderr)
         return 1 if stale else 0
     kept = {n: _section(current, n) for n in PARTS}

@@ -1,8 +1,8 @@
-"""Parts (b) and (c) of docs/VALIDATION.md (imported by scripts/make_validation.py).
+"""Parts (b) and (c) of docs/VALIDATION.md (imported by python -m scripts.make_validation).
 
 (b) reads catalogs/published/calibration-cv.csv (leave-one-model-size-out predictions written by
-scripts/make_calibrated_profiles.py), re-simulates every run with the shipped calibrated profile
-and checks it reproduces the table's in-sample column (so the table belongs to the shipped
+python -m scripts.make_calibrated_profiles), re-simulates every run with the shipped calibrated
+profile and checks it reproduces the table's in-sample column (so the table belongs to the shipped
 profiles), and reports the errors beside those of the datasheet prior. (c) solves the paper's
 case study with the datasheet priors and with the shipped default profiles and compares.
 Every figure is computed here; nothing is typed.
@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from perfmodel.markdown import markdown_table
+from perfmodel.formatting import markdown_table
 
 ROOT = Path(__file__).resolve().parent.parent
 CV_CSV = ROOT / "catalogs" / "published" / "calibration-cv.csv"
@@ -49,8 +49,8 @@ def _signed(frame: pd.DataFrame, column: str) -> float:
 
 def _check_table_matches_profiles(cv: pd.DataFrame) -> dict[str, Any]:
     """Re-simulate the runs with the shipped calibrated profiles; they must give `fit_pred`."""
-    from perfmodel.calibrate import load_published_runs, predict_tokens_per_s_per_gpu
-    from perfmodel.profile import load_profile
+    from perfmodel.profiles.calibrate import load_published_runs, predict_tokens_per_s_per_gpu
+    from perfmodel.profiles.profile import load_profile
 
     runs = load_published_runs()
     profiles = {}
@@ -62,7 +62,7 @@ def _check_table_matches_profiles(cv: pd.DataFrame) -> dict[str, Any]:
             again, rows["fit_pred"], rtol=CONSISTENCY_RTOL
         ):
             raise SystemExit(f"{CV_CSV} does not belong to the shipped {profile.name} profile: "
-                             "rerun scripts/make_calibrated_profiles.py")
+                             "rerun python -m scripts.make_calibrated_profiles")
         profiles[gpu] = profile
     return profiles
 
@@ -97,7 +97,7 @@ def _accuracy_table(cv: pd.DataFrame) -> tuple[str, list[tuple[str, str, float]]
 
 
 def _params_table(profiles: dict[str, Any]) -> str:
-    from perfmodel.calibrate import params_of
+    from perfmodel.profiles.calibrate import params_of
 
     rows = []
     for gpu, profile in profiles.items():
@@ -149,8 +149,8 @@ def _by_seq(cv: pd.DataFrame) -> str:
 
 
 def _scaled_priors() -> str:
-    from perfmodel.calibrate import PRIOR_REFERENCE, params_of
-    from perfmodel.profile import load_profile
+    from perfmodel.profiles.calibrate import PRIOR_REFERENCE, params_of
+    from perfmodel.profiles.profile import load_profile
 
     rows = []
     for gpu in PRIOR_REFERENCE:
@@ -169,12 +169,12 @@ def _scaled_priors() -> str:
 
 def _held_out_validation() -> str:
     """Published runs never fitted to (catalogs/published/validation-torchtitan.csv)."""
-    from perfmodel.calibrate import (
+    from perfmodel.profiles.calibrate import (
         VALIDATION_CSV,
         load_published_runs,
         predict_tokens_per_s_per_gpu,
     )
-    from perfmodel.profile import load_profile, make_prior_profile
+    from perfmodel.profiles.profile import load_profile, make_prior_profile
 
     runs = load_published_runs(VALIDATION_CSV)
     rows, errors = [], {"calibrated": [], "prior": []}
@@ -213,7 +213,7 @@ def _held_out_validation() -> str:
 
 def part_calibrated() -> str:
     """(b) GPUs calibrated on published FSDP runs."""
-    from perfmodel.calibrate import CV_SCHEME, load_published_runs
+    from perfmodel.profiles.calibrate import CV_SCHEME, load_published_runs
 
     cv = pd.read_csv(CV_CSV)
     profiles = _check_table_matches_profiles(cv)
@@ -231,13 +231,13 @@ def part_calibrated() -> str:
             f"`scripts/train/benchmarking/README.md` at commit `{commit}`; see "
             "catalogs/published/README.md). Each run is simulated by the FSDP step graph (fast "
             "path) with its model, nodes x 8 GPUs, catalog links and dtypes; the calibrated "
-            "profile has five physical parameters per GPU (`perfmodel/calibrate.py`). "
+            "profile has five physical parameters per GPU (`perfmodel/profiles/calibrate.py`). "
             f"Cross-validation: {CV_SCHEME}, i.e. each model size is predicted by parameters "
             "fitted without any of its runs. The prior is the datasheet profile "
             "(`<GPU>-prior.yaml`: one 0.44 matmul efficiency for every GPU).",
-            "Commands: `.venv/bin/python scripts/import_published_runs.py` (data), "
-            "`.venv/bin/python scripts/make_calibrated_profiles.py` (fit + CV; `--check` refits), "
-            "`.venv/bin/python scripts/make_prior_profiles.py` (priors of GPUs without runs).",
+            "Commands: `.venv/bin/python -m scripts.import_published_runs` (data), "
+            "`.venv/bin/python -m scripts.make_calibrated_profiles` (fit + CV; `--check` refits), "
+            "`.venv/bin/python -m scripts.make_prior_profiles` (priors of GPUs without runs).",
             "### Tokens/s/GPU error, prior vs calibrated",
             accuracy,
             f"Goal (CV MAPE <= {GOAL_PCT:.0f} % per GPU and checkpointing mode): met in "
@@ -265,11 +265,12 @@ def part_calibrated() -> str:
 # ---- (c) the planner on the case study -------------------------------------------------------
 
 def _solve(instance: Any, profiles: dict[str, Any] | None) -> Any:
-    from perfmodel.catalog import get_gpu, get_model
-    from perfmodel.hardware import ClusterSpec
+    from perfmodel.spec.catalog import get_gpu, get_model
+    from perfmodel.spec.hardware import ClusterSpec
     from perfmodel.tables import build_island_table
-    from planner.instance import gpu_prices, validate_island_table
-    from planner.pareto import solve_instance
+    from planner.analysis.pareto import solve_instance
+    from planner.model.instance import gpu_prices
+    from planner.model.island_table import validate_island_table
 
     prices = gpu_prices(instance)
     clusters = []
@@ -308,9 +309,9 @@ def _plan_text(plan: Any) -> str:
 
 def part_planner() -> str:
     """(c) The case study's plans with datasheet priors vs the shipped default profiles."""
-    from perfmodel.profile import default_profile, make_prior_profile
-    from planner.instance import load_instance
-    from planner.pareto import cheapest, cheapest_at_throughput, fastest
+    from perfmodel.profiles.profile import default_profile, make_prior_profile
+    from planner.analysis.pareto import cheapest, cheapest_at_throughput, fastest
+    from planner.model.instance import load_instance
 
     rows, fastest_plans = [], {}
     gpus = sorted({c.gpu for c in load_instance(CASE).clusters})

@@ -9,8 +9,8 @@ from typing import NamedTuple
 
 import pytest
 
-from perfmodel import catalog
-from perfmodel.paths import catalog_dir
+from perfmodel.spec import catalog
+from perfmodel.spec.paths import catalog_dir
 
 
 def clear_catalog_caches() -> None:

@@ -1,4 +1,4 @@
-"""perfmodel.analysis: regimes, micro-batch sweeps, the Streaming DiLoCo tuner."""
+"""perfmodel.sim.analysis: regimes, micro-batch sweeps, the Streaming DiLoCo tuner."""
 
 from __future__ import annotations
 
@@ -7,30 +7,32 @@ from typing import Any
 import numpy as np
 import pytest
 
-from perfmodel import formulas
-from perfmodel.analysis import (
+from perfmodel.diloco.examples import streaming_examples
+from perfmodel.diloco.fragments import StreamingConfig
+from perfmodel.diloco.tuner import (
+    WanLink,
+    bandwidth_for_utilisation,
+    fabric_link,
+    required_wan_bw_bytes_per_s,
+    run_streaming,
+    streaming_utilisation,
+    tune_streaming,
+)
+from perfmodel.sim.analysis import (
     COMM_BOUND,
     COMPUTE_BOUND,
     IDLE_FRACTION_THRESHOLD,
     MIXED,
-    WanLink,
     analyse_step,
-    bandwidth_for_utilisation,
     batch_sweep,
     classify_regime,
-    fabric_link,
     regime_changes,
-    required_wan_bw_bytes_per_s,
-    run_streaming,
-    streaming_examples,
-    streaming_utilisation,
     transition_micro_batch,
-    tune_streaming,
 )
-from perfmodel.catalog import get_gpu, get_link, get_model
-from perfmodel.diloco import StreamingConfig
-from perfmodel.fsdp import StepCosts, UnitCosts, simulate_step
-from perfmodel.hardware import IslandSpec
+from perfmodel.sim.fsdp import StepCosts, UnitCosts, simulate_step
+from perfmodel.spec import formulas
+from perfmodel.spec.catalog import get_gpu, get_link, get_model
+from perfmodel.spec.hardware import IslandSpec
 
 MODEL = get_model("Llama-3.2-1B")
 
@@ -59,6 +61,10 @@ def test_analyse_step_hand_example() -> None:
 
 class ConstantCommProfile:
     """Compute ∝ micro-batch, communication independent of it: the paper's batch-size effect."""
+
+    overlap_slowdown = 1.0
+    recompute_factor = 1.0
+    fsdp_copy_s_per_byte = 0.0
 
     def compute_time_s(
         self, phase: str, model: Any, seq_len: int, micro_batch: Any, unit: str = "model",

@@ -1,4 +1,5 @@
-"""The typed public API (`perfmodel.api`) against facts computed independently of it: the graph
+"""The typed public API (`perfmodel.api.predict`) against facts computed independently of it: the
+graph
 simulation, the MFU definition, DiLoCo amortisation, the memory model and the CLI's own output."""
 
 from __future__ import annotations
@@ -9,12 +10,13 @@ from typing import Any
 
 import pytest
 
-from perfmodel import api, catalog
-from perfmodel.errors import UserInputError
-from perfmodel.fsdp import simulate_step, step_costs
-from perfmodel.hardware import IslandSpec
-from perfmodel.profile import default_profile
-from perfmodel.recipe import named_recipe
+from perfmodel import api
+from perfmodel.profiles.profile import default_profile
+from perfmodel.sim.fsdp import simulate_step, step_costs
+from perfmodel.spec import catalog
+from perfmodel.spec.errors import UserInputError
+from perfmodel.spec.hardware import IslandSpec
+from perfmodel.spec.recipe import named_recipe
 
 MODEL, GPU, SEQ = "Llama-3.2-1B", "A100-PCIe-80GB", 1024
 

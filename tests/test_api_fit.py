@@ -1,4 +1,4 @@
-"""The fit/validate API (`perfmodel.api_fit`) on its own: what the CLI writes is what it returns,
+"""The fit/validate API (`perfmodel.api.fit`) on its own: what the CLI writes is what it returns,
 and bad requests are refused before any file is read."""
 
 from __future__ import annotations
@@ -8,17 +8,17 @@ from pathlib import Path
 
 import pytest
 import yaml
+from synthetic import synthetic_compute_dataset
 
-from perfmodel.api_fit import (
+from perfmodel.api.fit import (
     CommFitRequest,
     ComputeFitRequest,
     ValidationRequest,
     fit_compute,
     validate_profile,
 )
-from perfmodel.catalog import get_model
-from perfmodel.compute_synthetic import synthetic_compute_dataset
-from perfmodel.errors import UserInputError
+from perfmodel.spec.catalog import get_model
+from perfmodel.spec.errors import UserInputError
 
 TRUTH = {"forward": {"tok_block_matmul": 1.0e-12, "tok_attn": 4.0e-12, "layers": 2e-4,
                      "const": 1e-3}}

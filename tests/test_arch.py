@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from perfmodel.arch import ModelSpec, load_hf_config
-from perfmodel.catalog import get_model
-from perfmodel.errors import ConfigError
+from perfmodel.spec.arch import ModelSpec, load_hf_config
+from perfmodel.spec.catalog import get_model
+from perfmodel.spec.errors import ConfigError
 
 CONFIGS = Path(__file__).parent / "data" / "configs"
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from perfmodel.errors import UserInputError
+from perfmodel.spec.errors import UserInputError
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.torch
@@ -43,6 +43,7 @@ def test_torchrun_command_standalone_and_multi_node() -> None:
     assert multi[3:7] == ["--nnodes", "2", "--rdzv-endpoint", "h:29500"]
 
 
+@pytest.mark.slow
 def test_bench_comm_gloo_two_ranks_runs_and_resumes(run_cli, tmp_path: Path) -> None:
     out = tmp_path / "comm.csv"
     base = ["bench", "comm", "--nproc", "2", "-o", str(out), "--min-mib", "0.25", "--max-mib", "1",

@@ -9,15 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from perfmodel.errors import DatasetError, UserInputError
+from perfmodel.spec.errors import DatasetError, UserInputError
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.torch
 
 from perfmodel.bench import compute as cb  # noqa: E402
 from perfmodel.bench.model import build_model  # noqa: E402
-from perfmodel.catalog import get_model  # noqa: E402
-from perfmodel.paths import catalog_dir  # noqa: E402
+from perfmodel.bench.space import load_space  # noqa: E402
+from perfmodel.spec.catalog import get_model  # noqa: E402
+from perfmodel.spec.paths import catalog_dir  # noqa: E402
 
 TINY_SPACE = """
 name: tiny
@@ -57,7 +58,7 @@ def _rows(path: Path) -> list[dict[str, str]]:
 
 @pytest.mark.parametrize("space", ["cpu.yaml", "cpu-wide.yaml", "paper-gpu.yaml"])
 def test_shipped_spaces_sample_valid_shapes(space: str) -> None:
-    design = cb.load_space(catalog_dir() / "spaces" / space)
+    design = load_space(catalog_dir() / "spaces" / space)
     configs = cb.sample_configs(design, 40, seed=0)
     assert len(configs) == 40 and len({c.config_id for c in configs}) == 40
     for c in configs:
@@ -77,7 +78,7 @@ def test_shipped_spaces_sample_valid_shapes(space: str) -> None:
 def test_listed_values_are_sampled_from_the_list() -> None:
     """cpu-aligned.yaml lists its widths and head counts: every shape takes listed values and is
     valid, and its ids carry the space's prefix (its rows share cpu-compute.csv with sobol-*)."""
-    design = cb.load_space(catalog_dir() / "spaces" / "cpu-aligned.yaml")
+    design = load_space(catalog_dir() / "spaces" / "cpu-aligned.yaml")
     configs = cb.sample_configs(design, 40, seed=0)
     widths = Counter(c.spec.hidden_size for c in configs)
     assert set(widths) == {1024, 2048, 3072, 4096}
@@ -92,7 +93,7 @@ def test_listed_values_are_sampled_from_the_list() -> None:
 def test_width_probe_takes_each_width_once() -> None:
     """The probe's claim: its first 8 Sobol points take each of its 8 widths once, the rest
     fixed."""
-    design = cb.load_space(catalog_dir() / "spaces" / "cpu-width-probe.yaml")
+    design = load_space(catalog_dir() / "spaces" / "cpu-width-probe.yaml")
     configs = cb.sample_configs(design, 8, seed=0)
     assert sorted(c.spec.hidden_size for c in configs) == list(
         design.ranges["hidden_size"].choices)
@@ -101,7 +102,7 @@ def test_width_probe_takes_each_width_once() -> None:
 
 
 def test_sobol_sample_is_seeded_and_prefix_stable(tiny_space: Path) -> None:
-    design = cb.load_space(tiny_space)
+    design = load_space(tiny_space)
     a, b = cb.sample_configs(design, 6, seed=1), cb.sample_configs(design, 12, seed=1)
     assert [c.spec for c in a] == [c.spec for c in b[:6]]
     assert [c.spec for c in cb.sample_configs(design, 6, seed=2)] != [c.spec for c in a]
@@ -112,19 +113,19 @@ def test_bad_space_files_are_user_errors(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text(TINY_SPACE.replace("hidden_size: {min: 16", "hidden_size: {low: 16"))
     with pytest.raises(UserInputError, match="hidden_size"):
-        cb.load_space(bad)
+        load_space(bad)
     bad.write_text(TINY_SPACE.replace("[llama, phi, gemma]", "[llama, gpt9]"))
     with pytest.raises(UserInputError, match="gpt9"):
-        cb.load_space(bad)
+        load_space(bad)
     with pytest.raises(UserInputError, match="not found"):
-        cb.load_space(tmp_path / "missing.yaml")
+        load_space(tmp_path / "missing.yaml")
     bad.write_text(TINY_SPACE.replace("name: tiny", "name: tiny\nid_prefix: Sobol 2"))
     with pytest.raises(UserInputError, match="id_prefix"):
-        cb.load_space(bad)
+        load_space(bad)
     bad.write_text(TINY_SPACE.replace("{min: 16, max: 64, scale: log, multiple_of: 8}",
                                       "[16, 2.5]"))
     with pytest.raises(UserInputError, match="hidden_size.*2.5"):
-        cb.load_space(bad)
+        load_space(bad)
 
 
 # ---- phase grouping -----------------------------------------------------------------------

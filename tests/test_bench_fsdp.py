@@ -8,15 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from perfmodel.errors import ConfigError, UserInputError
+from perfmodel.spec.errors import ConfigError, UserInputError
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.torch
 
 from perfmodel.bench import fsdp  # noqa: E402
-from perfmodel.catalog import get_model  # noqa: E402
-from perfmodel.paths import catalog_dir  # noqa: E402
-from perfmodel.recipe import DEFAULT_RECIPE, PAPER_RECIPE  # noqa: E402
+from perfmodel.profiles import fsdp_compare  # noqa: E402
+from perfmodel.spec.catalog import get_model  # noqa: E402
+from perfmodel.spec.paths import catalog_dir  # noqa: E402
+from perfmodel.spec.recipe import DEFAULT_RECIPE, PAPER_RECIPE  # noqa: E402
 
 TINY = """
 seq_len: 16
@@ -67,6 +68,7 @@ def test_load_cases_errors(tmp_path: Path) -> None:
         fsdp.load_cases(bad)
 
 
+@pytest.mark.slow
 def test_bench_fsdp_gloo_two_ranks_runs_and_resumes(run_cli, tmp_path: Path) -> None:
     space = tmp_path / "f.yaml"
     space.write_text(TINY)
@@ -76,7 +78,7 @@ def test_bench_fsdp_gloo_two_ranks_runs_and_resumes(run_cli, tmp_path: Path) -> 
     first = run_cli(*args)
     assert first.code == 0, first.err
     rows = _rows(out)
-    assert list(rows[0]) == list(fsdp.COLUMNS) and len(rows) == 3
+    assert list(rows[0]) == list(fsdp_compare.COLUMNS) and len(rows) == 3
     for r in rows:
         assert r["world_size"] == "2" and r["backend"] == "gloo" and r["link"] == "gloo-loopback"
         assert float(r["step_time_s"]) > 0
@@ -85,7 +87,7 @@ def test_bench_fsdp_gloo_two_ranks_runs_and_resumes(run_cli, tmp_path: Path) -> 
         assert int(r["peak_memory_bytes"]) >= 3 * 4 * case.spec.total_params // 2
         assert r["memory_source"] == "profiler-live+persistent"
         # the worker trained the default recipe and says so (bench fsdp-compare predicts that one)
-        assert fsdp.row_recipe(r, "fsdp.csv") == DEFAULT_RECIPE
+        assert fsdp_compare.row_recipe(r, "fsdp.csv") == DEFAULT_RECIPE
     # an interrupted run: drop the last row, rerun, exactly that case comes back
     lines = out.read_text().splitlines()
     out.write_text("\n".join(lines[:-1]) + "\n")
@@ -98,7 +100,7 @@ def test_bench_fsdp_gloo_two_ranks_runs_and_resumes(run_cli, tmp_path: Path) -> 
 
 
 def test_fsdp_compare_against_the_simulator(run_cli, tmp_path: Path) -> None:
-    from perfmodel.profile import make_prior_profile, save_profile
+    from perfmodel.profiles.profile import make_prior_profile, save_profile
 
     profile = tmp_path / "cpu-prior.yaml"
     save_profile(make_prior_profile("CPU-x86-2core"), profile)
@@ -113,10 +115,10 @@ def test_fsdp_compare_against_the_simulator(run_cli, tmp_path: Path) -> None:
         "memory_source": "profiler+persistent",
     }
     with data.open("w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=fsdp.COLUMNS)
+        writer = csv.DictWriter(fh, fieldnames=fsdp_compare.COLUMNS)
         writer.writeheader()
         writer.writerow(row)
-    rows = fsdp.compare_fsdp(data, str(profile))
+    rows = fsdp_compare.compare_fsdp(data, str(profile))
     assert len(rows) == 1 and rows[0]["predicted_step_s"] > 0 and rows[0]["predicted_peak_mib"] > 0
     expected = 100 * (rows[0]["predicted_step_s"] - 0.05) / 0.05
     assert rows[0]["step_error_pct"] == pytest.approx(expected)
@@ -127,10 +129,10 @@ def test_fsdp_compare_against_the_simulator(run_cli, tmp_path: Path) -> None:
     # like with like: a row that trained the paper recipe is predicted with the paper recipe
     paper = tmp_path / "paper.csv"
     with paper.open("w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=fsdp.COLUMNS)
+        writer = csv.DictWriter(fh, fieldnames=fsdp_compare.COLUMNS)
         writer.writeheader()
-        writer.writerow({**row, "recipe": json.dumps(fsdp.recipe_mapping(PAPER_RECIPE))})
-    (paper_row,) = fsdp.compare_fsdp(paper, str(profile))
+        writer.writerow({**row, "recipe": json.dumps(fsdp_compare.recipe_mapping(PAPER_RECIPE))})
+    (paper_row,) = fsdp_compare.compare_fsdp(paper, str(profile))
     assert paper_row["recipe"] == "paper"
     assert paper_row["predicted_comm_s"] != rows[0]["predicted_comm_s"]  # bf16 params, fp32 grads
     bad = tmp_path / "bad.csv"
@@ -145,7 +147,7 @@ def test_fsdp_compare_takes_measured_peaks_from_a_real_memory_dataset(tmp_path: 
     root = Path(__file__).resolve().parent.parent / "catalogs" / "profiles"
     data, mem = root / "data" / "cpu-fsdp.csv", root / "data" / "cpu-fsdp-memory.csv"
     profile = str(root / "cpu-x86-2core.yaml")
-    rows = fsdp.compare_fsdp(data, profile, memory_data=mem)
+    rows = fsdp_compare.compare_fsdp(data, profile, memory_data=mem)
     real = {(r["model"], r["micro_batch"], r["accum_steps"]): int(r["allocator_peak_bytes"])
             for r in _rows(mem)}
     assert len(rows) == len(_rows(data)) == len(real)
@@ -161,4 +163,4 @@ def test_fsdp_compare_takes_measured_peaks_from_a_real_memory_dataset(tmp_path: 
     lines = mem.read_text().splitlines()
     partial.write_text("\n".join(lines[:-1]) + "\n")
     with pytest.raises(UserInputError, match="no row for"):
-        fsdp.compare_fsdp(data, profile, memory_data=partial)
+        fsdp_compare.compare_fsdp(data, profile, memory_data=partial)

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from perfmodel.bench.memory import CATEGORIES, KEY_COLUMNS, MemoryCase
-from perfmodel.catalog import get_model
-from perfmodel.memory_validation import CATEGORY_OF_COMPONENT, compare_row
-from perfmodel.recipe import DEFAULT_RECIPE
+from perfmodel.profiles.memory_validation import CATEGORY_OF_COMPONENT, compare_row
+from perfmodel.spec.catalog import get_model
+from perfmodel.spec.recipe import DEFAULT_RECIPE
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.torch
@@ -46,6 +46,7 @@ def test_model_matches_tracker_by_category(name: str, k: int, mode: str, ac: str
         assert diff <= 0.02 * peak_gib, (component, record)
 
 
+@pytest.mark.slow
 def test_tracker_sees_the_accumulation_modes() -> None:
     from perfmodel.bench.memory import run_fake_case
 
@@ -113,6 +114,7 @@ def test_micro_step_syncs() -> None:
         micro_step_syncs(0, "no_sync")
 
 
+@pytest.mark.slow
 def test_real_tensor_tracker_matches_the_cpu_allocator(tmp_path: Path) -> None:
     """The ground truth itself: a real 2-rank gloo FSDP2 run, tracker vs the CPU allocator."""
     from test_memory import assert_tracker_matches_allocator
@@ -139,8 +141,8 @@ def test_one_tracked_step_is_the_steady_state_of_two() -> None:
 
 
 def test_cases_like_an_fsdp_dataset_keep_each_rows_recipe() -> None:
-    from perfmodel.bench.fsdp import legacy_recipe
     from perfmodel.bench.memory_grid import cases_like
+    from perfmodel.profiles.fsdp_compare import legacy_recipe
 
     data = Path(__file__).resolve().parent.parent / "catalogs/profiles/data/cpu-fsdp.csv"
     cases = cases_like(data)
@@ -158,7 +160,7 @@ def test_cases_like_an_fsdp_dataset_keep_each_rows_recipe() -> None:
 
 def test_cases_like_rejects_a_file_that_is_not_an_fsdp_dataset(tmp_path: Path) -> None:
     from perfmodel.bench.memory_grid import cases_like
-    from perfmodel.errors import UserInputError
+    from perfmodel.spec.errors import UserInputError
 
     bad = tmp_path / "x.csv"
     bad.write_text("model,seq_len\nx,1\n")
@@ -172,7 +174,7 @@ def test_shipped_fsdp_memory_rows_never_exceed_the_tracker() -> None:
     """The re-measured FSDP2 benchmark peaks: the allocator never holds more than the tracker
     counts, beyond the collective buffers whose free gloo's threads made unrecorded. (The other
     side does not always hold: where the tracker counts more, docs/VALIDATION.md lists the case.)"""
-    from perfmodel.memory_validation import EXACT_MATCH_BYTES
+    from perfmodel.profiles.memory_validation import EXACT_MATCH_BYTES
 
     path = Path(__file__).resolve().parent.parent / "catalogs/profiles/data/cpu-fsdp-memory.csv"
     rows = list(csv.DictReader(path.open()))

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from perfmodel.arch import FAMILY_LAYOUT, ModelSpec
-from perfmodel.catalog import load_models
+from perfmodel.spec.arch import FAMILY_LAYOUT, ModelSpec
+from perfmodel.spec.catalog import load_models
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.torch

@@ -9,7 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from perfmodel.calibrate import (
+from perfmodel.costs.datasets import mape_pct
+from perfmodel.profiles.calibrate import (
     LLM_FOUNDRY_CSV,
     CalibrationParams,
     calibrated_profile,
@@ -20,10 +21,14 @@ from perfmodel.calibrate import (
     scaled_params,
     scaled_prior_profile,
 )
-from perfmodel.catalog import get_gpu
-from perfmodel.compute import mape_pct
-from perfmodel.errors import DatasetError, ProfileError
-from perfmodel.profile import default_profile, load_profile, profile_from_dict, save_profile
+from perfmodel.profiles.profile import (
+    default_profile,
+    load_profile,
+    profile_from_dict,
+    save_profile,
+)
+from perfmodel.spec.catalog import get_gpu
+from perfmodel.spec.errors import DatasetError, ProfileError
 
 ROOT = Path(__file__).resolve().parent.parent
 GPU = "A100-SXM4-80GB"
@@ -89,7 +94,7 @@ def test_gemm_efficiency_saturates_with_size() -> None:
     profile = calibrated_profile(GPU, TRUE)
     runs = synthetic_runs().iloc[[0, 1]]
     model_row = runs.iloc[0].to_dict()
-    from perfmodel.calibrate import run_model
+    from perfmodel.profiles.calibrate import run_model
 
     model = run_model(model_row)
     peak = get_gpu(GPU).bf16_flops_per_s
@@ -158,7 +163,7 @@ def test_shipped_calibration_meets_the_accuracy_goal() -> None:
 
 
 def test_overlap_fit_on_measured_fsdp_steps() -> None:
-    from perfmodel.calibrate_overlap import fit_overlap_slowdown
+    from perfmodel.profiles.overlap import fit_overlap_slowdown
 
     profile = load_profile("cpu-x86-2core")
     data = ROOT / "catalogs/profiles/data/cpu-fsdp.csv"
@@ -190,9 +195,9 @@ def test_predict_names_profile_and_provenance_per_link(run_cli) -> None:
 def test_fsdp_copy_cost_is_added_to_each_collective(tmp_path: Path) -> None:
     from dataclasses import replace
 
-    from perfmodel.catalog import get_model
-    from perfmodel.fsdp import unit_durations
-    from perfmodel.hardware import IslandSpec
+    from perfmodel.sim.fsdp import unit_durations
+    from perfmodel.spec.catalog import get_model
+    from perfmodel.spec.hardware import IslandSpec
 
     base = load_profile("cpu-x86-2core")
     copying = replace(base, fsdp_copy_s_per_byte=1e-9)

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from perfmodel import catalog as cat
-from perfmodel.errors import CatalogError, ConfigError
-from perfmodel.hardware import GIB
+from perfmodel.spec import catalog as cat
+from perfmodel.spec.errors import CatalogError, ConfigError
+from perfmodel.spec.formulas import GIB
 
 CONFIGS = Path(__file__).parent / "data" / "configs"
 

@@ -9,10 +9,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
+from synthetic import synthetic_compute_dataset
 
-from perfmodel.catalog import get_model
-from perfmodel.comm import LinkCoefficients, synthetic_comm_dataset
-from perfmodel.compute_synthetic import synthetic_compute_dataset
+from perfmodel.costs.comm import LinkCoefficients, synthetic_comm_dataset
+from perfmodel.spec.catalog import get_model
 
 DATA = Path(__file__).resolve().parent / "data" / "perf"
 NAMES = ("tiny-llama", "tiny-gqa", "small-llama", "tiny-phi", "SmolLM-360M", "Llama-3.2-1B",

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from perfmodel.catalog import get_gpu, get_model, load_price_lists
-from perfmodel.hardware import GIB
-from perfmodel.memory import max_micro_batch, memory_breakdown
+from perfmodel.costs.memory import max_micro_batch, memory_breakdown
+from perfmodel.spec.catalog import get_gpu, get_model, load_price_lists
+from perfmodel.spec.formulas import GIB
 
 CONFIGS = Path(__file__).parent / "data" / "configs"
 MEMORY_ARGS = [
@@ -72,7 +72,7 @@ CATALOGS = Path(__file__).resolve().parent.parent / "catalogs"
 CATALOG_NAMES = {"models": ("models.csv", "name"), "gpus": ("gpus.csv", "gpu_type"),
                  "links": ("links.csv", "name")}
 """Catalog CSV and its key column: the table must show every row's key (read here with csv,
-not through perfmodel.catalog, so a row the loader drops is caught)."""
+not through perfmodel.spec.catalog, so a row the loader drops is caught)."""
 
 
 @pytest.mark.parametrize("what", ["models", "gpus", "links", "prices"])

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from perfmodel.catalog import get_gpu, get_model
+from perfmodel.spec.catalog import get_gpu, get_model
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 BASE = ["--gpu", "A100-PCIe-80GB", "--seq-len", "1024", "--micro-batch", "2"]

@@ -5,19 +5,18 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from perfmodel.catalog import get_gpu, get_link
-from perfmodel.comm import (
+from perfmodel.costs.comm import (
     CommModel,
     LinkCoefficients,
     comm_mape_table,
     fit_comm,
-    island_collective_time_s,
     ring_time_s,
     synthetic_comm_dataset,
 )
-from perfmodel.errors import ProfileError
-from perfmodel.formulas import sync_time_s
-from perfmodel.hardware import IslandSpec
+from perfmodel.spec.catalog import get_gpu, get_link
+from perfmodel.spec.errors import ProfileError
+from perfmodel.spec.formulas import sync_time_s
+from perfmodel.spec.hardware import IslandSpec
 
 FAST = LinkCoefficients(latency_s=5e-6, bandwidth_bytes_per_s=300e9, provenance="measured")
 SLOW = LinkCoefficients(latency_s=20e-6, bandwidth_bytes_per_s=25e9, provenance="measured")
@@ -76,7 +75,7 @@ def test_hierarchical_island_uses_nics_times_per_nic_bandwidth() -> None:
     assert bw == pytest.approx(84.8e9)
     assert lat == max(get_link("nvlink3").latency_s, get_link("ib-hdr200").latency_s)
     D = 8e9
-    t = island_collective_time_s(prior, island, "all_reduce", D)
+    t = prior.island_time_s("all_reduce", island, D)
     busbw = 2 * (24 - 1) / 24 * D / t  # nccl-tests convention for all_reduce
     assert busbw == pytest.approx(84.8e9, rel=0.01)  # latency costs < 1% at 8 GB
     # two GPUs per node drive two of the four NICs

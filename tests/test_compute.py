@@ -4,18 +4,18 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from synthetic import synthetic_compute_dataset
 
-from perfmodel.arch import ModelSpec
-from perfmodel.catalog import get_model
-from perfmodel.compute import (
+from perfmodel.costs.compute import (
     PhaseRegressor,
     fit_phases,
     leave_one_model_out,
     mape_pct,
     mape_table,
 )
-from perfmodel.compute_synthetic import synthetic_compute_dataset
-from perfmodel.features import REGRESSION_CANDIDATES, candidate_columns, unit_feature_matrix
+from perfmodel.costs.features import REGRESSION_CANDIDATES, candidate_columns, unit_feature_matrix
+from perfmodel.spec.arch import ModelSpec
+from perfmodel.spec.catalog import get_model
 
 PASS_FEATURES = REGRESSION_CANDIDATES["forward"]
 """The forward candidates (the regression never selects outside its phase's candidates)."""
@@ -50,7 +50,7 @@ def random_models(n: int, seed: int) -> list[ModelSpec]:
 
 
 def _xy(frame, phase):
-    from perfmodel.features import dataset_features
+    from perfmodel.costs.features import dataset_features
 
     rows = frame[frame["phase"] == phase]
     X = dataset_features(rows, phase)[:, candidate_columns("forward")]
@@ -155,7 +155,7 @@ def test_fit_on_single_units_predicts_whole_models() -> None:
                                       units=("block", "root"), noise=0.01, seed=1)
     regs = fit_phases(units)
     whole = synthetic_compute_dataset(models, truth, seq_lens=(1024,), noise=0.0)
-    from perfmodel.features import dataset_features
+    from perfmodel.costs.features import dataset_features
 
     pred = regs["forward"].predict(
         dataset_features(whole, "forward")[:, candidate_columns("forward")]

@@ -1,4 +1,4 @@
-"""perfmodel.diloco: blocking DiLoCo and Streaming DiLoCo."""
+"""perfmodel.diloco.graph: blocking DiLoCo and Streaming DiLoCo."""
 
 from __future__ import annotations
 
@@ -6,25 +6,25 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from perfmodel import formulas
-from perfmodel.catalog import get_model
-from perfmodel.diloco import (
-    OUTER_OPTIMIZER_BYTES_PER_PARAM,
+from perfmodel.diloco.fragments import (
     Piece,
     StreamingConfig,
     fragment_blocks,
-    fragment_exchange_s,
     fragment_params,
     fragment_pieces,
-    no_block_condition,
-    outer_optimizer_s,
-    pseudo_gradient_bytes,
-    simulate_diloco,
-    simulate_streaming,
     streaming_steps_to_simulate,
     utilisation_steps,
 )
-from perfmodel.recipe import OuterRecipe
+from perfmodel.diloco.graph import (
+    OUTER_OPTIMIZER_BYTES_PER_PARAM,
+    outer_optimizer_s,
+    pseudo_gradient_bytes,
+    simulate_diloco,
+)
+from perfmodel.diloco.streaming import fragment_exchange_s, no_block_condition, simulate_streaming
+from perfmodel.spec import formulas
+from perfmodel.spec.catalog import get_model
+from perfmodel.spec.recipe import OuterRecipe
 
 
 def test_pseudo_gradient_bytes_use_the_shared_payload_formula() -> None:

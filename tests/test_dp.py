@@ -1,5 +1,5 @@
-"""The exact DP (`planner.dp`), the same-cluster fabric σ, accumulation limits, island node caps,
-the infeasible-step cross-check and default solver choice. Expected values come from DESIGN §3
+"""The exact DP (`planner.solvers.dp`), the same-cluster fabric σ, accumulation limits, island node
+caps, the infeasible-step cross-check and default solver choice. Expected values come from DESIGN §3
 formulas or the brute-force enumeration, never from a solver run."""
 
 from __future__ import annotations
@@ -10,12 +10,15 @@ import math
 import pandas as pd
 import pytest
 
-from planner.baselines import BruteForce
-from planner.cpsat import CpSatSubsolver
-from planner.dp import dp_frontier, dp_unsupported
-from planner.instance import TABLE_COLUMNS, Instance, validate_island_table
-from planner.pareto import StaircaseOracle, compute_frontier, dp_checker, epsilon_frontier
-from planner.problem import SubResult, build_problem
+from planner.analysis.pareto import compute_frontier, epsilon_frontier
+from planner.model.evaluate import build_problem
+from planner.model.instance import Instance
+from planner.model.island_table import TABLE_COLUMNS, validate_island_table
+from planner.model.problem import SubResult
+from planner.solvers.baselines import BruteForce
+from planner.solvers.cpsat import CpSatSubsolver
+from planner.solvers.dp import dp_frontier, dp_unsupported
+from planner.solvers.oracle import StaircaseOracle, dp_checker
 
 
 def _row(cluster: str, nodes: int, gpn: int, m: int, microstep: float, usd: float, **extra) -> dict:
@@ -167,8 +170,9 @@ def test_per_instance_size_prices_use_the_listed_size(tmp_path) -> None:
     """Lambda lists H100 SXM as a 1-GPU and an 8-GPU instance at different per-GPU rates: with
     per_instance_size a 1-GPU island pays the 1-GPU rate, an 8-GPU island the 8-GPU rate, and a
     2-GPU island (no such instance listed) the cluster's resolved price."""
-    from perfmodel.catalog import price_rows, price_usd_per_gpu_hour
-    from planner.instance import load_instance, load_island_table
+    from perfmodel.spec.catalog import price_rows, price_usd_per_gpu_hour
+    from planner.model.instance import load_instance
+    from planner.model.island_table import load_island_table
 
     gpu = "H100-SXM5-80GB"
     listed = {

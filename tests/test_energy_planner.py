@@ -11,24 +11,26 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from perfmodel.catalog import get_gpu, get_model
-from perfmodel.energy_catalog import carbon_intensity_g_per_kwh, provider_pue
-from perfmodel.errors import InfeasibleError
-from perfmodel.fsdp import simulate_step, step_costs
-from perfmodel.hardware import ClusterSpec
-from perfmodel.power import (
+from perfmodel.costs.power import (
     DEFAULT_POWER,
     StepActivity,
     activity_from_schedule,
     co2_kg,
     island_step_energy_j,
 )
-from perfmodel.profile import default_profile
+from perfmodel.profiles.profile import default_profile
+from perfmodel.sim.fsdp import simulate_step, step_costs
+from perfmodel.spec.catalog import get_gpu, get_model
+from perfmodel.spec.energy_catalog import carbon_intensity_g_per_kwh, provider_pue
+from perfmodel.spec.errors import InfeasibleError
+from perfmodel.spec.hardware import ClusterSpec
 from perfmodel.tables import build_island_table
-from planner.baselines import BruteForce
-from planner.energy import brute_energy_frontier, energy_frontier, min_co2_within_cost, solve_energy
-from planner.instance import ENERGY_COLUMNS, TABLE_COLUMNS, Instance, validate_island_table
-from planner.problem import build_problem
+from planner.analysis.energy import brute_energy_frontier, min_co2_within_cost, solve_energy
+from planner.model.evaluate import build_problem
+from planner.model.instance import Instance
+from planner.model.island_table import ENERGY_COLUMNS, TABLE_COLUMNS, validate_island_table
+from planner.solvers.baselines import BruteForce
+from planner.solvers.energy_dp import energy_frontier
 
 SETTINGS = settings(max_examples=40, deadline=None, derandomize=True,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -127,8 +129,9 @@ def test_one_plan_by_hand_from_timeline_tdp_host_pue_and_intensity() -> None:
         _row("b", 1, 8, 1, 3.0, 0.2, 0.1, 1.0, 400.0),
     ]
     _, _, problem = _problem(_instance(clusters, 16, 2), rows)
-    from planner.energy import plan_energy
-    from planner.problem import IslandChoice, evaluate
+    from planner.model.energy import plan_energy
+    from planner.model.evaluate import evaluate
+    from planner.model.problem import IslandChoice
 
     plan = evaluate(
         problem,
@@ -309,12 +312,13 @@ def test_cli_co2_query_unknown_region_and_refusals(tmp_path) -> None:
     assert cap.exit_code == 1 and "max_co2_kg" in cap.output
 
 
+@pytest.mark.slow
 def test_energy_doc_is_current() -> None:
     import subprocess
     import sys
 
     done = subprocess.run(
-        [sys.executable, "scripts/make_energy_doc.py", "--check"],
+        [sys.executable, "-m", "scripts.make_energy_doc", "--check"],
         capture_output=True,
         text=True,
         timeout=600,

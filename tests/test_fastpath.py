@@ -1,4 +1,5 @@
-"""perfmodel.fastpath (the step graph compiled once, evaluated vectorised) equals the simulator."""
+"""perfmodel.sim.fastpath (the step graph compiled once, evaluated vectorised) equals the
+simulator."""
 
 from __future__ import annotations
 
@@ -7,18 +8,18 @@ from typing import Any
 import numpy as np
 import pytest
 
-from perfmodel.arch import ModelSpec
-from perfmodel.catalog import get_gpu
-from perfmodel.fastpath import (
+from perfmodel.sim.fastpath import (
     FastCosts,
     compile_step,
     concat_fast_costs,
     fast_step,
     model_fast_costs,
 )
-from perfmodel.fsdp import StepCosts, UnitCosts, simulate_step, step_costs, step_plan
-from perfmodel.hardware import IslandSpec
-from perfmodel.recipe import ACCUM_MODES, DEFAULT_RECIPE, PAPER_RECIPE, TrainingRecipe
+from perfmodel.sim.fsdp import StepCosts, UnitCosts, simulate_step, step_costs, step_plan
+from perfmodel.spec.arch import ModelSpec
+from perfmodel.spec.catalog import get_gpu
+from perfmodel.spec.hardware import IslandSpec
+from perfmodel.spec.recipe import ACCUM_MODES, DEFAULT_RECIPE, PAPER_RECIPE, TrainingRecipe
 
 N_CONFIGS = 1200
 TINY = ModelSpec(name="tiny", hidden_size=64, num_layers=3, num_heads=4, num_kv_heads=2,
@@ -27,6 +28,10 @@ TINY = ModelSpec(name="tiny", hidden_size=64, num_layers=3, num_heads=4, num_kv_
 
 class LinearProfile:
     """A stand-in profile: compute ∝ micro-batch (numpy arrays welcome), comm = payload / bw."""
+
+    overlap_slowdown = 1.0
+    recompute_factor = 1.0
+    fsdp_copy_s_per_byte = 0.0
 
     def __init__(self, block_s: float, bw: float) -> None:
         self.block_s, self.bw = block_s, bw

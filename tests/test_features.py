@@ -5,8 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from perfmodel.catalog import get_model
-from perfmodel.features import (
+from perfmodel.costs.features import (
     OPTIMIZER_FEATURES,
     PASS_FEATURES,
     model_features,
@@ -14,6 +13,7 @@ from perfmodel.features import (
     unit_feature_affine,
     unit_feature_matrix,
 )
+from perfmodel.spec.catalog import get_model
 
 MODELS = ["Llama-3.2-1B", "Phi-1.5", "Gemma-2B", "tiny-gqa"]
 
@@ -99,7 +99,7 @@ def test_aligned_weight_grads_count_matrices_with_aligned_rows(
         hidden: int, ffn: int, aligned_in_h: bool, aligned_ffn: bool) -> None:
     from dataclasses import replace
 
-    from perfmodel.features import ALIGNED_WIDTH, REGRESSION_CANDIDATES
+    from perfmodel.costs.features import ALIGNED_WIDTH, REGRESSION_CANDIDATES
 
     model = replace(get_model("Phi-1.5"), hidden_size=hidden, intermediate_size=ffn,
                     num_heads=32, num_kv_heads=32)

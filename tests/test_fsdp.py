@@ -1,4 +1,4 @@
-"""perfmodel.fsdp: FSDP step graphs, the T(k) decomposition, durations from a profile."""
+"""perfmodel.sim.fsdp: FSDP step graphs, the T(k) decomposition, durations from a profile."""
 
 from __future__ import annotations
 
@@ -9,8 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from perfmodel.arch import ModelSpec
-from perfmodel.fsdp import (
+from perfmodel.sim.fsdp import (
     StepCosts,
     UnitCosts,
     recompute_fraction,
@@ -21,8 +20,9 @@ from perfmodel.fsdp import (
     total_comm_s,
     total_compute_s,
 )
-from perfmodel.hardware import GpuSpec, IslandSpec
-from perfmodel.recipe import ACCUM_MODES, DEFAULT_RECIPE, PAPER_RECIPE, TrainingRecipe
+from perfmodel.spec.arch import ModelSpec
+from perfmodel.spec.hardware import GpuSpec, IslandSpec
+from perfmodel.spec.recipe import ACCUM_MODES, DEFAULT_RECIPE, PAPER_RECIPE, TrainingRecipe
 
 U0 = UnitCosts(name="u0", forward_s=2, backward_s=4, all_gather_s=1, reduce_scatter_s=1)
 U1 = UnitCosts(name="u1", forward_s=1, backward_s=2, all_gather_s=3, reduce_scatter_s=2)
@@ -203,6 +203,10 @@ def test_plan_gathers_follow_the_recipe() -> None:
 @dataclass
 class LinearProfile:
     """A stand-in profile: compute ∝ micro-batch, comm = payload / bandwidth."""
+
+    overlap_slowdown = 1.0
+    recompute_factor = 1.0
+    fsdp_copy_s_per_byte = 0.0
 
     block_s: float = 0.01
     bw: float = 1e9

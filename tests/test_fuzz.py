@@ -30,7 +30,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from perfmodel.paths import catalog_dir
+from perfmodel.spec.paths import catalog_dir
 from planner.cli import cli
 from planner.cli.common import FiniteFloat, OutputPath, SuggestingChoice
 
@@ -326,7 +326,7 @@ def test_mutated_space_files(source: Path, seed: int, tmp_path: Path) -> None:
     path.write_text(yaml.safe_dump(mutated, sort_keys=False))
     if "shapes" in yaml.safe_load(source.read_text()):  # an FSDP space: load it as bench fsdp does
         from perfmodel.bench.fsdp import load_cases
-        from perfmodel.errors import UserInputError
+        from perfmodel.spec.errors import UserInputError
 
         try:
             cases = load_cases(path)

@@ -1,4 +1,4 @@
-"""perfmodel.graph: the multi-stream task-graph simulator."""
+"""perfmodel.sim.graph: the multi-stream task-graph simulator."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from perfmodel.graph import Task, TaskGraph, contended_end_s, simulate
+from perfmodel.sim.graph import Task, TaskGraph, contended_end_s, simulate
 
 
 def _hand_graph() -> TaskGraph:

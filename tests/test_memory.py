@@ -5,19 +5,19 @@ from __future__ import annotations
 
 import pytest
 
-from perfmodel import memory as mem
-from perfmodel.arch import ModelSpec
-from perfmodel.catalog import get_gpu, get_model
-from perfmodel.errors import UserInputError
-from perfmodel.memory import MemoryConfig, max_micro_batch, memory_breakdown
-from perfmodel.memory_validation import (
+from perfmodel.costs import memory as mem
+from perfmodel.costs.memory import MemoryConfig, max_micro_batch, memory_breakdown
+from perfmodel.profiles.memory_validation import (
     EXACT_MATCH_BYTES,
     HELDOUT,
     compare_memory,
     dataset_path,
     memory_summary,
 )
-from perfmodel.recipe import PAPER_RECIPE
+from perfmodel.spec.arch import ModelSpec
+from perfmodel.spec.catalog import get_gpu, get_model
+from perfmodel.spec.errors import UserInputError
+from perfmodel.spec.recipe import PAPER_RECIPE
 
 MAPE_LIMIT_PCT = 3.0
 WORST_LIMIT_PCT = 8.0
@@ -56,7 +56,7 @@ def assert_tracker_matches_allocator(row: dict[str, str]) -> None:
     allocator measured as retained by gloo at that peak (released by Python, so rightly released
     by the tracker), which never exceed one all-gather output and one fp32 reduce-scatter input
     per FSDP unit."""
-    from perfmodel.memory_validation import spec_of_row
+    from perfmodel.profiles.memory_validation import spec_of_row
 
     extra = int(row["allocator_peak_bytes"]) - int(row["peak_bytes"])
     retained = int(row["allocator_retained_bytes"])

@@ -1,6 +1,6 @@
 """The typed planner API (`planner.api`): the CLI prints what it returns, its requests validate
-their values, infeasibility names the binding limit, and the planner library reaches the
-performance model only through `perfmodel.tables` (DESIGN §1)."""
+their values and infeasibility names the binding limit (the
+planner's doors into the performance model: tests/test_architecture.py)."""
 
 from __future__ import annotations
 
@@ -13,57 +13,21 @@ from typing import Any
 
 import pytest
 
-from perfmodel.errors import InfeasibleError, UserInputError
+from perfmodel.spec.errors import InfeasibleError, UserInputError
 from planner import api
 
 ROOT = Path(__file__).resolve().parent.parent
 TWO = ROOT / "instances" / "small-two-clusters.yaml"
 FSDP = ROOT / "instances" / "small-fsdp.yaml"
-ALLOWED_PERFMODEL = {"perfmodel.tables", "perfmodel.formulas", "perfmodel.errors"}
-"""The only perfmodel modules a planner library module may import."""
 TIMINGS = {"solve_time_s"}
 """Fields that differ between two solves of the same instance."""
 
 
-def _perfmodel_imports(path: Path) -> list[tuple[int, str]]:
-    """(line, module) of every import of a perfmodel module in `path`, top-level or lazy."""
-    found = []
-    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
-        if isinstance(node, ast.Import):
-            found += [(node.lineno, a.name) for a in node.names
-                      if a.name.split(".")[0] == "perfmodel"]
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            if node.module == "perfmodel":  # `from perfmodel import x` imports perfmodel.x
-                found += [(node.lineno, f"perfmodel.{a.name}") for a in node.names]
-            elif node.module.split(".")[0] == "perfmodel":
-                found.append((node.lineno, node.module))
-    return found
-
-
-def test_planner_reaches_perfmodel_only_through_tables() -> None:
-    files = sorted((ROOT / "planner").glob("*.py"))
-    assert ROOT / "planner" / "instance.py" in files and ROOT / "planner" / "api.py" in files
-    bad = [f"{p.name}:{line}: {module}" for p in files for line, module in _perfmodel_imports(p)
-           if module not in ALLOWED_PERFMODEL]
-    assert not bad, "planner modules import perfmodel internals: " + ", ".join(bad)
-
-
-def test_import_scan_sees_every_import_form(tmp_path: Path) -> None:
-    """The scan above would catch each way of importing a perfmodel module."""
-    source = tmp_path / "m.py"
-    source.write_text("import perfmodel.catalog\nfrom perfmodel import power\n"
-                      "def f():\n    from perfmodel.hardware import GIB\n"
-                      "from perfmodel.tables import GIB\nfrom .x import y\n")
-    assert sorted(_perfmodel_imports(source)) == [
-        (1, "perfmodel.catalog"), (2, "perfmodel.power"), (4, "perfmodel.hardware"),
-        (5, "perfmodel.tables")]
-
-
 def _jsonable(value: Any) -> Any:
     """What `emit_json` prints, read back (NaN/inf become null)."""
-    from planner.cli.common import _jsonable as cli_jsonable
+    from perfmodel.formatting import json_ready
 
-    return json.loads(json.dumps(cli_jsonable(value)))
+    return json.loads(json.dumps(json_ready(value)))
 
 
 def _drop_timings(value: Any) -> Any:
@@ -173,12 +137,14 @@ def test_requests_are_frozen_keyword_only_and_documented() -> None:
         options.solver = "milp"  # type: ignore[misc]
     with pytest.raises(TypeError):
         api.SolveOptions("milp")  # type: ignore[misc]
-    source = (ROOT / "planner" / "api.py").read_text()
+    import inspect
+
     for cls in (api.SolveOptions, api.SolveRequest, api.FrontierRequest, api.QueryRequest,
                 api.IslandsRequest, api.Solved, api.FrontierResult, api.PlanAnswer):
         assert cls.__dataclass_params__.frozen  # type: ignore[attr-defined]
         for f in dataclasses.fields(cls):
             assert f.kw_only, (cls.__name__, f.name)
+        source = inspect.getsource(inspect.getmodule(cls))  # type: ignore[arg-type]
         tree = next(n for n in ast.walk(ast.parse(source))
                     if isinstance(n, ast.ClassDef) and n.name == cls.__name__)
         body = tree.body

@@ -12,22 +12,17 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from perfmodel.errors import InfeasibleError
-from planner.baselines import BruteForce
-from planner.instance import (
-    TABLE_COLUMNS,
-    Instance,
-    load_instance,
-    load_island_table,
-    validate_island_table,
-)
-from planner.pareto import (
+from perfmodel.spec.errors import InfeasibleError
+from planner.analysis.pareto import (
     cheapest_at_throughput,
     cheapest_within_deadline,
     fastest_within_budget,
     solve_instance,
 )
-from planner.problem import build_problem
+from planner.model.evaluate import build_problem
+from planner.model.instance import Instance, load_instance
+from planner.model.island_table import TABLE_COLUMNS, load_island_table, validate_island_table
+from planner.solvers.baselines import BruteForce
 
 ROOT = Path(__file__).resolve().parent.parent
 TOKENS, SEQ = 1e9, 1024

@@ -16,7 +16,7 @@ TWO = ROOT / "instances" / "small-two-clusters.yaml"
 def test_every_shipped_instance_loads() -> None:
     """The small instances the tests below run are the ones shipped, and every file in
     instances/ validates (a broken shipped instance fails here, not in a user's hands)."""
-    from planner.instance import load_instance
+    from planner.model.instance import load_instance
 
     assert [p.stem for p in SMALL] == ["small-fsdp", "small-two-clusters"]
     for path in sorted((ROOT / "instances").glob("*.yaml")):

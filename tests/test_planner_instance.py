@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import io
-import sys
-import types
 from pathlib import Path
 
-import pandas as pd
 import pytest
 
-from perfmodel.errors import InstanceError, ShardMeterError
-from planner.instance import TABLE_COLUMNS, gpu_prices, load_instance, load_island_table
+from perfmodel.spec.catalog import get_model, price_usd_per_gpu_hour
+from planner.model.instance import gpu_prices, load_instance
+from planner.model.island_table import TABLE_COLUMNS, load_island_table
 
 GOOD_TABLE = (
     "cluster,gpu_type,nodes,gpus_per_node,micro_batch,microstep_s,step_fixed_s,usd_per_hour,"
@@ -188,31 +185,13 @@ def test_price_reference_uses_injected_resolver(tmp_path: Path) -> None:
     )
 
 
-def test_price_lists_unavailable_is_instance_error(tmp_path: Path, monkeypatch) -> None:
-    monkeypatch.setitem(sys.modules, "perfmodel.catalog", None)
-    with pytest.raises(InstanceError, match="price lists are unavailable"):
-        load_instance(write(tmp_path, PRICE_REF_YAML, table=None))
-
-
-def test_table_builder_is_called_lazily_or_reported(tmp_path: Path, monkeypatch) -> None:
-    path = write(tmp_path, PRICE_REF_YAML, table=None)
-    instance = load_instance(path, resolve_price=lambda ref: 3.0)
-    monkeypatch.setitem(sys.modules, "perfmodel.tables", None)
-    with pytest.raises(ShardMeterError, match="table builder is unavailable"):
-        load_island_table(instance)
-    asked = []
-
-    def island_table_for(model, *, seq_len, ac, clusters):
-        asked.append((model, seq_len, ac, clusters))
-        return types.SimpleNamespace(table=pd.read_csv(io.StringIO(GOOD_TABLE)), parameters=123,
-                                     model_name=model)
-
-    fake = types.ModuleType("perfmodel.tables")
-    fake.ClusterRequest = lambda **kwargs: types.SimpleNamespace(**kwargs)  # type: ignore[attr-defined]
-    fake.island_table_for = island_table_for  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "perfmodel.tables", fake)
-    monkeypatch.setattr("planner.instance.catalog_price", lambda ref: 3.0)
-    assert len(load_island_table(instance)) == 2
-    model, seq_len, ac, clusters = asked[0]
-    assert (model, seq_len, ac) == ("llama-3-8b", 8192, "selective")
-    assert clusters[0].name == "A" and clusters[0].allowed_gpus_per_node == (8,)
+def test_table_is_built_from_the_instance(tmp_path: Path) -> None:
+    """Without islands_table the performance model builds the table from the instance: its
+    clusters, allowed GPUs per node and node counts, priced from the catalog list it names."""
+    instance = load_instance(write(tmp_path, PRICE_REF_YAML, table=None))
+    table = load_island_table(instance)
+    price = price_usd_per_gpu_hour("RunPod", "H200-SXM-141GB", "community", "2026-09-25")
+    assert set(table["cluster"]) == {"A"} and set(table["gpus_per_node"]) == {8}
+    assert set(table["nodes"]) == {1, 2}
+    assert (table["usd_per_hour"] == table["nodes"] * 8 * price).all()
+    assert instance.parameters == get_model("llama-3-8b").total_params

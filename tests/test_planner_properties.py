@@ -14,14 +14,17 @@ from __future__ import annotations
 import math
 
 import pandas as pd
+import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from planner.baselines import BruteForce, TooManyPlans, heuristic_plans
-from planner.cpsat import CpSatSubsolver
-from planner.instance import TABLE_COLUMNS, Instance, validate_island_table
-from planner.pareto import StaircaseOracle, compute_frontier, epsilon_frontier
-from planner.problem import build_problem
+from planner.analysis.pareto import compute_frontier, epsilon_frontier
+from planner.model.evaluate import build_problem
+from planner.model.instance import Instance
+from planner.model.island_table import TABLE_COLUMNS, validate_island_table
+from planner.solvers.baselines import BruteForce, TooManyPlans, heuristic_plans
+from planner.solvers.cpsat import CpSatSubsolver
+from planner.solvers.oracle import StaircaseOracle
 
 SETTINGS = settings(max_examples=40, deadline=None, derandomize=True,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -244,6 +247,7 @@ def setup(case):
     return inst_dict, table, build_problem(instance, table)
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(planner_cases())
 def test_cpsat_milp_brute_frontiers_agree(case) -> None:

@@ -6,10 +6,7 @@ import math
 
 import pytest
 
-from perfmodel.energy_catalog import carbon_intensity_g_per_kwh, carbon_table, provider_pue
-from perfmodel.errors import CatalogError, UserInputError
-from perfmodel.graph import TaskGraph
-from perfmodel.power import (
+from perfmodel.costs.power import (
     DEFAULT_POWER,
     PowerAssumptions,
     StepActivity,
@@ -17,6 +14,9 @@ from perfmodel.power import (
     co2_kg,
     island_step_energy_j,
 )
+from perfmodel.sim.graph import TaskGraph
+from perfmodel.spec.energy_catalog import carbon_intensity_g_per_kwh, carbon_table, provider_pue
+from perfmodel.spec.errors import CatalogError, UserInputError
 
 
 def _two_stream_schedule():

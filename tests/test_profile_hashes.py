@@ -3,8 +3,8 @@
 A profile's provenance (``provenance_detail.dataset`` / ``.datasets``) records the path, sha256
 and row count of every dataset it was fitted from. If a dataset is edited without refitting, the
 profile's coefficients no longer come from the file it cites; these tests catch that. The hash is
-recomputed here with hashlib (not through perfmodel.profile) so a bug in the writer cannot hide
-behind the same bug in the check.
+recomputed here with hashlib (not through perfmodel.profiles.profile) so a bug in the writer cannot
+hide behind the same bug in the check.
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ def test_fitted_profiles_cite_datasets() -> None:
 def test_dataset_matches_recorded_hash(profile: Path, entry: dict[str, Any]) -> None:
     assert _mismatches([entry], ROOT) == [], (
         f"{profile.name} was fitted from a different {entry['path']}: refit the profile "
-        "(scripts/make_validation.py / make_calibrated_profiles.py) or restore the file")
+        "(python -m scripts.make_validation / make_calibrated_profiles.py) or restore the file")
 
 
 def test_one_changed_byte_is_caught(tmp_path: Path) -> None:

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 import yaml
 
-from perfmodel.errors import ProfileError, UserInputError
-from perfmodel.paths import catalog_dir
+from perfmodel.spec.errors import ProfileError, UserInputError
+from perfmodel.spec.paths import catalog_dir
 
 ROOT = Path(__file__).resolve().parent.parent
 INSTANCES = ROOT / "instances"
@@ -286,7 +286,7 @@ def test_island_table_path_that_is_a_directory(run_cli, tmp_path: Path) -> None:
 
 
 def test_profile_with_empty_forward_coefficients(tmp_path: Path) -> None:
-    from perfmodel.profile import load_profile
+    from perfmodel.profiles.profile import load_profile
 
     doc = yaml.safe_load((catalog_dir() / "profiles" / "cpu-x86-2core.yaml").read_text())
     doc["compute"]["forward"]["coefficients_s"] = {}
@@ -297,7 +297,7 @@ def test_profile_with_empty_forward_coefficients(tmp_path: Path) -> None:
 
 
 def test_profile_with_boolean_coefficient(tmp_path: Path) -> None:
-    from perfmodel.profile import load_profile
+    from perfmodel.profiles.profile import load_profile
 
     doc = yaml.safe_load((catalog_dir() / "profiles" / "cpu-x86-2core.yaml").read_text())
     name = next(iter(doc["compute"]["forward"]["coefficients_s"]))
@@ -388,8 +388,8 @@ def test_unexpected_error_is_one_clean_message(run_cli, monkeypatch: pytest.Monk
 
 
 def test_unknown_provider_hint_names_a_real_command(tmp_path: Path) -> None:
-    from perfmodel.catalog import price_usd_per_gpu_hour
-    from perfmodel.errors import CatalogError
+    from perfmodel.spec.catalog import price_usd_per_gpu_hour
+    from perfmodel.spec.errors import CatalogError
 
     with pytest.raises(CatalogError) as info:
         price_usd_per_gpu_hour("RunPot", "H100-SXM5-80GB", "on-demand")
@@ -441,11 +441,11 @@ def test_human_formatters() -> None:
 
 
 def test_long_accumulation_is_closed_form_and_exact() -> None:
-    from perfmodel.api_setup import SIMULATED_ACCUM_MAX, extended_step
-    from perfmodel.catalog import get_gpu, get_model
-    from perfmodel.fsdp import simulate_step, step_costs
-    from perfmodel.hardware import IslandSpec
-    from perfmodel.profile import default_profile
+    from perfmodel.api.workload import SIMULATED_ACCUM_MAX, extended_step
+    from perfmodel.profiles.profile import default_profile
+    from perfmodel.sim.fsdp import simulate_step, step_costs
+    from perfmodel.spec.catalog import get_gpu, get_model
+    from perfmodel.spec.hardware import IslandSpec
 
     gpu, model = get_gpu("H100-SXM5-80GB"), get_model("tiny-llama")
     island = IslandSpec(gpu=gpu, num_nodes=1, gpus_per_node=8, intra_link=gpu.intra_node_link,

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from perfmodel.bench.common import CsvLog
-from perfmodel.errors import DatasetError
+from perfmodel.spec.errors import DatasetError
 
 COLUMNS = ("model", "seq_len", "phase", "time_s", "iters")
 KEYS = ("model", "seq_len", "phase")
@@ -195,13 +195,15 @@ def _expected(space: Path) -> set[tuple[str, str, str, str]]:
     """Every row a complete run writes: each configuration x micro-batches 1, 2 x phases (the
     space has no time or memory cap, so no sweep stops early)."""
     from perfmodel.bench import compute as cb
+    from perfmodel.bench.space import load_space
 
-    configs = cb.sample_configs(cb.load_space(space), N_CONFIGS, 0)
+    configs = cb.sample_configs(load_space(space), N_CONFIGS, 0)
     return {
         (c.config_id, "16", str(mb), phase) for c in configs for mb in (1, 2) for phase in cb.PHASES
     }
 
 
+@pytest.mark.slow
 @pytest.mark.torch
 def test_resume_after_truncation_and_garbage(run_cli, tmp_path: Path) -> None:
     pytest.importorskip("torch")
@@ -252,6 +254,6 @@ def test_hard_kill_mid_run_loses_and_duplicates_nothing(run_cli, tmp_path: Path)
     assert result.code == 0, result.err
     keys = _keys(out)
     assert set(keys) == _expected(space) and max(keys.values()) == 1
-    from perfmodel.compute import load_compute_dataset
+    from perfmodel.costs.compute import load_compute_dataset
 
     assert len(load_compute_dataset(str(out))) == len(keys)

@@ -23,8 +23,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from perfmodel.errors import UserInputError
-from planner.scenarios import (
+from perfmodel.spec.errors import UserInputError
+from planner.analysis.scenarios import (
     apply_overrides,
     parse_vary,
     rescore,

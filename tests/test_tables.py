@@ -5,13 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from perfmodel.catalog import get_gpu, get_model
-from perfmodel.errors import UserInputError
-from perfmodel.fsdp import step_costs, step_decomposition
-from perfmodel.hardware import GIB, ClusterSpec
-from perfmodel.memory import max_micro_batch, memory_breakdown
-from perfmodel.profile import default_profile
-from perfmodel.recipe import PAPER_RECIPE
+from perfmodel.costs.memory import max_micro_batch, memory_breakdown
+from perfmodel.profiles.profile import default_profile
+from perfmodel.sim.fsdp import step_costs, step_decomposition
+from perfmodel.spec.catalog import get_gpu, get_model
+from perfmodel.spec.errors import UserInputError
+from perfmodel.spec.formulas import GIB
+from perfmodel.spec.hardware import ClusterSpec
+from perfmodel.spec.recipe import PAPER_RECIPE
 from perfmodel.tables import TABLE_COLUMNS, ClusterRequest, build_island_table, island_table_for
 
 MODEL = get_model("Llama-3.2-1B")
@@ -119,7 +120,8 @@ def test_recipe_shapes_the_table(table) -> None:
 
 
 def test_instance_recipe_section_reaches_the_builder(tmp_path) -> None:
-    from planner.instance import load_instance, load_island_table
+    from planner.model.instance import load_instance
+    from planner.model.island_table import load_island_table
 
     text = """name: r
 model: Llama-3.2-1B

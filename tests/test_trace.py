@@ -1,4 +1,4 @@
-"""perfmodel.trace: Chrome trace-event JSON and PNG timelines."""
+"""perfmodel.sim.trace: Chrome trace-event JSON and PNG timelines."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from perfmodel.diloco import StreamingConfig, simulate_streaming
-from perfmodel.fsdp import StepCosts, UnitCosts, simulate_step
-from perfmodel.trace import (
+from perfmodel.diloco.fragments import StreamingConfig
+from perfmodel.diloco.streaming import simulate_streaming
+from perfmodel.sim.fsdp import StepCosts, UnitCosts, simulate_step
+from perfmodel.sim.trace import (
     BLOCKED,
     blocked_spans,
     chrome_trace,

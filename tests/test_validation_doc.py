@@ -1,11 +1,10 @@
 """docs/VALIDATION.md is the generator's output: parts (b) and (c) checked here (part (a) refits
-the CPU regressions for minutes; CI runs `scripts/make_validation.py --check` for all three)."""
+the CPU regressions for minutes; CI runs `python -m scripts.make_validation --check` for all
+three)."""
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,12 +14,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.fixture(scope="module")
 def make_validation():
-    sys.path.insert(0, str(ROOT / "scripts"))
-    spec = importlib.util.spec_from_file_location(
-        "make_validation", ROOT / "scripts" / "make_validation.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    from scripts import make_validation as module
+
     return module
 
 

@@ -14,13 +14,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from perfmodel.errors import UserInputError
+from perfmodel.bench import common, memory_grid
+from perfmodel.bench import compute as cb
+from perfmodel.bench.common import CsvLog
+from perfmodel.bench.compute import shape_row
+from perfmodel.bench.environment import append_environment, environment_record, warn_small_pages
+from perfmodel.bench.memory import CATEGORIES, COLUMNS, KEY_COLUMNS, MemoryCase, run_fake_case
+from perfmodel.bench.memory_real import run_real_cases
+from perfmodel.bench.space import load_space
+from perfmodel.spec.catalog import get_model
+from perfmodel.spec.errors import UserInputError
+from perfmodel.spec.formulas import GIB
+from perfmodel.spec.recipe import named_recipe
 
 if TYPE_CHECKING:
     from perfmodel.bench.compute import BenchConfig
     from perfmodel.bench.memory import MemoryCase
     from perfmodel.bench.space import DesignSpace
-    from perfmodel.recipe import TrainingRecipe
+    from perfmodel.spec.recipe import TrainingRecipe
 
 DEVICES = ("cpu", "cuda")
 """Devices `bench compute` measures on."""
@@ -83,7 +94,6 @@ class ComputeBenchPlan:
 
     def records(self) -> list[dict[str, Any]]:
         """One row per configuration: its shape and micro-batch sweep (the dry-run listing)."""
-        from perfmodel.bench.compute import shape_row
 
         return [shape_row(c) | {"micro_batches": " ".join(map(str, c.micro_batches))}
                 for c in self.configs]
@@ -103,9 +113,8 @@ class ComputeBenchCounts:
 
 def plan_compute_bench(request: ComputeBenchRequest) -> ComputeBenchPlan:
     """Load the design space and pick its configurations (no torch needed)."""
-    from perfmodel.bench import compute as cb
 
-    design = cb.load_space(request.space_path)
+    design = load_space(request.space_path)
     configs = (cb.named_configs(design) if request.named
                else cb.sample_configs(design, request.configs, request.seed))
     return ComputeBenchPlan(request=request, space=design, configs=configs)
@@ -114,11 +123,9 @@ def plan_compute_bench(request: ComputeBenchRequest) -> ComputeBenchPlan:
 def run_compute_bench(plan: ComputeBenchPlan) -> ComputeBenchCounts:
     """Measure every configuration of `plan` not finished in its CSV yet (needs torch); records
     the environment next to the CSV."""
-    from perfmodel.bench import common
-    from perfmodel.bench import compute as cb
 
     r, design = plan.request, plan.space
-    common.warn_small_pages(r.device)
+    warn_small_pages(r.device)
     iters = r.iters
     if iters is None:
         iters = (design.named.iters if r.named and design.named and design.named.iters
@@ -132,7 +139,7 @@ def run_compute_bench(plan: ComputeBenchPlan) -> ComputeBenchCounts:
         memory_cap_bytes=_cap(r.memory_cap_gib, 1024**3,
                               0.0 if r.named else design.memory_cap_bytes),
         seed=r.seed)
-    common.append_environment(r.out_path, common.environment_record(
+    append_environment(r.out_path, environment_record(
         device=r.device, threads=settings.threads, extra={
             "benchmark": "compute", "space": str(r.space_path), "named": r.named,
             "n": r.configs, "seed": r.seed, "iters": iters, "warmup": r.warmup,
@@ -152,7 +159,6 @@ def _cap(given: float | None, unit: float, default: float) -> float:
 # ---- bench memory ---------------------------------------------------------------------------
 
 def _torchtitan() -> TrainingRecipe:
-    from perfmodel.recipe import named_recipe
 
     return named_recipe("torchtitan")
 
@@ -235,11 +241,9 @@ class MemoryBenchResult:
 def run_memory_bench(request: MemoryBenchRequest) -> MemoryBenchResult:
     """Run the request's cases (needs torch): real-tensor checks, dataset cases written to the
     CSV, or one case (written to the CSV when one is given) returned as a display row."""
-    from perfmodel.bench import memory_grid
 
     r = request
     if r.mode == "real":
-        from perfmodel.bench.memory_real import run_real_cases
 
         cases = memory_grid.real_cases() if r.like is None else memory_grid.cases_like(r.like)
         counts = run_real_cases(cases, cast(Path, r.out_path))  # the request requires it
@@ -262,8 +266,6 @@ def run_memory_bench(request: MemoryBenchRequest) -> MemoryBenchResult:
 
 
 def _single_case(r: MemoryBenchRequest, recipe: TrainingRecipe) -> MemoryCase:
-    from perfmodel.bench.memory import MemoryCase
-    from perfmodel.catalog import get_model
 
     if r.model is None or r.seq_len is None:
         raise UserInputError("bench memory needs MODEL and --seq-len (or --grid / --heldout)",
@@ -276,13 +278,9 @@ def _single_case(r: MemoryBenchRequest, recipe: TrainingRecipe) -> MemoryCase:
 
 def _track_single(case: MemoryCase, out_path: Path | None) -> dict[str, Any]:
     """The case's tracked row: appended to (or, when there, read from) `out_path` if given."""
-    from perfmodel.bench import memory_grid
-    from perfmodel.bench.memory import run_fake_case
 
     if out_path is None:
         return run_fake_case(case)
-    from perfmodel.bench.common import CsvLog
-    from perfmodel.bench.memory import COLUMNS, KEY_COLUMNS
 
     memory_grid.run_parallel([case], out_path, jobs=1)
     log = CsvLog(out_path, COLUMNS, KEY_COLUMNS)
@@ -291,8 +289,6 @@ def _track_single(case: MemoryCase, out_path: Path | None) -> dict[str, Any]:
 
 def memory_display_row(row: dict[str, Any]) -> dict[str, Any]:
     """A tracked row as printed: case columns, the peak and each non-zero category in GiB."""
-    from perfmodel.bench.memory import CATEGORIES
-    from perfmodel.hardware import GIB
 
     out = {k: row[k] for k in MEMORY_ROW_FIELDS}
     out["peak_gib"] = int(row["peak_bytes"]) / GIB

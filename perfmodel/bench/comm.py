@@ -25,7 +25,9 @@ from pathlib import Path
 
 import numpy as np
 
-from perfmodel.errors import ShardMeterError, UserInputError
+from perfmodel.bench.common import check_dtype_name, check_run_inputs
+from perfmodel.spec.catalog import get_link
+from perfmodel.spec.errors import ShardMeterError, UserInputError
 
 logger = logging.getLogger(__name__)
 
@@ -75,7 +77,6 @@ def payload_sizes(min_mib: float, max_mib: float, points: int, world_size: int,
 
 def check_settings(s: CommSettings) -> None:
     """Reject unknown ops, backends and links with a clear message."""
-    from perfmodel.catalog import get_link
 
     bad = [op for op in s.ops if op not in OPS]
     if bad:
@@ -115,7 +116,6 @@ def launch(cmd: Sequence[str], *, threads: int, what: str) -> None:
 def check_launch(out_path: str | Path, settings: CommSettings, *, nproc: int) -> None:
     """Every check of a collective sweep that can run before torchrun (so a mistake is one clean
     message, not one traceback per rank)."""
-    from perfmodel.bench.common import check_dtype_name, check_run_inputs
 
     check_settings(settings)
     check_run_inputs(out=out_path, columns=COLUMNS, key_columns=KEY_COLUMNS, dtype=settings.dtype,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import time
 from collections.abc import Callable, Sequence
 
@@ -17,13 +18,8 @@ import torch
 import torch.distributed as dist
 
 from perfmodel.bench.comm import COLUMNS, KEY_COLUMNS, payload_sizes
-from perfmodel.bench.common import (
-    CsvLog,
-    append_environment,
-    environment_record,
-    median_iqr,
-    resolve_dtype,
-)
+from perfmodel.bench.common import CsvLog, median_iqr, resolve_dtype
+from perfmodel.bench.environment import append_environment, environment_record
 
 logger = logging.getLogger("perfmodel.bench.comm_worker")
 
@@ -65,7 +61,8 @@ def collective(op: str, payload_elems: int, world: int, device: torch.device,
 def time_collective(run: Callable[[], None], *, iters: int, warmup: int,
                     device: torch.device) -> list[float]:
     """Per-repetition times (max over ranks) of `run`, each started after a barrier."""
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    sync: Callable[[], None] = (torch.cuda.synchronize if device.type == "cuda"
+                                else (lambda: None))
     times = []
     for i in range(warmup + iters):
         dist.barrier()
@@ -89,7 +86,6 @@ def done_keys_rank0(log: CsvLog) -> set[tuple[str, ...]]:
 
 def setup(backend: str, threads: int) -> torch.device:
     """Initialise the process group; CUDA ranks bind to their local GPU."""
-    import os
 
     torch.set_num_threads(threads)
     if backend == "nccl":

@@ -21,19 +21,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from perfmodel.bench.environment import (  # noqa: F401  (re-exported: the old home)
-    POWERCAP,
-    append_environment,
-    cpu_model_name,
-    device_name,
-    energy_counters,
-    energy_delta,
-    environment_record,
-    memory_environment,
-    warn_small_pages,
+import yaml
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
 )
-from perfmodel.errors import DatasetError, UserInputError, did_you_mean
-from perfmodel.formulas import dtype_bytes
+
+from perfmodel.spec.errors import DatasetError, UserInputError, did_you_mean
+from perfmodel.spec.formulas import dtype_bytes
 
 logger = logging.getLogger(__name__)
 
@@ -225,6 +225,7 @@ def _cell(value: Any) -> str:
 
 def resolve_device(device: str) -> str:
     """Validate --device; 'cuda' needs a CUDA build with a visible GPU."""
+    # lazy: torch, the optional [bench] extra
     import torch
 
     if device not in ("cpu", "cuda"):
@@ -239,9 +240,10 @@ def resolve_device(device: str) -> str:
 
 BENCH_DTYPE_ALIASES = {"float32": "fp32", "fp32": "fp32", "bfloat16": "bf16", "bf16": "bf16",
                        "float16": "fp16", "fp16": "fp16"}
-"""Benchmark dtype names (the --dtype flag) and the `perfmodel.formulas` dtype each one is."""
+"""Benchmark dtype names (the --dtype flag) and the `perfmodel.spec.formulas` dtype each one is."""
 DTYPE_ELEMENT_BYTES = {name: int(dtype_bytes(short)) for name, short in BENCH_DTYPE_ALIASES.items()}
-"""Element size in bytes of each --dtype name: derived from `perfmodel.formulas.DTYPE_BYTES`."""
+"""Element size in bytes of each --dtype name: derived from
+`perfmodel.spec.formulas.DTYPE_BYTES`."""
 
 
 def check_dtype_name(name: str) -> int:
@@ -255,6 +257,7 @@ def check_dtype_name(name: str) -> int:
 
 def resolve_dtype(name: str) -> Any:
     """torch dtype from its short name (float32, bfloat16, float16)."""
+    # lazy: torch, the optional [bench] extra
     import torch
 
     check_dtype_name(name)
@@ -293,6 +296,7 @@ def dtype_name(dtype: Any) -> str:
 
 def set_threads(threads: int) -> int:
     """Pin torch's intra-op threads (recorded with every row); returns the value set."""
+    # lazy: torch, the optional [bench] extra
     import torch
 
     if threads < 1:
@@ -304,6 +308,7 @@ def set_threads(threads: int) -> int:
 
 def is_oom(err: BaseException) -> bool:
     """Out-of-memory on GPU (torch.OutOfMemoryError) or a failed CPU allocation."""
+    # lazy: torch, the optional [bench] extra
     import torch
 
     if isinstance(err, torch.OutOfMemoryError):
@@ -318,15 +323,6 @@ def time_budget_left(start_s: float, cap_s: float) -> float:
 
 def make_progress() -> Any:
     """A rich progress bar with completed/total, elapsed time and ETA (stderr)."""
-    from rich.console import Console
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
 
     return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                     TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
@@ -335,7 +331,6 @@ def make_progress() -> Any:
 
 def read_space_yaml(path: Path, *, what: str, example: str) -> Any:
     """Parse a design-space YAML file; a missing or malformed file is a UserInputError."""
-    import yaml
 
     if path.is_dir():
         raise UserInputError(f"{what} {path} is a directory, not a YAML file",

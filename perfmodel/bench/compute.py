@@ -9,6 +9,7 @@ micro-batch sweep 1, 2, 4, ... stops at out-of-memory (GPU) or at the space's ti
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import math
@@ -19,16 +20,27 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from perfmodel.arch import FAMILY_LAYOUT, ModelSpec
-from perfmodel.bench.common import CsvLog, is_oom, median_iqr, time_budget_left
+from scipy.stats import qmc
+
+from perfmodel.bench.common import (
+    CsvLog,
+    dtype_name,
+    is_oom,
+    make_progress,
+    median_iqr,
+    time_budget_left,
+)
+from perfmodel.bench.environment import release_freed_memory
 from perfmodel.bench.space import DIMS as _DIMS
-from perfmodel.bench.space import (  # noqa: F401 - also imported from here (their former home)
+from perfmodel.bench.space import (
     DesignSpace,
     IntRange,
-    NamedSettings,
-    load_space,
 )
-from perfmodel.errors import DatasetError, UserInputError
+from perfmodel.costs.memory import FP32_CONFIG, memory_breakdown
+from perfmodel.spec.arch import FAMILY_LAYOUT, ModelSpec
+from perfmodel.spec.catalog import get_model
+from perfmodel.spec.errors import DatasetError, UserInputError
+from perfmodel.spec.recipe import TrainingRecipe
 
 logger = logging.getLogger(__name__)
 
@@ -99,7 +111,6 @@ def sample_configs(space: DesignSpace, n: int, seed: int) -> list[BenchConfig]:
 
     Ids are the index in the raw sequence, so they stay stable when n grows.
     """
-    from scipy.stats import qmc
 
     if n < 1:
         raise UserInputError(f"-n must be >= 1, got {n}", hint="pass -n 150 (the CPU default).")
@@ -120,7 +131,6 @@ def sample_configs(space: DesignSpace, n: int, seed: int) -> list[BenchConfig]:
 
 def named_configs(space: DesignSpace) -> list[BenchConfig]:
     """The held-out named models, layer count reduced as the space's `named` section says."""
-    from perfmodel.catalog import get_model
 
     if space.named is None:
         raise UserInputError(f"design space {space.name!r} has no 'named' section",
@@ -138,14 +148,16 @@ def _step_gflop(spec: ModelSpec, seq_len: int, micro_batch: int) -> float:
     return spec.train_flops_per_token(seq_len) * seq_len * micro_batch / 1e9
 
 
-def estimate_memory_bytes(spec: ModelSpec, seq_len: int, micro_batch: int,
-                          dtype_bytes: int = 4) -> float:
-    """Rough training memory: params, grads, two Adam moments and saved activations + logits."""
-    tokens = seq_len * micro_batch
-    per_token_layer = (6 * spec.hidden_size + 3 * spec.q_dim + 4 * spec.kv_dim
-                       + 4 * spec.intermediate_size + 2 * spec.num_heads * seq_len)
-    activations = tokens * (spec.num_layers * per_token_layer + 3 * spec.vocab_size) * dtype_bytes
-    return 4 * spec.total_params * dtype_bytes + 1.5 * activations
+BENCH_RECIPE = TrainingRecipe(name="compute-bench", param_dtype="fp32", reduce_dtype="fp32",
+                              ac="none")
+"""What the compute benchmark trains: the plain torch model in fp32, no checkpointing, AdamW."""
+
+
+def estimate_memory_bytes(spec: ModelSpec, seq_len: int, micro_batch: int) -> float:
+    """Peak memory of one benchmark step, from the memory model (`perfmodel.costs.memory`) of an
+    unsharded fp32 step: the cap that stops a micro-batch sweep before it would swap."""
+    return float(memory_breakdown(spec, num_gpus=1, seq_len=seq_len, micro_batch=micro_batch,
+                                  recipe=BENCH_RECIPE, config=FP32_CONFIG).peak_bytes)
 
 
 # ---- phase grouping (pure) ----------------------------------------------------------------
@@ -204,6 +216,7 @@ _profiler_warm = False
 
 
 def _train_step(model: Any, tokens: Any, optimizer: Any, sync: Callable[[], None]) -> None:
+    # lazy: torch, the optional [bench] extra
     from torch.profiler import record_function
 
     with record_function("forward"):
@@ -218,6 +231,7 @@ def _train_step(model: Any, tokens: Any, optimizer: Any, sync: Callable[[], None
 
 def profile_steps(step: Callable[[], None], *, iters: int, device: str) -> list[dict[str, Any]]:
     """Run `step` `iters` times under torch.profiler; return the Chrome-trace events."""
+    # lazy: torch, the optional [bench] extra
     from torch.profiler import ProfilerActivity, profile
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
@@ -233,8 +247,10 @@ def profile_steps(step: Callable[[], None], *, iters: int, device: str) -> list[
 def measure_micro_batch(model: Any, optimizer: Any, spec: ModelSpec, seq_len: int, micro_batch: int,
                         *, iters: int, warmup: int, device: str) -> dict[str, Any]:
     """Warm up, then profile `iters` steps; median and IQR per phase (Spread objects)."""
+    # lazy: torch, the optional [bench] extra
     import torch
 
+    # lazy: torch, the optional [bench] extra
     from perfmodel.bench.model import random_tokens
 
     global _profiler_warm
@@ -314,7 +330,6 @@ def run_compute(configs: Sequence[BenchConfig], out_path: str | Path, settings: 
     Finished configurations are listed (with why their sweep stopped) in `<out>.progress`;
     finished (configuration, micro-batch) rows are never measured again.
     """
-    from perfmodel.bench.common import make_progress
 
     out = Path(out_path)
     log = CsvLog(out, COLUMNS, KEY_COLUMNS)
@@ -393,12 +408,11 @@ def _stop_reason(cfg: BenchConfig, mb: int, last: tuple[int, float] | None, star
 def run_config(cfg: BenchConfig, log: CsvLog, measured: dict[tuple[str, int], dict[int, float]],
                st: ComputeSettings) -> str:
     """Micro-batch sweep of one configuration; returns why it stopped."""
-    import gc
 
+    # lazy: torch, the optional [bench] extra
     import torch
 
-    from perfmodel.bench.common import dtype_name
-    from perfmodel.bench.environment import release_freed_memory
+    # lazy: torch, the optional [bench] extra
     from perfmodel.bench.model import build_model
 
     start = time.perf_counter()

@@ -4,6 +4,7 @@ session, appended to the dataset's `<csv>.env.json` sidecar."""
 from __future__ import annotations
 
 import atexit
+import ctypes
 import datetime as dt
 import json
 import logging
@@ -32,6 +33,7 @@ def cpu_model_name() -> str:
 def environment_record(*, device: str, threads: int,
                        extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """What produced a dataset: software versions, device, CPU, threads, date, command line."""
+    # lazy: torch, the optional [bench] extra
     import torch
 
     record: dict[str, Any] = {
@@ -84,7 +86,6 @@ def release_freed_memory() -> None:
     step's pages, as on a GPU); without this, memory freed by one configuration's model stays
     mapped in size classes the next one may not reuse, and a 150-shape sweep filled the 24 GB VM
     (2026-12-01)."""
-    import ctypes
 
     process = ctypes.CDLL(None)
     library = malloc_library()
@@ -127,6 +128,7 @@ def warn_small_pages(device: str) -> None:
 
 def device_name(device: str) -> str:
     """Human name of the device the benchmark runs on."""
+    # lazy: torch, the optional [bench] extra
     import torch
 
     if device == "cuda" and torch.cuda.is_available():
@@ -145,6 +147,7 @@ def energy_counters() -> dict[str, Any]:
     out: dict[str, Any] = {}
     missing: list[str] = []
     try:
+        # lazy: optional: NVIDIA's NVML bindings exist only on GPU hosts
         import pynvml  # optional: pip install nvidia-ml-py
     except ImportError:
         missing.append("NVML: pynvml is not installed (pip install nvidia-ml-py)")

@@ -9,7 +9,8 @@ the op, the unit, the dtype and the unsharded element count of every collective 
 `record_orders(spec, runs)` spawns a `world_size`-rank gloo job (CPU, real `fully_shard`, real
 `torch.distributed`) that trains one optimizer step per (recipe, accumulation steps) run with
 `perfmodel.bench.recipe_wrap.train_step`, and returns rank 0's records. `simulated_order` is the
-same list as `perfmodel.fsdp` schedules it, so the two can be compared (tests/test_fsdp_order.py).
+same list as `perfmodel.sim.fsdp` schedules it, so the two can be compared
+(tests/test_fsdp_order.py).
 """
 
 from __future__ import annotations
@@ -23,8 +24,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from perfmodel.arch import ModelSpec
-from perfmodel.recipe import TrainingRecipe, recipe_from_mapping
+from perfmodel.bench.common import resolve_dtype
+from perfmodel.sim.fsdp import step_plan
+from perfmodel.spec.arch import ModelSpec
+from perfmodel.spec.recipe import TrainingRecipe, recipe_from_mapping
 
 logger = logging.getLogger(__name__)
 
@@ -59,6 +62,7 @@ def _unit_names(model: Any) -> dict[int, str]:
 def attach_recorder(model: Any, records: list[CollectiveRecord], micro_step: list[int]) -> None:
     """Log every collective of every FSDP unit of `model` into `records`; `micro_step[0]` is
     read at each call (the caller advances it)."""
+    # lazy: torch, the optional [bench] extra
     from torch.distributed.fsdp import FSDPModule
     from torch.distributed.fsdp._fully_shard._fsdp_collectives import (
         DefaultAllGather,
@@ -101,10 +105,11 @@ def attach_recorder(model: Any, records: list[CollectiveRecord], micro_step: lis
 def _worker(rank: int, world_size: int, store: str, spec_json: str, runs_json: str,
             out: str) -> None:
     """One rank: for each run, build and shard the model, record one training step."""
+    # lazy: torch, the optional [bench] extra
     import torch
     import torch.distributed as dist
 
-    from perfmodel.bench.common import resolve_dtype
+    # lazy: torch, the optional [bench] extra
     from perfmodel.bench.model import build_model, random_tokens
     from perfmodel.bench.recipe_wrap import make_optimizer, shard_with_recipe, train_step
 
@@ -150,6 +155,7 @@ class OrderRun:
 def record_orders(spec: ModelSpec, runs: Sequence[OrderRun], *,
                   world_size: int = 2) -> list[list[CollectiveRecord]]:
     """Rank 0's collectives of one real FSDP2 step per run (gloo, CPU, `world_size` processes)."""
+    # lazy: torch, the optional [bench] extra
     import torch.multiprocessing as mp
 
     spec_json = json.dumps({k: getattr(spec, k) for k in spec.__dataclass_fields__})
@@ -157,8 +163,9 @@ def record_orders(spec: ModelSpec, runs: Sequence[OrderRun], *,
                              "micro_batch": r.micro_batch, "seq_len": r.seq_len} for r in runs])
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "records.json")
-        mp.spawn(_worker, args=(world_size, os.path.join(tmp, "store"), spec_json, runs_json, out),
-                 nprocs=world_size, join=True)
+        mp.spawn(  # type: ignore[attr-defined,no-untyped-call]  # untyped torch API
+            _worker, args=(world_size, os.path.join(tmp, "store"), spec_json, runs_json, out),
+            nprocs=world_size, join=True)
         raw = json.loads(Path(out).read_text())
     return [[CollectiveRecord(**r) for r in run] for run in raw]
 
@@ -172,7 +179,6 @@ def _recipe_mapping(recipe: TrainingRecipe) -> dict[str, Any]:
 def simulated_order(num_blocks: int, recipe: TrainingRecipe,
                     accum_steps: int) -> list[tuple[str, str, int]]:
     """(op, unit, micro-step) of every collective of the simulated step, in issue order."""
-    from perfmodel.fsdp import step_plan
 
     names = [f"block{i}" for i in range(num_blocks)] + ["root"]
     return [(spec.kind, names[spec.unit], spec.micro_step)

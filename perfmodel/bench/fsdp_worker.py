@@ -28,19 +28,15 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from perfmodel.bench.alloc_trace import window_peaks
 from perfmodel.bench.comm_worker import done_keys_rank0, setup
-from perfmodel.bench.common import (
-    CsvLog,
-    append_environment,
-    dtype_name,
-    environment_record,
-    median_iqr,
-    resolve_dtype,
-)
-from perfmodel.bench.fsdp import COLUMNS, KEY_COLUMNS, FsdpCase, recipe_cell
+from perfmodel.bench.common import CsvLog, dtype_name, median_iqr, resolve_dtype
+from perfmodel.bench.environment import append_environment, environment_record
+from perfmodel.bench.fsdp import FsdpCase
 from perfmodel.bench.model import build_model, random_tokens
 from perfmodel.bench.recipe_wrap import make_optimizer, shard_with_recipe, train_step
-from perfmodel.recipe import DEFAULT_RECIPE, TrainingRecipe, recipe_from_mapping
+from perfmodel.profiles.fsdp_compare import COLUMNS, KEY_COLUMNS, recipe_cell
+from perfmodel.spec.recipe import DEFAULT_RECIPE, TrainingRecipe, recipe_from_mapping
 
 logger = logging.getLogger("perfmodel.bench.fsdp_worker")
 
@@ -108,9 +104,9 @@ def cpu_peak_bytes(step: Callable[[], None], model: Any, optimizer: Any) -> int:
     """Persistent state plus the peak of the training thread's live bytes over one step, from
     the profiler's allocator trace (`perfmodel.bench.alloc_trace`: frees matched by address,
     lost frees counted until the address is reused, gloo's staging copies left out)."""
+    # lazy: torch, the optional [bench] extra
     from torch.profiler import ProfilerActivity, profile, record_function
 
-    from perfmodel.bench.alloc_trace import window_peaks
 
     with (profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof,
           record_function(CPU_PEAK_WINDOW)):

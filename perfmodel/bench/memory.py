@@ -22,14 +22,16 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable, Mapping
+from copy import deepcopy
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from perfmodel.arch import ModelSpec
-from perfmodel.bench.common import CsvLog, append_environment, environment_record
-from perfmodel.errors import UserInputError
-from perfmodel.recipe import TrainingRecipe
+from perfmodel.bench.common import CsvLog, resolve_dtype
+from perfmodel.bench.environment import append_environment, environment_record
+from perfmodel.spec.arch import ModelSpec
+from perfmodel.spec.errors import UserInputError
+from perfmodel.spec.recipe import TrainingRecipe
 
 logger = logging.getLogger(__name__)
 
@@ -122,11 +124,11 @@ def _global_peak_tracker(model: Any, optimizer: Any) -> Any:
     which costs about a third of the run time of a 32-block model; the global peak and its
     breakdown (the only figures the dataset keeps) are updated exactly as the stock
     `_update_peak_stats` does (same private fields, torch 2.13)."""
-    from copy import deepcopy
 
+    # lazy: torch, the optional [bench] extra
     from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
 
-    class GlobalPeakTracker(FSDPMemTracker):
+    class GlobalPeakTracker(FSDPMemTracker):  # type: ignore[no-untyped-call]  # untyped torch
         def _update_peak_stats(self, peak_state: Any) -> None:
             for dev, snap in self._curr_mem_snap.items():
                 if self._peak_mem.get(dev, 0) < snap["Total"]:
@@ -139,6 +141,7 @@ def _global_peak_tracker(model: Any, optimizer: Any) -> Any:
 def tracked_steps(model: Any, optimizer: Any, tokens: Any, case: MemoryCase, *,
                   steps: int = 2) -> dict[str, int]:
     """Run `steps` training steps under FSDPMemTracker; the peak snapshot as dataset columns."""
+    # lazy: torch, the optional [bench] extra
     from perfmodel.bench.recipe_wrap import init_optimizer_state, train_step
 
     init_optimizer_state(model, optimizer)
@@ -155,13 +158,14 @@ def tracked_steps(model: Any, optimizer: Any, tokens: Any, case: MemoryCase, *,
 
 def run_fake_case(case: MemoryCase) -> dict[str, Any]:
     """Track one case under FakeTensorMode with the fake process group; returns its row."""
+    # lazy: torch, the optional [bench] extra
     import torch
     import torch.distributed as dist
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.distributed.device_mesh import init_device_mesh
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
-    from perfmodel.bench.common import resolve_dtype
+    # lazy: torch, the optional [bench] extra
     from perfmodel.bench.model import build_model
     from perfmodel.bench.recipe_wrap import make_optimizer, shard_with_recipe
 

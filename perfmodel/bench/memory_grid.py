@@ -12,15 +12,21 @@ from __future__ import annotations
 
 import itertools
 import logging
+import multiprocessing as mp
 import random
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from perfmodel.arch import FAMILY_LAYOUT, ModelSpec
-from perfmodel.bench.memory import COLUMNS, KEY_COLUMNS, MemoryCase
-from perfmodel.catalog import get_model
-from perfmodel.recipe import AC_MODES, DEFAULT_RECIPE, TrainingRecipe
+from perfmodel.bench.common import CsvLog
+from perfmodel.bench.environment import append_environment, environment_record
+from perfmodel.bench.memory import COLUMNS, KEY_COLUMNS, MemoryCase, run_cases, run_fake_case
+from perfmodel.costs.features import spec_from_row
+from perfmodel.profiles.fsdp_compare import read_fsdp_dataset, row_recipe
+from perfmodel.spec.arch import FAMILY_LAYOUT, ModelSpec
+from perfmodel.spec.catalog import get_model
+from perfmodel.spec.errors import UserInputError
+from perfmodel.spec.recipe import AC_MODES, DEFAULT_RECIPE, TrainingRecipe
 
 logger = logging.getLogger(__name__)
 
@@ -149,7 +155,6 @@ def real_cases() -> list[MemoryCase]:
 
 
 def _worker(case: MemoryCase) -> dict[str, Any]:
-    from perfmodel.bench.memory import run_fake_case
 
     return run_fake_case(case)
 
@@ -158,12 +163,9 @@ def run_parallel(cases: Iterable[MemoryCase], out_path: str | Path, *, jobs: int
                  limit: int | None = None) -> dict[str, int]:
     """`run_cases` over `jobs` processes (each case runs in its own fake process group); the
     parent appends every finished row, so the CSV stays resumable."""
-    from perfmodel.bench.common import CsvLog, append_environment, environment_record
-    from perfmodel.bench.memory import run_cases
 
     if jobs <= 1:
         return run_cases(cases, out_path, limit=limit)
-    import multiprocessing as mp
 
     log = CsvLog(out_path, COLUMNS, KEY_COLUMNS)
     done = log.done_keys()
@@ -186,9 +188,6 @@ def run_parallel(cases: Iterable[MemoryCase], out_path: str | Path, *, jobs: int
 def cases_like(fsdp_data: str | Path) -> list[MemoryCase]:
     """The configurations of an FSDP2 benchmark CSV (`shardmeter bench fsdp`), each trained with
     the recipe its row says: their memory, re-measured by the real-tensor runner."""
-    from perfmodel.bench.fsdp import read_fsdp_dataset, row_recipe
-    from perfmodel.errors import UserInputError
-    from perfmodel.features import spec_from_row
 
     frame = read_fsdp_dataset(fsdp_data)
     if frame.empty:

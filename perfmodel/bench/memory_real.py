@@ -25,9 +25,12 @@ from __future__ import annotations
 
 import logging
 import socket
+import time
 from pathlib import Path
 
 from perfmodel.bench.alloc_trace import window_peaks
+from perfmodel.bench.common import CsvLog, resolve_dtype
+from perfmodel.bench.environment import append_environment, environment_record
 from perfmodel.bench.memory import COLUMNS as FAKE_COLUMNS
 from perfmodel.bench.memory import MemoryCase, shape_columns, tracked_steps
 
@@ -60,14 +63,14 @@ def _free_port() -> int:
 
 
 def _rank_main(rank: int, case: MemoryCase, port: int, out: str) -> None:
-    import time
 
+    # lazy: torch, the optional [bench] extra
     import torch
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
     from torch.profiler import ProfilerActivity, profile, record_function
 
-    from perfmodel.bench.common import resolve_dtype
+    # lazy: torch, the optional [bench] extra
     from perfmodel.bench.model import build_model, random_tokens
     from perfmodel.bench.recipe_wrap import make_optimizer, shard_with_recipe, train_step
 
@@ -92,7 +95,6 @@ def _rank_main(rank: int, case: MemoryCase, port: int, out: str) -> None:
     peaks = window_peaks(prof, WINDOW)
     low = min(peaks, key=lambda p: p.live_bytes)
     if rank == 0:
-        from perfmodel.bench.common import CsvLog
 
         tracked = columns["peak_bytes"]
         row = {**shape_columns(case.config_id, case.spec), **case.key("real"), **columns,
@@ -108,17 +110,18 @@ def _rank_main(rank: int, case: MemoryCase, port: int, out: str) -> None:
 
 def run_real_case(case: MemoryCase, out_path: str | Path) -> None:
     """One 2-rank gloo run of `case` (its world size must be 2); rank 0 appends the row."""
+    # lazy: torch, the optional [bench] extra
     import torch.multiprocessing as mp
 
     if case.world_size != WORLD_SIZE:
         raise ValueError(f"real-tensor runs use {WORLD_SIZE} ranks, got world_size "
                          f"{case.world_size}")
-    mp.spawn(_rank_main, args=(case, _free_port(), str(out_path)), nprocs=WORLD_SIZE, join=True)
+    mp.spawn(  # type: ignore[attr-defined,no-untyped-call]  # untyped torch API
+        _rank_main, args=(case, _free_port(), str(out_path)), nprocs=WORLD_SIZE, join=True)
 
 
 def run_real_cases(cases: list[MemoryCase], out_path: str | Path) -> dict[str, int]:
     """Every case not yet in `out_path` (resume), one gloo job each."""
-    from perfmodel.bench.common import CsvLog, append_environment, environment_record
 
     log = CsvLog(out_path, COLUMNS, KEY_COLUMNS)
     done = log.done_keys()

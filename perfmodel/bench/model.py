@@ -1,6 +1,7 @@
 """A real decoder-only transformer in plain torch, built from a `ModelSpec`.
 
-The layout follows the spec's family flags (`perfmodel.arch.FAMILY_LAYOUT`): RMSNorm or LayerNorm
+The layout follows the spec's family flags (`perfmodel.spec.arch.FAMILY_LAYOUT`): RMSNorm or
+LayerNorm
 (with bias), GQA attention through `scaled_dot_product_attention` (causal), a gated (SwiGLU/GeGLU,
 3 matrices) or plain (2 matrices) MLP, biases where the family has them, a tied or untied LM head
 and a cross-entropy loss. Phi's parallel block (one norm feeding attention and MLP) is kept.
@@ -14,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from perfmodel.arch import ModelSpec
+from perfmodel.spec.arch import ModelSpec
 
 _GELU_FAMILIES = ("phi", "gemma", "gemma2")
 
@@ -73,7 +74,8 @@ class Attention(nn.Module):
         q, k = _apply_rope(q, cos, sin), _apply_rope(k, cos, sin)
         out = F.scaled_dot_product_attention(q, k, v, is_causal=True,
                                              enable_gqa=self.num_kv_heads != self.num_heads)
-        return self.o_proj(out.transpose(1, 2).reshape(b, s, -1))
+        result: torch.Tensor = self.o_proj(out.transpose(1, 2).reshape(b, s, -1))
+        return result
 
 
 class Mlp(nn.Module):
@@ -90,8 +92,10 @@ class Mlp(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.gate is not None:
-            return self.down(self.act(self.gate(x)) * self.up(x))
-        return self.down(self.act(self.up(x)))
+            gated: torch.Tensor = self.down(self.act(self.gate(x)) * self.up(x))
+            return gated
+        plain: torch.Tensor = self.down(self.act(self.up(x)))
+        return plain
 
 
 class Block(nn.Module):
@@ -112,11 +116,13 @@ class Block(nn.Module):
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         if self.mlp_norm is None:
             normed = self.attn_norm(x)
-            return x + self.attn(normed, cos, sin) + self.mlp(normed)
+            parallel: torch.Tensor = x + self.attn(normed, cos, sin) + self.mlp(normed)
+            return parallel
         attn = self.attn(self.attn_norm(x), cos, sin)
         x = x + (attn if self.post_attn_norm is None else self.post_attn_norm(attn))
         mlp = self.mlp(self.mlp_norm(x))
-        return x + (mlp if self.post_mlp_norm is None else self.post_mlp_norm(mlp))
+        result: torch.Tensor = x + (mlp if self.post_mlp_norm is None else self.post_mlp_norm(mlp))
+        return result
 
 
 class Transformer(nn.Module):

@@ -29,7 +29,7 @@ import torch
 from torch import nn
 
 from perfmodel.bench.common import resolve_dtype
-from perfmodel.recipe import TrainingRecipe
+from perfmodel.spec.recipe import TrainingRecipe
 
 ModuleT = TypeVar("ModuleT", bound=nn.Module)
 
@@ -61,6 +61,7 @@ def selective_policy() -> Any:
     reduce-scatters, `aten.max` and every other matmul (the 1st, 3rd, ... of a block's forward);
     recompute everything else (norms, RoPE, activations, casts). The matmul counters are per
     block and per pass (forward / recompute), so the recompute makes the same choices."""
+    # lazy: torch, the optional [bench] extra
     from torch.utils.checkpoint import CheckpointPolicy
 
     matmuls, always = _matmul_ops(), _attention_ops() | _comm_ops() | {torch.ops.aten.max.default}
@@ -79,9 +80,12 @@ def selective_policy() -> Any:
 
 
 def _selective_context() -> Any:
+    # lazy: torch, the optional [bench] extra
     from torch.utils.checkpoint import create_selective_checkpoint_contexts
 
-    return create_selective_checkpoint_contexts(selective_policy())
+    # torch ships this function without annotations
+    return create_selective_checkpoint_contexts(  # type: ignore[no-untyped-call]
+        selective_policy())
 
 
 def _blocks(model: nn.Module) -> nn.ModuleList:
@@ -91,6 +95,7 @@ def _blocks(model: nn.Module) -> nn.ModuleList:
 
 def apply_activation_checkpointing(model: ModuleT, ac: str) -> ModuleT:
     """Wrap every block of `model.layers` for AC mode `ac` (none | selective | full), in place."""
+    # lazy: torch, the optional [bench] extra
     from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
 
     if ac == "none":
@@ -109,6 +114,7 @@ def apply_activation_checkpointing(model: ModuleT, ac: str) -> ModuleT:
 
 def mixed_precision(recipe: TrainingRecipe) -> Any:
     """`MixedPrecisionPolicy(param_dtype, reduce_dtype)` of the recipe."""
+    # lazy: torch, the optional [bench] extra
     from torch.distributed.fsdp import MixedPrecisionPolicy
 
     return MixedPrecisionPolicy(param_dtype=resolve_dtype(recipe.param_dtype),
@@ -118,6 +124,7 @@ def mixed_precision(recipe: TrainingRecipe) -> Any:
 def shard_with_recipe(model: ModuleT, recipe: TrainingRecipe, *, mesh: Any = None) -> ModuleT:
     """AC per the recipe, `fully_shard` on every block then the root; returns the root module
     (the same object, now an `FSDPModule`). `mesh`: a 1-D DeviceMesh (None: the default group)."""
+    # lazy: torch, the optional [bench] extra
     from torch.distributed.fsdp import fully_shard
 
     apply_activation_checkpointing(model, recipe.ac)
@@ -177,7 +184,8 @@ def train_step(model: Any, optimizer: torch.optim.Optimizer,
     optimizer.zero_grad(set_to_none=True)
     if total is None:  # unreachable: micro_step_syncs rejects accum_steps < 1
         raise ValueError("no micro-step ran")
-    return total
+    result: torch.Tensor = total
+    return result
 
 
 def make_optimizer(model: nn.Module, recipe: TrainingRecipe, *, lr: float = 1e-4) -> Any:

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from perfmodel.arch import FAMILY_LAYOUT
 from perfmodel.bench.common import positive_int, read_space_yaml, reject_unknown_keys
-from perfmodel.errors import UserInputError
+from perfmodel.spec.arch import FAMILY_LAYOUT
+from perfmodel.spec.errors import UserInputError
 
 DIMS = ("family", "tie_word_embeddings", "hidden_size", "num_hidden_layers", "num_attention_heads",
         "num_key_value_heads", "intermediate_size", "vocab_size", "seq_len")

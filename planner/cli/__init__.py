@@ -21,7 +21,7 @@ from typing import Any
 
 import click
 
-from perfmodel.errors import InfeasibleError, ShardMeterError, did_you_mean
+from perfmodel.spec.errors import InfeasibleError, ShardMeterError, did_you_mean
 from planner.cli.common import harden_command
 
 DEBUG_ENV = "SHARDMETER_DEBUG"

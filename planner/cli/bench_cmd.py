@@ -11,9 +11,19 @@ from pathlib import Path
 from typing import Any
 
 import click
+import numpy as np
 
-from perfmodel.paths import catalog_dir
-from planner.cli.common import emit_records, format_option
+from perfmodel.bench import api_bench
+from perfmodel.bench import comm as comm_bench
+from perfmodel.bench.comm import CommSettings, run_comm
+from perfmodel.bench.common import CsvLog
+from perfmodel.bench.environment import warn_small_pages
+from perfmodel.bench.fsdp import FsdpSettings, load_cases, run_fsdp
+from perfmodel.profiles import fsdp_compare
+from perfmodel.profiles.fsdp_compare import compare_fsdp
+from perfmodel.spec.paths import catalog_dir
+from planner.cli.bench_memory_cmd import memory_cmd
+from planner.cli.common import emit_records, format_option, require_torch, verbose_bench_logs
 from planner.cli.recipe_opts import recipe_from_options, recipe_options
 
 logger = logging.getLogger(__name__)
@@ -23,20 +33,6 @@ def _default_space(name: str) -> str:
     return str(catalog_dir() / "spaces" / name)
 
 
-def _require_torch() -> None:
-    try:
-        import torch  # noqa: F401
-    except ImportError as err:
-        raise click.ClickException(
-            "torch is not installed.\n"
-            "To fix: pip install 'shardmeter[bench]' (torch==2.13.0).") from err
-
-
-def _verbose_bench_logs() -> None:
-    """Benchmarks report progress per configuration at INFO level."""
-    logging.getLogger("perfmodel.bench").setLevel(logging.INFO)
-    if not logging.getLogger().handlers:
-        logging.basicConfig(format="%(levelname)s %(name)s: %(message)s")
 
 
 @click.group("bench")
@@ -76,7 +72,6 @@ def compute_cmd(space: str, n: int, out: Path, device: str, dtype: str, seed: in
                 memory_cap_gib: float | None, named: bool, limit: int | None,
                 dry_run: bool) -> None:
     """Profile forward/backward/optimizer phases over a design space (Sobol sample or --named)."""
-    from perfmodel.bench import api_bench
 
     plan = api_bench.plan_compute_bench(api_bench.ComputeBenchRequest(
         space_path=space, out_path=out, configs=n, device=device, dtype=dtype, seed=seed,
@@ -86,8 +81,8 @@ def compute_cmd(space: str, n: int, out: Path, device: str, dtype: str, seed: in
         emit_records(plan.records(), "table",
                      title=f"{len(plan.configs)} configurations of {plan.space.name}")
         return
-    _require_torch()
-    _verbose_bench_logs()
+    require_torch()
+    verbose_bench_logs()
     counts = api_bench.run_compute_bench(plan)
     click.echo(f"{out}: {counts.rows} rows, {counts.configs} configurations, "
                f"{counts.points} (configuration, micro-batch) points")
@@ -125,10 +120,8 @@ def comm_cmd(out: Path, nproc: int, backend: str, link: str | None, ops: str, mi
              max_mib: float, points: int, iters: int, warmup: int, threads: int, dtype: str,
              torchrun_args: str | None) -> None:
     """Time all_gather / reduce_scatter / all_reduce over log-spaced payloads (torchrun)."""
-    _require_torch()
-    _verbose_bench_logs()
-    from perfmodel.bench.comm import COLUMNS, KEY_COLUMNS, CommSettings, run_comm
-    from perfmodel.bench.common import CsvLog, warn_small_pages
+    require_torch()
+    verbose_bench_logs()
 
     warn_small_pages("cpu" if backend == "gloo" else "cuda")
 
@@ -136,7 +129,7 @@ def comm_cmd(out: Path, nproc: int, backend: str, link: str | None, ops: str, mi
                             ops=tuple(ops.split(",")), min_mib=min_mib, max_mib=max_mib,
                             points=points, iters=iters, warmup=warmup, threads=threads, dtype=dtype)
     run_comm(out, settings, nproc=nproc, torchrun_args=torchrun_args)
-    click.echo(f"{out}: {len(CsvLog(out, COLUMNS, KEY_COLUMNS).rows())} rows")
+    click.echo(f"{out}: {len(CsvLog(out, comm_bench.COLUMNS, comm_bench.KEY_COLUMNS).rows())} rows")
 
 
 @bench.command("fsdp")
@@ -161,10 +154,8 @@ def fsdp_cmd(space: str, out: Path, nproc: int, backend: str, link: str | None, 
     """Real FSDP2 (fully_shard) training steps with gradient accumulation, trained as the recipe
     says (MixedPrecisionPolicy, resharding, accumulation mode, AC); median step time,
     peak memory."""
-    _require_torch()
-    _verbose_bench_logs()
-    from perfmodel.bench.common import CsvLog, warn_small_pages
-    from perfmodel.bench.fsdp import COLUMNS, KEY_COLUMNS, FsdpSettings, load_cases, run_fsdp
+    require_torch()
+    verbose_bench_logs()
 
     warn_small_pages("cpu" if backend == "gloo" else "cuda")
 
@@ -173,7 +164,8 @@ def fsdp_cmd(space: str, out: Path, nproc: int, backend: str, link: str | None, 
                             iters=iters, warmup=warmup, threads=threads,
                             recipe=recipe_from_options(recipe_name, **recipe_flags))
     run_fsdp(cases, out, settings, nproc=nproc, torchrun_args=torchrun_args)
-    click.echo(f"{out}: {len(CsvLog(out, COLUMNS, KEY_COLUMNS).rows())} rows "
+    rows = CsvLog(out, fsdp_compare.COLUMNS, fsdp_compare.KEY_COLUMNS).rows()
+    click.echo(f"{out}: {len(rows)} rows "
                f"({len(cases)} cases planned)")
 
 
@@ -190,9 +182,7 @@ def fsdp_cmd(space: str, out: Path, nproc: int, backend: str, link: str | None, 
 def fsdp_compare_cmd(data: str, profile_name: str, hardware: str | None,
                      memory_data: str | None, fmt: str) -> None:
     """Measured FSDP2 steps (bench fsdp CSV) against the simulator and memory model (no torch)."""
-    import numpy as np
 
-    from perfmodel.bench.fsdp import compare_fsdp
 
     rows = compare_fsdp(data, profile_name, hardware=hardware, memory_data=memory_data)
     emit_records(rows, fmt, title=f"FSDP2 measured vs predicted ({profile_name})")
@@ -204,7 +194,6 @@ def fsdp_compare_cmd(data: str, profile_name: str, hardware: str | None,
 
 def _register_memory() -> None:
     # `bench memory` lives in its own module (FSDPMemTracker under FakeTensorMode).
-    from planner.cli.bench_memory_cmd import memory_cmd
 
     bench.add_command(memory_cmd)
 

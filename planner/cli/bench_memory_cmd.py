@@ -11,7 +11,8 @@ from typing import Any
 
 import click
 
-from planner.cli.common import emit_records, format_option
+from perfmodel.bench import api_bench
+from planner.cli.common import emit_records, format_option, require_torch, verbose_bench_logs
 from planner.cli.recipe_opts import recipe_from_options, recipe_options
 
 
@@ -51,11 +52,9 @@ def memory_cmd(model: str | None, nodes: int, gpus_per_node: int, world_size: in
                fmt: str, **flags: Any) -> None:
     """FSDPMemTracker peak per GPU of MODEL trained as the recipe says, under FakeTensorMode
     (no real memory): two optimizer steps of k micro-steps, breakdown by category."""
-    from perfmodel.bench import api_bench
-    from planner.cli.bench_cmd import _require_torch, _verbose_bench_logs
 
-    _require_torch()
-    _verbose_bench_logs()
+    require_torch()
+    verbose_bench_logs()
     result = api_bench.run_memory_bench(api_bench.MemoryBenchRequest(
         model=model, nodes=nodes, gpus_per_node=gpus_per_node, world_size=world_size,
         seq_len=seq_len, micro_batch=micro_batch, accum=accum,

@@ -5,11 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 import click
+import pandas as pd
 
-from perfmodel import catalog as cat
-from perfmodel.errors import UserInputError
-from perfmodel.hardware import GIB
-from perfmodel.memory import MemoryBreakdown, max_micro_batch, memory_breakdown
+from perfmodel.costs.memory import MemoryBreakdown, max_micro_batch, memory_breakdown
+from perfmodel.spec import catalog as cat
+from perfmodel.spec.errors import UserInputError
+from perfmodel.spec.formulas import GIB
 from planner.cli.common import emit_json, emit_mapping, emit_records, emit_table, format_option
 from planner.cli.recipe_opts import recipe_from_options, recipe_options
 
@@ -121,7 +122,6 @@ def _emit_memory(payload: dict[str, Any], fmt: str) -> None:
         flat.update({f"{k}_gib": v for k, v in payload["breakdown_gib"].items()})
         emit_mapping(flat, "csv")
         return
-    import pandas as pd
 
     rows = [{"component": k, "GiB": v} for k, v in payload["breakdown_gib"].items()]
     rows.append({"component": "peak", "GiB": payload["peak_gib"]})

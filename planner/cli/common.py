@@ -8,7 +8,9 @@ figure paths must have an extension matplotlib can write.
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import logging
 import math
 import os
 import sys
@@ -18,8 +20,11 @@ from typing import Any
 
 import click
 import pandas as pd
+from rich.console import Console
+from rich.table import Table
 
-from perfmodel.errors import did_you_mean
+from perfmodel.formatting import json_ready
+from perfmodel.spec.errors import did_you_mean
 
 FORMATS = ("table", "json", "csv")
 OUTPUT_PARAM_NAMES = frozenset({"output", "out", "plot", "plot_path", "trace_path", "timeline_path",
@@ -46,10 +51,10 @@ def format_option(default: str = "table") -> Callable[[Callable[..., Any]], Call
 # ---- strict parameter types ------------------------------------------------------------------
 
 
-class FiniteFloat(click.ParamType):
+class FiniteFloat(click.ParamType):  # type: ignore[type-arg]  # click < 8.2 is not generic
     """A float (or FloatRange) parameter that rejects NaN and ±inf."""
 
-    def __init__(self, inner: click.ParamType) -> None:
+    def __init__(self, inner: click.ParamType[Any]) -> None:
         self.inner = inner
         self.name = inner.name
 
@@ -80,7 +85,7 @@ def _loose_float(text: str) -> float:
         return 0.0  # not a number at all: the inner type reports it
 
 
-class SuggestingChoice(click.Choice):
+class SuggestingChoice(click.Choice[str]):
     """click.Choice whose error adds the closest choices ("did you mean ...?")."""
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
@@ -92,10 +97,10 @@ class SuggestingChoice(click.Choice):
                       f"{did_you_mean(str(value), names)}", param, ctx)
 
 
-class OutputPath(click.ParamType):
+class OutputPath(click.ParamType[Any]):
     """A path the command writes: not a directory, its folder created, figures by extension."""
 
-    def __init__(self, inner: click.ParamType, *, figure: bool) -> None:
+    def __init__(self, inner: click.ParamType[Any], *, figure: bool) -> None:
         self.inner = inner
         self.name = inner.name
         self.figure = figure
@@ -127,12 +132,13 @@ class OutputPath(click.ParamType):
 
 def figure_formats() -> list[str]:
     """File extensions matplotlib can save figures as (png, pdf, svg, ...)."""
+    # lazy: matplotlib loads only when a figure is drawn
     from matplotlib.backend_bases import FigureCanvasBase
 
     return sorted(FigureCanvasBase.get_supported_filetypes())
 
 
-def _strict_type(param: click.Parameter) -> click.ParamType:
+def _strict_type(param: click.Parameter) -> click.ParamType[Any]:
     kind = param.type
     if isinstance(kind, FiniteFloat | SuggestingChoice | OutputPath):
         return kind
@@ -207,21 +213,9 @@ def human_cell(column: str, value: Any, float_digits: int = 4) -> str:
 # ---- output -----------------------------------------------------------------------------------
 
 
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_jsonable(v) for v in value]
-    if hasattr(value, "item") and callable(value.item):  # numpy scalars
-        value = value.item()
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
-
-
 def emit_json(payload: Any) -> None:
     """Write JSON to stdout (NaN/inf become null)."""
-    click.echo(json.dumps(_jsonable(payload), indent=2))
+    click.echo(json.dumps(json_ready(payload), indent=2))
 
 
 def emit_records(
@@ -243,7 +237,6 @@ def emit_records(
 
 def _console() -> Any:
     """A rich console as wide as the terminal; unlimited when stdout is a pipe or file."""
-    from rich.console import Console
 
     if sys.stdout.isatty():
         return Console()
@@ -253,7 +246,6 @@ def _console() -> Any:
 
 def emit_table(frame: pd.DataFrame, *, title: str | None = None, float_digits: int = 4) -> None:
     """Print a DataFrame as a rich terminal table (cells wrap rather than being cut)."""
-    from rich.table import Table
 
     table = Table(title=title, show_lines=False)
     columns = [str(c) for c in frame.columns]
@@ -274,7 +266,22 @@ def emit_mapping(payload: dict[str, Any], fmt: str, *, title: str | None = None)
     else:
         rows = [
             {"field": k, "value": human_cell(k, v, 6) if not isinstance(v, dict | list)
-             else json.dumps(_jsonable(v))}
+             else json.dumps(json_ready(v))}
             for k, v in payload.items()
         ]
         emit_table(pd.DataFrame(rows), title=title)
+
+
+def require_torch() -> None:
+    """A clear error (exit 1, no traceback) when the optional torch extra is missing."""
+    if importlib.util.find_spec("torch") is None:
+        raise click.ClickException(
+            "torch is not installed.\n"
+            "To fix: pip install 'shardmeter[bench]' (torch==2.13.0).")
+
+
+def verbose_bench_logs() -> None:
+    """Benchmarks report progress per configuration at INFO level."""
+    logging.getLogger("perfmodel.bench").setLevel(logging.INFO)
+    if not logging.getLogger().handlers:
+        logging.basicConfig(format="%(levelname)s %(name)s: %(message)s")

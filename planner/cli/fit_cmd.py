@@ -28,8 +28,8 @@ from typing import Any
 import click
 import pandas as pd
 
-from perfmodel import api_fit
-from perfmodel.comm import BACKENDS
+from perfmodel.api import fit as api_fit
+from perfmodel.costs.comm import BACKENDS
 from planner.cli.common import emit_json, emit_records, emit_table, format_option
 
 

@@ -1,4 +1,4 @@
-"""DiLoCo / Streaming DiLoCo CLI options (their resolution lives in `perfmodel.api_setup`).
+"""DiLoCo / Streaming DiLoCo CLI options (their resolution lives in `perfmodel.api.workload`).
 
 Every flag defaults to None: a flag that is set wins; otherwise a value a recipe file sets
 (anything other than `OuterRecipe`'s default) is kept; otherwise the command's historical default
@@ -15,7 +15,7 @@ import click
 
 # The resolution of the outer settings and the sync link moved to perfmodel (the public API
 # uses them); re-exported here for callers of the old paths.
-from perfmodel.api_setup import (
+from perfmodel.api.workload import (
     DILOCO_DEFAULT_INNER_STEPS,
     STREAMING_DEFAULTS,
     describe_outer,
@@ -23,7 +23,7 @@ from perfmodel.api_setup import (
     streaming_outer,
     sync_link,
 )
-from perfmodel.recipe import FRAGMENT_PATTERNS, PSEUDO_GRADIENT_DTYPES
+from perfmodel.spec.recipe import FRAGMENT_PATTERNS, PSEUDO_GRADIENT_DTYPES
 
 __all__ = ["DILOCO_DEFAULT_INNER_STEPS", "STREAMING_DEFAULTS", "describe_outer", "dtype_option",
            "outer_option_list", "resolve_outer", "streaming_outer", "sync_link"]

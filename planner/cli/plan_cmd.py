@@ -14,6 +14,7 @@ from typing import Any
 import click
 
 from planner import api
+from planner.analysis import report
 from planner.api import DEFAULT_TIME_LIMIT_S
 from planner.cli.common import emit_json, emit_mapping, emit_records, format_option
 from planner.cli.scenario_cmd import emit_study
@@ -78,7 +79,8 @@ _VARY_HELP = ("What-if: PATH=V1,V2,... into the instance (clusters.A.wan_gbit_s,
 
 
 def _energy_options(func: Callable[..., Any]) -> Callable[..., Any]:
-    """Energy and CO2 caps (issue 14): exact on the time-vs-energy/CO2 frontier (planner.energy)."""
+    """Energy and CO2 caps (issue 14): exact on the time-vs-energy/CO2 frontier
+    (planner.analysis.energy)."""
     func = click.option("--max-energy-kwh", type=click.FloatRange(min=0, min_open=True),
                         default=None,
                         help="Energy cap of the run, kWh (facility energy incl. PUE).")(func)
@@ -126,13 +128,11 @@ def pareto(instance_paths: tuple[Path, ...], vary: tuple[str, ...], output: Path
 
 
 def _points(records: list[dict[str, Any]]) -> Any:
-    from planner import report
 
     return report.points_frame(records)
 
 
 def _islands(records: list[dict[str, Any]]) -> Any:
-    from planner import report
 
     return report.islands_frame(records)
 

@@ -1,4 +1,4 @@
-"""The training-recipe CLI options every modelling command shares (`perfmodel.recipe`).
+"""The training-recipe CLI options every modelling command shares (`perfmodel.spec.recipe`).
 
 `--recipe` names a shipped recipe (`torchtitan`, `paper`) or a YAML file with `base:` and
 overrides; the single-field flags override it. Unset flags keep the recipe's value, so
@@ -14,8 +14,8 @@ from typing import Any
 import click
 import yaml
 
-from perfmodel.errors import UserInputError
-from perfmodel.recipe import (
+from perfmodel.spec.errors import UserInputError
+from perfmodel.spec.recipe import (
     AC_MODES,
     ACCUM_MODES,
     ATTENTION_KERNELS,

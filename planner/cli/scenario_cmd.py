@@ -3,7 +3,7 @@ scenarios (`--vary`).
 
 Output: a summary table (one row per instance and scenario), then per instance the cross table
 (every plan scored under every scenario, with its regret) and the robust (min-max-regret) choice.
-The study comes from `planner.api` (`frontier`, `query`; `planner.api_scenarios`); this module
+The study comes from `planner.api` (`frontier`, `query`; `planner.studies`); this module
 only formats.
 """
 
@@ -12,8 +12,8 @@ from __future__ import annotations
 import click
 import pandas as pd
 
-from planner.api_scenarios import ScenarioStudy
 from planner.cli.common import emit_json, emit_records
+from planner.studies import ScenarioStudy
 
 
 def emit_study(study: ScenarioStudy, fmt: str) -> None:

@@ -1,25 +1,28 @@
 """Commands `predict`, `simulate` and `sweep`: one step, its timeline and micro-batch sweeps
 (`streaming` lives in `planner.cli.streaming_cmd`). A thin layer: the numbers come from
-`perfmodel.api`."""
+`perfmodel.api.predict`."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import click
+import pandas as pd
 
 from perfmodel import api
-from perfmodel.api import MAX_PLOTTED_SPANS
-from perfmodel.api_setup import (
+from perfmodel.api.streaming import EXAMPLE_ACCUM, EXAMPLE_MICRO_BATCH, EXAMPLE_SEQ_LEN
+from perfmodel.api.workload import (
+    MAX_PLOTTED_SPANS,
     SIMULATED_ACCUM_MAX,
     Workload,
     simulate_inner_step,
 )
-from perfmodel.api_streaming import EXAMPLE_ACCUM, EXAMPLE_MICRO_BATCH, EXAMPLE_SEQ_LEN
-from perfmodel.errors import UserInputError
-from perfmodel.recipe import AC_MODES
+from perfmodel.sim import trace
+from perfmodel.spec.errors import UserInputError
+from perfmodel.spec.recipe import AC_MODES
 from planner.cli.common import emit_json, emit_mapping, emit_records, emit_table, format_option
 from planner.cli.outer_opts import describe_outer, dtype_option, outer_option_list
 from planner.cli.recipe_opts import recipe_from_options, recipe_option_list
@@ -180,7 +183,6 @@ def simulate(model_name: str, gpu_name: str, nodes: int, gpus_per_node: int, seq
              dtype: str, fragments: int, delay: int, steps: int | None, trace_path: Path | None,
              plot_path: Path | None, fmt: str, recipe_name: str, **recipe_flags: Any) -> None:
     """Simulate MODEL's step timeline (or a DiLoCo / Streaming DiLoCo run) and export it."""
-    from perfmodel import trace
 
     sim = api.simulate(_spec(model_name, gpu_name=gpu_name, nodes=nodes,
                              gpus_per_node=gpus_per_node, seq_len=seq_len, micro_batch=micro_batch,
@@ -255,7 +257,6 @@ def sweep(model_names: tuple[str, ...], models: str | None, gpu_name: str, nodes
           profile_name: str | None, plot_path: Path | None, timeline_path: Path | None, fmt: str,
           recipe_name: str, **recipe_flags: Any) -> None:
     """Sweep micro-batch sizes: iteration time, throughput and where compute-bound begins."""
-    import pandas as pd
 
     names = list(model_names) + [m.strip() for m in (models or "").split(",") if m.strip()]
     if not names:
@@ -283,9 +284,7 @@ def sweep(model_names: tuple[str, ...], models: str | None, gpu_name: str, nodes
 
 def _sweep_plots(table: Any, first: Workload, micro_batches: list[int], plot_path: Path | None,
                  timeline_path: Path | None) -> list[str]:
-    from dataclasses import replace
 
-    from perfmodel import trace
 
     out = []
     if plot_path:

@@ -1,6 +1,6 @@
 """Command `streaming`: simulate a Streaming DiLoCo schedule, find blocking, tune it, and answer
 `--bandwidth-for-utilisation` (the link Gbit/s each compute utilisation needs). A thin layer: the
-numbers come from `perfmodel.api` (`streaming`, `bandwidth_for_utilisation`)."""
+numbers come from `perfmodel.api.predict` (`streaming`, `bandwidth_for_utilisation`)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ from typing import Any
 import click
 
 from perfmodel import api
-from perfmodel.api_setup import Workload, positive
-from perfmodel.errors import UserInputError
+from perfmodel.api.workload import Workload, positive
+from perfmodel.sim import trace
+from perfmodel.spec.errors import UserInputError
 from planner.cli.common import emit_json, emit_records, format_option
 from planner.cli.outer_opts import dtype_option, outer_option_list
 from planner.cli.recipe_opts import recipe_from_options
@@ -166,7 +167,6 @@ def streaming(model_name: str | None, gpu_name: str | None, nodes: int, gpus_per
 
 def _outputs(panels: list[Any], spans: list[Any], w: Workload, plot_path: Path | None,
              trace_path: Path | None) -> None:
-    from perfmodel import trace
 
     if plot_path:
         trace.plot_timelines(panels, plot_path, title=f"Streaming DiLoCo, {w.model.name} on "

@@ -15,9 +15,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[2]))
 
-from perfmodel.catalog import get_model  # noqa: E402
-from perfmodel.comm import LinkCoefficients, synthetic_comm_dataset  # noqa: E402
-from perfmodel.compute import synthetic_compute_dataset  # noqa: E402
+from perfmodel.costs.comm import LinkCoefficients, synthetic_comm_dataset  # noqa: E402
+from perfmodel.costs.compute import synthetic_compute_dataset  # noqa: E402
+from perfmodel.spec.catalog import get_model  # noqa: E402
 
 COMPUTE = {
     "forward": {"tok_block_matmul": 1.0e-12, "tok_lm_head": 1.5e-12, "layers": 2e-4, "const": 1e-3},

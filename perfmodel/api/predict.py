@@ -1,0 +1,294 @@
+"""Predict, simulate, sweep and the memory of one workload (the Streaming DiLoCo studies are
+`perfmodel.api.streaming`).
+
+Each function takes what a user asks for (`WorkloadSpec`, `OuterSpec`), resolves it against the
+catalog and profiles (`perfmodel.api.workload`), runs the models and returns a dataclass whose
+`record` is the ordered mapping the CLI prints; the CLI only parses options and formats.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+
+from perfmodel.api.streaming import streaming_spans
+from perfmodel.api.workload import (
+    DILOCO_DEFAULT_INNER_STEPS,
+    MAX_PLOTTED_SPANS,
+    OuterSpec,
+    Workload,
+    WorkloadSpec,
+    outer_optimizer_seconds,
+    positive,
+    resolve_outer,
+    resolve_workload,
+    simulate_inner_step,
+    strategy_islands,
+    streaming_outer,
+    sync_link,
+)
+from perfmodel.costs.memory import max_micro_batch, memory_breakdown
+from perfmodel.diloco.fragments import StreamingConfig, utilisation_steps
+from perfmodel.diloco.graph import pseudo_gradient_bytes, simulate_diloco
+from perfmodel.diloco.tuner import run_streaming
+from perfmodel.sim import trace
+from perfmodel.sim.analysis import (
+    analyse_step,
+    batch_sweep,
+    classify_regime,
+    regime_changes,
+    transition_micro_batch,
+)
+from perfmodel.spec import formulas
+from perfmodel.spec.formulas import GIB
+from perfmodel.spec.recipe import OuterRecipe, TrainingRecipe
+
+if TYPE_CHECKING:
+    from perfmodel.diloco.tuner import WanLink
+    from perfmodel.sim.fsdp import StepResult
+
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class MemoryFit:
+    """Peak memory of one GPU and the largest micro-batch that fits."""
+
+    peak_gib: float
+    usable_memory_gib: float
+    fits: bool
+    max_micro_batch: int
+
+    def as_dict(self) -> dict[str, Any]:
+        """The fields in order (the keys `predict` prints)."""
+        return {"peak_gib": self.peak_gib, "usable_memory_gib": self.usable_memory_gib,
+                "fits": self.fits, "max_micro_batch": self.max_micro_batch}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Prediction:
+    """One training step (an amortised outer step for DiLoCo) of a workload."""
+
+    workload: Workload
+    strategy: str
+    islands: int
+    outer: OuterRecipe
+    link: WanLink
+    step_time_s: float
+    tokens_per_s: float
+    mfu: float
+    bound: str
+    record: dict[str, Any] = field(repr=False)
+    """Every predicted quantity, in output order."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Simulation:
+    """A simulated step timeline (or DiLoCo / Streaming DiLoCo run) with its summary."""
+
+    workload: Workload
+    strategy: str
+    outer: OuterRecipe
+    link: WanLink
+    step: StepResult
+    spans: list[Any]
+    summary: dict[str, Any]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Sweep:
+    """A micro-batch sweep: one row per point, one summary per workload."""
+
+    table: Any
+    """pandas DataFrame of every point."""
+    summary: list[dict[str, Any]]
+    workloads: list[Workload]
+
+
+def memory(w: Workload) -> MemoryFit:
+    """Peak memory of the recipe the step is predicted for, at its k micro-steps."""
+
+    gpus = w.island.num_gpus
+    peak = memory_breakdown(w.model, num_gpus=gpus, seq_len=w.seq_len, micro_batch=w.micro_batch,
+                            recipe=w.recipe, accum_steps=w.accum).peak_bytes
+    largest = max_micro_batch(w.model, gpu_memory_bytes=w.gpu.usable_memory_bytes, num_gpus=gpus,
+                              seq_len=w.seq_len, recipe=w.recipe, accum_steps=w.accum)
+    return MemoryFit(peak_gib=peak / GIB, usable_memory_gib=w.gpu.usable_memory_bytes / GIB,
+                     fits=peak <= w.gpu.usable_memory_bytes, max_micro_batch=largest)
+
+
+def resolve_strategy(w: Workload, spec: OuterSpec) -> tuple[Workload, OuterRecipe, WanLink]:
+    """`w` training with the outer settings of `spec`, those settings, and the sync link."""
+    if spec.strategy == "streaming-diloco":
+        outer = streaming_outer(w.recipe, model=w.model, fragments=spec.fragments,
+                                delay=spec.delay_steps, sync_every=spec.inner_steps,
+                                dtype=spec.pseudo_gradient_dtype,
+                                fragment_pattern=spec.fragment_pattern,
+                                overlap_backward=spec.overlap_backward)
+    else:
+        if spec.inner_steps is not None:
+            positive("--inner-steps", spec.inner_steps)
+        defaults = {"inner_steps": DILOCO_DEFAULT_INNER_STEPS, "num_fragments": 1,
+                    "delay_steps": 0}
+        outer = resolve_outer(w.recipe, defaults=defaults, inner_steps=spec.inner_steps,
+                              pseudo_gradient_dtype=spec.pseudo_gradient_dtype)
+    w = replace(w, recipe=replace(w.recipe, outer=outer))
+    link = sync_link(w.island, islands=strategy_islands(spec.strategy, spec.islands),
+                     wan_gbit_s=spec.wan_gbit_s, wan_latency_ms=spec.wan_latency_ms,
+                     dtype=w.recipe.outer.pseudo_gradient_dtype,
+                     same_cluster=spec.islands_same_cluster)
+    return w, outer, link
+
+
+def provenance(w: Workload) -> dict[str, str]:
+    """Which profile and provenance (measured / calibrated / prior) the compute and each link
+    of the island's ring use (links a profile lacks fall back to the catalog prior)."""
+    out = {"compute_provenance": f"{w.profile.compute_provenance('forward')} ({w.profile.name})"}
+    for link in w.island.ring_links:
+        kinds = {w.profile.comm_provenance(op, [link]) for op in ("all_gather", "reduce_scatter")}
+        out[f"link_{link}_provenance"] = "/".join(sorted(kinds))
+    return out
+
+
+def predict(workload: WorkloadSpec, outer: OuterSpec | None = None) -> Prediction:
+    """Predict one training step: time, throughput, MFU, memory and what bounds it."""
+    w = workload.resolve()
+    spec = outer or OuterSpec()
+    # the strategy check comes before the outer settings' checks
+    strategy_islands(spec.strategy, spec.islands)
+    w, settings, link = resolve_strategy(w, spec)
+    return _prediction(w, strategy=spec.strategy, wan=link, outer=settings)
+
+
+def _prediction(w: Workload, *, strategy: str, wan: WanLink, outer: OuterRecipe) -> Prediction:
+
+    step = simulate_inner_step(w)
+    info = analyse_step(step)
+    islands = wan.num_islands if strategy != "fsdp" else 1
+    sequences = islands * w.accum * w.micro_batch * w.island.num_gpus
+    out: dict[str, Any] = {"model": w.model.name, "gpu": w.gpu.name, "strategy": strategy,
+                           "islands": islands, "nodes": w.island.num_nodes,
+                           "gpus_per_node": w.island.gpus_per_node, "seq_len": w.seq_len,
+                           "micro_batch": w.micro_batch, "accum": w.accum, "ac": w.ac,
+                           "inner_step_time_s": step.step_time_s}
+    step_s, comm_s = step.step_time_s, step.comm_busy_s
+    if strategy == "diloco":
+        h = outer.inner_steps
+        sync = float(formulas.sync_time_s(islands, pseudo_gradient_bytes(w.model, wan.dtype),
+                                          wan.bw_bytes_per_s, wan.latency_s))
+        opt = outer_optimizer_seconds(w)
+        # the outer sync and optimizer step happen once per H inner steps
+        step_s, comm_s = step_s + (sync + opt) / h, comm_s + sync / h
+        out.update(inner_steps=h, outer_sync_s=sync, amortised_outer_sync_s=sync / h,
+                   outer_optimizer_s=opt, sync_link=wan.kind)
+    elif strategy == "streaming-diloco":
+        per_param = outer_optimizer_seconds(w) / w.model.total_params
+        config = StreamingConfig.from_recipe(outer)
+        steps, first = utilisation_steps(config)
+        run = run_streaming(w.model, step_s=step.step_time_s, wan=wan, config=config,
+                            num_steps=steps, seq_len=w.seq_len, opt_s_per_param=per_param)
+        utilisation = run.utilisation(first)
+        step_s = step.step_time_s / utilisation  # steady state: one period of H steps after warm-up
+        out.update(fragments=config.num_fragments, delay_steps=config.delay_steps,
+                   sync_every=config.sync_every, fragment_pattern=config.fragment_pattern,
+                   overlap_backward=config.overlap_backward, simulated_steps=run.num_steps,
+                   blocked_s=run.blocked_s, amortised_blocked_s=run.blocked_s / run.num_steps,
+                   outer_optimizer_s=run.outer_optimizer_s / run.num_steps * config.sync_every,
+                   compute_utilisation=utilisation, sync_link=wan.kind)
+    tokens_per_s = sequences * w.seq_len / step_s
+    mfu = w.model.model_flops_per_token(w.seq_len) * tokens_per_s / (
+        w.gpu.bf16_flops_per_s * islands * w.island.num_gpus)
+    bound = (info.regime if strategy == "fsdp" else
+             classify_regime(step_s, step.compute_busy_s,
+                             comm_s if strategy == "diloco" else step.comm_busy_s))
+    out.update(step_time_s=step_s, tokens_per_s=tokens_per_s,
+               tokens_per_s_per_gpu=tokens_per_s / (islands * w.island.num_gpus), mfu=mfu,
+               bound=bound, island_bound=info.regime, exposed_comm_s=step.exposed_comm_s,
+               compute_idle_s=step.compute_idle_s, comm_idle_s=step.comm_idle_s,
+               critical_path_comm_fraction=info.critical_comm_fraction, **memory(w).as_dict(),
+               profile=w.profile.name, provenance=w.profile.provenance, **provenance(w))
+    return Prediction(workload=w, strategy=strategy, islands=islands, outer=outer, link=wan,
+                      step_time_s=step_s, tokens_per_s=tokens_per_s, mfu=mfu, bound=bound,
+                      record=out)
+
+
+def simulate(workload: WorkloadSpec, outer: OuterSpec | None = None, *,
+             steps: int | None = None) -> Simulation:
+    """Simulate the step timeline (FSDP), or `steps` inner steps of a DiLoCo / Streaming DiLoCo run
+    (default H, resp. H+τ+1)."""
+
+    spec = outer or OuterSpec()
+    w, settings, link = resolve_strategy(workload.resolve(), spec)
+    step = simulate_inner_step(w)
+    if spec.strategy == "fsdp":
+        spans, summary = trace.schedule_spans(step.schedule), step_summary(step)
+    elif spec.strategy == "diloco":
+        spans, summary = _diloco_spans(w, step, link,
+                                       settings.inner_steps if steps is None else steps)
+    else:
+        spans, summary = streaming_spans(w.model, step, link, StreamingConfig.from_recipe(settings),
+                                         steps)
+    return Simulation(workload=w, strategy=spec.strategy, outer=settings, link=link, step=step,
+                      spans=spans, summary=summary)
+
+
+def step_summary(step: StepResult) -> dict[str, Any]:
+    """The busy / idle times and critical path of one simulated FSDP step."""
+
+    info = analyse_step(step)
+    return {"step_time_s": step.step_time_s, "compute_busy_s": step.compute_busy_s,
+            "comm_busy_s": step.comm_busy_s, "exposed_comm_s": step.exposed_comm_s,
+            "compute_idle_s": step.compute_idle_s,
+            "largest_compute_gap_s": info.largest_compute_gap_s,
+            "critical_path_tasks": len(step.schedule.critical_path),
+            "critical_path_comm_fraction": info.critical_comm_fraction, "bound": info.regime}
+
+
+def _diloco_spans(w: Workload, step: StepResult, wan: WanLink,
+                  inner_steps: int) -> tuple[list[Any], dict[str, Any]]:
+
+    positive("--steps", inner_steps)
+    sync = float(formulas.sync_time_s(wan.num_islands, pseudo_gradient_bytes(w.model, wan.dtype),
+                                      wan.bw_bytes_per_s, wan.latency_s))
+    opt = outer_optimizer_seconds(w)
+    result = simulate_diloco({f"island{i}": step.step_time_s for i in range(wan.num_islands)},
+                             inner_steps=inner_steps, sync_s=sync, outer_opt_s=opt)
+    detailed = len(step.schedule.intervals) * inner_steps * wan.num_islands <= MAX_PLOTTED_SPANS
+    spans = (trace.expand_steps(result.schedule, step.schedule) if detailed
+             else trace.schedule_spans(result.schedule))
+    return spans, {"inner_step_time_s": step.step_time_s, "inner_steps": inner_steps,
+                   "outer_sync_s": sync, "outer_optimizer_s": opt,
+                   "outer_step_s": result.outer_step_s, "amortised_step_s": result.amortised_step_s,
+                   "fsdp_detail": detailed}
+
+
+def sweep(model_names: list[str], *, gpu_name: str, nodes: list[int], gpus_per_node: list[int],
+          seq_len: int, micro_batches: list[int], accum: int = 1, profile_name: str | None = None,
+          recipe: TrainingRecipe | None = None) -> Sweep:
+    """Sweep micro-batch sizes for every model x nodes x GPUs-per-node: iteration time,
+    throughput and where compute-bound begins."""
+
+
+    frames, summary, workloads = [], [], []
+    for name in model_names:
+        for n in nodes:
+            for gpn in gpus_per_node:
+                w = resolve_workload(name, gpu_name=gpu_name, nodes=n, gpus_per_node=gpn,
+                                     seq_len=seq_len, micro_batch=1, accum=accum,
+                                     profile_name=profile_name, recipe=recipe)
+                largest = memory(w).max_micro_batch
+                frame = batch_sweep(w.model, w.profile, w.island, seq_len=seq_len,
+                                    micro_batches=micro_batches, ac=w.recipe.ac, accum_steps=accum,
+                                    max_micro_batch=largest,
+                                    recipe=w.recipe if recipe is None else recipe)
+                frames.append(frame)
+                workloads.append(w)
+                summary.append({"model": w.model.name, "gpus": w.island.num_gpus,
+                                "max_micro_batch": largest,
+                                "transition_micro_batch": transition_micro_batch(frame),
+                                "changes": "; ".join(f"{a}->{b} at m={m}"
+                                                     for m, a, b in regime_changes(frame)),
+                                "provenance": w.profile.provenance})
+    return Sweep(table=pd.concat(frames, ignore_index=True), summary=summary, workloads=workloads)
+

@@ -1,0 +1,254 @@
+"""Streaming DiLoCo studies of the public API (re-exported by `perfmodel.api.predict`): simulate and
+tune a fragment schedule (or the paper's figure 6 examples), and the link bandwidth each compute
+utilisation needs."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from perfmodel.api.workload import (
+    MAX_PLOTTED_SPANS,
+    OuterSpec,
+    Workload,
+    describe_outer,
+    positive,
+    resolve_workload,
+    simulate_inner_step,
+    streaming_outer,
+    sync_link,
+)
+from perfmodel.diloco import examples as ex
+from perfmodel.diloco import tuner as st
+from perfmodel.diloco.fragments import DEFAULT_SEQ_LEN, StreamingConfig
+from perfmodel.diloco.streaming import COMPUTE_STREAM, TRAIN_ISLAND
+from perfmodel.diloco.tuner import run_streaming
+from perfmodel.sim import trace
+from perfmodel.spec import catalog
+from perfmodel.spec.errors import UserInputError
+from perfmodel.spec.recipe import OuterRecipe, TrainingRecipe
+
+if TYPE_CHECKING:
+    from perfmodel.diloco.tuner import WanLink
+    from perfmodel.sim.fsdp import StepResult
+
+EXAMPLE_SEQ_LEN, EXAMPLE_MICRO_BATCH, EXAMPLE_ACCUM = 2048, 2, 8
+"""Workload of the examples unless overridden: long enough inner steps (several seconds) that the
+derived 'slow WAN' is a plausible inter-site bandwidth."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StreamingStudy:
+    """Per case (the user's settings or a figure 6 example): the simulated run, the tuner's
+    recommendation (`records`, in output order) and the timeline (`panels`, `spans`)."""
+
+    workload: Workload
+    records: list[dict[str, Any]]
+    panels: list[tuple[str, list[Any]]]
+    """(title, spans) per case, for a timeline figure."""
+    spans: list[Any]
+    """Every case's spans (islands prefixed with the case label when there are several)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class BandwidthTable:
+    """The link Gbit/s each compute utilisation target needs."""
+
+    header: dict[str, Any]
+    """model, params, step_time_s, outer_optimizer, recipe, outer (in output order)."""
+    details: dict[str, Any]
+    """outer_recipe, islands, latency_ms, link (JSON only)."""
+    rows: list[dict[str, Any]]
+    link_kind: str
+    step_time_s: float
+
+
+def streaming(model_name: str | None, outer: OuterSpec, *, gpu_name: str | None, nodes: int = 1,
+              gpus_per_node: int = 8, seq_len: int | None = None, micro_batch: int | None = None,
+              accum: int | None = None, profile_name: str | None = None, recipe: TrainingRecipe,
+              steps: int | None = None, max_delay_steps: int | None = None,
+              max_sync_every: int | None = None, example: str | None = None) -> StreamingStudy:
+    """Simulate a Streaming DiLoCo schedule, find blocking and tune it (`example`: figure 6's
+    A/B/C/D/all instead of the user's link and settings)."""
+
+    w, step, cases, settings = _cases(model_name, outer, gpu_name=gpu_name, nodes=nodes,
+                                      gpus_per_node=gpus_per_node, seq_len=seq_len,
+                                      micro_batch=micro_batch, accum=accum,
+                                      profile_name=profile_name, recipe=recipe, example=example)
+    records, panels, spans_all = [], [], []
+    for label, (wan, config, note) in cases.items():
+        tuning = st.tune_streaming(
+            w.model, step_s=step.step_time_s, wan=wan, current=config,
+            max_delay_steps=(st.DEFAULT_MAX_DELAY_STEPS if max_delay_steps is None
+                             else max_delay_steps),
+            max_sync_every=max_sync_every or max(st.DEFAULT_MAX_SYNC_EVERY, config.sync_every),
+            seq_len=w.seq_len)
+        spans, summary = streaming_spans(w.model, step, wan, config, steps)
+        best = tuning.config
+        case_outer = replace(settings, num_fragments=config.num_fragments,
+                             delay_steps=config.delay_steps, inner_steps=config.sync_every,
+                             overlap_backward=config.overlap_backward)
+        records.append({"case": label, "note": note, "wan_gbit_s": wan.bw_bytes_per_s * 8 / 1e9,
+                        **summary, "tuned_fragments": best.num_fragments if best else None,
+                        "tuned_delay_steps": best.delay_steps if best else None,
+                        "tuned_sync_every": best.sync_every if best else None,
+                        "tuner": tuning.reason, "remedies": list(tuning.remedies),
+                        "outer": describe_outer(case_outer, wan), "recipe": recipe.summary(),
+                        "provenance": w.profile.provenance})
+        verdict = f"blocked {summary['blocked_s']:.3g} s" if summary["blocks"] else "no blocking"
+        panels.append((f"{label}) F={config.num_fragments}, τ={config.delay_steps}, "
+                       f"H={config.sync_every}, WAN {wan.bw_bytes_per_s * 8 / 1e9:.3g} "
+                       f"Gbit/s: {verdict}", spans))
+        spans_all += ([replace(s, island=f"{label}: {s.island}") for s in spans]
+                      if len(cases) > 1 else spans)
+    return StreamingStudy(workload=w, records=records, panels=panels, spans=spans_all)
+
+
+def _cases(model_name: str | None, spec: OuterSpec, *, gpu_name: str | None, nodes: int,
+           gpus_per_node: int, seq_len: int | None, micro_batch: int | None, accum: int | None,
+           profile_name: str | None, recipe: TrainingRecipe,
+           example: str | None) -> tuple[Workload, Any, dict[str, Any], OuterRecipe]:
+    """The workload, its simulated inner step, the cases (label -> (link, config, note)) and the
+    outer settings."""
+
+    def pick(value: int | None, default: int) -> int:
+        return default if value is None else value
+
+    if example is None and (gpu_name is None or model_name is None):
+        raise UserInputError(
+            "streaming needs MODEL and --gpu (or --example A|B|C|D|all)",
+            hint="e.g. `shardmeter streaming Llama-3.2-1B --gpu H100-SXM5-80GB` or --example B.",
+        )
+    w = resolve_workload(model_name or ex.EXAMPLE_MODEL, gpu_name=gpu_name or ex.EXAMPLE_GPU,
+                         nodes=nodes, gpus_per_node=gpus_per_node,
+                         seq_len=pick(seq_len, EXAMPLE_SEQ_LEN),
+                         micro_batch=pick(micro_batch, EXAMPLE_MICRO_BATCH if example else 1),
+                         accum=pick(accum, EXAMPLE_ACCUM if example else 1),
+                         profile_name=profile_name, recipe=recipe)
+    outer = streaming_outer(recipe, model=w.model, fragments=spec.fragments, delay=spec.delay_steps,
+                            sync_every=spec.inner_steps, dtype=spec.pseudo_gradient_dtype,
+                            fragment_pattern=spec.fragment_pattern,
+                            overlap_backward=spec.overlap_backward)
+    step = simulate_inner_step(w)
+    islands = 2 if spec.islands is None else spec.islands
+    if example is None:
+        link = sync_link(w.island, islands=islands, wan_gbit_s=spec.wan_gbit_s,
+                         wan_latency_ms=spec.wan_latency_ms, dtype=outer.pseudo_gradient_dtype,
+                         same_cluster=spec.islands_same_cluster)
+        return w, step, {"user": (link, StreamingConfig.from_recipe(outer), "")}, outer
+    positive("--wan-latency-ms", spec.wan_latency_ms, zero_ok=True)
+    if islands < 2:
+        raise UserInputError(f"--islands {islands}: "
+                             "the examples exchange fragments between islands",
+                             hint="pass --islands 2 or more.")
+    try:
+        cases = ex.streaming_examples(w.model, step_s=step.step_time_s,
+                                      latency_s=spec.wan_latency_ms / 1e3, num_islands=islands,
+                                      dtype=outer.pseudo_gradient_dtype)
+    except ValueError as err:
+        raise UserInputError(f"--example {example}: {err}",
+                             hint="lower --wan-latency-ms or lengthen the inner step "
+                                  "(--micro-batch, --accum).") from err
+    # figure 6 keeps whole-step exchanges unless asked
+    if spec.overlap_backward or spec.fragment_pattern:
+        cases = {k: (wan, replace(c, overlap_backward=bool(spec.overlap_backward),
+                                  fragment_pattern=spec.fragment_pattern or c.fragment_pattern),
+                     note)
+                 for k, (wan, c, note) in cases.items()}
+    return w, step, cases if example == "all" else {example: cases[example]}, outer
+
+
+def _needs_step_source() -> UserInputError:
+    return UserInputError(
+        "--bandwidth-for-utilisation needs MODEL and --gpu or --step-time-s",
+        hint="e.g. `shardmeter streaming Chinchilla-1B --bandwidth-for-utilisation "
+        "--step-time-s 0.1 --fragments 8 --delay 1 --sync-every 100`.",
+    )
+
+
+def bandwidth_for_utilisation(model_name: str | None, outer: OuterSpec, *, targets: list[float],
+                              gpu_name: str | None, nodes: int = 1, gpus_per_node: int = 8,
+                              seq_len: int | None = None, micro_batch: int | None = None,
+                              accum: int | None = None, profile_name: str | None = None,
+                              recipe: TrainingRecipe,
+                              step_time_s: float | None = None) -> BandwidthTable:
+    """The link bandwidth reaching each compute utilisation in `targets` (bisection on the
+    simulator); the inner step is `step_time_s`, else simulated on `gpu_name`."""
+
+    if model_name is None or (gpu_name is None and step_time_s is None):
+        raise _needs_step_source()
+    if step_time_s is not None:
+        positive("--step-time-s", step_time_s)
+    model, gpu, island, opt_per_param = catalog.get_model(model_name), None, None, 0.0
+    length = seq_len or DEFAULT_SEQ_LEN
+    if gpu_name is not None:
+        w = resolve_workload(model_name, gpu_name=gpu_name, nodes=nodes,
+                             gpus_per_node=gpus_per_node, seq_len=length,
+                             micro_batch=micro_batch or 1, accum=accum or 1,
+                             profile_name=profile_name, recipe=recipe)
+        gpu, island = w.gpu, w.island
+        opt_per_param = st.outer_opt_s_per_param(num_gpus=island.num_gpus,
+                                                 hbm_bytes_per_s=gpu.hbm_bytes_per_s)
+        if step_time_s is None:
+            step_time_s = simulate_inner_step(w).step_time_s
+    if step_time_s is None:  # unreachable: the first check demands --gpu or --step-time-s
+        raise _needs_step_source()
+    settings = streaming_outer(recipe, model=model, fragments=outer.fragments,
+                               delay=outer.delay_steps, sync_every=outer.inner_steps,
+                               dtype=outer.pseudo_gradient_dtype,
+                               fragment_pattern=outer.fragment_pattern,
+                               overlap_backward=outer.overlap_backward)
+    if outer.islands_same_cluster and island is None:
+        raise UserInputError("--islands-same-cluster needs --gpu (the cluster's inter-node link)",
+                             hint="add --gpu, or drop --islands-same-cluster.")
+    link = sync_link(island, islands=2 if outer.islands is None else outer.islands,
+                     wan_gbit_s=outer.wan_gbit_s, wan_latency_ms=outer.wan_latency_ms,
+                     dtype=settings.pseudo_gradient_dtype, same_cluster=outer.islands_same_cluster)
+    rows = st.bandwidth_for_utilisation(model, step_s=step_time_s, wan=link,
+                                        config=StreamingConfig.from_recipe(settings),
+                                        targets=targets, seq_len=length,
+                                        opt_s_per_param=opt_per_param)
+    records = [{"model": model.name, "utilisation": r.target, "gbit_s": r.gbit_s,
+                "reached_utilisation": r.utilisation,
+                "note": ("" if r.bw_bytes_per_s is not None
+                         else "unreachable: latency or outer step too long")}
+               for r in rows]
+    header = {
+        "model": model.name, "params": model.total_params, "step_time_s": step_time_s,
+        "outer_optimizer": "not modelled (no --gpu)" if gpu is None or island is None
+        else f"{opt_per_param * model.total_params:.3g} s per full outer step on "
+             f"{island.num_gpus} x {gpu.name}",
+        "recipe": recipe.summary(), "outer": describe_outer(settings, link, bandwidth=False),
+    }
+    details = {"outer_recipe": asdict(settings), "islands": link.num_islands,
+               "latency_ms": link.latency_s * 1e3, "link": link.kind}
+    return BandwidthTable(header=header, details=details, rows=records, link_kind=link.kind,
+                          step_time_s=step_time_s)
+
+
+def streaming_spans(model: Any, step: StepResult, wan: WanLink, config: Any,
+                    steps: int | None) -> tuple[list[Any], dict[str, Any]]:
+    """Timeline spans and summary of `steps` (default H+τ+1) Streaming DiLoCo inner steps."""
+
+    if steps is not None:
+        positive("--steps", steps)
+    run = run_streaming(model, step_s=step.step_time_s, wan=wan, config=config,
+                        num_steps=steps or config.sync_every + config.delay_steps + 1)
+    # steps cut at exchange points (backward overlap) are drawn whole-step, without FSDP detail
+    detailed = (not run.split_steps
+                and len(step.schedule.intervals) * run.num_steps <= MAX_PLOTTED_SPANS)
+    spans = (trace.expand_steps(run.schedule, step.schedule) if detailed
+             else trace.schedule_spans(run.schedule))
+    spans += trace.blocked_spans(run.schedule, island=TRAIN_ISLAND, stream=COMPUTE_STREAM)
+    return spans, _streaming_summary(run) | {"fsdp_detail": detailed}
+
+
+def _streaming_summary(run: Any) -> dict[str, Any]:
+    c = run.config
+    return {"fragments": c.num_fragments, "delay_steps": c.delay_steps, "sync_every": c.sync_every,
+            "send_interval": c.send_interval, "steps": run.num_steps,
+            "inner_step_time_s": run.compute_s / run.num_steps,
+            "exchange_s_max": (max(e.end_s - e.start_s for e in run.exchanges) if run.exchanges
+                               else 0.0),
+            "total_s": run.total_s, "blocked_s": run.blocked_s, "blocks": run.blocks,
+            "link_bound": run.link_bound}

@@ -1,0 +1,279 @@
+"""Collective-communication model (paper §III-B, DESIGN §2).
+
+Ring all_gather / reduce_scatter of a D-byte UNSHARDED payload over P ranks:
+
+    T = k_op · (P − 1) · (max α + D / (P · min B)),
+    k_op = 1 (all_gather, reduce_scatter), 2 (all_reduce)
+
+α (latency_s per ring step) and B (bandwidth_bytes_per_s) are coefficients per (backend, op, link);
+the slowest link on the ring decides (largest α, smallest B). B is in nccl-tests "bus bandwidth"
+terms (busbw = algbw·(P−1)/P for all_gather, ·2(P−1)/P for all_reduce), so catalog busbw figures
+(catalogs/links.csv) are priors for it. Each op is fitted separately: where a backend implements
+an op on top of another (Gloo on CPU runs reduce_scatter through all_reduce) the extra factor is
+folded into that op's fitted α and B, and k_op stays as above.
+
+Inter-node links carry bandwidth PER NIC: a node's ring bandwidth is n_nic x B, with n_nic =
+min(NICs per node, GPUs per node) (NCCL runs one ring channel per NIC, rail-matched to one GPU
+each). This reproduces the 84.8 GB/s busbw of 3 nodes x 8 A100 with 4 HDR-200 NICs
+(shared/data/collectives.csv) from 21.2 GB/s per NIC.
+
+The ring formula itself lives in `perfmodel.spec.formulas` (one home, shared with the planner):
+`ring_time_s` times a collective, `ring_terms` is its linear form the fit uses.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, cast
+
+import numpy as np
+import pandas as pd
+from sklearn.model_selection import KFold
+
+from perfmodel.costs.datasets import mape_pct, numeric_column, read_dataset_csv
+from perfmodel.costs.nnls import relative_nnls
+from perfmodel.spec.catalog import get_link, load_links
+from perfmodel.spec.errors import CatalogError, DatasetError, ProfileError
+from perfmodel.spec.formulas import OP_MULTIPLIER, ring_terms, ring_time_s
+
+if TYPE_CHECKING:
+    from perfmodel.spec.hardware import IslandSpec
+
+logger = logging.getLogger(__name__)
+
+OPS = tuple(OP_MULTIPLIER)
+"""Collectives the model times (k_op of each: `perfmodel.spec.formulas.OP_MULTIPLIER`)."""
+BACKENDS = ("nccl", "gloo", "rccl")
+COMM_COLUMNS = ("backend", "op", "link", "world_size", "payload_bytes", "time_s")
+"""Required columns of a communication dataset (optional: nics_per_node)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class LinkCoefficients:
+    """Latency and bandwidth coefficients of one (op, link)."""
+
+    latency_s: float
+    """α: time per ring step independent of size, seconds."""
+    bandwidth_bytes_per_s: float
+    """B: bus bandwidth per rank (per NIC for per-NIC links), bytes/s."""
+    per_nic: bool = False
+    """B is per NIC: a node's ring bandwidth is NICs x B."""
+    provenance: str = "prior"
+    """'measured' (fitted from a dataset) or 'prior' (catalog datasheet figure)."""
+    cv_mape_pct: float | None = None
+    """Cross-validated MAPE of the fit, percent (measured only)."""
+    rows: int = 0
+    """Measurements the fit used."""
+
+    def __post_init__(self) -> None:
+        if not self.latency_s >= 0 or not self.bandwidth_bytes_per_s > 0:
+            raise ValueError(f"need latency_s >= 0 and bandwidth_bytes_per_s > 0, got "
+                             f"{self.latency_s}, {self.bandwidth_bytes_per_s}")
+
+
+def prior_link_coefficients(link_name: str) -> LinkCoefficients:
+    """Catalog prior of a link (catalogs/links.csv latency and busbw), the same for every op."""
+
+    link = get_link(link_name)
+    return LinkCoefficients(latency_s=link.latency_s, bandwidth_bytes_per_s=link.busbw_bytes_per_s,
+                            per_nic=link.per_nic, provenance="prior")
+
+
+@dataclass(frozen=True, kw_only=True)
+class CommModel:
+    """Fitted or prior coefficients per (op, link); links missing here fall back to the catalog."""
+
+    backend: str
+    """Collective library: nccl, gloo or rccl."""
+    coefficients: Mapping[tuple[str, str], LinkCoefficients] = field(default_factory=dict)
+    """(op, link name) -> coefficients."""
+
+    def resolve(self, op: str, link: str) -> LinkCoefficients:
+        """Coefficients of (op, link): the profile's own, else the catalog prior."""
+        if op not in OP_MULTIPLIER:
+            raise ValueError(f"unknown collective {op!r}; expected one of {OPS}")
+        found = self.coefficients.get((op, link)) or self.coefficients.get((op, link.lower()))
+        if found is not None:
+            return found
+        try:
+            return prior_link_coefficients(link)
+        except CatalogError as err:
+            raise ProfileError(
+                f"no {op} coefficients for link {link!r} in the profile and no catalog prior for "
+                f"it ({err.message})",
+                hint="fit the link with `shardmeter fit comm`, or use a catalog link name "
+                     "(`shardmeter catalog links`).") from err
+
+    def effective(self, op: str, links: Sequence[str],
+                  nics_per_node: int = 1) -> tuple[float, float]:
+        """(max latency_s, min bandwidth_bytes_per_s) over the links a ring crosses."""
+        coefs = [self.resolve(op, name) for name in links]
+        lat = max(c.latency_s for c in coefs)
+        bw = min(c.bandwidth_bytes_per_s * (max(nics_per_node, 1) if c.per_nic else 1.0)
+                 for c in coefs)
+        return lat, bw
+
+    def time_s(self, op: str, links: Sequence[str], world_size: Any, payload_bytes: Any,
+               nics_per_node: int = 1) -> Any:
+        """Predicted time of one ring collective; 0 for an empty ring or world_size 1."""
+        if not links:
+            P = np.asarray(world_size, dtype=float)
+            if np.any(P > 1):
+                raise ValueError("a ring over more than one rank must cross at least one link")
+            zero = np.zeros(np.broadcast(P, np.asarray(payload_bytes)).shape)
+            return float(zero) if zero.ndim == 0 else zero
+        lat, bw = self.effective(op, links, nics_per_node)
+        return ring_time_s(op, world_size, payload_bytes, lat, bw)
+
+    def provenance(self, op: str, links: Sequence[str]) -> str:
+        """'measured', 'prior' or 'mixed' for the coefficients a prediction over `links` uses."""
+        kinds = {self.resolve(op, name).provenance for name in links}
+        if not kinds:
+            return "none"
+        return kinds.pop() if len(kinds) == 1 else "mixed"
+
+    def island_time_s(self, op: str, island: IslandSpec, payload_bytes: Any) -> Any:
+        """Ring collective over all GPUs of an island (intra link per GPU, inter link per NIC)."""
+        return self.time_s(op, island.ring_links, island.num_gpus, payload_bytes,
+                           island_nics(island))
+
+
+def island_nics(island: IslandSpec) -> int:
+    """NICs a node's inter-node ring traffic uses: one per GPU in use, at most the node's NICs."""
+    return max(1, min(island.nics_per_node, island.gpus_per_node))
+
+
+# ---- datasets and fitting ------------------------------------------------------------------
+
+def load_comm_dataset(path: str) -> pd.DataFrame:
+    """A communication dataset (COMM_COLUMNS; payload_bytes is the full unsharded payload)."""
+
+    frame = read_dataset_csv(path, COMM_COLUMNS, positive_int=("world_size",),
+                             positive_float=("payload_bytes", "time_s"),
+                             choices={"backend": BACKENDS, "op": OPS})
+    if "nics_per_node" not in frame.columns:
+        frame["nics_per_node"] = "1"
+    frame["nics_per_node"] = frame["nics_per_node"].replace("", "1")
+    frame["nics_per_node"] = numeric_column(frame, "nics_per_node", path, integer=True)
+    frame["link"] = frame["link"].str.strip()
+    empty = frame["link"] == ""
+    if empty.any():
+        i = int(np.argmax(empty.to_numpy()))
+        raise DatasetError(f"{path}, line {i + 2}: column 'link' is empty",
+                           hint="name the slowest link the ring crosses (e.g. nvlink4, ib-ndr400).")
+    frame.attrs["path"] = str(path)
+    return frame
+
+
+def _design(op: str, world: np.ndarray, payload: np.ndarray, nics: np.ndarray) -> np.ndarray:
+    """Columns multiplying α and 1/B (`formulas.ring_terms`); a per-NIC link's bandwidth is the
+    node's NICs x B, so its bytes divide by the NICs."""
+    steps, moved = ring_terms(op, world, payload)
+    return np.column_stack([steps, moved / nics])
+
+
+def fit_link(op: str, frame: pd.DataFrame, *, per_nic: bool = False, n_splits: int = 5,
+             seed: int = 0) -> tuple[LinkCoefficients, np.ndarray]:
+    """Fit α, β (= 1/B) of one (op, link) by relative-error NNLS. Returns the coefficients and
+    out-of-fold predictions (k-fold, seeded) of the rows."""
+    world = frame["world_size"].to_numpy(float)
+    X = _design(op, world, frame["payload_bytes"].to_numpy(float),
+                frame["nics_per_node"].to_numpy(float) if per_nic else np.ones(len(frame)))
+    y = frame["time_s"].to_numpy(float)
+    alpha, beta = relative_nnls(X, y)
+    oof = np.full(len(y), np.nan)
+    k = min(n_splits, len(y))
+    if k >= 2:
+
+        for train, test in KFold(n_splits=k, shuffle=True, random_state=seed).split(X):
+            oof[test] = X[test] @ relative_nnls(X[train], y[train])
+    else:
+        oof = X @ np.array([alpha, beta])
+    if beta <= 0:
+        logger.warning("%s: fitted bandwidth term is zero (time independent of payload); "
+                       "bandwidth set to infinity", op)
+
+    coefs = LinkCoefficients(latency_s=float(alpha),
+                             bandwidth_bytes_per_s=float(1.0 / beta) if beta > 0 else float("inf"),
+                             per_nic=per_nic, provenance="measured",
+                             cv_mape_pct=mape_pct(y, oof), rows=len(y))
+    return coefs, oof
+
+
+def fit_comm(frame: pd.DataFrame, *,
+             n_splits: int = 5) -> tuple[dict[tuple[str, str], LinkCoefficients], np.ndarray]:
+    """Fit every (op, link) of a one-backend dataset. Rows with world_size 1 are skipped (the
+    model predicts 0 s for them). Returns coefficients and out-of-fold predictions (NaN where
+    skipped). Per-NIC links are those marked per_nic in the catalog."""
+
+    links = load_links()
+    out: dict[tuple[str, str], LinkCoefficients] = {}
+    oof = np.full(len(frame), np.nan)
+    usable = frame["world_size"].to_numpy() > 1
+    if (~usable).any():
+        logger.warning("%d row(s) with world_size 1 skipped", int((~usable).sum()))
+    for op, link, idx in _op_link_groups(frame[usable]):
+        rows = np.flatnonzero(usable)[idx]
+        per_nic = bool(links[link.lower()].per_nic) if link.lower() in links else False
+        out[(op, link)], oof[rows] = fit_link(op, frame.iloc[rows], per_nic=per_nic,
+                                              n_splits=n_splits)
+        logger.info("%s over %s: latency %.3g s, bandwidth %.3g B/s, CV MAPE %.2f%%", op, link,
+                    out[(op, link)].latency_s, out[(op, link)].bandwidth_bytes_per_s,
+                    out[(op, link)].cv_mape_pct)
+    return out, oof
+
+
+def _op_link_groups(frame: pd.DataFrame) -> Iterator[tuple[str, str, np.ndarray]]:
+    """(op, link, row positions) of every (op, link) group of a communication dataset."""
+    for key, idx in frame.groupby(["op", "link"], sort=False).indices.items():
+        op, link = cast(tuple[str, str], key)  # pandas types group keys as Hashable
+        yield op, link, np.asarray(idx)
+
+
+def predict_comm_dataset(model: CommModel, frame: pd.DataFrame) -> np.ndarray:
+    """Predictions of `model` for every row of a communication dataset (link = the ring's link)."""
+    pred = np.zeros(len(frame))
+    for op, link, idx in _op_link_groups(frame):
+        rows = frame.iloc[idx]
+        coef = model.resolve(op, link)
+        nics = rows["nics_per_node"].to_numpy(float) if coef.per_nic else 1.0
+        pred[idx] = ring_time_s(op, rows["world_size"].to_numpy(float),
+                                rows["payload_bytes"].to_numpy(float), coef.latency_s,
+                                coef.bandwidth_bytes_per_s * nics)
+    return pred
+
+
+def comm_mape_table(frame: pd.DataFrame, predicted_s: np.ndarray) -> pd.DataFrame:
+    """Per (op, link) and per op MAPE (percent), paper §IV-B form."""
+
+
+    data = frame.assign(predicted_s=predicted_s).dropna(subset=["predicted_s"])
+    rows = [{"op": op, "link": link, "rows": len(g),
+             "mape_pct": mape_pct(g["time_s"], g["predicted_s"])}
+            for (op, link), g in data.groupby(["op", "link"], sort=False)]
+    rows += [{"op": op, "link": "all", "rows": len(g),
+              "mape_pct": mape_pct(g["time_s"], g["predicted_s"])}
+             for op, g in data.groupby("op", sort=False)]
+    return pd.DataFrame(rows, columns=["op", "link", "rows", "mape_pct"])
+
+
+def synthetic_comm_dataset(coefficients: Mapping[tuple[str, str], LinkCoefficients], *,
+                           backend: str = "nccl", world_sizes: Sequence[int] = (2, 4, 8),
+                           payloads_bytes: Sequence[float] = (2**20, 2**24, 2**27),
+                           nics_per_node: int = 1, noise: float = 0.02,
+                           seed: int = 0) -> pd.DataFrame:
+    """Rows in the comm-dataset format from known coefficients with seeded multiplicative noise."""
+
+    rng = np.random.default_rng(seed)
+    records = []
+    for (op, link), c in coefficients.items():
+        for P in world_sizes:
+            for D in payloads_bytes:
+                bw = c.bandwidth_bytes_per_s * (nics_per_node if c.per_nic else 1)
+                t = ring_time_s(op, P, D, c.latency_s, bw) * float(np.exp(rng.normal(0, noise)))
+                records.append({"backend": backend, "op": op, "link": link, "world_size": P,
+                                "payload_bytes": int(D), "nics_per_node": nics_per_node,
+                                "time_s": t})
+    return pd.DataFrame.from_records(records)

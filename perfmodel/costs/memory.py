@@ -1,0 +1,556 @@
+"""Per-GPU memory of FSDP2 training as the recipe trains it, and the largest micro-batch that fits.
+
+The model follows what PyTorch allocates (validated against `FSDPMemTracker`, see
+`perfmodel.profiles.memory_validation` and `shardmeter bench memory`): the peak of a training step
+is the
+largest of a few *phases*, each a sum of tensors alive at that moment. With G ranks, P parameters
+(P_r in the root unit: embedding, final norm, LM head; P_b per block), L blocks, t = m·S tokens,
+b = bytes of the recipe's param dtype, r = bytes of its reduce dtype (DTYPE_BYTES):
+
+States (every phase): master shards 4·P/G (padded per parameter like FSDP2), AdamW moments
+8·P/G; sharded gradients 4·P/G once a reduce-scatter has produced them (reduce-scatter mode from
+the second micro-step on); in no-sync mode the unsharded gradients of every unit, accumulated in
+the reduce dtype (r·P), from the second micro-step on.
+
+Activations saved per token and block (b-byte tensors unless noted; SDPA/flash kernels keep Q, K,
+V, the output and a 4-byte log-sum-exp per head, never the S×S scores):
+  * none: per norm its saved inputs (RMSNorm as torch composes it: the fp32 upcast input and the
+    fp32 normalised tensor, 8h + 4 B; LayerNorm: the input plus mean and rstd) and its output;
+    attention Q, K, V, output (2q + 2kv elements) and log-sum-exp; MLP gate, up, activation and
+    product outputs (4f; plain MLP: 2f).
+  * selective (torchtitan's op-level policy, `perfmodel.bench.recipe_wrap.selective_policy`):
+    the block input, the outputs of every other matmul (q, v, gate, down projections), the SDPA
+    output and log-sum-exp; the rest is recomputed block by block in backward.
+  * full: the block input only; the whole block is recomputed in backward.
+  Eager attention (recipe.attention == "eager") adds the softmax output, a·S elements per token.
+Loss, unfused, as `perfmodel.bench.model` computes it: bf16 logits (b·V), their fp32 copy and the
+fp32 log-softmax (saved) at the end of forward; at the start of backward the log-softmax and the
+fp32 gradients of the NLL and of the log-softmax (12·V B/token). `chunked` divides the logits
+terms by the number of chunks; `fused` keeps one chunk's bf16 logits only. (The project's torch
+model computes SDPA attention and the unfused loss, so eager attention and the chunked / fused
+losses are estimates the tracker does not check.)
+
+Phases (the last micro-step of a step; `MemoryBreakdown.phase` names the peak one):
+  * forward_end: states, root and last block unsharded (FSDP2 keeps them for backward), the
+    all-gather buffer of the last gathered block, all saved activations, the forward logits.
+  * loss_backward: the same with the backward logits terms instead (usually the peak).
+  * block_backward(j): block j recomputed (selective/full) and back-propagated through its MLP
+    (the widest moment), the blocks below it still saved, the LM head's gradient, the prefetched
+    block's all-gather buffer, the previous block's reduce-scatter input, the shards reduced so far.
+  * block_reduce(j): block j's post-backward, its bf16 gradients plus the r-byte reduce-scatter
+    input. block phases are affine in j between the ends, so j in {0, 1, L-2, L-1} covers them.
+  * embedding_backward: the root still gathered, the last block's reduce-scatter input, the LM
+    head's and the embedding's gradients (tied weights: and their accumulated sum).
+  * root_reduce: the root's gradients (b) plus its reduce-scatter input (r) at the end of backward.
+  * optimizer_step: fused AdamW, master + gradient + moment shards.
+Outside the tracked tensors a reserve is added for the caching allocator (fragmentation) and
+library workspaces: `reserve_bytes` + `reserve_fraction` of the tracked peak.
+
+Every phase is affine in the micro-batch, so `MemoryCoefficients` (one (fixed, per-sequence) pair
+per phase) gives the peak and the largest micro-batch in closed form.
+
+Types. `MemoryConfig` holds the model's constants the recipe does not set (allocator reserve,
+RMSNorm
+saves, legacy dtype overrides); `MemoryBreakdown` is the predicted peak of one GPU by component
+(one per FSDPMemTracker category, `COMPONENTS`); `MemoryCoefficients` is the closed form of the
+peak as a function of the micro-batch: every phase of a step is affine in it, so
+peak(m) = (1 + reserve_fraction)·max_i(fixed_i + m·per_sequence_i) + reserve_bytes.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass, fields
+from typing import Any
+
+import numpy as np
+
+from perfmodel.spec.arch import ModelSpec
+from perfmodel.spec.errors import UserInputError
+from perfmodel.spec.formulas import DTYPE_BYTES, GIB, dtype_bytes
+from perfmodel.spec.recipe import AC_MODES, DEFAULT_RECIPE, TrainingRecipe
+
+logger = logging.getLogger(__name__)
+
+
+# ---- configuration and results ------------------------------------------------------------
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class MemoryConfig:
+    """Constants of the memory model that the recipe does not set."""
+
+    reserve_bytes: int = 512 * 2**20
+    """Fixed reserve outside the tracked tensors: cuBLAS/cuDNN workspaces and NCCL buffers
+    (512 MiB). The CUDA context is already excluded by the GPU's usable memory."""
+    reserve_fraction: float = 0.05
+    """Caching-allocator fragmentation, as a fraction of the tracked peak."""
+    rms_norm_fp32_saves: bool = True
+    """RMSNorm as torch composes it (CPU, and the tracker's fake CPU tensors) saves the fp32
+    upcast input and normalised tensor (8h + 4 B/token); a fused CUDA kernel saves only the
+    input and rstd (b·h + 4). True matches the ground-truth tracker."""
+    compute_param_bytes: float | None = None
+    """Legacy override of the compute (param dtype) element size; None: the recipe's."""
+    reduce_grad_bytes: float | None = None
+    """Legacy override of the reduce dtype element size; None: the recipe's."""
+    activation_bytes: float | None = None
+    """Legacy alias of `compute_param_bytes` (activations are in the compute dtype)."""
+    logits_bytes: float | None = None
+    """Legacy alias of `compute_param_bytes` for the logits."""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.reserve_bytes, bool) or not isinstance(self.reserve_bytes, int) \
+                or self.reserve_bytes < 0:
+            raise UserInputError(f"MemoryConfig.reserve_bytes is {self.reserve_bytes!r}",
+                                 hint="set reserve_bytes to a byte count >= 0.")
+        if not isinstance(self.reserve_fraction, int | float) or not 0 <= self.reserve_fraction < 1:
+            raise UserInputError(f"MemoryConfig.reserve_fraction is {self.reserve_fraction!r}",
+                                 hint="set reserve_fraction in [0, 1).")
+        for name in ("compute_param_bytes", "reduce_grad_bytes", "activation_bytes",
+                     "logits_bytes"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not value > 0):
+                raise UserInputError(f"MemoryConfig.{name} is {value!r}",
+                                     hint=f"leave {name} unset or give a byte count > 0.")
+
+
+DEFAULT_CONFIG = MemoryConfig()
+"""The documented defaults."""
+FP32_CONFIG = MemoryConfig(compute_param_bytes=4, reduce_grad_bytes=4, activation_bytes=4,
+                           logits_bytes=4, reserve_bytes=0)
+"""Pure fp32 on the CPU (the torch benchmarks' runs): every element 4 B, no caching-allocator
+workspace reserve."""
+
+COMPONENTS = ("sharded_params", "optimizer_states", "sharded_grads", "unsharded_params",
+              "unsharded_grads", "all_gather", "reduce_scatter", "activations", "temporaries",
+              "outer_states")
+"""Tracked components, one per FSDPMemTracker category (Sharded Param, OptState, Sharded Grad,
+Unsharded Param, Unsharded Grad, All Gather, Reduce Scatter, Activation + Inputs, Temp), and
+the DiLoCo outer optimizer state, which plain FSDP training (and the tracker) does not have."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class MemoryBreakdown:
+    """Predicted memory of one GPU at its peak phase, by component, in bytes."""
+
+    num_gpus: int
+    """G: GPUs sharing the states (the FSDP island)."""
+    seq_len: int
+    """S: tokens per sequence."""
+    micro_batch: int
+    """m: sequences per GPU per micro-step."""
+    accum_steps: int
+    """k: micro-steps per optimizer step."""
+    ac: str
+    """Activation checkpointing mode."""
+    accum_mode: str
+    """Gradient accumulation mode."""
+    phase: str
+    """The phase of the step at which the peak occurs."""
+    sharded_params_bytes: int
+    """Master parameter shards (Sharded Param)."""
+    optimizer_states_bytes: int
+    """AdamW moment shards (OptState)."""
+    sharded_grads_bytes: int
+    """Gradient shards alive at the peak (Sharded Grad)."""
+    unsharded_params_bytes: int
+    """Gathered parameters of the units unsharded at the peak (Unsharded Param)."""
+    unsharded_grads_bytes: int
+    """Unsharded gradients handed to a post-backward reduce-scatter (Unsharded Grad)."""
+    all_gather_bytes: int
+    """All-gather output buffer of the last gathered / prefetched unit (All Gather)."""
+    reduce_scatter_bytes: int
+    """Reduce-scatter input of the previous unit, still alive (Reduce Scatter)."""
+    activations_bytes: int
+    """Tensors saved in forward for backward, and the input tokens (Activation, Inputs)."""
+    temporaries_bytes: int
+    """Tensors created in backward: gradients of activations and logits, recomputed activations,
+    gradients not yet reduced, no-sync accumulated gradients, a reduce-scatter input (Temp)."""
+    outer_states_bytes: int
+    """DiLoCo outer optimizer state when asked: fp32 global copy + Nesterov momentum, 8 B/param
+    sharded over the island (0 for plain FSDP)."""
+    reserve_bytes: int
+    """Allocator and workspace reserve (not tracked by FSDPMemTracker)."""
+
+    def components(self) -> dict[str, int]:
+        """Component name (without `_bytes`) -> bytes, the reserve last."""
+        return {f.name.removesuffix("_bytes"): getattr(self, f.name)
+                for f in fields(self) if f.name.endswith("_bytes")}
+
+    @property
+    def tracked_bytes(self) -> int:
+        """The peak FSDPMemTracker would report: every component but the reserve."""
+        return self.peak_bytes - self.reserve_bytes
+
+    @property
+    def peak_bytes(self) -> int:
+        """Predicted peak: the sum of all components."""
+        return sum(self.components().values())
+
+    def as_gib(self) -> dict[str, float]:
+        """Components and the peak in GiB."""
+        out = {k: v / GIB for k, v in self.components().items()}
+        out["peak"] = self.peak_bytes / GIB
+        return out
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class MemoryCoefficients:
+    """peak(m) = (1 + reserve_fraction)·max_i(fixed_i + m·per_sequence_i) + reserve_bytes."""
+
+    fixed_bytes: tuple[float, ...]
+    """Per phase: bytes independent of the micro-batch."""
+    per_sequence_bytes: tuple[float, ...]
+    """Per phase: bytes added by each sequence of the micro-batch."""
+    reserve_bytes: int
+    """Fixed reserve."""
+    reserve_fraction: float
+    """Fragmentation reserve as a fraction of the tracked peak."""
+
+    def peak_bytes(self, micro_batch: Any) -> Any:
+        """Peak for an int or a numpy array of micro-batches (int bytes / int64 array)."""
+        m = np.asarray(micro_batch, dtype=float)
+        tracked = np.max([f + m * s for f, s in zip(self.fixed_bytes, self.per_sequence_bytes,
+                                                     strict=True)], axis=0)
+        peak = np.floor(tracked) + np.floor(self.reserve_fraction * np.floor(tracked)) \
+            + self.reserve_bytes
+        return int(peak) if peak.ndim == 0 else peak.astype(np.int64)
+
+    def max_micro_batch(self, memory_bytes: int) -> int:
+        """Largest m >= 0 with peak_bytes(m) <= memory_bytes."""
+        budget = (memory_bytes - self.reserve_bytes) / (1.0 + self.reserve_fraction)
+        limits = [math.floor((budget - f) / s) if s > 0 else (math.inf if f <= budget else -1)
+                  for f, s in zip(self.fixed_bytes, self.per_sequence_bytes, strict=True)]
+        m = min(limits)
+        return 0 if m < 1 else int(min(m, 2**31))
+
+
+# ---- the model ----------------------------------------------------------------------------
+
+FP32 = DTYPE_BYTES["fp32"]
+"""Bytes of an fp32 element (master weights, gradients, optimizer states, statistics)."""
+ADAM_STATE_BYTES = 2 * FP32
+"""AdamW keeps two fp32 moments per parameter."""
+OUTER_STATE_BYTES = 2 * FP32
+"""DiLoCo's outer Nesterov SGD: an fp32 global copy and an fp32 momentum per parameter."""
+
+
+# ---- validation ---------------------------------------------------------------------------
+
+def _positive(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise UserInputError(f"{name} must be a positive integer, got {value!r}",
+                             hint=f"give {name} >= 1.")
+    return value
+
+
+def resolve_memory_recipe(recipe: TrainingRecipe | None, ac: str | None,
+                          accum_mode: str | None = None) -> TrainingRecipe:
+    """The recipe (default torchtitan) with `ac` / `accum_mode` overrides applied (None: keep)."""
+    recipe = DEFAULT_RECIPE if recipe is None else recipe
+    if ac is not None and ac not in AC_MODES:
+        raise UserInputError(f"activation checkpointing mode must be one of {AC_MODES}, got {ac!r}",
+                             hint="use none, selective or full.")
+    return recipe.with_overrides(ac=ac, accum_mode=accum_mode)
+
+
+# ---- model geometry ------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class _Sizes:
+    """Element sizes and parameter counts one evaluation needs (bytes are floats)."""
+
+    b: float      # compute (param dtype) element
+    r: float      # reduce dtype element
+    m: float      # master element
+    shard_total: float   # padded per-rank parameter elements
+    shard_block: float
+    shard_root: float
+    padded_block: float  # G x padded shard: all-gather / reduce-scatter buffer elements
+    padded_root: float
+    tensors: int         # parameter tensors (AdamW keeps one fp32 step count per tensor)
+
+
+def _param_dim0s(spec: ModelSpec) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+    """(dim0, numel) of every parameter of one block and of the root (FSDP2 shards on dim 0)."""
+    h, q, kv, f = spec.hidden_size, spec.q_dim, spec.kv_dim, spec.intermediate_size
+    block = [(q, q * h), (kv, kv * h), (kv, kv * h), (h, h * q),
+             *([(f, f * h)] * (2 if spec.gated_mlp else 1)), (h, h * f)]
+    if spec.qkv_bias:
+        block += [(q, q), (kv, kv), (kv, kv)]
+    if spec.out_bias:
+        block.append((h, h))
+    if spec.mlp_bias:
+        block += [(f, f)] * (2 if spec.gated_mlp else 1) + [(h, h)]
+    norm = [(h, h)] * (2 if spec.norm == "layer" else 1)
+    block += norm * spec.norms_per_block
+    root = [(spec.vocab_size, spec.vocab_size * h), *norm]
+    if not spec.tie_word_embeddings:
+        root.append((spec.vocab_size, spec.vocab_size * h))
+    if spec.lm_head_bias:
+        root.append((spec.vocab_size, spec.vocab_size))
+    return block, root
+
+
+def _shard(params: list[tuple[int, int]], world: int) -> float:
+    return float(sum(math.ceil(d0 / world) * (n // d0) for d0, n in params))
+
+
+def _sizes(spec: ModelSpec, world: int, recipe: TrainingRecipe, config: MemoryConfig) -> _Sizes:
+    block, root = _param_dim0s(spec)
+    b = config.compute_param_bytes or config.activation_bytes or dtype_bytes(recipe.param_dtype)
+    shard_block, shard_root = _shard(block, world), _shard(root, world)
+    return _Sizes(b=float(b), r=float(config.reduce_grad_bytes or dtype_bytes(recipe.reduce_dtype)),
+                  m=dtype_bytes(recipe.master_dtype),
+                  shard_total=spec.num_layers * shard_block + shard_root,
+                  shard_block=shard_block, shard_root=shard_root,
+                  padded_block=world * shard_block, padded_root=world * shard_root,
+                  tensors=spec.num_layers * len(block) + len(root))
+
+
+# ---- activations per token ------------------------------------------------------------------
+
+def norm_saved_bytes(spec: ModelSpec, b: float, config: MemoryConfig = DEFAULT_CONFIG) -> float:
+    """Bytes per token one normalisation layer saves for backward (its output not included)."""
+    h = spec.hidden_size
+    if spec.norm == "layer":
+        return b * h + 2 * b                     # input, mean and rstd (in the input dtype)
+    if config.rms_norm_fp32_saves:
+        return FP32 * h + FP32 * h + FP32        # fp32 input, fp32 normalised, fp32 rstd
+    return b * h + FP32
+
+
+def block_saved_none(spec: ModelSpec, seq_len: int, b: float, attention: str,
+                     config: MemoryConfig = DEFAULT_CONFIG) -> float:
+    """Bytes per token one block saves without checkpointing."""
+    h, q, kv, f, a = (spec.hidden_size, spec.q_dim, spec.kv_dim, spec.intermediate_size,
+                      spec.num_heads)
+    # Pre-norms feed linears, which save their output; Gemma-2's post-norms feed the residual.
+    linear_norms = 1 if spec.norms_per_block == 1 else 2
+    norms = spec.norms_per_block * norm_saved_bytes(spec, b, config) + linear_norms * b * h
+    attn = b * (2 * q + 2 * kv) + FP32 * a        # Q, K, V, output, log-sum-exp
+    if attention == "eager":
+        attn += b * a * seq_len                   # softmax output (a rows of S scores)
+    mlp = b * (4 if spec.gated_mlp else 2) * f
+    return norms + attn + mlp
+
+
+def block_saved_selective(spec: ModelSpec, b: float) -> float:
+    """Bytes per token the op-level policy keeps: block input, every other matmul's output
+    (q, v, gate/fc1 and, gated, down projections; v is the tensor SDPA also saves), SDPA output
+    and log-sum-exp."""
+    h, q, kv, f = spec.hidden_size, spec.q_dim, spec.kv_dim, spec.intermediate_size
+    matmuls = b * (q + kv + f + (h if spec.gated_mlp else 0))
+    return b * h + matmuls + b * q + FP32 * spec.num_heads
+
+
+def block_saved(spec: ModelSpec, seq_len: int, b: float, recipe: TrainingRecipe,
+                config: MemoryConfig = DEFAULT_CONFIG) -> float:
+    """Bytes per token one block keeps between its forward and its backward, per AC mode."""
+    if recipe.ac == "none":
+        return block_saved_none(spec, seq_len, b, recipe.attention, config)
+    if recipe.ac == "selective":
+        extra = b * spec.num_heads * seq_len if recipe.attention == "eager" else 0.0
+        return block_saved_selective(spec, b) + extra
+    return b * spec.hidden_size
+
+
+def _block_working_set(spec: ModelSpec, seq_len: int, b: float, recipe: TrainingRecipe,
+                       config: MemoryConfig) -> float:
+    """Bytes per token that the block being back-propagated adds, at its widest moment (the MLP's
+    elementwise backward), beyond what it saved in forward: recomputed activations and the
+    gradients of the MLP's intermediate tensors and of the block output."""
+    h, f = spec.hidden_size, spec.intermediate_size
+    none = block_saved_none(spec, seq_len, b, recipe.attention, config)
+    # gated: -product (freed) + grads of product, activation and up; plain: + grads of two
+    grads = b * h + (2 * b * f if spec.gated_mlp else b * f)
+    if recipe.ac == "none":
+        return grads
+    if recipe.ac == "full":
+        return none + grads
+    cached = b * (spec.q_dim + spec.kv_dim + spec.intermediate_size) + FP32 * spec.num_heads
+    return none - cached + grads
+
+
+def outside_saved(spec: ModelSpec, b: float, config: MemoryConfig = DEFAULT_CONFIG) -> float:
+    """Bytes per token saved outside the blocks: final norm and its output, token ids and labels."""
+    return norm_saved_bytes(spec, b, config) + b * spec.hidden_size + 16.0
+
+
+def logits_bytes_per_token(spec: ModelSpec, b: float,
+                           recipe: TrainingRecipe) -> tuple[float, float, float]:
+    """(forward-end bytes, saved at backward start, backward temporaries) per token of the loss."""
+    V = spec.vocab_size
+    copy = FP32 * V if b < FP32 else 0.0          # .float() is a no-op on fp32 logits
+    forward, saved, backward = b * V + copy + FP32 * V, FP32 * V, 2 * FP32 * V
+    if recipe.loss == "chunked":
+        c = recipe.loss_chunks
+        return forward / c, saved / c, backward / c
+    if recipe.loss == "fused":
+        return b * V / recipe.loss_chunks, 0.0, b * V / recipe.loss_chunks
+    return forward, saved, backward
+
+
+# ---- phases -----------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class _Phase:
+    name: str
+    fixed: dict[str, float]        # component -> bytes independent of m
+    per_token: dict[str, float]    # component -> bytes per token (x m·S)
+
+
+def _states(spec: ModelSpec, z: _Sizes, recipe: TrainingRecipe, k: int,
+            outer: bool = False) -> dict[str, float]:
+    out = {"sharded_params": z.m * z.shard_total,
+           "optimizer_states": ADAM_STATE_BYTES * z.shard_total + FP32 * z.tensors,
+           "outer_states": OUTER_STATE_BYTES * z.shard_total if outer else 0.0}
+    out["sharded_grads"] = (FP32 * z.shard_total
+                            if recipe.accum_mode == "reduce_scatter" and k > 1 else 0.0)
+    return out
+
+
+def _phases(spec: ModelSpec, seq_len: int, z: _Sizes, recipe: TrainingRecipe, k: int,
+            config: MemoryConfig, outer: bool = False) -> list[_Phase]:
+    L, b, r = spec.num_layers, z.b, z.r
+    P_b, P_r = float(spec.block_params), float(spec.root_params)
+    lm_side = P_r - (0.0 if spec.tie_word_embeddings else float(spec.embedding_params))
+    saved = block_saved(spec, seq_len, b, recipe, config)
+    outside = outside_saved(spec, b, config)
+    rope = 2.0 * seq_len * spec.d * b             # cached cos/sin tables
+    fwd_logits, bwd_saved_logits, bwd_logits = logits_bytes_per_token(spec, b, recipe)
+    states = _states(spec, z, recipe, k, outer)
+    no_sync = recipe.accum_mode == "no_sync" and k > 1
+    accumulated = r * (L * P_b + P_r) if no_sync else 0.0   # unsharded, all units
+    last_block = 0.0 if recipe.reshard_last_block_after_forward else b * z.padded_block
+    # FSDP2 never reshards the root after forward (whatever reshard_root_after_forward says):
+    # backward needs it first.
+    root_kept = b * z.padded_root
+
+    def phase(name: str, fixed: dict[str, float], per_token: dict[str, float]) -> _Phase:
+        return _Phase(name, {**states, **fixed}, per_token)
+
+    out = [
+        phase("forward_end", {"unsharded_params": root_kept + last_block,
+                              "all_gather": b * z.padded_block,
+                              "activations": rope, "temporaries": accumulated},
+              {"activations": L * saved + outside + fwd_logits}),
+        phase("loss_backward", {"unsharded_params": root_kept + last_block,
+                                "activations": rope, "temporaries": accumulated},
+              {"activations": L * saved + outside + bwd_saved_logits, "temporaries": bwd_logits}),
+        phase("optimizer_step", {"sharded_grads": FP32 * z.shard_total}, {}),
+    ]
+    work = _block_working_set(spec, seq_len, b, recipe, config)
+    w_down = b * spec.hidden_size * spec.intermediate_size
+    for j in sorted({0, 1, L - 2, L - 1} & set(range(L))):
+        done = L - 1 - j
+        sharded = states["sharded_grads"] or FP32 * z.shard_block * done
+        undone = r * ((j + 1) * P_b + P_r) if no_sync else 0.0
+        prefetch = b * z.padded_block if j >= 1 else 0.0
+        previous_rs = r * z.padded_block if done >= 1 else 0.0
+        out.append(phase(f"block_backward({j})", {
+            "sharded_grads": sharded,
+            "unsharded_params": root_kept + b * z.padded_block, "all_gather": prefetch,
+            "reduce_scatter": previous_rs, "activations": rope,
+            "temporaries": undone + b * lm_side + w_down},
+            {"activations": (j + 1) * saved, "temporaries": work}))
+        out.append(phase(f"block_reduce({j})", {
+            "sharded_grads": sharded, "unsharded_params": root_kept, "all_gather": prefetch,
+            "unsharded_grads": (r if no_sync else b) * P_b, "activations": rope,
+            "temporaries": undone - (r * P_b if no_sync else 0.0) + b * lm_side
+            + r * z.padded_block},
+            {"activations": j * saved}))
+    # The embedding's backward, last before the root's post-backward: the root is still gathered,
+    # the last block's reduce-scatter input still alive; the embedding gradient joins the LM
+    # head's (tied weights: plus their sum, the accumulated .grad).
+    embed = b * float(spec.embedding_params) * (2.0 if spec.tie_word_embeddings else 1.0)
+    out.append(phase("embedding_backward", {
+        "sharded_grads": states["sharded_grads"] or FP32 * L * z.shard_block,
+        "unsharded_params": root_kept, "reduce_scatter": r * z.padded_block,
+        "activations": rope, "temporaries": (r * P_r if no_sync else 0.0) + b * lm_side + embed},
+        {"activations": 16.0}))
+    out.append(phase("root_reduce", {
+        "sharded_grads": states["sharded_grads"] or FP32 * L * z.shard_block,
+        "unsharded_grads": (r if no_sync else b) * P_r, "activations": rope,
+        "temporaries": r * z.padded_root}, {"activations": 16.0}))
+    return out
+
+
+def _component_bytes(p: _Phase, tokens: int) -> dict[str, float]:
+    out = {c: p.fixed.get(c, 0.0) + tokens * p.per_token.get(c, 0.0) for c in COMPONENTS}
+    return out
+
+
+# ---- public API ------------------------------------------------------------------------------
+
+def memory_breakdown(model: ModelSpec, *, num_gpus: int, seq_len: int, micro_batch: int,
+                     ac: str | None = None, recipe: TrainingRecipe | None = None,
+                     accum_steps: int = 1, accum_mode: str | None = None,
+                     outer_states: bool = False,
+                     config: MemoryConfig = DEFAULT_CONFIG) -> MemoryBreakdown:
+    """Predicted per-GPU memory at the peak phase of FSDP2 training with `num_gpus`-way sharding,
+    trained as `recipe` says (default torchtitan; `ac` / `accum_mode` override it) with
+    `accum_steps` micro-steps per optimizer step; `outer_states` adds DiLoCo's outer state."""
+    _positive("num_gpus", num_gpus)
+    _positive("seq_len", seq_len)
+    _positive("micro_batch", micro_batch)
+    _positive("accum_steps", accum_steps)
+    recipe = resolve_memory_recipe(recipe, ac, accum_mode)
+    z = _sizes(model, num_gpus, recipe, config)
+    tokens = micro_batch * seq_len
+    phases = _phases(model, seq_len, z, recipe, accum_steps, config, outer_states)
+    totals = [sum(_component_bytes(p, tokens).values()) for p in phases]
+    peak = phases[int(np.argmax(totals))]
+    parts = {f"{c}_bytes": int(v) for c, v in _component_bytes(peak, tokens).items()}
+    tracked = sum(parts.values())
+    breakdown = MemoryBreakdown(
+        num_gpus=num_gpus, seq_len=seq_len, micro_batch=micro_batch, accum_steps=accum_steps,
+        ac=recipe.ac, accum_mode=recipe.accum_mode, phase=peak.name, **parts,
+        reserve_bytes=config.reserve_bytes + int(config.reserve_fraction * tracked))
+    logger.debug("%s G=%d S=%d m=%d k=%d %s: peak %.3f GiB at %s", model.name, num_gpus, seq_len,
+                 micro_batch, accum_steps, recipe.summary(), breakdown.peak_bytes / GIB, peak.name)
+    return breakdown
+
+
+def memory_coefficients(model: ModelSpec, *, num_gpus: int, seq_len: int, ac: str | None = None,
+                        recipe: TrainingRecipe | None = None, accum_steps: int = 1,
+                        accum_mode: str | None = None, outer_states: bool = False,
+                        config: MemoryConfig = DEFAULT_CONFIG) -> MemoryCoefficients:
+    """The peak as a max of affine functions of m: the cheap path for sweeps and the planner."""
+    _positive("num_gpus", num_gpus)
+    _positive("seq_len", seq_len)
+    _positive("accum_steps", accum_steps)
+    recipe = resolve_memory_recipe(recipe, ac, accum_mode)
+    z = _sizes(model, num_gpus, recipe, config)
+    phases = _phases(model, seq_len, z, recipe, accum_steps, config, outer_states)
+    fixed = tuple(float(sum(_component_bytes(p, 0).values())) for p in phases)
+    per_seq = tuple(float(sum(p.per_token.values())) * seq_len for p in phases)
+    return MemoryCoefficients(fixed_bytes=fixed, per_sequence_bytes=per_seq,
+                              reserve_bytes=config.reserve_bytes,
+                              reserve_fraction=config.reserve_fraction)
+
+
+def max_micro_batch(model: ModelSpec, *, gpu_memory_bytes: int, num_gpus: int, seq_len: int,
+                    ac: str | None = None, recipe: TrainingRecipe | None = None,
+                    accum_steps: int = 1, accum_mode: str | None = None,
+                    outer_states: bool = False, config: MemoryConfig = DEFAULT_CONFIG) -> int:
+    """Largest micro-batch m >= 0 whose predicted peak at `accum_steps` micro-steps fits in
+    `gpu_memory_bytes` (0: not even m = 1 fits). No upper cap.
+
+    The closed form from `memory_coefficients` is confirmed against `memory_breakdown`
+    (peak(m) <= memory < peak(m + 1)), walking in the monotone direction if they ever disagree.
+    """
+    _positive("gpu_memory_bytes", gpu_memory_bytes)
+    kw: dict[str, Any] = {"num_gpus": num_gpus, "seq_len": seq_len, "ac": ac, "recipe": recipe,
+                          "accum_steps": accum_steps, "accum_mode": accum_mode,
+                          "outer_states": outer_states, "config": config}
+    m = memory_coefficients(model, **kw).max_micro_batch(gpu_memory_bytes)
+
+    def fits(n: int) -> bool:
+        return n == 0 or memory_breakdown(model, micro_batch=n, **kw).peak_bytes <= gpu_memory_bytes
+
+    while m > 0 and not fits(m):
+        m -= 1
+    while fits(m + 1):
+        m += 1
+    return m

@@ -1,0 +1,31 @@
+"""Catalog facts the planner may read: the door next to `perfmodel.tables` (DESIGN §1).
+
+The planner reaches the performance model through `perfmodel.tables` (island tables) and reads
+catalog facts through this module: GPUs (names, memory, node size), model parameter counts, price
+lists, the energy facts (TDP, PUE, grid intensity) and the inter-node fabric a DiLoCo sync uses
+when every island shares one cluster. Every name here has its home in `perfmodel.spec`; this module
+only names the ones the planner may use, so the planner never reaches into `perfmodel.spec.catalog`
+and a change of the catalogs' internals stays inside the performance model.
+"""
+
+from __future__ import annotations
+
+from perfmodel.spec.catalog import (
+    cluster_fabric,
+    get_gpu,
+    model_parameters,
+    price_rows,
+    price_usd_per_gpu_hour,
+)
+from perfmodel.spec.energy_catalog import carbon_intensity_g_per_kwh, gpu_tdp_w, provider_pue
+
+__all__ = [
+    "carbon_intensity_g_per_kwh",
+    "cluster_fabric",
+    "get_gpu",
+    "gpu_tdp_w",
+    "model_parameters",
+    "price_rows",
+    "price_usd_per_gpu_hour",
+    "provider_pue",
+]

@@ -1,0 +1,431 @@
+"""Hardware profiles: fitted or prior compute and communication coefficients with provenance.
+
+A profile is a versioned YAML file in catalogs/profiles/ (format: catalogs/profiles/README.md).
+Provenance is 'measured' (fitted from a dataset in the repo: path, sha256, CV MAPE, fit date,
+command), 'calibrated' (a few physical coefficients fitted to published throughput runs in
+catalogs/published/, perfmodel.profiles.calibrate) or 'prior' (datasheet figures and stated
+efficiency
+assumptions). `default_profile` prefers measured, then calibrated, then prior. Links missing from
+a profile fall back to the catalog prior, and `comm_provenance` says so.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import hashlib
+import inspect
+import logging
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from perfmodel import __version__
+from perfmodel.costs.comm import (
+    BACKENDS,
+    OPS,
+    CommModel,
+    LinkCoefficients,
+    island_nics,
+    prior_link_coefficients,
+)
+from perfmodel.costs.compute import PriorAssumptions, prior_compute_coefficients
+from perfmodel.costs.features import (
+    PHASES,
+    UNITS,
+    phase_features,
+    unit_feature_affine,
+    unit_feature_matrix,
+)
+from perfmodel.spec.arch import ModelSpec
+from perfmodel.spec.catalog import get_gpu, get_link
+from perfmodel.spec.errors import CatalogError, ProfileError, did_you_mean
+from perfmodel.spec.hardware import IslandSpec
+from perfmodel.spec.paths import profiles_dir
+
+logger = logging.getLogger(__name__)
+
+SCHEMA_VERSION = 1
+PROVENANCES = ("measured", "calibrated", "prior")
+"""Profile provenances, most trusted first (the order of `default_profile`)."""
+_PROVENANCE_RE = "^(" + "|".join(PROVENANCES) + ")$"
+UNITS_DOC = {
+    "compute": "coefficients_s: seconds per unit of each feature "
+               "(perfmodel/costs/features.py FEATURE_DOCS)",
+    "comm": "T = k·(P-1)·(latency_s + D/(P·bandwidth_bytes_per_s)), k=1 all_gather/reduce_scatter, "
+            "2 all_reduce; D = unsharded payload bytes; per_nic: bandwidth is per NIC",
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class PhaseCoefficients:
+    """Compute coefficients of one phase."""
+
+    coefficients: Mapping[str, float]
+    """Feature name -> seconds per unit of the feature."""
+    provenance: str
+    """'measured', 'calibrated' or 'prior'."""
+    cv_mape_pct: float | None = None
+    """Cross-validated MAPE of the fit, percent (measured and calibrated)."""
+    cv_scheme: str = ""
+    """How the CV MAPE was obtained (leave-one-model-out, k-fold)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class HardwareProfile:
+    """Compute and communication coefficients of one hardware type and collective backend."""
+
+    name: str
+    """Profile name (file stem)."""
+    hardware: str
+    """Catalog GPU name (or a local device name)."""
+    backend: str
+    """Collective backend: nccl, gloo or rccl."""
+    provenance: str
+    """'measured' when any part was fitted from data in the repo, 'calibrated' when fitted to
+    published runs, else 'prior'."""
+    provenance_detail: dict[str, Any]
+    """Datasets with sha256 and CV MAPE, fit date and command; or datasheet figures and
+    assumptions."""
+    compute: Mapping[str, PhaseCoefficients]
+    """Phase -> compute coefficients."""
+    comm: CommModel
+    """Communication coefficients per (op, link)."""
+    overlap_slowdown: float = 1.0
+    """Compute runs this many times slower while a collective of the same island is in flight
+    (NCCL kernels take SMs; gloo threads take CPU cores); 1.0 = no contention. Read by the FSDP
+    step builders; >= 1."""
+    recompute_factor: float = 1.0
+    """Time of an activation-checkpointing recompute as a multiple of the forward time of the
+    FLOPs it recomputes (1.0 = as fast as the forward pass); > 0."""
+    fsdp_copy_s_per_byte: float = 0.0
+    """Seconds per byte of FSDP2's copies around each collective (all_gather: the shard's copy-in
+    and the unsharded copy-out; reduce_scatter: the gradients' chunk-cat and the sharded
+    result), added to the collective's time; bytes = payload x (1 + 1/ranks). 0 = not modelled
+    (on a GPU they run at HBM bandwidth, well under 1 % of a step); on the CPU they are the
+    training thread's memory traffic into fresh buffers. >= 0."""
+    schema_version: int = SCHEMA_VERSION
+    """YAML schema version."""
+    _cache: dict[Any, tuple[Any, Any]] = field(default_factory=dict, init=False, compare=False,
+                                               repr=False)
+    """Affine compute-time cache per (phase, model, seq_len, unit, num_shards)."""
+
+    def __post_init__(self) -> None:
+        if self.provenance not in PROVENANCES:
+            raise ValueError(f"provenance must be one of {PROVENANCES}, got {self.provenance!r}")
+        if not (math.isfinite(self.overlap_slowdown) and self.overlap_slowdown >= 1.0):
+            raise ValueError("overlap_slowdown must be finite and >= 1, got "
+                             f"{self.overlap_slowdown}")
+        if not (math.isfinite(self.recompute_factor) and self.recompute_factor > 0.0):
+            raise ValueError(f"recompute_factor must be finite and > 0, "
+                             f"got {self.recompute_factor}")
+        if not (math.isfinite(self.fsdp_copy_s_per_byte) and self.fsdp_copy_s_per_byte >= 0.0):
+            raise ValueError(f"fsdp_copy_s_per_byte must be finite and >= 0, "
+                             f"got {self.fsdp_copy_s_per_byte}")
+
+    # -- compute --------------------------------------------------------------------------
+    def _phase(self, phase: str) -> PhaseCoefficients:
+        if phase not in PHASES:
+            raise ValueError(f"unknown phase {phase!r}; expected one of {PHASES}")
+        if phase not in self.compute:
+            raise ProfileError(f"profile {self.name!r} has no {phase} coefficients",
+                               hint=f"fit it with `shardmeter fit compute` on data with {phase} "
+                                    "rows, or pass --base with a prior profile.")
+        return self.compute[phase]
+
+    def _coef_vector(self, phase: str) -> np.ndarray:
+        coefs = self._phase(phase).coefficients
+        return np.array([coefs.get(name, 0.0) for name in phase_features(phase)])
+
+    def compute_affine_s(self, phase: str, model: ModelSpec, seq_len: int, unit: str = "model",
+                         num_shards: int = 1) -> tuple[float, float]:
+        """(seconds per micro-batch sequence, fixed seconds): time(m) = m·first + second."""
+        key = (phase, model, seq_len, unit, num_shards)
+        hit = self._cache.get(key)
+        if hit is None:
+            per_mb, const = unit_feature_affine(model, seq_len, unit, phase, num_shards)
+            w = self._coef_vector(phase)
+            hit = self._cache[key] = (float(per_mb @ w), float(const @ w))
+        return hit
+
+    def compute_time_s(self, phase: str, model: ModelSpec, seq_len: int, micro_batch: Any,
+                       unit: str = "model", num_shards: Any = 1) -> Any:
+        """Time of one forward/backward pass or optimizer step of the model, ONE block or the root.
+
+        micro_batch (and num_shards) may be numpy arrays; the result then is an array.
+        """
+        if unit not in UNITS:
+            raise ValueError(f"unknown unit {unit!r}; expected one of {UNITS}")
+        if isinstance(num_shards, np.ndarray):
+            X = unit_feature_matrix(model, seq_len, micro_batch, unit, phase, num_shards)
+            return X @ self._coef_vector(phase)
+        slope, fixed = self.compute_affine_s(phase, model, seq_len, unit, int(num_shards))
+        return slope * micro_batch + fixed
+
+    def compute_provenance(self, phase: str) -> str:
+        return self._phase(phase).provenance
+
+    # -- communication --------------------------------------------------------------------
+    def comm_time_s(self, op: str, links: Sequence[str], world_size: Any, payload_bytes: Any,
+                    nics_per_node: int = 1) -> Any:
+        """Ring collective over `links` (slowest decides); payload = unsharded bytes; P=1 -> 0 s."""
+        return self.comm.time_s(op, links, world_size, payload_bytes, nics_per_node)
+
+    def comm_provenance(self, op: str, links: Sequence[str]) -> str:
+        """'measured', 'prior' or 'mixed': the coefficients a prediction over `links` uses."""
+        return self.comm.provenance(op, links)
+
+    def island_comm_time_s(self, op: str, island: IslandSpec, payload_bytes: Any) -> Any:
+        """Ring collective over all GPUs of an island (intra/inter links and NICs resolved)."""
+        return self.comm.time_s(op, island.ring_links, island.num_gpus, payload_bytes,
+                                island_nics(island))
+
+    def island_comm_provenance(self, op: str, island: IslandSpec) -> str:
+        return self.comm.provenance(op, island.ring_links)
+
+    def provenance_summary(self) -> dict[str, Any]:
+        """Which parts are measured and which prior (for prediction outputs)."""
+        return {"profile": self.name, "hardware": self.hardware, "provenance": self.provenance,
+                "compute": {p: c.provenance for p, c in self.compute.items()},
+                "overlap_slowdown": self.overlap_slowdown,
+                "recompute_factor": self.recompute_factor,
+                "fsdp_copy_s_per_byte": self.fsdp_copy_s_per_byte,
+                "comm": {f"{op}/{link}": c.provenance
+                         for (op, link), c in self.comm.coefficients.items()},
+                "comm_fallback": "catalog prior (catalogs/links.csv) for links not listed"}
+
+    # -- serialisation --------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema_version": self.schema_version, "name": self.name, "hardware": self.hardware,
+            "backend": self.backend, "provenance": self.provenance, "units": dict(UNITS_DOC),
+            "overlap_slowdown": float(self.overlap_slowdown),
+            "recompute_factor": float(self.recompute_factor),
+            **({"fsdp_copy_s_per_byte": float(self.fsdp_copy_s_per_byte)}
+               if self.fsdp_copy_s_per_byte else {}),
+            "compute": {phase: {"provenance": c.provenance, "cv_mape_pct": c.cv_mape_pct,
+                                "cv_scheme": c.cv_scheme,
+                                "coefficients_s": {k: float(v) for k, v in c.coefficients.items()}}
+                        for phase, c in self.compute.items()},
+            "comm": [{"op": op, "link": link, "latency_s": c.latency_s,
+                      "bandwidth_bytes_per_s": c.bandwidth_bytes_per_s, "per_nic": c.per_nic,
+                      "provenance": c.provenance, "cv_mape_pct": c.cv_mape_pct, "rows": c.rows}
+                     for (op, link), c in self.comm.coefficients.items()],
+            "provenance_detail": self.provenance_detail,
+        }
+
+
+# ---- YAML schema ---------------------------------------------------------------------------
+
+class _Strict(BaseModel):
+    # strict: YAML's true/false never pass as numbers; no NaN/inf coefficient is accepted.
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
+
+
+class _PhaseDoc(_Strict):
+    provenance: str = Field(pattern=_PROVENANCE_RE)
+    cv_mape_pct: float | None = None
+    cv_scheme: str = ""
+    coefficients_s: dict[str, float]
+
+
+class _CommDoc(_Strict):
+    op: str = Field(pattern="^(" + "|".join(OPS) + ")$")
+    link: str = Field(min_length=1)
+    latency_s: float = Field(ge=0)
+    bandwidth_bytes_per_s: float = Field(gt=0)
+    per_nic: bool = False
+    provenance: str = Field(pattern="^(measured|prior)$")
+    cv_mape_pct: float | None = None
+    rows: int = Field(default=0, ge=0)
+
+
+class _ProfileDoc(_Strict):
+    schema_version: int
+    name: str = Field(min_length=1)
+    hardware: str = Field(min_length=1)
+    backend: str = Field(pattern="^(" + "|".join(BACKENDS) + ")$")
+    provenance: str = Field(pattern=_PROVENANCE_RE)
+    units: dict[str, str] = Field(default_factory=dict)
+    overlap_slowdown: float = Field(default=1.0, ge=1.0, allow_inf_nan=False)
+    recompute_factor: float = Field(default=1.0, gt=0.0, allow_inf_nan=False)
+    fsdp_copy_s_per_byte: float = Field(default=0.0, ge=0.0, allow_inf_nan=False)
+    compute: dict[str, _PhaseDoc] = Field(default_factory=dict)
+    comm: list[_CommDoc] = Field(default_factory=list)
+    provenance_detail: dict[str, Any] = Field(default_factory=dict)
+
+
+def profile_from_dict(data: Any, *, source: str = "<profile>") -> HardwareProfile:
+    """Validate a parsed YAML document; problems raise ProfileError naming source and field."""
+    if not isinstance(data, dict):
+        raise ProfileError(f"{source}: expected a YAML mapping, got {type(data).__name__}",
+                           hint="see catalogs/profiles/README.md for the format.")
+    if data.get("schema_version") != SCHEMA_VERSION:
+        raise ProfileError(f"{source}: schema_version {data.get('schema_version')!r} is not "
+                           f"supported (this version reads {SCHEMA_VERSION})",
+                           hint="regenerate the profile with this shardmeter version.")
+    try:
+        doc = _ProfileDoc.model_validate(data)
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise ProfileError(f"{source}: field {where!r} = {first.get('input')!r}: {first['msg']}",
+                           hint="see catalogs/profiles/README.md for the format.") from err
+    compute = {}
+    for phase, ph in doc.compute.items():
+        known = phase_features(phase) if phase in PHASES else None
+        if known is None or not set(ph.coefficients_s) <= set(known):
+            bad = phase if known is None else sorted(set(ph.coefficients_s) - set(known))
+            raise ProfileError(f"{source}: compute.{phase}: unknown phase or feature(s) {bad}",
+                               hint=f"phases: {', '.join(PHASES)}; "
+                                    "features: perfmodel/costs/features.py.")
+        if not any(v > 0 for v in ph.coefficients_s.values()):
+            raise ProfileError(f"{source}: compute.{phase}: no positive coefficient "
+                               f"({dict(ph.coefficients_s)}), so every {phase} would take 0 s",
+                               hint="refit the profile (`shardmeter fit compute`) or drop the "
+                                    "phase to use the prior's.")
+        if any(v < 0 for v in ph.coefficients_s.values()):
+            raise ProfileError(f"{source}: compute.{phase}: coefficients must be >= 0",
+                               hint="refit the profile (the fit keeps coefficients non-negative).")
+        compute[phase] = PhaseCoefficients(coefficients=dict(ph.coefficients_s),
+                                           provenance=ph.provenance, cv_mape_pct=ph.cv_mape_pct,
+                                           cv_scheme=ph.cv_scheme)
+    comm = {(c.op, c.link): LinkCoefficients(
+        latency_s=c.latency_s, bandwidth_bytes_per_s=c.bandwidth_bytes_per_s, per_nic=c.per_nic,
+        provenance=c.provenance, cv_mape_pct=c.cv_mape_pct, rows=c.rows) for c in doc.comm}
+    return HardwareProfile(name=doc.name, hardware=doc.hardware, backend=doc.backend,
+                           provenance=doc.provenance, provenance_detail=doc.provenance_detail,
+                           compute=compute, comm=CommModel(backend=doc.backend, coefficients=comm),
+                           overlap_slowdown=doc.overlap_slowdown,
+                           recompute_factor=doc.recompute_factor,
+                           fsdp_copy_s_per_byte=doc.fsdp_copy_s_per_byte)
+
+
+@functools.lru_cache(maxsize=256)
+def _load_file(path: str, mtime_ns: int) -> HardwareProfile:
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+    except yaml.YAMLError as err:
+        raise ProfileError(f"{path}: not valid YAML ({err})",
+                           hint="fix the file or regenerate it.") from err
+    return profile_from_dict(data, source=path)
+
+
+def _profile_files() -> dict[str, Path]:
+    folder = profiles_dir()
+    return {p.stem.lower(): p for p in sorted(folder.glob("*.yaml"))} if folder.is_dir() else {}
+
+
+def load_profile(name_or_path: str) -> HardwareProfile:
+    """A profile by file stem in catalogs/profiles/ (case-insensitive) or by path."""
+    path = Path(name_or_path)
+    if not path.is_file():
+        found = _profile_files().get(name_or_path.lower())
+        if found is None:
+            if path.suffix in (".yaml", ".yml") or "/" in name_or_path:
+                raise ProfileError(f"profile file {name_or_path} not found",
+                                   hint="give an existing YAML path or a name from "
+                                        "catalogs/profiles/.")
+            stems = [p.stem for p in _profile_files().values()]
+            raise ProfileError(f"unknown profile {name_or_path!r}; "
+                               f"{did_you_mean(name_or_path, stems)}",
+                               hint=f"use a file stem from {profiles_dir()} or a YAML path.")
+        path = found
+    return _load_file(str(path.resolve()), path.stat().st_mtime_ns)
+
+
+def save_profile(profile: HardwareProfile, path: str | Path) -> None:
+    """Write a profile as YAML (round-trips through load_profile to equal predictions)."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(yaml.safe_dump(profile.to_dict(), sort_keys=False, width=100,
+                                              allow_unicode=True))
+
+
+def default_profile(gpu_name: str) -> HardwareProfile:
+    """The profile for a GPU: measured (newest fit) > calibrated (on published runs) > the shipped
+    prior > a prior built from the catalog on the fly."""
+    try:
+
+        canonical = get_gpu(gpu_name).name
+    except CatalogError:
+        canonical = gpu_name
+    matches = [p for p in (load_profile(str(f)) for f in _profile_files().values())
+               if p.hardware.lower() == canonical.lower()]
+    for provenance in PROVENANCES:
+        found = [p for p in matches if p.provenance == provenance]
+        if found:
+            return max(found, key=lambda p: (str(p.provenance_detail.get("fit_date", "")), p.name))
+    logger.info("no profile file for %s: building the catalog prior", canonical)
+    try:
+        return make_prior_profile(canonical)
+    except CatalogError as err:
+        raise ProfileError(
+            f"no profile for hardware {gpu_name!r} and it is not in the GPU catalog",
+            hint="fit one with `shardmeter fit`, or use a catalog GPU name.") from err
+
+
+# ---- priors --------------------------------------------------------------------------------
+
+def _field_docs(cls: type) -> dict[str, str]:
+    """Attribute docstrings of a dataclass (the string literal after each field)."""
+    try:
+        body = ast.parse(inspect.getsource(cls)).body[0].body  # type: ignore[attr-defined]
+    except (OSError, TypeError):
+        return {}
+    docs = {}
+    for node, nxt in zip(body, body[1:], strict=False):
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and \
+                isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant):
+            docs[node.target.id] = " ".join(str(nxt.value.value).split())
+    return docs
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def make_prior_profile(gpu_name: str, assumptions: Any = None) -> HardwareProfile:
+    """Datasheet-based profile of a catalog GPU (see compute.PriorAssumptions)."""
+
+    gpu = get_gpu(gpu_name)
+    assume = assumptions or PriorAssumptions()
+    coefs = prior_compute_coefficients(gpu, assume)
+    link_names = list(dict.fromkeys((gpu.intra_node_link, gpu.inter_node_link)))
+    comm = {(op, get_link(n).name): prior_link_coefficients(n) for op in OPS for n in link_names}
+    notes = _field_docs(PriorAssumptions)
+    detail = {
+        "kind": "prior",
+        "generated_by": "perfmodel.profiles.profile.make_prior_profile (shipped files: python -m "
+                        "scripts.make_prior_profiles)",
+        "shardmeter_version": __version__,
+        "datasheet": {
+            "gpu": {"name": gpu.name, "bf16_dense_flops_per_s": gpu.bf16_flops_per_s,
+                    "hbm_bytes_per_s": gpu.hbm_bytes_per_s, "source": gpu.source},
+            "links": {get_link(n).name: {"latency_s": get_link(n).latency_s,
+                                         "busbw_bytes_per_s": get_link(n).busbw_bytes_per_s,
+                                         "per_nic": get_link(n).per_nic,
+                                         "source": get_link(n).source}
+                      for n in link_names},
+        },
+        "assumptions": {k: {"value": v, "note": notes.get(k, "")}
+                        for k, v in assume.as_dict().items()},
+        "method": "forward/backward: FLOPs/(peak bf16 x matmul_efficiency) for tok_block_matmul, "
+                  "tok_attn, tok_lm_head (backward = 2 x forward FLOPs); HBM bytes/(hbm bandwidth "
+                  "x hbm_efficiency) for tok_hidden, tok_ffn, tok_vocab and the optimizer; "
+                  "kernel_gap_s x kernels for layers and const. comm: catalog latency and busbw.",
+    }
+    backend = "rccl" if gpu.name.upper().startswith("AMD") else "nccl"
+    if gpu.intra_node_link.startswith("gloo"):  # a CPU "device" (catalogs/gpus_local.csv)
+        backend = "gloo"
+    return HardwareProfile(
+        name=f"{gpu.name}-prior", hardware=gpu.name, backend=backend, provenance="prior",
+        provenance_detail=detail,
+        compute={p: PhaseCoefficients(coefficients=c, provenance="prior")
+                 for p, c in coefs.items()},
+        comm=CommModel(backend=backend, coefficients=comm))

@@ -1,0 +1,250 @@
+"""The training recipe: how a job trains, consumed by every part of the model (DESIGN §2).
+
+One `TrainingRecipe` is read by the memory model, the FSDP and DiLoCo graph builders, the fast
+path, the island tables and the torch benchmark workers (which train exactly that recipe), so the
+project describes one training job instead of three.
+
+Two named recipes ship (`RECIPES`):
+
+* ``torchtitan`` (the default): what torchtitan's Llama recipes do with FSDP2 in torch 2.13 —
+  bf16 parameters, fp32 gradient reduction (`MixedPrecisionPolicy(param_dtype=bf16,
+  reduce_dtype=fp32)`), every block and then the root wrapped by `fully_shard`, the root and the
+  last block kept unsharded after forward (FSDP2 and torchtitan both do this: the backward needs
+  them immediately), reduce-scatter on every micro-step of gradient accumulation, op-level
+  selective activation checkpointing, SDPA/flash attention, an unfused loss, AdamW with fp32
+  states.
+* ``paper``: the ShardMeter paper's assumptions (no-sync accumulation, every unit resharded after
+  forward and gathered again for backward, materialised attention scores).
+
+Names of choices are plain strings so that recipes round-trip through YAML and CLI flags; every
+field is validated in `__post_init__` and a bad value raises `UserInputError` with a "To fix:"
+hint naming the allowed values.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import Any
+
+from perfmodel.spec.errors import UserInputError
+
+DTYPES = ("fp32", "bf16", "fp16")
+"""Floating-point dtypes a parameter copy or a gradient reduction may use."""
+PSEUDO_GRADIENT_DTYPES = ("fp32", "bf16", "int8", "fp4")
+"""Dtypes a DiLoCo pseudo-gradient may be exchanged in (int8/fp4: quantised with a scale)."""
+ACCUM_MODES = ("reduce_scatter", "no_sync")
+"""Gradient accumulation: reduce-scatter every micro-step (torchtitan) or only the last
+(no-sync)."""
+AC_MODES = ("none", "selective", "full")
+"""Activation checkpointing: none, op-level selective (torchtitan's policy), or whole blocks."""
+ATTENTION_KERNELS = ("sdpa", "eager")
+"""sdpa: flash / memory-efficient SDPA (no S×S scores stored); eager: materialised softmax."""
+LOSS_MODES = ("unfused", "chunked", "fused")
+"""Cross-entropy over the logits: whole (unfused), in chunks of the sequence, or a fused kernel."""
+OPTIMIZERS = ("adamw",)
+"""Inner optimizer; AdamW keeps two fp32 moments per parameter."""
+OUTER_OPTIMIZERS = ("nesterov",)
+"""DiLoCo outer optimizer: SGD with Nesterov momentum on an fp32 global copy."""
+FRAGMENT_PATTERNS = ("contiguous", "strided")
+"""Streaming DiLoCo fragments: consecutive blocks, or every F-th block (the published variant)."""
+
+
+def _check_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
+    if not isinstance(value, str) or value not in choices:
+        raise UserInputError(f"TrainingRecipe.{name} is {value!r}",
+                             hint=f"set {name} to one of {', '.join(choices)}.")
+
+
+def _check_int(name: str, value: Any, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise UserInputError(f"TrainingRecipe.{name} is {value!r}",
+                             hint=f"set {name} to an integer >= {minimum}.")
+
+
+def _check_float(name: str, value: Any, *, low: float, high: float) -> None:
+    ok = not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value)
+    if not ok or not low <= float(value) <= high:
+        raise UserInputError(f"TrainingRecipe.{name} is {value!r}",
+                             hint=f"set {name} to a finite number in [{low}, {high}].")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class OuterRecipe:
+    """DiLoCo / Streaming DiLoCo settings of a recipe (ignored by plain FSDP training)."""
+
+    optimizer: str = "nesterov"
+    """Outer optimizer; Nesterov SGD keeps an fp32 global copy and an fp32 momentum per
+    parameter (8 B/param, sharded over the island like the inner states)."""
+    learning_rate: float = 0.7
+    """Outer learning rate (DiLoCo: 0.7)."""
+    momentum: float = 0.9
+    """Outer Nesterov momentum (DiLoCo: 0.9)."""
+    pseudo_gradient_dtype: str = "fp32"
+    """Dtype the pseudo-gradient is exchanged in across islands."""
+    inner_steps: int = 100
+    """H: inner steps per outer step."""
+    num_fragments: int = 1
+    """F: Streaming DiLoCo fragments (1 = plain DiLoCo: one blocking exchange every H steps)."""
+    fragment_pattern: str = "contiguous"
+    """How blocks are assigned to fragments."""
+    delay_steps: int = 0
+    """τ: inner steps an exchange may take before the step that applies it (0 = blocking)."""
+    overlap_backward: bool = True
+    """Whether a fragment's exchange may start during the backward pass that produces its last
+    gradient (the published Streaming DiLoCo simulations), or only after the step ends."""
+
+    def __post_init__(self) -> None:
+        _check_choice("outer.optimizer", self.optimizer, OUTER_OPTIMIZERS)
+        _check_choice("outer.pseudo_gradient_dtype", self.pseudo_gradient_dtype,
+                      PSEUDO_GRADIENT_DTYPES)
+        _check_choice("outer.fragment_pattern", self.fragment_pattern, FRAGMENT_PATTERNS)
+        _check_float("outer.learning_rate", self.learning_rate, low=0.0, high=10.0)
+        _check_float("outer.momentum", self.momentum, low=0.0, high=1.0)
+        _check_int("outer.inner_steps", self.inner_steps, 1)
+        _check_int("outer.num_fragments", self.num_fragments, 1)
+        _check_int("outer.delay_steps", self.delay_steps, 0)
+        if not isinstance(self.overlap_backward, bool):
+            raise UserInputError("TrainingRecipe.outer.overlap_backward is "
+                                 f"{self.overlap_backward!r}",
+                                 hint="set overlap_backward to true or false.")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TrainingRecipe:
+    """How one island trains: FSDP2 wrapping, precision, accumulation, checkpointing, kernels,
+    loss and optimizer, plus the DiLoCo outer settings. Defaults follow torchtitan."""
+
+    name: str = "torchtitan"
+    """Label printed with every prediction."""
+    param_dtype: str = "bf16"
+    """Dtype of the all-gathered (compute) parameters: `MixedPrecisionPolicy.param_dtype`."""
+    reduce_dtype: str = "fp32"
+    """Dtype gradients are reduce-scattered in: `MixedPrecisionPolicy.reduce_dtype`."""
+    master_dtype: str = "fp32"
+    """Dtype of the sharded parameters the optimizer updates."""
+    reshard_root_after_forward: bool = False
+    """FSDP2 never reshards the root module after forward (its parameters are needed first in
+    backward), so the root is gathered once per micro-step."""
+    reshard_last_block_after_forward: bool = False
+    """torchtitan passes reshard_after_forward=False for the last block: backward needs it next."""
+    reshard_blocks_after_forward: bool = True
+    """Every other block is resharded after forward and all-gathered again for backward."""
+    prefetch_depth: int = 1
+    """FSDP units all-gathered ahead of compute (FSDP2's implicit prefetch: one)."""
+    accum_mode: str = "reduce_scatter"
+    """Gradient accumulation: `reduce_scatter` every micro-step (torchtitan; sharded fp32
+    gradients accumulate) or `no_sync` (set_requires_gradient_sync(False) until the last
+    micro-step; unsharded gradients of every unit stay resident)."""
+    ac: str = "selective"
+    """Activation checkpointing mode."""
+    attention: str = "sdpa"
+    """Attention kernel."""
+    loss: str = "unfused"
+    """How the cross-entropy loss is computed over the logits."""
+    loss_chunks: int = 8
+    """Number of sequence chunks when `loss` is `chunked`."""
+    optimizer: str = "adamw"
+    """Inner optimizer."""
+    outer: OuterRecipe = field(default_factory=OuterRecipe)
+    """DiLoCo / Streaming DiLoCo settings."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise UserInputError(f"TrainingRecipe.name is {self.name!r}",
+                                 hint="give a non-empty name.")
+        for name in ("param_dtype", "reduce_dtype", "master_dtype"):
+            _check_choice(name, getattr(self, name), DTYPES)
+        for name in ("reshard_root_after_forward", "reshard_last_block_after_forward",
+                     "reshard_blocks_after_forward"):
+            if not isinstance(getattr(self, name), bool):
+                raise UserInputError(f"TrainingRecipe.{name} is {getattr(self, name)!r}",
+                                     hint=f"set {name} to true or false.")
+        _check_int("prefetch_depth", self.prefetch_depth, 0)
+        _check_choice("accum_mode", self.accum_mode, ACCUM_MODES)
+        _check_choice("ac", self.ac, AC_MODES)
+        _check_choice("attention", self.attention, ATTENTION_KERNELS)
+        _check_choice("loss", self.loss, LOSS_MODES)
+        _check_int("loss_chunks", self.loss_chunks, 1)
+        _check_choice("optimizer", self.optimizer, OPTIMIZERS)
+        if not isinstance(self.outer, OuterRecipe):
+            raise UserInputError(f"TrainingRecipe.outer is {self.outer!r}",
+                                 hint="pass an OuterRecipe (or a mapping in a recipe file).")
+
+    def with_overrides(self, **overrides: Any) -> TrainingRecipe:
+        """A copy with fields replaced; keys of `OuterRecipe` go to `outer`. None values are skipped
+        (so unset CLI flags keep the recipe's value)."""
+        # A name of both (`optimizer`) is the top-level field; the outer one is set nested.
+        outer_names = ({f.name for f in fields(OuterRecipe)}
+                       - {f.name for f in fields(TrainingRecipe)})
+        top = {k: v for k, v in overrides.items() if v is not None and k not in outer_names}
+        outer = {k: v for k, v in overrides.items() if v is not None and k in outer_names}
+        unknown = set(top) - {f.name for f in fields(TrainingRecipe)}
+        if unknown:
+            raise UserInputError(f"unknown recipe field(s): {', '.join(sorted(unknown))}",
+                                 hint="use fields of TrainingRecipe: "
+                                      f"{', '.join(recipe_field_names())}.")
+        recipe = replace(self, **top) if top else self
+        return replace(recipe, outer=replace(recipe.outer, **outer)) if outer else recipe
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain mapping (YAML/JSON friendly) of every field, `outer` nested."""
+        return asdict(self)
+
+    def summary(self) -> str:
+        """One line naming the choices that change predictions, for terminal output."""
+        return (f"{self.name}: params {self.param_dtype}, reduce {self.reduce_dtype}, "
+                f"accum {self.accum_mode}, ac {self.ac}, attention {self.attention}, "
+                f"loss {self.loss}, reshard root/last block after forward "
+                f"{self.reshard_root_after_forward}/{self.reshard_last_block_after_forward}")
+
+
+def recipe_field_names() -> tuple[str, ...]:
+    """Names accepted by `recipe_from_mapping` (top level; `outer` takes OuterRecipe's names)."""
+    return tuple(f.name for f in fields(TrainingRecipe))
+
+
+PAPER_RECIPE = TrainingRecipe(
+    name="paper", accum_mode="no_sync", reshard_root_after_forward=True,
+    reshard_last_block_after_forward=True, attention="eager", ac="none")
+"""The ShardMeter paper's assumptions, kept as a named recipe for comparison."""
+
+RECIPES: dict[str, TrainingRecipe] = {"torchtitan": TrainingRecipe(), "paper": PAPER_RECIPE}
+"""Named recipes; `torchtitan` is the default."""
+
+DEFAULT_RECIPE = RECIPES["torchtitan"]
+
+
+def named_recipe(name: str) -> TrainingRecipe:
+    """The named recipe, with a did-you-mean error for unknown names."""
+
+    if name in RECIPES:
+        return RECIPES[name]
+    close = difflib.get_close_matches(name, list(RECIPES), n=1)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    raise UserInputError(f"unknown recipe {name!r}",
+                         hint=f"{hint}use one of {', '.join(RECIPES)}.")
+
+
+def recipe_from_mapping(data: Mapping[str, Any], *, source: str = "<recipe>") -> TrainingRecipe:
+    """Build a recipe from a YAML/JSON mapping: optional `base` (a named recipe) plus overrides.
+
+    Raises `UserInputError` naming `source` and the field for unknown keys or bad values."""
+    if not isinstance(data, Mapping):
+        raise UserInputError(f"{source}: recipe must be a mapping, got {type(data).__name__}",
+                             hint="write the recipe as key: value pairs.")
+    data = dict(data)
+    base = named_recipe(str(data.pop("base", "torchtitan")))
+    outer = data.pop("outer", None) or {}
+    if not isinstance(outer, Mapping):
+        raise UserInputError(f"{source}: recipe.outer must be a mapping", hint="nest outer keys.")
+    unknown_outer = set(outer) - {f.name for f in fields(OuterRecipe)}
+    if unknown_outer:
+        raise UserInputError(f"{source}: unknown recipe.outer field(s) {sorted(unknown_outer)}",
+                             hint=f"use {', '.join(f.name for f in fields(OuterRecipe))}.")
+    try:
+        return base.with_overrides(**data, **outer)
+    except UserInputError as exc:
+        raise UserInputError(f"{source}: {exc.message}", hint=exc.hint) from None

@@ -1,0 +1,289 @@
+"""Frontier and plan reports: records (JSON/CSV/table) and the paper's figure-7/8 style plots.
+
+Per-island throughput is the island's share of the run: seqs_per_step·S/(τ + σ/H) tokens/s (all
+islands advance in lockstep at the slowest island's pace plus the amortised sync); per-island cost
+is W/3600·usd_per_hour of the island.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from planner.analysis.pareto import Frontier
+from planner.model.problem import Plan, Problem
+
+LOG = logging.getLogger(__name__)
+
+TOP_THROUGHPUT_PLANS = 20
+"""Plans shown in the figure-8 style chart."""
+
+
+def plan_label(plan: Plan, problem: Problem | None = None) -> str:
+    """Paper figure-8 label: 'count x nodes x gpus_per_node GPU' groups joined by ' + '.
+
+    Where two clusters of `problem` share a GPU type, the GPU is followed by its cluster's price
+    source ("H200 (AWS spot)") so islands of different providers or tiers are not merged."""
+    shared = _shared_gpu_types(problem)
+    groups: dict[tuple[str, int, int], int] = {}
+    for island in plan.islands:
+        gpu = island.gpu_type.split("-")[0]
+        if island.gpu_type in shared and problem is not None:
+            gpu += f" ({_source(problem, island.cluster)})"
+        key = (gpu, island.nodes, island.gpus_per_node)
+        groups[key] = groups.get(key, 0) + 1
+    parts = sorted(groups.items(), key=lambda kv: (-kv[1], kv[0]))
+    return " + ".join(f"{n}x{nodes}x{g} {gpu}" for (gpu, nodes, g), n in parts)
+
+
+def _shared_gpu_types(problem: Problem | None) -> set[str]:
+    if problem is None:
+        return set()
+    clusters_of: dict[str, set[str]] = {}
+    for option in problem.options:
+        clusters_of.setdefault(option.gpu_type, set()).add(option.cluster)
+    return {gpu for gpu, names in clusters_of.items() if len(names) > 1}
+
+
+def _source(problem: Problem, cluster: str) -> str:
+    for info in problem.clusters:
+        if info.name == cluster:
+            return info.price_source or cluster
+    return cluster
+
+
+def marginal_costs(points: Sequence[Plan]) -> list[float | None]:
+    """Per point (fastest first): USD paid per hour of wall time saved by the next faster point,
+    (C_faster − C)/(W − W_faster)·3600; None for the fastest. A jump marks the knee."""
+    ordered = sorted(points, key=lambda p: p.wall_time_s)
+    out: list[float | None] = [None]
+    for faster, plan in zip(ordered, ordered[1:], strict=False):
+        saved_h = (plan.wall_time_s - faster.wall_time_s) / 3600.0
+        out.append((faster.cost_usd - plan.cost_usd) / saved_h if saved_h > 0 else None)
+    return out
+
+
+def plan_record(plan: Plan, problem: Problem) -> dict[str, Any]:
+    """One plan as a JSON-able record (required keys: wall_time_s, cost_usd, tokens_per_s,
+    islands)."""
+    period_s = plan.inner_step_s + plan.sync_s / problem.inner_steps
+    islands = []
+    for island in plan.islands:
+        tokens_per_s = island.seqs_per_step * problem.seq_len / period_s
+        gpus = island.nodes * island.gpus_per_node
+        islands.append({
+            "cluster": island.cluster,
+            "gpu_type": island.gpu_type,
+            "nodes": island.nodes,
+            "gpus_per_node": island.gpus_per_node,
+            "micro_batch": island.micro_batch,
+            "accum_steps": island.accum_steps,
+            "seqs_per_step": island.seqs_per_step,
+            "step_time_s": island.step_time_s,
+            "tokens_per_s": tokens_per_s,
+            "tokens_per_s_per_gpu": tokens_per_s / gpus,
+            "usd_per_hour": island.usd_per_hour,
+            "cost_usd": plan.wall_time_s / 3600.0 * island.usd_per_hour,
+        })
+    return {
+        "label": plan_label(plan, problem),
+        "wall_time_s": plan.wall_time_s,
+        "wall_time_h": plan.wall_time_s / 3600.0,
+        "cost_usd": plan.cost_usd,
+        "tokens_per_s": plan.tokens_per_s,
+        "tokens_per_s_per_gpu": plan.tokens_per_s / plan.num_gpus,
+        "num_islands": len(plan.islands),
+        "num_gpus": plan.num_gpus,
+        "usd_per_hour": plan.usd_per_hour,
+        "inner_step_s": plan.inner_step_s,
+        "sync_s": plan.sync_s,
+        "cost_rounding_bound_usd": plan.cost_rounding_bound_usd,
+        "energy_kwh": plan.energy_kwh,
+        "co2_kg": plan.co2_kg,
+        **_energy_notes(problem),
+        "islands": islands,
+    }
+
+
+def _energy_notes(problem: Problem) -> dict[str, Any]:
+    """Where the energy figures come from: the all-busy fallback of tables without a split."""
+    data = problem.energy
+    if data is None or not data.energy_known:
+        return {"energy_note": "energy unknown: a GPU has no TDP in the catalog or table"}
+    if not data.split_known:
+        return {"energy_note": "island table without an activity split: every step counted as "
+                               "compute at full power (an upper bound)"}
+    return {}
+
+
+def frontier_records(frontier: Frontier, problem: Problem) -> list[dict[str, Any]]:
+    """Frontier points (fastest first) with the frontier's provenance on each point."""
+    out = []
+    marginal = marginal_costs(frontier.points)
+    for i, plan in enumerate(sorted(frontier.points, key=lambda p: p.wall_time_s)):
+        record = {"point": i, **plan_record(plan, problem)}
+        record["usd_per_hour_saved"] = marginal[i]
+        record["solver"] = frontier.solver
+        record["proven_exact"] = frontier.proven_exact
+        out.append(record)
+    return out
+
+
+def frontier_meta(frontier: Frontier) -> dict[str, Any]:
+    """How the frontier was computed."""
+    return {
+        "solver": frontier.solver,
+        "proven_exact": frontier.proven_exact,
+        "points": len(frontier.points),
+        "num_solves": frontier.num_solves,
+        "solve_time_s": frontier.solve_time_s,
+        "price_resolution_usd_per_hour": frontier.price_resolution_usd_per_hour,
+        "max_cost_rounding_usd": frontier.max_cost_rounding_usd,
+        "cross_checks": frontier.cross_checks,
+        **({"not_exact_because": frontier.note} if not frontier.proven_exact else {}),
+    }
+
+
+def points_frame(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
+    """One row per point (islands folded into the label); for tables and CSV."""
+    keep = ["point", "label", "wall_time_h", "wall_time_s", "cost_usd", "usd_per_hour_saved",
+            "tokens_per_s", "tokens_per_s_per_gpu", "num_islands", "num_gpus", "usd_per_hour",
+            "inner_step_s", "sync_s", "energy_kwh", "co2_kg"]
+    rows = [{k: r[k] for k in keep if k in r} for r in records]
+    for row, record in zip(rows, records, strict=True):
+        row["islands"] = "; ".join(
+            f"{i['cluster']}:{i['nodes']}x{i['gpus_per_node']} m{i['micro_batch']} "
+            f"k{i['accum_steps']}"
+            for i in record["islands"])
+    return pd.DataFrame(rows)
+
+
+def islands_frame(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
+    """One row per island of every point."""
+    rows = []
+    for record in records:
+        for island in record["islands"]:
+            rows.append({"point": record.get("point", 0),
+                         **{k: v for k, v in island.items() if k != "gpu_type"}})
+    return pd.DataFrame(rows)
+
+
+def write_csv(records: Sequence[dict[str, Any]], path: str | Path) -> None:
+    """Frontier CSV: one row per point."""
+    points_frame(records).to_csv(path, index=False)
+
+
+# ---- plots ----------------------------------------------------------------------------------
+
+
+def _pyplot() -> Any:
+    # lazy: matplotlib loads only when a figure is drawn
+    import matplotlib
+
+    matplotlib.use("Agg")
+    # lazy: matplotlib loads only when a figure is drawn
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_frontier(all_plans: Sequence[Plan], frontier: Sequence[Plan], path: str | Path, *,
+                  sampled: bool, title: str) -> None:
+    """Figure-7 style: every feasible plan (or a sample) in grey, the frontier highlighted."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 5))
+    if all_plans:
+        ax.scatter([p.wall_time_s / 3600 for p in all_plans], [p.cost_usd for p in all_plans], s=6,
+                   color="0.7",
+                   label=("sampled" if sampled else "all") + f" feasible plans ({len(all_plans)})")
+    front = sorted(frontier, key=lambda p: p.wall_time_s)
+    xs = [p.wall_time_s / 3600 for p in front]
+    ys = [p.cost_usd for p in front]
+    ax.step(xs, ys, where="post", color="tab:red", linewidth=1.2)
+    ax.scatter(xs, ys, s=22, color="tab:red", zorder=3, label=f"Pareto frontier ({len(front)})")
+    # lazy: matplotlib loads only when a figure is drawn
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    plain = FuncFormatter(lambda v, _: f"{v:g}")
+    values_x = xs + [p.wall_time_s / 3600 for p in all_plans]
+    values_y = ys + [p.cost_usd for p in all_plans]
+    for values, axis, set_scale in ((values_x, ax.xaxis, ax.set_xscale),
+                                    (values_y, ax.yaxis, ax.set_yscale)):
+        if values and max(values) > 10 * min(values):
+            set_scale("log")
+            axis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+            axis.set_major_formatter(plain)
+            axis.set_minor_formatter(NullFormatter())
+    ax.set_xlabel("wall-clock time (hours)")
+    ax.set_ylabel("cost (USD)")
+    ax.set_title(title)
+    ax.grid(True, alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def plot_top_throughput(frontier: Sequence[Plan], path: str | Path, *, title: str,
+                        top: int = TOP_THROUGHPUT_PLANS, problem: Problem | None = None) -> None:
+    """Figure-8 style: throughput bars of the highest-throughput frontier plans, cost on a twin
+    axis."""
+    plt = _pyplot()
+    best = sorted(frontier, key=lambda p: -p.tokens_per_s)[:top]
+    fig, ax = plt.subplots(figsize=(max(6, 0.6 * len(best) + 3), 5.5))
+    positions = list(range(len(best)))
+    ax.bar(positions, [p.tokens_per_s for p in best], color="tab:blue", label="throughput")
+    ax.set_ylabel("throughput (tokens/s)")
+    ax.set_xticks(positions)
+    ax.set_xticklabels([plan_label(p, problem) for p in best], rotation=60, ha="right", fontsize=7)
+    twin = ax.twinx()
+    twin.plot(positions, [p.cost_usd for p in best], color="tab:red", marker="o", label="cost")
+    twin.set_ylabel("cost (USD)")
+    twin.set_ylim(bottom=0)  # a cost axis cut above zero exaggerates small differences
+    ax.set_xlabel("island configuration (count x nodes x GPUs per node)")
+    ax.set_title(title)
+    handles = ax.get_legend_handles_labels()[0] + twin.get_legend_handles_labels()[0]
+    ax.legend(handles, ["throughput", "cost"], loc="upper right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def throughput_plot_path(path: str | Path) -> Path:
+    """Where the figure-8 chart goes next to the figure-7 plot."""
+    path = Path(path)
+    return path.with_name(f"{path.stem}_throughput{path.suffix or '.png'}")
+
+
+def plot_scenarios(frontiers: Sequence[tuple[str, Sequence[Plan]]], path: str | Path, *,
+                   title: str) -> None:
+    """The frontiers of several scenarios side by side (shared axes, cost from zero)."""
+    plt = _pyplot()
+    count = max(1, len(frontiers))
+    cols = min(count, 4)
+    rows = -(-count // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.6 * cols, 3.2 * rows + 0.6), sharex=True,
+                             sharey=True, squeeze=False)
+    for ax, (name, points) in zip(axes.flat, frontiers, strict=False):
+        front = sorted(points, key=lambda p: p.wall_time_s)
+        xs = [p.wall_time_s / 3600 for p in front]
+        ys = [p.cost_usd for p in front]
+        ax.step(xs, ys, where="post", color="tab:red", linewidth=1.0)
+        ax.scatter(xs, ys, s=14, color="tab:red", zorder=3)
+        ax.set_title(name, fontsize=8)
+        ax.grid(True, alpha=0.3)
+        ax.set_ylim(bottom=0)
+    for ax in list(axes.flat)[len(frontiers):]:
+        ax.set_visible(False)
+    for ax in axes[-1]:
+        ax.set_xlabel("wall-clock time (hours)")
+    for ax in axes[:, 0]:
+        ax.set_ylabel("cost (USD)")
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

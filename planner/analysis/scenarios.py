@@ -1,0 +1,388 @@
+"""What-if scenarios: one frontier per variant of an instance, every plan scored in every variant.
+
+`--vary PATH=V1,V2,...` names a field of the instance file by a dotted path — clusters are
+addressed by name or index (`clusters.A.wan_gbit_s`, `clusters.0.price.tier`), everything else by
+its keys (`training.inner_steps`, `limits.max_islands`) — and a list of values (each read as YAML,
+so `10`, `2.5`, `null`, `fp4`). Several `--vary` options form the Cartesian product. Each
+scenario is a complete instance, validated like a file (a bad value exits 2 naming the path) and
+solved independently, in parallel across processes.
+
+Cross-evaluation: a plan (its islands: cluster, nodes, GPUs per node, micro-batch, accumulation
+steps) is scored under every scenario by the planner's one evaluator; where a scenario has no
+such island row or the plan breaks its limits, the plan is infeasible there.
+
+Regret. Of a frontier plan P in scenario j: C_j(P) / min{C_j(Q) : Q on j's frontier, W_j(Q) <=
+W_j(P)} − 1, the extra cost over the cheapest plan that hindsight (knowing j) would have chosen at
+least as fast; 0 on j's frontier, infinite where P is infeasible in j or slower than all of j's
+frontier. Of a `plan` answer (a query's pick): the relative loss in the query's objective versus
+scenario j's own pick (time for `--objective time`, cost otherwise), infinite where P breaks j's
+budget, deadline or throughput floor. The robust choice is the plan of least maximum regret
+(ties: least mean regret, then the order found).
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime as dt
+import itertools
+import logging
+import math
+import os
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from perfmodel.spec.errors import InfeasibleError, ShardMeterError, UserInputError
+from planner.analysis.pareto import Frontier, solve_instance
+from planner.analysis.report import plan_label
+from planner.model.evaluate import evaluate, violations
+from planner.model.instance import gpu_prices, instance_from_mapping, load_instance
+from planner.model.island_table import load_island_table
+from planner.model.problem import IslandChoice, Plan, Problem
+
+LOG = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Variation:
+    """One `--vary PATH=V1,V2,...`."""
+
+    path: str
+    """Dotted path into the instance mapping."""
+    values: tuple[Any, ...]
+    """Values, parsed as YAML."""
+
+    def __post_init__(self) -> None:
+        if not self.path or not self.values:
+            raise UserInputError(f"--vary {self.path!r}: needs a path and at least one value",
+                                 hint="write --vary clusters.A.wan_gbit_s=1,10,100.")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Scenario:
+    """One combination of varied values."""
+
+    name: str
+    """`path=value, ...` (or `base` when nothing varies)."""
+    overrides: tuple[tuple[str, Any], ...]
+    """(path, value) pairs applied to the instance mapping."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ScenarioResult:
+    """A solved scenario."""
+
+    instance_path: str
+    """Instance file the scenario varies."""
+    scenario: Scenario
+    """What was varied."""
+    problem: Problem | None
+    """Its planning problem (None when it has no plan)."""
+    frontier: Frontier | None
+    """Its exact frontier (or the heuristic's points); None when it has no plan."""
+    error: str = ""
+    """Why the scenario has no plan (an infeasible scenario is an answer, not a failure)."""
+
+    @property
+    def points(self) -> tuple[Plan, ...]:
+        """Frontier points (none for an infeasible scenario)."""
+        return () if self.frontier is None else self.frontier.points
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ScoredPlan:
+    """A plan scored under every scenario of one instance."""
+
+    label: str
+    """Readable island configuration."""
+    found_in: tuple[str, ...]
+    """Scenarios whose frontier (or answer) holds it."""
+    wall_time_s: tuple[float, ...]
+    """W under each scenario (inf: infeasible there)."""
+    cost_usd: tuple[float, ...]
+    """C under each scenario (inf: infeasible there)."""
+    regret: tuple[float, ...]
+    """Regret under each scenario (module docstring; inf: infeasible or no comparable plan)."""
+    islands: tuple[tuple[str, int, int, int, int], ...] = field(default=())
+    """(cluster, nodes, gpus_per_node, micro_batch, accum_steps) of each island."""
+
+    @property
+    def max_regret(self) -> float:
+        """Worst regret over the scenarios."""
+        return max(self.regret)
+
+    @property
+    def mean_regret(self) -> float:
+        """Mean regret over the scenarios."""
+        return sum(self.regret) / len(self.regret)
+
+
+# ---- parsing and applying ------------------------------------------------------------------
+
+
+def parse_vary(text: str) -> Variation:
+    """`PATH=V1,V2,...` -> Variation (values parsed as YAML scalars)."""
+    path, sep, values = text.partition("=")
+    if not sep or not path.strip() or not values.strip():
+        raise UserInputError(f"--vary {text!r}: expected PATH=V1,V2,...",
+                             hint="write e.g. --vary clusters.A.wan_gbit_s=1,10,100.")
+    parsed = []
+    for raw in values.split(","):
+        try:
+            value = yaml.safe_load(raw.strip()) if raw.strip() else None
+        except yaml.YAMLError as err:
+            raise UserInputError(f"--vary {text!r}: value {raw!r} is not valid YAML ({err})",
+                                 hint="quote nothing; separate values by commas.") from err
+        parsed.append(value.isoformat() if isinstance(value, dt.date | dt.time) else value)
+    return Variation(path=path.strip(), values=tuple(parsed))
+
+
+def scenarios_of(variations: Sequence[Variation]) -> list[Scenario]:
+    """The Cartesian product of the variations (one `base` scenario when there are none)."""
+    if not variations:
+        return [Scenario(name="base", overrides=())]
+    paths = [v.path for v in variations]
+    if len(set(paths)) != len(paths):
+        raise UserInputError(f"--vary names a path twice: {paths}",
+                             hint="give each path once, with all its values.")
+    out = []
+    for combo in itertools.product(*(v.values for v in variations)):
+        pairs = tuple(zip(paths, combo, strict=True))
+        out.append(Scenario(name=", ".join(f"{p}={_show(v)}" for p, v in pairs), overrides=pairs))
+    return out
+
+
+def _show(value: Any) -> str:
+    return "null" if value is None else str(value)
+
+
+def apply_overrides(raw: dict[str, Any], overrides: Sequence[tuple[str, Any]],
+                    source: str) -> dict[str, Any]:
+    """A deep copy of the instance mapping with each (path, value) set."""
+    out = copy.deepcopy(raw)
+    for path, value in overrides:
+        _set(out, path, value, source)
+    return out
+
+
+def _set(raw: dict[str, Any], path: str, value: Any, source: str) -> None:
+    parts = path.split(".")
+    node: Any = raw
+    for depth, part in enumerate(parts):
+        last = depth == len(parts) - 1
+        where = ".".join(parts[: depth + 1])
+        if isinstance(node, list):
+            node_index = _list_index(node, part, where, source)
+            if last:
+                node[node_index] = value
+                return
+            node = node[node_index]
+        elif isinstance(node, dict):
+            if last:
+                node[part] = value  # unknown keys are caught by the instance schema
+                return
+            if part not in node or node[part] is None:
+                node[part] = {}
+            node = node[part]
+        else:
+            raise UserInputError(f"--vary {path}: {source}: {'.'.join(parts[:depth])} is a "
+                                 "value, not a mapping",
+                                 hint="point the path at a field of the instance file.")
+
+
+def _list_index(items: list[Any], part: str, where: str, source: str) -> int:
+    for i, item in enumerate(items):
+        if isinstance(item, dict) and str(item.get("name")) == part:
+            return i
+    if part.isdigit() and int(part) < len(items):
+        return int(part)
+    names = [str(i.get("name")) for i in items if isinstance(i, dict)]
+    raise UserInputError(f"--vary {where}: {source} has no entry {part!r} (names: {names})",
+                         hint="address a cluster by its name or its index.")
+
+
+# ---- solving -----------------------------------------------------------------------------
+
+
+def scenario_instance(instance_path: str, scenario: Scenario) -> Any:
+    """The validated instance of one scenario (a bad path or value raises UserInputError)."""
+
+    path = Path(instance_path)
+    load_instance(path)  # the file itself must be valid first (its own errors, its own lines)
+    raw = yaml.safe_load(path.read_text())
+    varied = apply_overrides(raw, scenario.overrides, str(path))
+    try:
+        return instance_from_mapping(varied, path)
+    except UserInputError as err:
+        raise type(err)(f"scenario {scenario.name}: {err.message}", hint=err.hint) from err
+
+
+def solve_scenario(instance_path: str, scenario: Scenario, solve: dict[str, Any]) -> ScenarioResult:
+    """Load, vary and solve one scenario (runs in a worker process). A scenario without any plan
+    comes back with its reason; other errors propagate."""
+
+    instance = scenario_instance(instance_path, scenario)
+    table = _scenario_table(instance_path, scenario, instance)
+    try:
+        problem, frontier = solve_instance(instance, table, **solve)
+    except InfeasibleError as err:
+        return ScenarioResult(instance_path=str(instance_path), scenario=scenario, problem=None,
+                              frontier=None, error=err.message)
+    return ScenarioResult(instance_path=str(instance_path), scenario=scenario, problem=problem,
+                          frontier=frontier)
+
+
+def _is_price_path(path: str) -> bool:
+    parts = path.split(".")
+    return len(parts) >= 3 and parts[0] == "clusters" and parts[2].startswith("price")
+
+
+def _scenario_table(instance_path: str, scenario: Scenario, instance: Any) -> Any:
+    """The scenario's island table. A CSV table carries the base prices in usd_per_hour, so when a
+    scenario changes a cluster's price, the table is read as the base prices it was written for
+    and the rows of every cluster are repriced: usd_per_hour = nodes x GPUs per node x the
+    scenario's price per GPU-hour (a table built by the performance model is priced anew)."""
+
+    priced = [path for path, _ in scenario.overrides if _is_price_path(path)]
+    if instance.islands_table is None or not priced:
+        return load_island_table(instance)
+    path = Path(instance_path)
+    rest = [(p, v) for p, v in scenario.overrides if not _is_price_path(p)]
+    base = instance_from_mapping(apply_overrides(yaml.safe_load(path.read_text()), rest, str(path)),
+                                 path)
+    table = load_island_table(base).copy()
+    for cluster, price in gpu_prices(instance).items():
+        rows = table["cluster"] == cluster
+        table.loc[rows, "usd_per_hour"] = (table.loc[rows, "nodes"]
+                                           * table.loc[rows, "gpus_per_node"] * price)
+    return table
+
+
+def _solve_job(instance_path: str, scenario: Scenario,
+               solve: dict[str, Any]) -> ScenarioResult | tuple[str, str, str]:
+    """Worker entry: errors travel back as (class name, message, hint) (they do not pickle)."""
+
+    try:
+        return solve_scenario(instance_path, scenario, solve)
+    except ShardMeterError as err:
+        return (type(err).__name__, err.message, err.hint or "")
+
+
+def solve_all(instance_paths: Sequence[str], scenarios: Sequence[Scenario], solve: dict[str, Any],
+              *, workers: int | None = None) -> list[ScenarioResult]:
+    """Every (instance, scenario), in parallel processes when there are several (order kept).
+
+    Every scenario instance is validated here first, so a bad --vary fails before any solve."""
+
+    jobs = [(str(p), s) for p in instance_paths for s in scenarios]
+    for path, scenario in jobs:
+        scenario_instance(path, scenario)
+    workers = min(len(jobs), workers or os.cpu_count() or 1)
+    if workers <= 1:
+        return [solve_scenario(p, s, solve) for p, s in jobs]
+    solve = {**solve, "threads": 1}  # one process per core already
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        done = list(pool.map(_solve_job, *zip(*[(p, s, solve) for p, s in jobs], strict=True)))
+    for item in done:
+        if isinstance(item, tuple):
+            raise ShardMeterError(item[1], hint=item[2] or None)
+    return [item for item in done if isinstance(item, ScenarioResult)]
+
+
+# ---- cross-evaluation --------------------------------------------------------------------
+
+
+def plan_key(plan: Plan) -> tuple[tuple[str, int, int, int, int], ...]:
+    """What identifies a plan across scenarios: its islands."""
+    return tuple(sorted((i.cluster, i.nodes, i.gpus_per_node, i.micro_batch, i.accum_steps)
+                        for i in plan.islands))
+
+
+def rescore(problem: Problem | None, key: Sequence[tuple[str, int, int, int, int]]) -> Plan | None:
+    """The plan with these islands evaluated in `problem`; None where it is infeasible there."""
+    if problem is None:
+        return None
+    index = {}
+    for pi, pair in enumerate(problem.pairs):
+        option = problem.options[pair.option_index]
+        index[(option.cluster, option.nodes, option.gpus_per_node, pair.micro_batch)] = pi
+    choices = []
+    for cluster, nodes, gpn, m, k in key:
+        found = index.get((cluster, nodes, gpn, m))
+        if found is None or k > problem.pairs[found].max_accum_steps:
+            return None
+        choices.append(IslandChoice(pair_index=found, accum_steps=k))
+    if violations(problem, choices):
+        return None
+    return evaluate(problem, choices)
+
+
+def frontier_regret(plan: Plan | None, frontier: Sequence[Plan]) -> float:
+    """Regret of a rescored plan against one scenario's frontier (module docstring)."""
+    if plan is None:
+        return math.inf
+    faster = [q.cost_usd for q in frontier if q.wall_time_s <= plan.wall_time_s]
+    if not faster or min(faster) <= 0:
+        return math.inf if not faster else 0.0
+    return max(0.0, plan.cost_usd / min(faster) - 1.0)
+
+
+def score_frontiers(results: Sequence[ScenarioResult]) -> list[ScoredPlan]:
+    """Every frontier plan of the scenarios of one instance, scored under all of them."""
+    return _score(results, [[(r.scenario.name, p) for p in r.points] for r in results],
+                  lambda rescored, j: frontier_regret(rescored, results[j].points))
+
+
+def score_answers(results: Sequence[ScenarioResult], answers: Sequence[Plan | None], objective: str,
+                  admissible: Sequence[Any]) -> list[ScoredPlan]:
+    """Each scenario's query answer scored under all scenarios (`admissible[j](plan)`: does the
+    plan meet scenario j's constraints, e.g. its throughput floor)."""
+    def regret(rescored: Plan | None, j: int) -> float:
+        best = answers[j]
+        if rescored is None or best is None or not admissible[j](rescored):
+            return math.inf
+        if objective == "time":
+            return max(0.0, rescored.wall_time_s / best.wall_time_s - 1.0)
+        return max(0.0, rescored.cost_usd / best.cost_usd - 1.0) if best.cost_usd > 0 else 0.0
+
+    found = [[(r.scenario.name, a)] if a is not None else []
+             for r, a in zip(results, answers, strict=True)]
+    return _score(results, found, regret)
+
+
+def _score(results: Sequence[ScenarioResult], found: Sequence[Sequence[tuple[str, Plan]]],
+           regret: Any) -> list[ScoredPlan]:
+
+    order: list[tuple[Any, ...]] = []
+    origin: dict[tuple[Any, ...], list[str]] = {}
+    labels: dict[tuple[Any, ...], str] = {}
+    for plans in found:
+        for name, plan in plans:
+            key = plan_key(plan)
+            if key not in origin:
+                order.append(key)
+                origin[key] = []
+                labels[key] = plan_label(plan,
+                                         next((r.problem for r in results if r.problem), None))
+            if name not in origin[key]:
+                origin[key].append(name)
+    out = []
+    for key in order:
+        rescored = [rescore(r.problem, key) for r in results]
+        out.append(ScoredPlan(
+            label=labels[key], found_in=tuple(origin[key]), islands=key,
+            wall_time_s=tuple(math.inf if p is None else p.wall_time_s for p in rescored),
+            cost_usd=tuple(math.inf if p is None else p.cost_usd for p in rescored),
+            regret=tuple(regret(p, j) for j, p in enumerate(rescored))))
+    return out
+
+
+def robust(scored: Sequence[ScoredPlan]) -> ScoredPlan | None:
+    """The min-max-regret plan (ties: least mean regret, then first found)."""
+    if not scored:
+        return None
+    return min(enumerate(scored), key=lambda e: (e[1].max_regret, e[1].mean_regret, e[0]))[1]

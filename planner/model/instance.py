@@ -1,0 +1,486 @@
+"""Planner instance files (YAML): schema, loading, validation and pricing of the clusters.
+
+Every problem with a file becomes an `InstanceError` (exit code 2) naming the file, the dotted
+field path, the offending value, and a "To fix:" hint. The island table the planner solves
+(`load_island_table`, DESIGN §3) lives in `planner.model.island_table` and is re-exported here.
+
+`strategy: fsdp` means one island (max_islands is forced to 1, σ = 0). `streaming-diloco` is
+planned with the same blocking σ formula as `diloco` for now (an upper bound on its sync cost).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import types
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
+
+from perfmodel.facts import (
+    carbon_intensity_g_per_kwh,
+    get_gpu,
+    model_parameters,
+    price_rows,
+    price_usd_per_gpu_hour,
+)
+from perfmodel.spec.errors import (
+    CatalogError,
+    ConfigError,
+    InstanceError,
+    ShardMeterError,
+    did_you_mean,
+)
+
+LOG = logging.getLogger(__name__)
+
+Strategy = Literal["fsdp", "diloco", "streaming-diloco"]
+Dtype = Literal["fp32", "bf16", "int8", "fp4"]
+Checkpointing = Literal["none", "selective", "full"]
+
+
+class _Strict(BaseModel):
+    # NaN/inf are never a valid size, price or latency; YAML's true/false are never numbers.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_booleans_as_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        field = cls.model_fields.get(info.field_name or "")
+        if field is not None and not _admits_bool(field.annotation):
+            items = value if isinstance(value, list | tuple) else [value]
+            if any(isinstance(v, bool) for v in items):
+                raise ValueError("a boolean (true/false) is not accepted here; "
+                                 "write a number or name")
+        return value
+
+
+def _admits_bool(annotation: Any) -> bool:
+    if annotation is bool or annotation is Any:
+        return True
+    return any(_admits_bool(a) for a in typing.get_args(annotation) if a is not Ellipsis)
+
+
+class PriceRef(_Strict):
+    """A reference into the price lists (`catalogs/prices/`)."""
+
+    provider: str = Field(min_length=1)
+    tier: Literal["on-demand", "spot", "community"] = "on-demand"
+    as_of: str | None = None
+    per_instance_size: bool = False
+    """Price an island of g GPUs per node at the list's per-GPU price for a g-GPU instance when
+    the list has that size (e.g. a 1-GPU slice at its own rate, not the 8-GPU one)."""
+
+    @field_validator("as_of", mode="before")
+    @classmethod
+    def _date_to_str(cls, value: Any) -> Any:
+        if isinstance(value, dt.date):
+            return value.isoformat()
+        if isinstance(value, str):
+            try:
+                dt.date.fromisoformat(value)
+            except ValueError as err:
+                raise ValueError(f"not a date YYYY-MM-DD ({err})") from None
+        return value
+
+
+class Training(_Strict):
+    """What is trained and how (DESIGN §3 symbols in comments)."""
+
+    seq_len: int = Field(gt=0)  # S
+    global_batch_seqs: int = Field(gt=0)  # B
+    train_tokens: float = Field(gt=0)  # D
+    strategy: Strategy = "diloco"
+    inner_steps: int | None = Field(default=None, gt=0)  # H
+    pseudo_gradient_dtype: Dtype = "fp32"
+    activation_checkpointing: Checkpointing = "selective"
+    recipe: dict[str, Any] | None = None
+    """Training recipe for the island tables: `base:` (torchtitan | paper) plus TrainingRecipe
+    fields (`perfmodel.spec.recipe.recipe_from_mapping`); an explicit activation_checkpointing
+    wins."""
+
+
+class Cluster(_Strict):
+    """A pool of identical nodes islands are carved from."""
+
+    name: str = Field(min_length=1)
+    gpu: str = Field(min_length=1)
+    num_nodes: int = Field(gt=0)
+    gpus_per_node: int = Field(gt=0)
+    allowed_gpus_per_node: tuple[int, ...] | None = None
+    price_usd_per_gpu_hour: float | None = Field(default=None, ge=0)
+    price: PriceRef | None = None
+    wan_gbit_s: float | None = Field(default=None, gt=0)
+    wan_latency_ms: float | None = Field(default=None, ge=0)
+    fabric_gbit_s: float | None = Field(default=None, gt=0)
+    """Inter-node fabric bandwidth per node for a sync among islands of this cluster alone
+    (default: the GPU's catalog inter-node link x NICs per node; the WAN when unknown)."""
+    fabric_latency_ms: float | None = Field(default=None, ge=0)
+    """Latency of that fabric (default: the catalog link's)."""
+    max_nodes_per_island: int | None = Field(default=None, gt=0)
+    """Largest island in nodes (1: the nodes have no fast fabric and cannot form multi-node
+    islands, as cloud pods without InfiniBand); None: up to num_nodes."""
+    region: str | None = None
+    """Grid region of the data centre, a key of catalogs/energy/carbon_intensity.csv
+    (`gcp/us-central1`, `country/FIN`, ...): sets the CO2 of its energy (None: CO2 unknown)."""
+    pue: float | None = Field(default=None, ge=1.0)
+    """Power usage effectiveness of the data centre (default: the price list provider's
+    published figure, catalogs/energy/pue.csv)."""
+
+    @property
+    def gpus_per_node_choices(self) -> tuple[int, ...]:
+        """Allowed GPUs per node; default: powers of two below gpus_per_node, and gpus_per_node."""
+        if self.allowed_gpus_per_node is not None:
+            return tuple(sorted(set(self.allowed_gpus_per_node)))
+        powers = [2**i for i in range(self.gpus_per_node.bit_length()) if 2**i < self.gpus_per_node]
+        return tuple(sorted({*powers, self.gpus_per_node}))
+
+    @property
+    def wan_bw_bytes_per_s(self) -> float:
+        """WAN uplink in bytes/s (infinite when not given, only allowed for fsdp)."""
+        return float("inf") if self.wan_gbit_s is None else self.wan_gbit_s * 1e9 / 8.0
+
+    @property
+    def wan_latency_s(self) -> float:
+        """WAN latency in seconds (0 when not given, only allowed for fsdp)."""
+        return 0.0 if self.wan_latency_ms is None else self.wan_latency_ms / 1000.0
+
+
+class Limits(_Strict):
+    """Optional caps on every plan."""
+
+    max_islands: int | None = Field(default=None, gt=0)
+    max_gpus: int | None = Field(default=None, gt=0)
+    budget_usd: float | None = Field(default=None, gt=0)
+    deadline_hours: float | None = Field(default=None, gt=0)
+
+
+class Instance(_Strict):
+    """A planner instance (see module docstring and DESIGN §3)."""
+
+    name: str = Field(min_length=1)
+    model: str = Field(min_length=1)
+    training: Training
+    clusters: tuple[Cluster, ...] = Field(min_length=1)
+    limits: Limits = Limits()
+    islands_table: str | None = None
+    parameters: int | None = Field(default=None, gt=0)
+
+    _source: Path | None = PrivateAttr(default=None)
+    _model_parameters: int | None = PrivateAttr(default=None)
+
+    @property
+    def pseudo_gradient_parameters(self) -> int:
+        """Parameters exchanged between islands: `parameters`, else the model's count once the
+        island table was built from the performance model, else 0."""
+        return self.parameters or self._model_parameters or 0
+
+    @field_validator("parameters", mode="before")
+    @classmethod
+    def _integral_float(cls, value: Any) -> Any:
+        if isinstance(value, str | float):
+            try:
+                number = float(value)
+            except ValueError:
+                return value
+            if number.is_integer():
+                return int(number)
+        return value
+
+    @property
+    def source(self) -> Path | None:
+        """The YAML file this instance came from."""
+        return self._source
+
+    @property
+    def islands_table_path(self) -> Path | None:
+        """`islands_table` resolved relative to the YAML file."""
+        if self.islands_table is None:
+            return None
+        path = Path(self.islands_table)
+        if not path.is_absolute() and self._source is not None:
+            path = self._source.parent / path
+        return path
+
+    @property
+    def max_islands(self) -> int | None:
+        """Island cap; 1 for fsdp."""
+        return 1 if self.training.strategy == "fsdp" else self.limits.max_islands
+
+    @property
+    def inner_steps(self) -> int:
+        """H (1 for fsdp, where it does not matter)."""
+        return self.training.inner_steps or 1
+
+    def cluster(self, name: str) -> Cluster:
+        """The cluster called `name`."""
+        for cluster in self.clusters:
+            if cluster.name == name:
+                return cluster
+        raise KeyError(name)
+
+
+# ---- price references --------------------------------------------------------------------
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PriceLookup:
+    """What `resolve_price` is asked: a price-list entry for one GPU type."""
+
+    provider: str
+    """Provider as in the price lists."""
+    gpu: str
+    """GPU name of the cluster."""
+    tier: str
+    """on-demand, spot or community."""
+    as_of: str | None
+    """Snapshot date; None for the newest."""
+
+
+PriceResolver = Callable[[PriceLookup], float]
+
+
+def catalog_price(ref: PriceLookup) -> float:
+    """Default resolver: the catalog price lists (`perfmodel.facts.price_usd_per_gpu_hour`)."""
+    return price_usd_per_gpu_hour(ref.provider, ref.gpu, ref.tier, ref.as_of)
+
+
+def gpu_prices(instance: Instance, resolve_price: PriceResolver | None = None) -> dict[str, float]:
+    """USD per GPU-hour of every cluster, resolving `price:` references."""
+    resolver = resolve_price or catalog_price
+    out = {}
+    for cluster in instance.clusters:
+        if cluster.price_usd_per_gpu_hour is not None:
+            out[cluster.name] = cluster.price_usd_per_gpu_hour
+        elif cluster.price is not None:
+            ref = PriceLookup(provider=cluster.price.provider, gpu=cluster.gpu,
+                              tier=cluster.price.tier, as_of=cluster.price.as_of)
+            out[cluster.name] = float(resolver(ref))
+    return out
+
+
+# ---- loading -----------------------------------------------------------------------------
+
+
+def load_instance(path: str | Path, *, resolve_price: PriceResolver | None = None) -> Instance:
+    """Read and validate an instance YAML file.
+
+    When the instance has no `islands_table`, price references are resolved now (through
+    `resolve_price`, default: the catalog price lists) so a bad reference fails early.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise InstanceError(f"instance file {path} does not exist",
+                            hint="pass the path of a YAML instance (see instances/).")
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as err:
+        raise InstanceError(f"{path}: not valid YAML: {err}", hint="fix the YAML syntax.") from err
+    if not isinstance(raw, dict):
+        raise InstanceError(f"{path}: top level must be a mapping, got {type(raw).__name__}",
+                            hint="start the file with `name:`, `model:`, `training:`, `clusters:`.")
+    return instance_from_mapping(raw, path, resolve_price=resolve_price)
+
+
+def _instance_error(path: Path, err: ValidationError) -> InstanceError:
+    lines = []
+    errors = err.errors()
+    locs = [tuple(e["loc"]) for e in errors]
+    for item in errors:
+        loc = tuple(item["loc"])
+        if any(other != loc and other[: len(loc)] == loc for other in locs):
+            continue  # a container error caused by an error inside it
+        dotted = _dotted(loc)
+        if item["type"] == "extra_forbidden":
+            known = _fields_at(loc[:-1])
+            lines.append(f"unknown key {dotted!r} = {item['input']!r}; "
+                         f"{did_you_mean(str(loc[-1]), known)}")
+        elif item["type"] == "missing":
+            lines.append(f"field {dotted!r} is required")
+        else:
+            lines.append(f"field {dotted!r} = {item.get('input')!r}: {item['msg']}")
+    return InstanceError(f"{path}: invalid instance:\n  " + "\n  ".join(lines),
+                         hint="correct the listed fields "
+                              "(see instances/small-*.yaml for examples).")
+
+
+def _dotted(loc: tuple[int | str, ...]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _fields_at(loc: tuple[int | str, ...]) -> list[str]:
+    model: Any = Instance
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        info = model.model_fields.get(part)
+        if info is None:
+            return []
+        model = _model_in(info.annotation)
+        if model is None:
+            return []
+    return list(model.model_fields)
+
+
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is not None:
+        for arg in typing.get_args(annotation):
+            found = _model_in(arg)
+            if found is not None:
+                return found
+    return None
+
+
+def _check_semantics(instance: Instance, path: Path) -> None:
+    def fail(field: str, value: Any, problem: str, hint: str) -> None:
+        raise InstanceError(f"{path}: field {field!r} = {value!r}: {problem}", hint=hint)
+
+    names: set[str] = set()
+    for i, c in enumerate(instance.clusters):
+        where = f"clusters[{i}]"
+        if c.name in names:
+            fail(f"{where}.name", c.name, "duplicate cluster name",
+                 "give every cluster a unique name.")
+        names.add(c.name)
+        allowed = c.allowed_gpus_per_node
+        if allowed is not None:
+            if not allowed:
+                fail(f"{where}.allowed_gpus_per_node", list(allowed), "empty list",
+                     "list at least one GPUs-per-node count, or drop the field.")
+            bad = [g for g in allowed if g <= 0 or g > c.gpus_per_node]
+            if bad:
+                fail(f"{where}.allowed_gpus_per_node", list(allowed),
+                     f"values {bad} are outside 1..gpus_per_node={c.gpus_per_node}",
+                     f"use values between 1 and {c.gpus_per_node}.")
+        priced = (c.price_usd_per_gpu_hour is not None) + (c.price is not None)
+        if priced > 1 or (priced == 0 and instance.islands_table is None):
+            fail(f"{where}.price_usd_per_gpu_hour", c.price_usd_per_gpu_hour,
+                 "give exactly one of price_usd_per_gpu_hour and price (or neither when "
+                 "islands_table prices the islands)",
+                 "set `price_usd_per_gpu_hour: 3.59` or `price: {provider: ..., tier: on-demand}`.")
+        if c.region is not None:
+            _check_region(f"{where}.region", c.region, fail)
+        if instance.training.strategy != "fsdp":
+            for key in ("wan_gbit_s", "wan_latency_ms"):
+                if getattr(c, key) is None:
+                    fail(f"{where}.{key}", None,
+                         f"required for strategy {instance.training.strategy}",
+                         f"add `{key}:` to the cluster (σ needs the WAN uplink and latency).")
+    if instance.training.strategy != "fsdp" and instance.training.inner_steps is None:
+        fail("training.inner_steps", None, f"required for strategy {instance.training.strategy}",
+             "add `inner_steps: 100` (H, inner steps per outer step).")
+    if instance.islands_table is not None:
+        table = instance.islands_table_path
+        if table is not None and table.is_dir():
+            fail("islands_table", instance.islands_table, f"{table} is a directory, not a CSV file",
+                 "give the path of the island table CSV, relative to the YAML file.")
+        if table is None or not table.is_file():
+            fail("islands_table", instance.islands_table, f"file {table} does not exist",
+                 "give a CSV path relative to the YAML file, or set islands_table: null.")
+        if instance.parameters is None:
+            fail("parameters", None, "required when islands_table is given",
+                 "add `parameters: <number of model parameters>` (sets the pseudo-gradient size).")
+    _check_catalog_names(instance, path)
+
+
+def _check_region(where: str, region: str, fail: Any) -> None:
+    """An unknown grid region is a user error with a did-you-mean (catalogs/energy/)."""
+
+    try:
+        carbon_intensity_g_per_kwh(region)
+    except CatalogError as err:
+        fail(where, region, "unknown grid region",
+             err.hint or "use a key of catalogs/energy/carbon_intensity.csv.")
+
+
+def _check_catalog_names(instance: Instance, path: Path) -> None:
+    """The model and every cluster's GPU must be known (catalog name or config.json path), and a
+    cluster may not use more GPUs per node than its node type holds."""
+
+    def fail(field: str, value: Any, err: ShardMeterError) -> None:
+        raise InstanceError(f"{path}: field {field!r} = {value!r}: {err.message}",
+                            hint=err.hint or "use a catalog name.")
+
+    model_path = Path(instance.model)
+    if not model_path.is_absolute():
+        model_path = path.parent / model_path
+    try:
+        model_parameters(str(model_path) if model_path.suffix == ".json" else instance.model)
+    except (CatalogError, ConfigError) as err:
+        fail("model", instance.model, err)
+    for i, c in enumerate(instance.clusters):
+        try:
+            gpu = get_gpu(c.gpu)
+        except CatalogError as err:
+            fail(f"clusters[{i}].gpu", c.gpu, err)
+        if c.gpus_per_node > gpu.max_gpus_per_node:
+            raise InstanceError(
+                f"{path}: field 'clusters[{i}].gpus_per_node' = {c.gpus_per_node}: "
+                f"a {gpu.name} node holds at most {gpu.max_gpus_per_node} GPUs",
+                hint=f"use gpus_per_node <= {gpu.max_gpus_per_node} and raise num_nodes instead.")
+
+
+def instance_from_mapping(raw: dict[str, Any], path: str | Path, *,
+                          resolve_price: PriceResolver | None = None) -> Instance:
+    """Validate an instance mapping as if it had been read from `path` (relative table paths and
+    error messages refer to that file); used for what-if scenarios
+    (`planner.analysis.scenarios`)."""
+    path = Path(path)
+    try:
+        instance = Instance.model_validate(raw)
+    except ValidationError as err:
+        raise _instance_error(path, err) from None
+    instance._source = path.resolve()
+    _check_semantics(instance, path)
+    if instance.islands_table is None:
+        try:
+            gpu_prices(instance, resolve_price)
+        except InstanceError:
+            raise
+        except ShardMeterError as err:
+            raise InstanceError(f"{path}: cannot price a cluster: {err.message}",
+                                hint=err.hint or "fix the cluster's price: reference.") from err
+    return instance
+
+
+def size_prices(instance: Instance) -> dict[str, dict[int, float]]:
+    """Per cluster whose `price:` sets per_instance_size: {GPUs per instance: USD per GPU-hour}
+    of the instance sizes its price list has (newest snapshot per size unless `as_of` is set)."""
+    wanted = [c for c in instance.clusters if c.price is not None and c.price.per_instance_size]
+    if not wanted:
+        return {}
+
+    rows = price_rows()
+    out: dict[str, dict[int, float]] = {}
+    for cluster in wanted:
+        ref = cluster.price
+        if ref is None:  # not wanted (filtered above)
+            continue
+        gpu = get_gpu(cluster.gpu).name
+        best: dict[int, Any] = {}
+        for r in rows:
+            if (r.provider.lower() != ref.provider.lower() or r.gpu_type != gpu
+                    or r.tier != ref.tier or r.gpus_per_node is None
+                    or (ref.as_of is not None and r.as_of != ref.as_of)):
+                continue
+            if r.gpus_per_node not in best or r.as_of > best[r.gpus_per_node].as_of:
+                best[r.gpus_per_node] = r
+        out[cluster.name] = {size: r.usd_per_gpu_hour for size, r in best.items()}
+    return out

@@ -1,0 +1,216 @@
+"""What the planner API is asked: frozen, validated requests (`planner.api` answers them).
+
+Each request checks its own fields in `__post_init__` and raises `UserInputError` (exit 2) with a
+"To fix:" hint, so every caller — the CLI, scripts, library users — gets the same errors.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from perfmodel.spec.errors import UserInputError
+from planner.solvers.registry import DEFAULT_TIME_LIMIT_S, MILP_BACKENDS, SOLVERS
+
+OBJECTIVES = ("time", "cost", "co2", "energy")
+"""What `query` optimises (`plan --objective`)."""
+FRONTIER_OBJECTIVES = ("time,cost", "time,co2", "time,energy")
+"""The two objectives `frontier` traces (`pareto --objectives`)."""
+METRICS = ("cost", "energy", "co2")
+"""The second objective of a solved frontier (the first is always wall time)."""
+
+Notify = Callable[[str], None]
+"""Receives one line per file written (the CLI prints it on stderr)."""
+
+
+def quiet(_: str) -> None:
+    """The default `Notify`: say nothing."""
+
+
+def _positive(name: str, value: float | None, hint: str) -> None:
+    """None, or a finite number > 0 (booleans are not numbers)."""
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) \
+            or value <= 0:
+        raise UserInputError(f"{name} = {value!r}: must be a finite number > 0", hint=hint)
+
+
+def _caps(request: FrontierRequest | QueryRequest | SolveRequest) -> None:
+    """The run's CO2 and energy caps: None or a finite number > 0."""
+    _positive("max_energy_kwh", request.max_energy_kwh, "give the cap in kWh, or None.")
+    _positive("max_co2_kg", request.max_co2_kg, "give the cap in kg CO2e, or None.")
+
+
+def _is_study(instance_paths: tuple[Path, ...], vary: tuple[str, ...]) -> bool:
+    """Several files or what-ifs: a scenario study."""
+    return len(instance_paths) > 1 or bool(vary)
+
+
+def _choice(name: str, value: str, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise UserInputError(f"{name} = {value!r}: not one of {', '.join(choices)}",
+                             hint=f"set {name} to one of: {', '.join(choices)}.")
+
+
+def _paths(name: str, paths: tuple[Path, ...]) -> None:
+    if not paths or not all(isinstance(p, str | Path) for p in paths):
+        raise UserInputError(f"{name} = {paths!r}: give at least one instance file",
+                             hint=f"set {name} to a tuple of YAML paths (see instances/).")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SolveOptions:
+    """How the frontier is solved, and the caps that override the instance's `limits`."""
+
+    solver: str = "auto"
+    """auto (the exact DP where it applies, else CP-SAT), dp, cpsat, milp, brute (exact) or
+    heuristic (the paper's proportional split)."""
+    threads: int | None = None
+    """Solver threads (CP-SAT workers, MILP threads); None: the CPU count."""
+    time_limit_s: float | None = DEFAULT_TIME_LIMIT_S
+    """Total solve time in seconds; a frontier cut short says so (proven_exact false)."""
+    milp_backend: str = "highs"
+    """MILP solver behind PuLP when solver is milp (highs, or cbc as the fallback)."""
+    budget_usd: float | None = None
+    """Cost cap of the run in USD (overrides limits.budget_usd)."""
+    deadline_hours: float | None = None
+    """Wall-time cap of the run in hours (overrides limits.deadline_hours)."""
+
+    def __post_init__(self) -> None:
+        _choice("solver", self.solver, SOLVERS)
+        _choice("milp_backend", self.milp_backend, MILP_BACKENDS)
+        if self.threads is not None and (isinstance(self.threads, bool)
+                                         or not isinstance(self.threads, int) or self.threads < 1):
+            raise UserInputError(f"threads = {self.threads!r}: must be an integer >= 1",
+                                 hint="set threads to 1 or more, or None for the CPU count.")
+        _positive("time_limit_s", self.time_limit_s, "give the solve time in seconds, e.g. 300.")
+        _positive("budget_usd", self.budget_usd, "give the budget in USD, or None for no cap.")
+        _positive("deadline_hours", self.deadline_hours,
+                  "give the deadline in hours, or None for no cap.")
+
+    def kwargs(self) -> dict[str, Any]:
+        """The keyword arguments of `planner.analysis.pareto.solve_instance` (and
+        `solve_energy`)."""
+        return {"solver": self.solver, "threads": self.threads, "time_limit_s": self.time_limit_s,
+                "milp_backend": self.milp_backend, "budget_usd": self.budget_usd,
+                "deadline_hours": self.deadline_hours}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SolveRequest:
+    """One instance on one frontier: wall time against cost, energy or CO2."""
+
+    instance_path: Path
+    """Instance YAML file."""
+    metric: str = "cost"
+    """The second objective: cost, energy or co2 (energy/CO2: the exact energy DP)."""
+    max_energy_kwh: float | None = None
+    """Energy cap of the run in kWh (metric energy only)."""
+    max_co2_kg: float | None = None
+    """CO2 cap of the run in kg CO2e (metric co2 only)."""
+    first_only: bool = False
+    """Stop after the first (cheapest) frontier point (metric cost only)."""
+    options: SolveOptions = field(default_factory=SolveOptions)
+    """Solver, limits and caps."""
+
+    def __post_init__(self) -> None:
+        _paths("instance_path", (self.instance_path,))
+        _choice("metric", self.metric, METRICS)
+        _caps(self)
+        for name, metric in (("max_energy_kwh", "energy"), ("max_co2_kg", "co2")):
+            if getattr(self, name) is not None and self.metric != metric:
+                raise UserInputError(f"{name} caps the {metric} frontier, not the "
+                                     f"{self.metric} one",
+                                     hint=f"set metric={metric!r} or drop {name}.")
+
+    @property
+    def cap(self) -> float | None:
+        """The cap on the metric (kWh or kg CO2e), if any."""
+        return self.max_energy_kwh if self.metric == "energy" else self.max_co2_kg
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class IslandsRequest:
+    """The island table of one instance."""
+
+    instance_path: Path
+    """Instance YAML file."""
+    output_path: Path | None = None
+    """Write the table here: JSON if the name ends in .json, else CSV (None: write nothing)."""
+
+    def __post_init__(self) -> None:
+        _paths("instance_path", (self.instance_path,))
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class FrontierRequest:
+    """The exact frontier of one instance, or of several files and what-if scenarios."""
+
+    instance_paths: tuple[Path, ...]
+    """Instance YAML files (several: a scenario study)."""
+    vary: tuple[str, ...] = ()
+    """What-ifs `PATH=V1,V2,...` into the instance (all combinations; a scenario study)."""
+    objectives: str = "time,cost"
+    """The two objectives: time,cost, time,co2 or time,energy."""
+    max_co2_kg: float | None = None
+    """CO2 cap of the run in kg CO2e (time,co2 frontier only)."""
+    max_energy_kwh: float | None = None
+    """Energy cap of the run in kWh (time,energy frontier only)."""
+    csv_path: Path | None = None
+    """Write the frontier CSV (scenarios: the cross table) here."""
+    plot_path: Path | None = None
+    """Write a figure-7 style PNG here and a figure-8 style one next to it (scenarios: their
+    frontiers side by side); time-vs-cost frontiers only."""
+    options: SolveOptions = field(default_factory=SolveOptions)
+    """Solver, limits and caps."""
+
+    def __post_init__(self) -> None:
+        _paths("instance_paths", self.instance_paths)
+        _choice("objectives", self.objectives, FRONTIER_OBJECTIVES)
+        _caps(self)
+
+    @property
+    def scenarios(self) -> bool:
+        """Several files or what-ifs: a scenario study."""
+        return _is_study(self.instance_paths, self.vary)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class QueryRequest:
+    """One plan of one instance (or one per scenario of several files and what-ifs)."""
+
+    instance_paths: tuple[Path, ...]
+    """Instance YAML files (several: a scenario study)."""
+    vary: tuple[str, ...] = ()
+    """What-ifs `PATH=V1,V2,...` into the instance (all combinations; a scenario study)."""
+    objective: str = "time"
+    """time: fastest (ties: cheaper); cost: cheapest (ties: faster); co2/energy: least CO2/energy
+    (ties: faster)."""
+    min_throughput_fraction: float | None = None
+    """Instead: the cheapest plan with tokens/s >= this fraction (0, 1] of the best."""
+    max_co2_kg: float | None = None
+    """CO2 cap of the run in kg CO2e."""
+    max_energy_kwh: float | None = None
+    """Energy cap of the run in kWh."""
+    options: SolveOptions = field(default_factory=SolveOptions)
+    """Solver, limits and caps."""
+
+    def __post_init__(self) -> None:
+        _paths("instance_paths", self.instance_paths)
+        _choice("objective", self.objective, OBJECTIVES)
+        fraction = self.min_throughput_fraction
+        if fraction is not None:
+            _positive("min_throughput_fraction", fraction, "give a fraction in (0, 1], e.g. 0.99.")
+            if fraction > 1:
+                raise UserInputError(f"min_throughput_fraction = {fraction!r}: above 1",
+                                     hint="give a fraction in (0, 1], e.g. 0.99.")
+        _caps(self)
+
+    @property
+    def scenarios(self) -> bool:
+        """Several files or what-ifs: a scenario study."""
+        return _is_study(self.instance_paths, self.vary)
