@@ -104,7 +104,15 @@ def test_forward_flops_per_token_by_hand() -> None:
     assert spec.train_flops_per_token(seq_len) == 3 * forward
     full = 3 * forward + 2 * (2 * block_matmul + attention)           # blocks recomputed
     assert spec.train_flops_per_token(seq_len, "full") == full
-    assert spec.train_flops_per_token(seq_len, "selective") == 3 * forward + 2 * attention
+    assert spec.train_flops_per_token(seq_len, "attn") == 3 * forward + 2 * attention
+    # op-sac recomputes the 2nd, 4th, 6th linear of the forward order q, k, v, o, gate, up, down
+    k_o_up = 64 * 32 + 64 * 64 + 64 * 176
+    assert spec.train_flops_per_token(seq_len, "op-sac") == 3 * forward + 2 * 2 * k_o_up
+    assert spec.train_flops_per_token(seq_len, "selective") == spec.train_flops_per_token(
+        seq_len, "op-sac")  # the old name reads as torchtitan's default
+    assert spec.train_flops_per_token(seq_len, "layer:2") == 3 * forward + (2 * block_matmul
+                                                                           + attention)
+    assert spec.train_flops_per_token(seq_len, "layer:3") == 3 * forward
     assert spec.model_flops_per_token(seq_len) == 3 * forward
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from perfmodel.spec.arch import ModelSpec
 
@@ -65,6 +66,14 @@ class Attention(nn.Module):
         self.k_proj = nn.Linear(h, spec.kv_dim, bias=spec.qkv_bias)
         self.v_proj = nn.Linear(h, spec.kv_dim, bias=spec.qkv_bias)
         self.o_proj = nn.Linear(spec.q_dim, h, bias=spec.out_bias)
+        self.checkpoint_core = False
+        """Recompute the attention core (SDPA) in backward instead of keeping what it saves
+        (the `attn` checkpointing policy, Megatron's selective recompute)."""
+
+    def _core(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = F.scaled_dot_product_attention(
+            q, k, v, is_causal=True, enable_gqa=self.num_kv_heads != self.num_heads)
+        return out
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         b, s, _ = x.shape
@@ -72,8 +81,10 @@ class Attention(nn.Module):
         k = self.k_proj(x).view(b, s, self.num_kv_heads, self.head_dim).transpose(1, 2)
         v = self.v_proj(x).view(b, s, self.num_kv_heads, self.head_dim).transpose(1, 2)
         q, k = _apply_rope(q, cos, sin), _apply_rope(k, cos, sin)
-        out = F.scaled_dot_product_attention(q, k, v, is_causal=True,
-                                             enable_gqa=self.num_kv_heads != self.num_heads)
+        if self.checkpoint_core:
+            out = checkpoint(self._core, q, k, v, use_reentrant=False, preserve_rng_state=False)
+        else:
+            out = self._core(q, k, v)
         result: torch.Tensor = self.o_proj(out.transpose(1, 2).reshape(b, s, -1))
         return result
 

@@ -368,11 +368,30 @@ class PriorAssumptions:
         return {k: dict(v) if isinstance(v, Mapping) else v for k, v in asdict(self).items()}
 
 
+FLASH_BACKWARD_FACTOR = 2.5
+"""Flash-attention backward / forward FLOPs: backward recomputes the scores and runs 4 more
+matmuls (dS, dV, dQ, dK) against forward's 2 (Dao 2023, FlashAttention-2 §3.1; PyTorch's
+FlopCounterMode counts its SDPA backward the same way)."""
+CAUSAL_FRACTION = 0.5
+"""Causal flash attention skips the masked half of the S x S blocks."""
+
+
+def attention_seconds_per_feature(phase: str, flops_per_s: float) -> float:
+    """Seconds per unit of the `tok_attn` feature (tokens·S·a·d) for attention kernels running at
+    `flops_per_s`: the one attention convention of the prior and the calibrated profiles — causal
+    flash attention, forward CAUSAL_FRACTION·4 FLOPs per unit, backward FLASH_BACKWARD_FACTOR
+    times that. (MFU and the recompute FLOPs keep the non-causal 4·S·a·d of `ModelSpec`, the
+    convention published MFU figures and PyTorch's FLOP counter use.)"""
+    forward = CAUSAL_FRACTION * 4.0 / flops_per_s
+    return forward * (FLASH_BACKWARD_FACTOR if phase == "backward" else 1.0)
+
+
 def prior_compute_coefficients(gpu: GpuSpec, assume: PriorAssumptions | None = None
                                ) -> dict[str, dict[str, float]]:
-    """Datasheet compute coefficients: FLOPs / (peak · efficiency) for matmul and attention
-    features (backward = 2 x forward FLOPs), bytes / (HBM bandwidth · efficiency) for elementwise
-    and optimizer features, kernel gaps for the per-layer and per-pass overheads."""
+    """Datasheet compute coefficients: FLOPs / (peak · efficiency) for matmul features (backward =
+    2 x forward FLOPs) and for attention (`attention_seconds_per_feature`: causal flash
+    attention), bytes / (HBM bandwidth · efficiency) for elementwise and optimizer features,
+    kernel gaps for the per-layer and per-pass overheads."""
     a = assume or PriorAssumptions()
     flop_s = 1.0 / (gpu.bf16_flops_per_s * a.matmul_efficiency)
     byte_s = 1.0 / (gpu.hbm_bytes_per_s * a.hbm_efficiency)
@@ -380,7 +399,8 @@ def prior_compute_coefficients(gpu: GpuSpec, assume: PriorAssumptions | None = N
     for phase, mult in (("forward", 1.0), ("backward", 2.0)):
         out[phase] = {
             "tok_block_matmul": 2.0 * mult * flop_s,   # 2 FLOPs per weight per token
-            "tok_attn": 4.0 * mult * flop_s,           # QK^T and AV: 2·2 FLOPs per (S·a·d)
+            "tok_attn": attention_seconds_per_feature(
+                phase, gpu.bf16_flops_per_s * a.matmul_efficiency),
             "tok_lm_head": 2.0 * mult * flop_s,
             "tok_vocab": a.bytes_per_token_vocab[phase] * byte_s,
             "tok_hidden": a.bytes_per_token_hidden[phase] * byte_s,

@@ -40,7 +40,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from scipy.optimize import least_squares
 from sklearn.model_selection import LeaveOneGroupOut
 
-from perfmodel.costs.compute import PriorAssumptions, prior_compute_coefficients
+from perfmodel.costs.compute import (
+    CAUSAL_FRACTION,
+    FLASH_BACKWARD_FACTOR,
+    PriorAssumptions,
+    attention_seconds_per_feature,
+    prior_compute_coefficients,
+)
 from perfmodel.costs.datasets import mape_pct
 from perfmodel.profiles.cache import ResultCache, cache_key
 from perfmodel.profiles.profile import (
@@ -55,7 +61,7 @@ from perfmodel.spec.catalog import get_gpu, get_link
 from perfmodel.spec.errors import DatasetError
 from perfmodel.spec.hardware import GpuSpec, IslandSpec
 from perfmodel.spec.paths import catalog_dir
-from perfmodel.spec.recipe import DEFAULT_RECIPE, TrainingRecipe
+from perfmodel.spec.recipe import DEFAULT_RECIPE, TrainingRecipe, canonical_ac
 
 logger = logging.getLogger(__name__)
 
@@ -65,11 +71,6 @@ LLM_FOUNDRY_CSV = PUBLISHED_DIR / "llm-foundry.csv"
 VALIDATION_CSV = PUBLISHED_DIR / "validation-torchtitan.csv"
 """Published runs for VALIDATION ONLY (torchtitan FSDP2, Llama on A100): never fitted to."""
 CV_SCHEME = "leave-one-model-size-out (sklearn LeaveOneGroupOut over published runs)"
-FLASH_BACKWARD_FACTOR = 2.5
-"""Flash-attention backward / forward FLOPs: backward recomputes the scores and runs 4 more
-matmuls (dS, dV, dQ, dK) against forward's 2 (Dao 2023, FlashAttention-2 §3.1)."""
-CAUSAL_FRACTION = 0.5
-"""Causal flash attention skips the masked half of the S x S blocks."""
 PRIOR_REFERENCE = {"H200-SXM-141GB": "H100-SXM5-80GB", "B200": "H100-SXM5-80GB",
                    "AMD-MI300X": "H100-SXM5-80GB", "L40S": "A100-SXM4-80GB",
                    "A100-PCIe-80GB": "A100-SXM4-80GB"}
@@ -97,7 +98,8 @@ class PublishedRun(BaseModel):
     seq_len: int = Field(gt=0)
     micro_batch: int = Field(gt=0)
     accum_steps: int = Field(gt=0)
-    activation_checkpointing: str = Field(pattern="^(none|selective|full)$")
+    activation_checkpointing: str = Field(min_length=1)
+    """A `CheckpointPolicy` name (checked by `load_published_runs`)."""
     pure_bf16: bool
     interconnect: str
     tokens_per_s_per_gpu: float = Field(gt=0, allow_inf_nan=False)
@@ -118,6 +120,8 @@ def load_published_runs(path: str | Path = LLM_FOUNDRY_CSV) -> pd.DataFrame:
         try:
             PublishedRun.model_validate(record)
             get_gpu(str(record["gpu"]))
+            canonical_ac(record["activation_checkpointing"],
+                         where=f"{path}, line {i + 2}: activation_checkpointing")
         except ValidationError as err:
             first = err.errors()[0]
             raise DatasetError(f"{path}, line {i + 2}: field {first['loc'][0]!r}: {first['msg']}",
@@ -229,12 +233,12 @@ def calibrated_coefficients(gpu: GpuSpec, params: CalibrationParams,
     elementwise, optimizer and kernel-gap coefficients are the prior's (datasheet HBM)."""
     coefs = prior_compute_coefficients(gpu, assume)
     mm_s = 1.0 / (gpu.bf16_flops_per_s * params.matmul_efficiency)
-    attn_s = CAUSAL_FRACTION * 4.0 / (gpu.bf16_flops_per_s * params.attention_efficiency)
     for phase, mult in (("forward", 1.0), ("backward", 2.0)):
         coefs[phase]["tok_block_matmul"] = 2.0 * mult * mm_s
         coefs[phase]["tok_lm_head"] = 2.0 * mult * mm_s
         coefs[phase]["gemm_fixed"] = 2.0 * mult * params.gemm_half_size * mm_s
-        coefs[phase]["tok_attn"] = attn_s * (FLASH_BACKWARD_FACTOR if phase == "backward" else 1.0)
+        coefs[phase]["tok_attn"] = attention_seconds_per_feature(
+            phase, gpu.bf16_flops_per_s * params.attention_efficiency)
     return coefs
 
 

@@ -415,10 +415,13 @@ def make_prior_profile(gpu_name: str, assumptions: Any = None) -> HardwareProfil
         },
         "assumptions": {k: {"value": v, "note": notes.get(k, "")}
                         for k, v in assume.as_dict().items()},
-        "method": "forward/backward: FLOPs/(peak bf16 x matmul_efficiency) for tok_block_matmul, "
-                  "tok_attn, tok_lm_head (backward = 2 x forward FLOPs); HBM bytes/(hbm bandwidth "
-                  "x hbm_efficiency) for tok_hidden, tok_ffn, tok_vocab and the optimizer; "
-                  "kernel_gap_s x kernels for layers and const. comm: catalog latency and busbw.",
+        "method": "forward/backward: FLOPs/(peak bf16 x matmul_efficiency) for tok_block_matmul "
+                  "and tok_lm_head (backward = 2 x forward FLOPs) and for tok_attn as causal "
+                  "flash attention (half of 4·S·a·d forward, 2.5 x that backward: "
+                  "perfmodel.costs.compute.attention_seconds_per_feature, as the calibrated "
+                  "profiles); HBM bytes/(hbm bandwidth x hbm_efficiency) for tok_hidden, tok_ffn, "
+                  "tok_vocab and the optimizer; kernel_gap_s x kernels for layers and const. "
+                  "comm: catalog latency and busbw.",
     }
     backend = "rccl" if gpu.name.upper().startswith("AMD") else "nccl"
     if gpu.intra_node_link.startswith("gloo"):  # a CPU "device" (catalogs/gpus_local.csv)

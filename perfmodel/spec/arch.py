@@ -3,8 +3,9 @@
 Conventions (DESIGN §2): h hidden size, L layers, a attention heads, a_kv key/value heads,
 d head dim (default h/a), f intermediate size, V vocabulary, S sequence length.
 Forward matmul FLOPs per token = 2 x matmul parameters (block linears + LM head) plus attention
-2·2·S·a·d per layer (QKᵀ and AV, no causal discount); backward = 2 x forward; full recompute adds
-one more forward.
+2·2·S·a·d per layer (QKᵀ and AV, no causal discount: the FLOP convention of MFU and of PyTorch's
+FlopCounterMode); backward = 2 x forward; activation checkpointing adds the forward FLOPs its
+policy recomputes (`block_recompute_flops_per_token`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from perfmodel.spec.errors import ConfigError
+from perfmodel.spec.recipe import CheckpointPolicy
 
 logger = logging.getLogger(__name__)
 
@@ -194,13 +196,35 @@ class ModelSpec:
     def backward_flops_per_token(self, seq_len: int) -> float:
         return 2.0 * self.forward_flops_per_token(seq_len)
 
-    def recompute_flops_per_token(self, seq_len: int, ac: str) -> float:
-        """Extra forward FLOPs spent recomputing activations under checkpointing mode `ac`."""
-        if ac == "full":
-            return self.num_layers * self.block_forward_flops_per_token(seq_len)
-        if ac == "selective":  # attention core recomputed (Korthikanti et al. selective AC)
-            return self.num_layers * self.attention_flops_per_token(seq_len)
+    @property
+    def block_linears(self) -> tuple[tuple[int, int], ...]:
+        """(in_features, out_features) of one block's linears in forward execution order: q, k,
+        v, o, then (gate,) up, down."""
+        return self.attn_linears + self.mlp_linears
+
+    def block_recompute_flops_per_token(self, seq_len: int, ac: str | CheckpointPolicy, *,
+                                        whole: bool = False) -> float:
+        """Forward FLOPs one block recomputes in its backward under checkpointing policy `ac`
+        (`CheckpointPolicy` states what each mode recomputes); `whole`: a block the policy
+        checkpoints whole (full, and every N-th block of layer:N) recomputes its entire forward.
+        op-sac recomputes the block's 2nd, 4th, ... linear (k, o, up; without a gate k, o,
+        down), never its attention kernel; attn recomputes the attention core only."""
+        policy = CheckpointPolicy.parse(ac)
+        if whole or policy.mode == "full":
+            return self.block_forward_flops_per_token(seq_len)
+        if policy.mode == "op-sac":
+            return 2.0 * sum(i * o for n, (i, o) in enumerate(self.block_linears) if n % 2 == 1)
+        if policy.mode == "attn":
+            return self.attention_flops_per_token(seq_len)
         return 0.0
+
+    def recompute_flops_per_token(self, seq_len: int, ac: str | CheckpointPolicy) -> float:
+        """Extra forward FLOPs per token of the whole model spent recomputing activations under
+        checkpointing policy `ac` (the blocks' sum; the root unit is never checkpointed)."""
+        policy = CheckpointPolicy.parse(ac)
+        whole = policy.checkpointed_blocks(self.num_layers)
+        return (whole * self.block_recompute_flops_per_token(seq_len, policy, whole=True)
+                + (self.num_layers - whole) * self.block_recompute_flops_per_token(seq_len, policy))
 
     def train_flops_per_token(self, seq_len: int, ac: str = "none") -> float:
         """Hardware FLOPs per trained token: forward + backward + recompute."""

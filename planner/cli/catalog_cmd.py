@@ -107,6 +107,7 @@ def _memory_payload(breakdown: MemoryBreakdown, *, model: str, gpu: Any, nodes: 
         "accum_steps": breakdown.accum_steps, "accum_mode": breakdown.accum_mode,
         "recipe": recipe.name, "peak_phase": breakdown.phase, "peak_gib": peak_gib,
         "tracked_gib": breakdown.tracked_bytes / GIB,
+        "reserve_gib": breakdown.reserve_bytes / GIB,
         "usable_memory_gib": gpu.usable_memory_bytes / GIB,
         "fits": breakdown.peak_bytes <= gpu.usable_memory_bytes, "max_micro_batch": max_m,
         "breakdown_gib": gib,
