@@ -166,11 +166,13 @@ def _prediction(w: Workload, *, strategy: str, wan: WanLink, outer: OuterRecipe)
     step = simulate_inner_step(w)
     info = analyse_step(step)
     islands = wan.num_islands if strategy != "fsdp" else 1
-    sequences = islands * w.accum * w.micro_batch * w.island.num_gpus
+    # m sequences per data-parallel rank per micro-step; model-parallel ranks share them
+    sequences = islands * w.accum * w.micro_batch * w.recipe.parallel.dp
     out: dict[str, Any] = {"model": w.model.name, "gpu": w.gpu.name, "strategy": strategy,
                            "islands": islands, "nodes": w.island.num_nodes,
                            "gpus_per_node": w.island.gpus_per_node, "seq_len": w.seq_len,
                            "micro_batch": w.micro_batch, "accum": w.accum, "ac": w.ac,
+                           "layout": w.recipe.parallel.to_dict(),
                            "inner_step_time_s": step.step_time_s}
     step_s, comm_s = step.step_time_s, step.comm_busy_s
     if strategy == "diloco":

@@ -57,7 +57,7 @@ class Workload:
     seq_len: int
     """S, tokens per sequence."""
     micro_batch: int
-    """m, sequences per GPU per micro-step."""
+    """m, sequences per data-parallel rank per micro-step (a GPU under plain FSDP)."""
     accum: int
     """k, gradient-accumulation micro-steps."""
     recipe: TrainingRecipe
@@ -102,8 +102,14 @@ def resolve_workload(model_name: str, *, gpu_name: str, nodes: int, gpus_per_nod
     island = IslandSpec(gpu=gpu, num_nodes=nodes, gpus_per_node=gpus_per_node,
                         intra_link=gpu.intra_node_link, inter_link=gpu.inter_node_link,
                         nics_per_node=gpu.nics_per_node)
+    recipe = resolve_recipe(recipe, ac)
+    layout = recipe.parallel.resolve(island.num_gpus)
+    layout.check_model(num_layers=model.num_layers, num_heads=model.num_heads,
+                       num_kv_heads=model.num_kv_heads, intermediate_size=model.intermediate_size,
+                       seq_len=seq_len)
     return Workload(model=model, gpu=gpu, island=island, profile=profile, seq_len=seq_len,
-                    micro_batch=micro_batch, accum=accum, recipe=resolve_recipe(recipe, ac))
+                    micro_batch=micro_batch, accum=accum,
+                    recipe=replace(recipe, parallel=layout))
 
 
 def simulate_inner_step(w: Workload) -> StepResult:

@@ -24,6 +24,7 @@ The ring formula itself lives in `perfmodel.spec.formulas` (one home, shared wit
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
@@ -40,6 +41,7 @@ from perfmodel.spec.formulas import OP_MULTIPLIER, ring_terms, ring_time_s
 
 if TYPE_CHECKING:
     from perfmodel.spec.hardware import IslandSpec
+    from perfmodel.spec.layout import CommGroup
 
 logger = logging.getLogger(__name__)
 
@@ -107,16 +109,37 @@ class CommModel:
                      "(`shardmeter catalog links`).") from err
 
     def effective(self, op: str, links: Sequence[str],
-                  nics_per_node: int = 1) -> tuple[float, float]:
-        """(max latency_s, min bandwidth_bytes_per_s) over the links a ring crosses."""
+                  nics_per_node: float = 1) -> tuple[float, float]:
+        """(max latency_s, min bandwidth_bytes_per_s) over the links a ring crosses; a per-NIC
+        link gets `nics_per_node` NICs (a share below 1 when groups share a NIC)."""
         coefs = [self.resolve(op, name) for name in links]
         lat = max(c.latency_s for c in coefs)
-        bw = min(c.bandwidth_bytes_per_s * (max(nics_per_node, 1) if c.per_nic else 1.0)
-                 for c in coefs)
+        if not nics_per_node > 0:
+            raise ValueError(f"nics_per_node must be > 0, got {nics_per_node}")
+        # an island's ring uses whole NICs (at least one); a group's ring may share one
+        share = max(nics_per_node, 1) if isinstance(nics_per_node, int) else nics_per_node
+        bw = min(c.bandwidth_bytes_per_s * (share if c.per_nic else 1.0) for c in coefs)
         return lat, bw
 
+    def group_time_s(self, op: str, group: CommGroup, payload_bytes: Any) -> Any:
+        """One collective over a parallel group as placed on the nodes (`perfmodel.spec.layout`):
+        a ring over its links with its NIC share; an all_reduce across nodes as NCCL's tree when
+        that is faster (latency 2·(members per node − 1 + ⌈log2 nodes⌉)·α instead of the ring's
+        2·(P − 1)·α, the same bus bandwidth): NCCL picks the faster algorithm per size, and a
+        16k-rank ring's latency would otherwise dominate every large layout."""
+        if group.size <= 1:
+            zero = np.zeros(np.shape(payload_bytes))
+            return float(zero) if zero.ndim == 0 else zero
+        lat, bw = self.effective(op, group.links, group.nics)
+        ring = ring_time_s(op, group.size, payload_bytes, lat, bw)
+        if op != "all_reduce" or not group.crosses_nodes:
+            return ring
+        depth = group.members_per_node - 1 + math.ceil(math.log2(group.nodes))
+        tree = ring - OP_MULTIPLIER[op] * (group.size - 1) * lat + 2.0 * depth * lat
+        return np.minimum(ring, tree) if np.ndim(ring) else min(ring, tree)
+
     def time_s(self, op: str, links: Sequence[str], world_size: Any, payload_bytes: Any,
-               nics_per_node: int = 1) -> Any:
+               nics_per_node: float = 1) -> Any:
         """Predicted time of one ring collective; 0 for an empty ring or world_size 1."""
         if not links:
             P = np.asarray(world_size, dtype=float)

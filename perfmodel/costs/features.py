@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -158,6 +159,49 @@ def _pass_vectors(model: ModelSpec, seq_len: int, unit: str) -> tuple[np.ndarray
     return out
 
 
+@dataclass(frozen=True, slots=True)
+class RankShard:
+    """How one rank's share of a unit's work is cut by in-stage parallelism.
+
+    Claim: a rank's features are the features of the tensor-parallel shard of the model
+    (`local_model`: heads, key/value heads, MLP width and vocabulary divided by tp, hidden width
+    whole) over its context-parallel share of the tokens (T/cp; each query still attends over the
+    whole sequence S, and causal load balancing gives every rank 1/cp of the attention), with the
+    elementwise hidden-width work (norms, residual adds) on 1/tp of the tokens when sequence
+    parallelism shards them.
+    Why: column-parallel linears split their outputs, row-parallel ones their inputs, so every
+    matmul of a block runs 1/tp of its weights over the same tokens; attention runs a/tp heads;
+    nothing else is divided. The measured and calibrated compute models are then evaluated on
+    shapes they know, with no refit on parallel data.
+    Checked by: tests/test_layout.py (a tp shard's block matmul features are 1/tp of the whole,
+    cp divides every per-token feature, sequence parallelism only the hidden-width ones).
+    """
+
+    tp: int = 1
+    """Tensor-parallel degree."""
+    cp: int = 1
+    """Context-parallel degree."""
+    sequence_parallel: bool = False
+    """Norms and residual adds run on 1/tp of the tokens."""
+
+    @property
+    def trivial(self) -> bool:
+        return self.tp == 1 and self.cp == 1
+
+
+@functools.lru_cache(maxsize=256)
+def local_model(model: ModelSpec, tp: int) -> ModelSpec:
+    """The tensor-parallel shard of `model` one rank holds: query heads, MLP width and
+    vocabulary divided by tp, key/value heads divided (or one replicated head when tp exceeds
+    them), hidden width and norms whole."""
+    if tp == 1:
+        return model
+    return replace(model, name=f"{model.name} [tp {tp} shard]", num_heads=model.num_heads // tp,
+                   num_kv_heads=max(1, model.num_kv_heads // tp), head_dim=model.d,
+                   intermediate_size=model.intermediate_size // tp,
+                   vocab_size=-(-model.vocab_size // tp), published_params=None)
+
+
 def _optimizer_vectors(model: ModelSpec, unit: str) -> tuple[np.ndarray, np.ndarray]:
     """(sharded part, unsharded part): features = sharded / num_shards + unsharded."""
     block = (np.array([model.block_params, 0.0, 0.0]), np.array([0.0, 1.0, 0.0]))
@@ -171,13 +215,16 @@ def _optimizer_vectors(model: ModelSpec, unit: str) -> tuple[np.ndarray, np.ndar
 
 
 def unit_feature_affine(model: ModelSpec, seq_len: int, unit: str = "model",
-                        phase: str = "forward",
-                        num_shards: int = 1) -> tuple[np.ndarray, np.ndarray]:
-    """Feature vectors (per_micro_batch, constant): features(m) = m·per_micro_batch + constant.
+                        phase: str = "forward", num_shards: int = 1,
+                        shard: RankShard | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Feature vectors (per_micro_batch, constant): features(m) = m·per_micro_batch + constant,
+    of one rank's share when `shard` splits the work (`RankShard`).
 
     For the optimizer the features do not depend on m (per_micro_batch is zero).
     """
     _check_unit(unit)
+    if shard is not None and not shard.trivial:
+        model = local_model(model, shard.tp)
     if phase == "optimizer":
         if num_shards < 1:
             raise ValueError(f"num_shards must be >= 1, got {num_shards}")
@@ -185,7 +232,12 @@ def unit_feature_affine(model: ModelSpec, seq_len: int, unit: str = "model",
         return np.zeros(len(OPTIMIZER_FEATURES)), sharded / num_shards + fixed
     phase_features(phase)
     per_token, const = _pass_vectors(model, int(seq_len), unit)
-    return per_token * seq_len, const
+    if shard is None or shard.trivial:
+        return per_token * seq_len, const
+    per_token = per_token.copy()
+    if shard.sequence_parallel and shard.tp > 1:
+        per_token[PASS_FEATURES.index("tok_hidden")] /= shard.tp
+    return per_token * (seq_len / shard.cp), const
 
 
 def unit_feature_matrix(model: ModelSpec, seq_len: int, micro_batches: np.ndarray | int,

@@ -67,9 +67,11 @@ from typing import Any
 
 import numpy as np
 
+from perfmodel.costs.features import local_model
 from perfmodel.spec.arch import ModelSpec
 from perfmodel.spec.errors import UserInputError
 from perfmodel.spec.formulas import DTYPE_BYTES, GIB, dtype_bytes
+from perfmodel.spec.layout import ParallelLayout
 from perfmodel.spec.recipe import DEFAULT_RECIPE, TrainingRecipe
 
 logger = logging.getLogger(__name__)
@@ -523,6 +525,23 @@ def _component_bytes(p: _Phase, tokens: int) -> dict[str, float]:
 
 # ---- public API ------------------------------------------------------------------------------
 
+def rank_view(model: ModelSpec, num_gpus: int, seq_len: int,
+              recipe: TrainingRecipe) -> tuple[ModelSpec, int, int]:
+    """(model shard, FSDP ranks, tokens per sequence) one rank of `num_gpus` holds under the
+    recipe's parallel layout: the tensor-parallel shard (`perfmodel.costs.features.local_model`)
+    sharded again over dp_shard · cp, over its context-parallel share of each sequence. The
+    default layout is the model over every GPU."""
+    layout = recipe.parallel
+    if layout == ParallelLayout():
+        return model, num_gpus, seq_len
+    layout = layout.resolve(num_gpus)
+    if layout.pp > 1:
+        raise UserInputError("the per-stage memory of pipeline layouts (pp > 1) is not modelled "
+                             "by this function",
+                             hint="use perfmodel.sim.pipeline's stage memory for pp > 1.")
+    return local_model(model, layout.tp), layout.fsdp_degree, seq_len // layout.cp
+
+
 def memory_breakdown(model: ModelSpec, *, num_gpus: int, seq_len: int, micro_batch: int,
                      ac: str | None = None, recipe: TrainingRecipe | None = None,
                      accum_steps: int = 1, accum_mode: str | None = None,
@@ -536,6 +555,7 @@ def memory_breakdown(model: ModelSpec, *, num_gpus: int, seq_len: int, micro_bat
     _positive("micro_batch", micro_batch)
     _positive("accum_steps", accum_steps)
     recipe = resolve_memory_recipe(recipe, ac, accum_mode)
+    model, num_gpus, seq_len = rank_view(model, num_gpus, seq_len, recipe)
     z = _sizes(model, num_gpus, recipe, config)
     tokens = micro_batch * seq_len
     phases = _phases(model, seq_len, z, recipe, accum_steps, config, outer_states)
@@ -561,6 +581,7 @@ def memory_coefficients(model: ModelSpec, *, num_gpus: int, seq_len: int, ac: st
     _positive("seq_len", seq_len)
     _positive("accum_steps", accum_steps)
     recipe = resolve_memory_recipe(recipe, ac, accum_mode)
+    model, num_gpus, seq_len = rank_view(model, num_gpus, seq_len, recipe)
     z = _sizes(model, num_gpus, recipe, config)
     phases = _phases(model, seq_len, z, recipe, accum_steps, config, outer_states)
     fixed = tuple(float(sum(_component_bytes(p, 0).values())) for p in phases)

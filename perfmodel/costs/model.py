@@ -14,8 +14,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+from perfmodel.costs.features import RankShard
 from perfmodel.spec.arch import ModelSpec
 from perfmodel.spec.hardware import IslandSpec
+from perfmodel.spec.layout import CommGroup
 
 
 class CostModel(Protocol):
@@ -40,9 +42,10 @@ class CostModel(Protocol):
         ...
 
     def compute_time_s(self, phase: str, model: ModelSpec, seq_len: int, micro_batch: Any,
-                       unit: str = "model", num_shards: Any = 1) -> Any:
+                       unit: str = "model", num_shards: Any = 1,
+                       shard: RankShard | None = None) -> Any:
         """Forward, backward or optimizer time of the model, one block or the root (arrays
-        broadcast)."""
+        broadcast); of one rank's share when `shard` splits the work (parallel layouts)."""
         ...
 
     def comm_time_s(self, op: str, links: Sequence[str], world_size: Any, payload_bytes: Any,
@@ -53,4 +56,9 @@ class CostModel(Protocol):
 
     def island_comm_time_s(self, op: str, island: IslandSpec, payload_bytes: Any) -> Any:
         """A collective over every GPU of an island."""
+        ...
+
+    def group_comm_time_s(self, op: str, group: CommGroup, payload_bytes: Any) -> Any:
+        """A collective over one parallel group as placed on the island's nodes
+        (`perfmodel.spec.layout.CommGroup`)."""
         ...

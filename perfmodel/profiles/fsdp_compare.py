@@ -24,6 +24,7 @@ from perfmodel.sim.fsdp import simulate_step, step_costs
 from perfmodel.spec.catalog import get_gpu
 from perfmodel.spec.errors import UserInputError
 from perfmodel.spec.hardware import IslandSpec
+from perfmodel.spec.layout import ParallelLayout
 from perfmodel.spec.recipe import TrainingRecipe, recipe_from_mapping
 
 SHAPE_COLUMNS = ("model", "family", "hidden_size", "num_hidden_layers", "num_attention_heads",
@@ -48,9 +49,12 @@ def _memory_config(dtype: str) -> MemoryConfig:
 
 def recipe_mapping(recipe: TrainingRecipe) -> dict[str, Any]:
     """The recipe as a JSON-able mapping without the DiLoCo settings (FSDP training ignores
-    them)."""
+    them) and, for plain FSDP, without the default parallel layout (so cells written before
+    layouts existed keep their text, which is also a resume key)."""
     data = recipe.to_dict()
     data.pop("outer", None)
+    if recipe.parallel == ParallelLayout():
+        data.pop("parallel", None)
     return data
 
 

@@ -39,6 +39,7 @@ from perfmodel.costs.compute import PriorAssumptions, prior_compute_coefficients
 from perfmodel.costs.features import (
     PHASES,
     UNITS,
+    RankShard,
     phase_features,
     unit_feature_affine,
     unit_feature_matrix,
@@ -47,6 +48,7 @@ from perfmodel.spec.arch import ModelSpec
 from perfmodel.spec.catalog import get_gpu, get_link
 from perfmodel.spec.errors import CatalogError, ProfileError, did_you_mean
 from perfmodel.spec.hardware import IslandSpec
+from perfmodel.spec.layout import CommGroup
 from perfmodel.spec.paths import profiles_dir
 
 logger = logging.getLogger(__name__)
@@ -144,28 +146,34 @@ class HardwareProfile:
         return np.array([coefs.get(name, 0.0) for name in phase_features(phase)])
 
     def compute_affine_s(self, phase: str, model: ModelSpec, seq_len: int, unit: str = "model",
-                         num_shards: int = 1) -> tuple[float, float]:
-        """(seconds per micro-batch sequence, fixed seconds): time(m) = m·first + second."""
-        key = (phase, model, seq_len, unit, num_shards)
+                         num_shards: int = 1,
+                         shard: RankShard | None = None) -> tuple[float, float]:
+        """(seconds per micro-batch sequence, fixed seconds): time(m) = m·first + second, of one
+        rank's share when `shard` splits the work."""
+        key = (phase, model, seq_len, unit, num_shards, shard)
         hit = self._cache.get(key)
         if hit is None:
-            per_mb, const = unit_feature_affine(model, seq_len, unit, phase, num_shards)
+            per_mb, const = unit_feature_affine(model, seq_len, unit, phase, num_shards, shard)
             w = self._coef_vector(phase)
             hit = self._cache[key] = (float(per_mb @ w), float(const @ w))
         return hit
 
     def compute_time_s(self, phase: str, model: ModelSpec, seq_len: int, micro_batch: Any,
-                       unit: str = "model", num_shards: Any = 1) -> Any:
-        """Time of one forward/backward pass or optimizer step of the model, ONE block or the root.
+                       unit: str = "model", num_shards: Any = 1,
+                       shard: RankShard | None = None) -> Any:
+        """Time of one forward/backward pass or optimizer step of the model, ONE block or the root
+        (of one rank's share when `shard` splits the work: `perfmodel.costs.features.RankShard`).
 
         micro_batch (and num_shards) may be numpy arrays; the result then is an array.
         """
         if unit not in UNITS:
             raise ValueError(f"unknown unit {unit!r}; expected one of {UNITS}")
         if isinstance(num_shards, np.ndarray):
+            if shard is not None and not shard.trivial:
+                raise ValueError("an array of shard counts is not combined with a rank shard")
             X = unit_feature_matrix(model, seq_len, micro_batch, unit, phase, num_shards)
             return X @ self._coef_vector(phase)
-        slope, fixed = self.compute_affine_s(phase, model, seq_len, unit, int(num_shards))
+        slope, fixed = self.compute_affine_s(phase, model, seq_len, unit, int(num_shards), shard)
         return slope * micro_batch + fixed
 
     def compute_provenance(self, phase: str) -> str:
@@ -185,6 +193,11 @@ class HardwareProfile:
         """Ring collective over all GPUs of an island (intra/inter links and NICs resolved)."""
         return self.comm.time_s(op, island.ring_links, island.num_gpus, payload_bytes,
                                 island_nics(island))
+
+    def group_comm_time_s(self, op: str, group: CommGroup, payload_bytes: Any) -> Any:
+        """A collective over one parallel group as placed on the nodes
+        (`CommModel.group_time_s`)."""
+        return self.comm.group_time_s(op, group, payload_bytes)
 
     def island_comm_provenance(self, op: str, island: IslandSpec) -> str:
         return self.comm.provenance(op, island.ring_links)

@@ -21,7 +21,7 @@ randomised configurations and recipes, for k = 1..4).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -30,14 +30,12 @@ import numpy as np
 
 from perfmodel.costs.model import CostModel
 from perfmodel.sim.fsdp import (
-    COMM_STREAM,
-    COMPUTE_STREAM,
     COST_FIELDS,
     StepCosts,
     step_plan,
     unit_durations,
 )
-from perfmodel.sim.graph import contention_delay
+from perfmodel.sim.graph import COMPUTE_KINDS, contention_delay
 from perfmodel.spec.arch import ModelSpec
 from perfmodel.spec.hardware import IslandSpec
 from perfmodel.spec.recipe import DEFAULT_RECIPE, TrainingRecipe
@@ -68,6 +66,12 @@ class FastCosts:
     """Whether the last unit is the root."""
     overlap_slowdown: Any = 1.0
     """Contention factor >= 1: a scalar or an (N,) array."""
+    extra: Mapping[tuple[str, int, int], np.ndarray] = field(default_factory=dict)
+    """The other durations of parallel layouts, each an (N,) array keyed by (cost name, unit
+    type or -1, index or -1): inline collectives (`forward_inline_s`, `backward_inline_s`,
+    `prologue_s`, `epilogue_s`) and the HSDP all-reduce (`replicate_s`)."""
+    block_norms: int = 2
+    """Normalisation layers per block (the plan's norm-gradient all-reduces)."""
 
     def __post_init__(self) -> None:
         shape = self.forward_s.shape
@@ -85,6 +89,10 @@ class FastCosts:
         if slow.shape not in ((), shape[1:]) or not np.all(np.isfinite(slow) & (slow >= 1)):
             raise ValueError(
                 f"overlap_slowdown must be finite and >= 1, a scalar or shape {shape[1:]}")
+        for extra_key, value in self.extra.items():
+            if value.shape != shape[1:]:
+                raise ValueError(f"extra duration {extra_key} has shape {value.shape}, "
+                                 f"expected {shape[1:]}")
 
     @property
     def size(self) -> int:
@@ -102,11 +110,24 @@ class FastCosts:
         def grid(key: str) -> np.ndarray:
             return np.array([[getattr(u, key) for u in c.units] for c in costs], dtype=float).T
 
+        extra: dict[tuple[str, int, int], np.ndarray] = {}
+        for row in range(num_units):
+            for name in ("forward_inline_s", "backward_inline_s"):
+                for i in range(len(getattr(costs[0].units[row], name))):
+                    extra[(name, row, i)] = np.array(
+                        [getattr(c.units[row], name)[i] for c in costs], dtype=float)
+            if recipe.parallel.dp_replicate > 1:
+                extra[("replicate_s", row, -1)] = np.array(
+                    [c.units[row].replicate_s for c in costs], dtype=float)
+        for name in ("prologue_s", "epilogue_s"):
+            for i in range(len(getattr(costs[0], name))):
+                extra[(name, -1, i)] = np.array([getattr(c, name)[i] for c in costs], dtype=float)
         return cls(forward_s=grid("forward_s"), backward_s=grid("backward_s"),
                    all_gather_s=grid("all_gather_s"), reduce_scatter_s=grid("reduce_scatter_s"),
                    optimizer_s=np.array([c.optimizer_s for c in costs], dtype=float),
                    unit_types=tuple(range(num_units)), recipe=recipe, has_root=has_root,
-                   overlap_slowdown=np.array([c.overlap_slowdown for c in costs], dtype=float))
+                   overlap_slowdown=np.array([c.overlap_slowdown for c in costs], dtype=float),
+                   extra=extra, block_norms=costs[0].block_norms)
 
     def take(self, index: Any) -> FastCosts:
         """The configurations selected by `index` (a slice or an index array)."""
@@ -116,20 +137,36 @@ class FastCosts:
                          reduce_scatter_s=self.reduce_scatter_s[:, index],
                          optimizer_s=self.optimizer_s[index], unit_types=self.unit_types,
                          recipe=self.recipe, has_root=self.has_root,
-                         overlap_slowdown=slow if slow.ndim == 0 else slow[index])
+                         overlap_slowdown=slow if slow.ndim == 0 else slow[index],
+                         extra={k: v[index] for k, v in self.extra.items()},
+                         block_norms=self.block_norms)
+
+    def duration(self, name: str, row: int, index: int) -> np.ndarray:
+        """The (N,) durations of one compiled task's cost."""
+        if (name, row, index) in self.extra:
+            return self.extra[(name, row, index)]
+        if row < 0:
+            return self.optimizer_s
+        array: np.ndarray = getattr(self, name)[row]
+        return array
 
 
 def concat_fast_costs(parts: Sequence[FastCosts]) -> FastCosts:
     """One FastCosts over all parts (same units and recipe): one vectorised pass."""
     first = parts[0]
-    if any((p.unit_types, p.has_root, p.recipe) != (first.unit_types, first.has_root, first.recipe)
-           for p in parts):
-        raise ValueError("parts must share unit types, root and recipe")
+    # norms per block matter only to the inline (tensor-parallel) collectives they add
+    def shape(p: FastCosts) -> tuple[Any, ...]:
+        return (p.unit_types, p.has_root, p.recipe, sorted(p.extra),
+                p.block_norms if p.extra else None)
+    if any(shape(p) != shape(first) for p in parts):
+        raise ValueError("parts must share unit types, root, recipe and layout durations")
     slow = [np.broadcast_to(np.asarray(p.overlap_slowdown, dtype=float), (p.size,)) for p in parts]
     return FastCosts(
         **{k: np.concatenate([getattr(p, k) for p in parts], axis=1) for k in COST_FIELDS},
         optimizer_s=np.concatenate([p.optimizer_s for p in parts]), unit_types=first.unit_types,
-        recipe=first.recipe, has_root=first.has_root, overlap_slowdown=np.concatenate(slow))
+        recipe=first.recipe, has_root=first.has_root, overlap_slowdown=np.concatenate(slow),
+        extra={k: np.concatenate([p.extra[k] for p in parts]) for k in first.extra},
+        block_norms=first.block_norms)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -170,10 +207,12 @@ class CompiledStep:
 
     preds: tuple[tuple[int, ...], ...]
     """Stream predecessor and dependencies of each task."""
-    costs: tuple[tuple[str, int], ...]
-    """(duration array name, unit type row; -1 for the optimizer) of each task."""
+    costs: tuple[tuple[str, int, int], ...]
+    """(duration name, unit type row or -1, index or -1) of each task (`FastCosts.duration`)."""
     is_compute: tuple[bool, ...]
-    """Whether each task runs on the compute stream."""
+    """Whether each task is compute (slowed by contention, counted as compute busy); the inline
+    collectives of parallel layouts run on the compute stream but are communication, as in the
+    graph simulator."""
     overlaps: tuple[tuple[int, ...], ...]
     """Per compute task: collectives issued before it that are not its ancestors (may overlap)."""
     sinks: tuple[int, ...]
@@ -186,9 +225,10 @@ class CompiledStep:
 
 @lru_cache(maxsize=128)
 def compile_step(num_units: int, has_root: bool, recipe: TrainingRecipe, accum_steps: int,
-                 unit_types: tuple[int, ...]) -> CompiledStep:
+                 unit_types: tuple[int, ...], block_norms: int = 2) -> CompiledStep:
     """Compile `fsdp.step_plan` into a fixed DAG (cached per units, recipe and k)."""
-    plan = step_plan(num_units, has_root=has_root, recipe=recipe, accum_steps=accum_steps)
+    plan = step_plan(num_units, has_root=has_root, recipe=recipe, accum_steps=accum_steps,
+                     block_norms=block_norms)
     last: dict[str, int] = {}
     preds: list[tuple[int, ...]] = []
     ancestors: list[int] = []  # bit j set: task j is an ancestor
@@ -203,17 +243,18 @@ def compile_step(num_units: int, has_root: bool, recipe: TrainingRecipe, accum_s
             anc |= ancestors[p] | (1 << p)
         ancestors.append(anc)
         preds.append(pred)
-        is_compute = spec.stream == COMPUTE_STREAM
+        is_compute = spec.kind in COMPUTE_KINDS
         overlaps.append(tuple(j for j in comm_so_far if not anc >> j & 1) if is_compute else ())
-        if spec.stream == COMM_STREAM:
+        if not is_compute:
             comm_so_far.append(i)
     waited = {p for pred in preds for p in pred}
     first = tuple(s.micro_step == 0 and s.unit is not None for s in plan)
     waited_first = {p for i, pred in enumerate(preds) if first[i] for p in pred}
     return CompiledStep(
         preds=tuple(preds),
-        costs=tuple((s.cost, -1 if s.unit is None else unit_types[s.unit]) for s in plan),
-        is_compute=tuple(s.stream == COMPUTE_STREAM for s in plan), overlaps=tuple(overlaps),
+        costs=tuple((s.cost, -1 if s.unit is None else unit_types[s.unit], s.index)
+                    for s in plan),
+        is_compute=tuple(s.kind in COMPUTE_KINDS for s in plan), overlaps=tuple(overlaps),
         sinks=tuple(i for i in range(len(plan)) if i not in waited), first_micro=first,
         first_sinks=tuple(i for i in range(len(plan)) if first[i] and i not in waited_first))
 
@@ -257,8 +298,8 @@ def evaluate(compiled: CompiledStep, costs: FastCosts) -> Evaluation:
         start = zero if not pred else ends[pred[0]]
         for p in pred[1:]:
             start = np.maximum(start, ends[p])
-        name, row = compiled.costs[i]
-        dur = costs.optimizer_s if row < 0 else getattr(costs, name)[row]
+        name, row, index = compiled.costs[i]
+        dur = costs.duration(name, row, index)
         is_compute = compiled.is_compute[i]
         end = start + dur
         if contended and is_compute and compiled.overlaps[i]:
@@ -279,16 +320,18 @@ def evaluate(compiled: CompiledStep, costs: FastCosts) -> Evaluation:
 
 
 @lru_cache(maxsize=128)
-def steps_to_compile(num_units: int, has_root: bool, recipe: TrainingRecipe) -> int:
+def steps_to_compile(num_units: int, has_root: bool, recipe: TrainingRecipe,
+                     block_norms: int = 2) -> int:
     """1 where a non-final micro-step has the same tasks as the final one (one micro-step then
     tells both, as when every micro-step reduce-scatters), else 2."""
-    plan = step_plan(num_units, has_root=has_root, recipe=recipe, accum_steps=2)
+    plan = step_plan(num_units, has_root=has_root, recipe=recipe, accum_steps=2,
+                     block_norms=block_norms)
 
     def shape(micro: int) -> list[tuple[Any, ...]]:
         tasks = [(i, s) for i, s in enumerate(plan) if s.micro_step == micro and s.unit is not None]
         base = tasks[0][0]
-        return [(s.stream, s.kind, s.unit, s.cost, tuple(d - base for d in s.deps if d >= base))
-                for _, s in tasks]
+        return [(s.stream, s.kind, s.unit, s.cost, s.index,
+                 tuple(d - base for d in s.deps if d >= base)) for _, s in tasks]
 
     return 1 if shape(0) == shape(1) else 2
 
@@ -305,8 +348,8 @@ def fast_step(costs: FastCosts) -> FastStep:
         return FastStep(**{f: np.concatenate([getattr(p, f) for p in parts])
                            for f in FastStep.__dataclass_fields__})
     key = (len(costs.unit_types), costs.has_root, costs.recipe)
-    k = steps_to_compile(*key)
-    ev = evaluate(compile_step(*key, k, costs.unit_types), costs)
+    k = steps_to_compile(*key, costs.block_norms)
+    ev = evaluate(compile_step(*key, k, costs.unit_types, costs.block_norms), costs)
     return FastStep(microstep_s=ev.first_end_s, step_fixed_s=ev.makespan_s - k * ev.first_end_s,
                     microstep_compute_s=ev.first_compute_busy_s,
                     step_fixed_compute_s=ev.compute_busy_s - k * ev.first_compute_busy_s,
@@ -333,10 +376,28 @@ def model_fast_costs(model: ModelSpec, profile: CostModel, island: IslandSpec, *
                                 if any(whole) else [])
         return np.stack([np.broadcast_to(np.asarray(r, dtype=float), (n,)) for r in rows])
 
+    def vector(value: Any) -> np.ndarray:
+        return np.broadcast_to(np.asarray(value, dtype=float), (n,)).copy()
+
+    block_rows = (0, 2) if any(whole) else (0,)
+    extra: dict[tuple[str, int, int], np.ndarray] = {}
+    for where, name, rows in (("block_forward", "forward_inline_s", block_rows),
+                              ("block_backward", "backward_inline_s", block_rows),
+                              ("root_forward", "forward_inline_s", (1,)),
+                              ("root_backward", "backward_inline_s", (1,)),
+                              ("embed_forward", "prologue_s", (-1,)),
+                              ("embed_backward", "epilogue_s", (-1,))):
+        for i, value in enumerate(d.inline.get(where, ())):
+            for row in rows:
+                extra[(name, row, i)] = vector(value)
+    if d.recipe.parallel.dp_replicate > 1:
+        for row in block_rows:
+            extra[("replicate_s", row, -1)] = vector(d.block_replicate_s)
+        extra[("replicate_s", 1, -1)] = vector(d.root_replicate_s)
     return FastCosts(
         forward_s=types(d.block_forward_s, d.root_forward_s),
         backward_s=types(d.block_backward_s, d.root_backward_s, d.whole_backward_s),
         all_gather_s=types(d.block_all_gather_s, d.root_all_gather_s),
         reduce_scatter_s=types(d.block_reduce_scatter_s, d.root_reduce_scatter_s),
-        optimizer_s=np.broadcast_to(np.asarray(d.optimizer_s, dtype=float), (n,)).copy(),
-        unit_types=unit_types, recipe=d.recipe, overlap_slowdown=d.overlap_slowdown)
+        optimizer_s=vector(d.optimizer_s), unit_types=unit_types, recipe=d.recipe,
+        overlap_slowdown=d.overlap_slowdown, extra=extra, block_norms=model.norms_per_block)

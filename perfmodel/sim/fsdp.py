@@ -47,15 +47,21 @@ profile's `recompute_factor`. The root unit is not checkpointed.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any
 
+import numpy as np
+
+from perfmodel.costs.features import RankShard, local_model
 from perfmodel.costs.model import CostModel
 from perfmodel.sim.graph import Schedule, TaskGraph
 from perfmodel.spec.arch import ModelSpec
+from perfmodel.spec.errors import UserInputError
 from perfmodel.spec.formulas import dtype_bytes
 from perfmodel.spec.hardware import IslandSpec
+from perfmodel.spec.layout import CommGroup, ParallelLayout, place_group
 from perfmodel.spec.recipe import DEFAULT_RECIPE, TrainingRecipe
 
 COMPUTE_STREAM = "compute"
@@ -79,12 +85,25 @@ class UnitCosts:
     resharded)."""
     reduce_scatter_s: float
     """One reduce_scatter of the unit's gradients."""
+    forward_inline_s: tuple[float, ...] = ()
+    """Tensor- and context-parallel collectives of the unit's forward, in issue order
+    (`inline_collectives`), run on the compute stream after its forward compute."""
+    backward_inline_s: tuple[float, ...] = ()
+    """The same for its backward (and, under sequence parallelism, the all-reduce of its
+    replicated norm weights' gradients in FSDP2's post-backward)."""
+    replicate_s: float = 0.0
+    """HSDP: the all-reduce of the unit's gradient shard across the replicas, after its
+    reduce_scatter (0 without replication)."""
 
     def __post_init__(self) -> None:
-        for key in COST_FIELDS:
+        for key in (*COST_FIELDS, "replicate_s"):
             value = getattr(self, key)
             if not (math.isfinite(value) and value >= 0):
                 raise ValueError(f"unit {self.name!r}: {key} must be finite and >= 0, got {value}")
+        for key in ("forward_inline_s", "backward_inline_s"):
+            if not all(math.isfinite(v) and v >= 0 for v in getattr(self, key)):
+                raise ValueError(f"unit {self.name!r}: {key} must be finite and >= 0, "
+                                 f"got {getattr(self, key)}")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -101,6 +120,13 @@ class StepCosts:
     """Whether the last unit is the root (embedding, final norm, LM head)."""
     overlap_slowdown: float = 1.0
     """Compute runs this many times slower while a collective of the island is in flight."""
+    prologue_s: tuple[float, ...] = ()
+    """Inline collectives of the embedding's forward, before the first block (tensor
+    parallelism: the embedding's all-reduce or reduce-scatter)."""
+    epilogue_s: tuple[float, ...] = ()
+    """Inline collectives of the embedding's backward, after the first block's backward."""
+    block_norms: int = 2
+    """Normalisation layers per block (sequence parallelism all-reduces their gradients)."""
 
     def __post_init__(self) -> None:
         if not self.units:
@@ -129,13 +155,16 @@ class StepCosts:
     def plan(self, accum_steps: int) -> tuple[TaskSpec, ...]:
         """The task structure of a step of `accum_steps` micro-steps."""
         return step_plan(len(self.units), has_root=self.has_root, recipe=self.recipe,
-                         accum_steps=accum_steps)
+                         accum_steps=accum_steps, block_norms=self.block_norms)
 
     def duration_s(self, spec: TaskSpec) -> float:
         """Duration of one planned task."""
+        if spec.cost in ("prologue_s", "epilogue_s"):
+            return float(getattr(self, spec.cost)[spec.index])
         if spec.unit is None:
             return self.optimizer_s
-        return float(getattr(self.units[spec.unit], spec.cost))
+        value = getattr(self.units[spec.unit], spec.cost)
+        return float(value[spec.index] if spec.index >= 0 else value)
 
 
 def check_slowdown(value: Any) -> None:
@@ -202,12 +231,86 @@ class TaskSpec:
     """Indices of earlier tasks of the plan this one waits for."""
     micro_step: int = 0
     """Micro-step the task belongs to (0-based; the optimizer: the last one)."""
+    index: int = -1
+    """Position in a tuple-valued cost (an inline collective); -1 for scalar costs."""
+    group: str = ""
+    """The parallel group of a collective (tp, cp, fsdp, dp_replicate); empty for compute."""
 
 
 def _spec(name: str, stream: str, kind: str, unit: int | None, cost: str,
-          deps: tuple[int, ...], micro_step: int = 0) -> TaskSpec:
+          deps: tuple[int, ...], micro_step: int = 0, index: int = -1,
+          group: str = "") -> TaskSpec:
     return TaskSpec(name=name, stream=stream, kind=kind, unit=unit, cost=cost, deps=deps,
-                    micro_step=micro_step)
+                    micro_step=micro_step, index=index, group=group)
+
+
+# ---- inline (tensor- and context-parallel) collectives --------------------------------------
+
+Inline = tuple[tuple[str, str, str], ...]
+"""(op, group, payload) of each inline collective, in issue order; payload names what is moved:
+activation (micro-batch x local sequence x hidden), logits, kv (the rank's K and V over the full
+sequence), loss_rows (one fp32 value per token), norm_weight (one replicated norm's weight)."""
+
+
+@lru_cache(maxsize=64)
+def inline_collectives(recipe: TrainingRecipe, where: str, block_norms: int = 2) -> Inline:
+    """The collectives a layout runs inline on the compute stream at `where`: block_forward,
+    block_backward, root_forward, root_backward, embed_forward or embed_backward (the embedding
+    is part of the root unit but runs before the first block); `block_norms` normalisation
+    layers per block.
+
+    Claim (torchtitan's Llama TP plan; DTensor in torch 2.13, recorded by
+    tests/test_parallel_order.py on real gloo runs):
+      * tp > 1 with sequence parallelism: each block half gathers its sequence-sharded input
+        (all_gather) and reduce-scatters its row-parallel output: block forward AG, RS, AG, RS
+        and the mirror in backward; the embedding reduce-scatters its output and the final norm's
+        output is gathered before the LM head; the loss runs loss-parallel (three all-reduces of
+        one value per token over tp); replicated norm weights have partial gradients that FSDP2
+        all-reduces over tp in its post-backward (one per norm);
+      * tp > 1 without sequence parallelism: one all-reduce per row-parallel output in forward
+        (o, down; the embedding's output too), one per column-parallel input gradient in
+        backward (q, k, v, gate, up: DTensor reduces each separately; the LM head's too), and
+        the logits gathered for the loss;
+      * cp > 1: attention gathers K and V over cp in forward and reduce-scatters their gradients
+        in backward (the all-gather rotation of torch's context parallelism; no CPU ground truth:
+        its collectives are a prior).
+    """
+    tp, cp = recipe.parallel.tp > 1, recipe.parallel.cp > 1
+    sp = tp and recipe.parallel.sequence_parallel
+    act = ("activation",)
+    out: list[tuple[str, str, str]] = []
+    if where == "block_forward":
+        if sp:
+            out += [("all_gather", "tp", "activation")]
+        if cp:
+            out += [("all_gather", "cp", "kv")]
+        if tp:
+            out += [("reduce_scatter" if sp else "all_reduce", "tp", *act)]
+            out += [("all_gather", "tp", "activation")] if sp else []
+            out += [("reduce_scatter" if sp else "all_reduce", "tp", *act)]
+    elif where == "block_backward":
+        if sp:
+            out += [("all_gather", "tp", "activation"), ("reduce_scatter", "tp", "activation")]
+        elif tp:
+            out += [("all_reduce", "tp", "activation")] * 2      # gate, up input gradients
+        if cp:
+            out += [("reduce_scatter", "cp", "kv")]
+        if sp:
+            out += [("all_gather", "tp", "activation"), ("reduce_scatter", "tp", "activation")]
+            out += [("all_reduce", "tp", "norm_weight")] * block_norms
+        elif tp:
+            out += [("all_reduce", "tp", "activation")] * 3      # q, k, v input gradients
+    elif where == "root_forward" and tp:
+        out += ([("all_gather", "tp", "activation")] + [("all_reduce", "tp", "loss_rows")] * 3
+                if sp else [("all_gather", "tp", "logits")])
+    elif where == "root_backward" and tp:
+        out += ([("reduce_scatter", "tp", "activation"), ("all_reduce", "tp", "norm_weight")]
+                if sp else [("all_reduce", "tp", "activation")])
+    elif where == "embed_forward" and tp:
+        out += [("reduce_scatter" if sp else "all_reduce", "tp", "activation")]
+    elif where == "embed_backward" and sp:
+        out += [("all_gather", "tp", "activation")]
+    return tuple(out)
 
 
 def _slots(num_units: int, has_root: bool) -> list[tuple[int, bool]]:
@@ -239,9 +342,10 @@ def _gathers(num_units: int, has_root: bool, recipe: TrainingRecipe) -> list[tup
 
 @lru_cache(maxsize=256)
 def step_plan(num_units: int, *, has_root: bool = True, recipe: TrainingRecipe = DEFAULT_RECIPE,
-              accum_steps: int = 1) -> tuple[TaskSpec, ...]:
+              accum_steps: int = 1, block_norms: int = 2) -> tuple[TaskSpec, ...]:
     """The tasks of one FSDP step (k micro-steps + optimizer) in add order (module docstring);
-    cached: the plan is immutable and depends only on these arguments."""
+    cached: the plan is immutable and depends only on these arguments (`block_norms`: the
+    normalisation layers per block, whose gradients sequence parallelism all-reduces)."""
     if num_units < 1:
         raise ValueError(f"an FSDP step needs at least one unit, got {num_units}")
     if accum_steps < 1:
@@ -253,7 +357,7 @@ def step_plan(num_units: int, *, has_root: bool = True, recipe: TrainingRecipe =
         reduce = final or recipe.accum_mode == "reduce_scatter"
         label = f" m{micro}" if accum_steps > 1 else ""
         sync = _plan_microstep(tasks, num_units, has_root, recipe, sync=sync, reduce=reduce,
-                               label=label, micro=micro)
+                               label=label, micro=micro, block_norms=block_norms)
     tasks.append(_spec("optimizer", COMPUTE_STREAM, "optimizer", None, "optimizer_s",
                        () if sync is None else (sync,), accum_steps - 1))
     return tuple(tasks)
@@ -261,41 +365,68 @@ def step_plan(num_units: int, *, has_root: bool = True, recipe: TrainingRecipe =
 
 def _plan_microstep(tasks: list[TaskSpec], num_units: int, has_root: bool,
                     recipe: TrainingRecipe, *, sync: int | None, reduce: bool, label: str,
-                    micro: int) -> int:
+                    micro: int, block_norms: int = 2) -> int:
     """Append one micro-step to `tasks`; returns the index of the task the next one waits for."""
     slots = _slots(num_units, has_root)
     gathers = _gathers(num_units, has_root, recipe)
     depth = recipe.prefetch_depth
     root = num_units - 1 if has_root else None
+    replicate = recipe.parallel.dp_replicate > 1
 
     def add(spec: TaskSpec) -> int:
         tasks.append(replace(spec, micro_step=micro))
         return len(tasks) - 1
 
-    compute: list[int] = []
+    def inline(where: str, unit: int | None, cost: str, prefix: str) -> None:
+        """The layout's inline collectives at `where`, after the compute stream's last task."""
+        for i, (op, group, _) in enumerate(inline_collectives(recipe, where, block_norms)):
+            add(_spec(f"{prefix} {op} {group}{label}", COMPUTE_STREAM, op, unit, cost, (),
+                      index=i, group=group))
+
+    def reduce_scatter(unit: int, after: int) -> int:
+        last = add(_spec(f"RS {{unit}}{label}", COMM_STREAM, "reduce_scatter", unit,
+                         "reduce_scatter_s", (after,), group="fsdp"))
+        if replicate:  # HSDP: the shard is all-reduced across the replicas right after
+            last = add(_spec(f"AR {{unit}} replicas{label}", COMM_STREAM, "all_reduce", unit,
+                             "replicate_s", (last,), group="dp_replicate"))
+        return last
+
+    slot_end: list[int] = []   # the last compute-stream task of each slot
     ready: dict[int, list[int]] = {}  # consumer slot -> its all_gathers
     g = 0
     for s, (u, back) in enumerate(slots):
         # Gathers whose consumer is at most `depth` slots ahead are issued at slot s's pre-hook.
         while g < len(gathers) and max(gathers[g][2] - depth, 0) <= s:
             gu, gback, consumer = gathers[g]
-            after = compute[s - 1] if s >= 1 else sync  # slot c - d - 1 freed its buffer
+            after = slot_end[s - 1] if s >= 1 else sync  # slot c - d - 1 freed its buffer
             ready.setdefault(consumer, []).append(add(_spec(
                 f"AG {{unit}}{' bwd' if gback else ''}{label}", COMM_STREAM, "all_gather", gu,
-                "all_gather_s", () if after is None else (after,))))
+                "all_gather_s", () if after is None else (after,), group="fsdp")))
             g += 1
+        if s == 0 and root is not None and inline_collectives(recipe, "embed_forward"):
+            # the embedding (in the root unit) runs before the first block, once the root is in
+            for i, (op, group, _) in enumerate(inline_collectives(recipe, "embed_forward")):
+                add(_spec(f"embed {op} {group}{label}", COMPUTE_STREAM, op, None, "prologue_s",
+                          tuple(ready.get(0, ())[:1]) + ((sync,) if sync is not None else ())
+                          if i == 0 else (), index=i, group=group))
         # The compute stream orders slots; the first slot also waits for the previous micro-step.
         deps = tuple(ready.get(s, ())) + ((sync,) if s == 0 and sync is not None else ())
-        compute.append(add(_spec(f"{'B' if back else 'F'} {{unit}}{label}", COMPUTE_STREAM,
-                                    "backward" if back else "forward", u,
-                                    "backward_s" if back else "forward_s", deps)))
+        add(_spec(f"{'B' if back else 'F'} {{unit}}{label}", COMPUTE_STREAM,
+                  "backward" if back else "forward", u, "backward_s" if back else "forward_s",
+                  deps))
+        kind = "root" if u == root else "block"
+        inline(f"{kind}_{'backward' if back else 'forward'}", u,
+               "backward_inline_s" if back else "forward_inline_s", "B" if back else "F")
+        if back and s == len(slots) - 1 and root is not None:
+            for i, (op, group, _) in enumerate(inline_collectives(recipe, "embed_backward")):
+                add(_spec(f"embed bwd {op} {group}{label}", COMPUTE_STREAM, op, None,
+                          "epilogue_s", (), index=i, group=group))
+        slot_end.append(len(tasks) - 1)
         if reduce and back and u != root:
-            add(_spec(f"RS {{unit}}{label}", COMM_STREAM, "reduce_scatter", u, "reduce_scatter_s",
-                         (compute[-1],)))
+            reduce_scatter(u, slot_end[-1])
     if reduce and root is not None:  # FSDP2's post-backward callback, after the whole backward
-        return add(_spec(f"RS {{unit}}{label}", COMM_STREAM, "reduce_scatter", root,
-                         "reduce_scatter_s", (compute[-1],)))
-    return len(tasks) - 1 if reduce else compute[-1]
+        return reduce_scatter(root, slot_end[-1])
+    return len(tasks) - 1 if reduce else slot_end[-1]
 
 
 def add_step(graph: TaskGraph, costs: StepCosts, *, accum_steps: int = 1, island: str = "island0",
@@ -377,9 +508,27 @@ class UnitDurations:
     root_reduce_scatter_s: float
     """Reduce-scatter of the root unit."""
     recipe: TrainingRecipe
-    """The recipe the durations are for."""
+    """The recipe the durations are for (its layout resolved against the island)."""
     overlap_slowdown: float
     """The profile's compute-communication contention factor (1.0 if it has none)."""
+    inline: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
+    """Durations of the layout's inline collectives per place (`inline_collectives`)."""
+    block_replicate_s: float = 0.0
+    """HSDP: the all-reduce of a block's gradient shard across the replicas."""
+    root_replicate_s: float = 0.0
+    """HSDP: the same for the root unit."""
+
+
+def _layout_of(recipe: TrainingRecipe, model: ModelSpec, island: IslandSpec,
+               seq_len: int) -> ParallelLayout:
+    """The recipe's layout resolved against the island (UserInputError naming the rule a layout
+    breaks). Costs keep the recipe as given: a plan depends on which groups exist, not on how
+    many ranks an inferred dp_shard resolves to, so islands of different sizes share one."""
+    layout = recipe.parallel.resolve(island.num_gpus)
+    layout.check_model(num_layers=model.num_layers, num_heads=model.num_heads,
+                       num_kv_heads=model.num_kv_heads,
+                       intermediate_size=model.intermediate_size, seq_len=seq_len)
+    return layout
 
 
 def unit_durations(model: ModelSpec, profile: CostModel, island: IslandSpec, *, seq_len: int,
@@ -388,6 +537,10 @@ def unit_durations(model: ModelSpec, profile: CostModel, island: IslandSpec, *, 
     """Task durations from a profile; `micro_batch` may be an int or a numpy array. `ac`
     overrides the recipe's checkpointing mode."""
     recipe = resolve_recipe(recipe, ac)
+    layout = _layout_of(recipe, model, island, seq_len)
+    if layout.world_size != layout.dp_shard:
+        return _layout_durations(model, profile, island, seq_len=seq_len,
+                                 micro_batch=micro_batch, recipe=recipe, layout=layout)
     # recompute_factor (profile): recompute runs at its own speed relative to forward
     rf = profile.recompute_factor
     frac = recompute_fraction(model, seq_len, recipe.ac) * rf
@@ -425,6 +578,80 @@ def unit_durations(model: ModelSpec, profile: CostModel, island: IslandSpec, *, 
         recipe=recipe, overlap_slowdown=float(slowdown))
 
 
+def _layout_durations(model: ModelSpec, profile: CostModel, island: IslandSpec, *, seq_len: int,
+                      micro_batch: Any, recipe: TrainingRecipe,
+                      layout: ParallelLayout) -> UnitDurations:
+    """`unit_durations` of a parallel layout: each rank computes its shard (`RankShard`), FSDP
+    gathers and reduces the tensor-parallel shard over dp_shard · cp ranks, inline collectives
+    run on the tp and cp groups, HSDP all-reduces each gradient shard across the replicas; every
+    group's collectives are timed on the links it spans (`perfmodel.spec.layout`); `layout` is
+    the recipe's, resolved against the island."""
+    if layout.pp > 1:
+        raise UserInputError("pipeline parallelism (pp > 1) is not modelled by the FSDP step",
+                             hint="use perfmodel.sim.pipeline for layouts with pp > 1.")
+    shard = RankShard(tp=layout.tp, cp=layout.cp, sequence_parallel=layout.sequence_parallel)
+    local = local_model(model, layout.tp)
+    rf = profile.recompute_factor
+    frac = recompute_fraction(local, seq_len, recipe.ac) * rf
+    whole_frac = recompute_fraction(local, seq_len, recipe.ac, whole=True) * rf
+    param_bytes, grad_bytes = dtype_bytes(recipe.param_dtype), dtype_bytes(recipe.reduce_dtype)
+    slowdown = profile.overlap_slowdown
+    check_slowdown(slowdown)
+    def place(dimension: str, size: int, stride: int) -> CommGroup:
+        return place_group(dimension, size=size, stride=stride,
+                           gpus_per_node=island.gpus_per_node, intra_link=island.intra_link,
+                           inter_link=island.inter_link, nics_per_node=island.nics_per_node)
+
+    # FSDP2 shards over dp_shard x cp, whose ranks are consecutive blocks of tp
+    fsdp = place("fsdp", layout.fsdp_degree, layout.tp)
+    groups = {d: place(d, layout.size(d), layout.stride(d)) for d in ("tp", "cp", "dp_replicate")}
+
+    def compute(phase: str, unit: str) -> Any:
+        return profile.compute_time_s(phase, model, seq_len, micro_batch, unit=unit, shard=shard)
+
+    def fsdp_comm(op: str, payload_bytes: float) -> float:
+        if fsdp.size == 1:
+            return 0.0
+        copy_s = profile.fsdp_copy_s_per_byte * payload_bytes * (1.0 + 1.0 / fsdp.size)
+        return float(profile.group_comm_time_s(op, fsdp, payload_bytes)) + copy_s
+
+    tokens = np.asarray(micro_batch, dtype=float) * (seq_len / layout.cp)
+    payloads = {
+        "activation": tokens * model.hidden_size * param_bytes,
+        "logits": tokens * model.vocab_size * param_bytes,
+        "kv": np.asarray(micro_batch, dtype=float) * seq_len * 2 * local.kv_dim * param_bytes,
+        "loss_rows": tokens * 4.0,
+        "norm_weight": np.asarray(float(model.norm_params * param_bytes)),
+    }
+    inline = {}
+    for where in ("block_forward", "block_backward", "root_forward", "root_backward",
+                  "embed_forward", "embed_backward"):
+        inline[where] = tuple(
+            profile.group_comm_time_s(op, groups[group], payloads[kind])
+            for op, group, kind in inline_collectives(recipe, where, model.norms_per_block))
+    units = local.fsdp_units(seq_len)
+    block_params, root_params = units[0].params, units[-1].params
+
+    def replicate(params: float) -> float:
+        payload = params / layout.fsdp_degree * grad_bytes
+        return float(profile.group_comm_time_s("all_reduce", groups["dp_replicate"], payload))
+
+    block_fwd = compute("forward", "block")
+    return UnitDurations(
+        block_forward_s=block_fwd, block_backward_s=compute("backward", "block") + frac * block_fwd,
+        whole_backward_s=compute("backward", "block") + whole_frac * block_fwd,
+        root_forward_s=compute("forward", "root"), root_backward_s=compute("backward", "root"),
+        optimizer_s=profile.compute_time_s("optimizer", model, seq_len, micro_batch,
+                                           unit="model", num_shards=layout.fsdp_degree,
+                                           shard=shard),
+        block_all_gather_s=fsdp_comm("all_gather", block_params * param_bytes),
+        block_reduce_scatter_s=fsdp_comm("reduce_scatter", block_params * grad_bytes),
+        root_all_gather_s=fsdp_comm("all_gather", root_params * param_bytes),
+        root_reduce_scatter_s=fsdp_comm("reduce_scatter", root_params * grad_bytes),
+        recipe=recipe, overlap_slowdown=float(slowdown), inline=inline,
+        block_replicate_s=replicate(block_params), root_replicate_s=replicate(root_params))
+
+
 def step_costs(model: ModelSpec, profile: CostModel, island: IslandSpec, *, seq_len: int,
                micro_batch: int, recipe: TrainingRecipe | None = None,
                ac: str | None = None) -> StepCosts:
@@ -432,17 +659,26 @@ def step_costs(model: ModelSpec, profile: CostModel, island: IslandSpec, *, seq_
     d = unit_durations(model, profile, island, seq_len=seq_len, micro_batch=micro_batch,
                        recipe=recipe, ac=ac)
     layered = d.recipe.checkpoint.mode == "layer"
+
+    def scalars(where: str) -> tuple[float, ...]:
+        return tuple(float(v) for v in d.inline.get(where, ()))
+
     blocks = tuple(
         UnitCosts(name=f"block{i}", forward_s=float(d.block_forward_s),
                   backward_s=float(d.whole_backward_s if layered and d.recipe.checkpoint
                                    .checkpointed(i) else d.block_backward_s),
-                  all_gather_s=d.block_all_gather_s, reduce_scatter_s=d.block_reduce_scatter_s)
+                  all_gather_s=d.block_all_gather_s, reduce_scatter_s=d.block_reduce_scatter_s,
+                  forward_inline_s=scalars("block_forward"),
+                  backward_inline_s=scalars("block_backward"), replicate_s=d.block_replicate_s)
         for i in range(model.num_layers))
     root = UnitCosts(name="root", forward_s=float(d.root_forward_s),
                      backward_s=float(d.root_backward_s), all_gather_s=d.root_all_gather_s,
-                     reduce_scatter_s=d.root_reduce_scatter_s)
+                     reduce_scatter_s=d.root_reduce_scatter_s,
+                     forward_inline_s=scalars("root_forward"),
+                     backward_inline_s=scalars("root_backward"), replicate_s=d.root_replicate_s)
     return StepCosts(units=(*blocks, root), optimizer_s=float(d.optimizer_s), recipe=d.recipe,
-                     overlap_slowdown=d.overlap_slowdown)
+                     overlap_slowdown=d.overlap_slowdown, prologue_s=scalars("embed_forward"),
+                     epilogue_s=scalars("embed_backward"), block_norms=model.norms_per_block)
 
 
 def total_compute_s(costs: StepCosts, accum_steps: int) -> float:

@@ -31,6 +31,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 from perfmodel.spec.errors import UserInputError
+from perfmodel.spec.layout import ParallelLayout
 
 logger = logging.getLogger(__name__)
 
@@ -261,6 +262,9 @@ class TrainingRecipe:
     """Inner optimizer."""
     outer: OuterRecipe = field(default_factory=OuterRecipe)
     """DiLoCo / Streaming DiLoCo settings."""
+    parallel: ParallelLayout = field(default_factory=ParallelLayout)
+    """How the island's GPUs split the job (`perfmodel.spec.layout`): tensor, pipeline, context
+    parallelism and HSDP replicas; the default is FSDP over every GPU."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -283,6 +287,9 @@ class TrainingRecipe:
         if not isinstance(self.outer, OuterRecipe):
             raise UserInputError(f"TrainingRecipe.outer is {self.outer!r}",
                                  hint="pass an OuterRecipe (or a mapping in a recipe file).")
+        if not isinstance(self.parallel, ParallelLayout):
+            raise UserInputError(f"TrainingRecipe.parallel is {self.parallel!r}",
+                                 hint="pass a ParallelLayout (or a mapping in a recipe file).")
 
     def with_overrides(self, **overrides: Any) -> TrainingRecipe:
         """A copy with fields replaced; keys of `OuterRecipe` go to `outer`. None values are skipped
@@ -353,6 +360,19 @@ def recipe_from_mapping(data: Mapping[str, Any], *, source: str = "<recipe>") ->
                              hint="write the recipe as key: value pairs.")
     data = dict(data)
     base = named_recipe(str(data.pop("base", "torchtitan")))
+    parallel = data.pop("parallel", None)
+    if parallel is not None:
+        if not isinstance(parallel, Mapping):
+            raise UserInputError(f"{source}: recipe.parallel must be a mapping",
+                                 hint="nest the layout's keys (tp, pp, cp, dp_replicate, ...).")
+        unknown = set(parallel) - {f.name for f in fields(ParallelLayout)}
+        if unknown:
+            raise UserInputError(f"{source}: unknown recipe.parallel field(s) {sorted(unknown)}",
+                                 hint=f"use {', '.join(f.name for f in fields(ParallelLayout))}.")
+        try:
+            data["parallel"] = replace(base.parallel, **parallel)
+        except UserInputError as exc:
+            raise UserInputError(f"{source}: {exc.message}", hint=exc.hint) from None
     outer = data.pop("outer", None) or {}
     if not isinstance(outer, Mapping):
         raise UserInputError(f"{source}: recipe.outer must be a mapping", hint="nest outer keys.")
