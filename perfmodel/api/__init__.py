@@ -6,7 +6,8 @@ The CLI, the scripts and library users call these; each returns a frozen result 
 - `workload`: what a user names (`WorkloadSpec`, `OuterSpec`) resolved against the catalogs and
   profiles (`Workload`), the inner step simulated, DiLoCo settings and the sync link;
 - `predict`: `predict`, `simulate`, `sweep`, `memory` of one workload;
-- `streaming`: Streaming DiLoCo studies (`streaming`, `bandwidth_for_utilisation`);
+- `streaming`: Streaming DiLoCo studies (`streaming`, `bandwidth_for_utilisation`, and
+  `published_bandwidth_comparison`: the latter for every cell of the paper's table);
 - `fit`: `shardmeter fit` and `shardmeter validate` (imported on its own: it loads the fitting
   libraries).
 """
