@@ -353,3 +353,27 @@ def test_unlisted_moe_type_and_bad_nested_config_refused(tmp_path: Path) -> None
     path.write_text(json.dumps({"model_type": "llama4", "text_config": {"model_type": "mllama"}}))
     with pytest.raises(ConfigError, match="not the text model"):
         load_hf_config(path)
+
+
+def test_window_patterns_from_layer_types_and_qwen_switch(tmp_path: Path) -> None:
+    # transformers >= 4.53 writes the pattern as layer_types: the same windows as the pattern
+    raw = json.loads((CONFIGS / "gemma3_1b" / "config.json").read_text())
+    pattern = raw.pop("sliding_window_pattern")
+    raw["layer_types"] = ["full_attention" if (i + 1) % pattern == 0 else "sliding_attention"
+                          for i in range(raw["num_hidden_layers"])]
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(raw))
+    assert load_hf_config(path).sliding_layers == _load("gemma3_1b").sliding_layers
+    raw["layer_types"] = raw["layer_types"][:-1]
+    path.write_text(json.dumps(raw))
+    with pytest.raises(ConfigError, match="'layer_types'"):
+        load_hf_config(path)
+    # Qwen: sliding_window is written but off unless use_sliding_window is true
+    raw = json.loads((CONFIGS / "qwen3_8b" / "config.json").read_text())
+    raw.update(sliding_window=4096)
+    path.write_text(json.dumps(raw))
+    assert load_hf_config(path).sliding_window == 0
+    raw.update(use_sliding_window=True, max_window_layers=30)
+    path.write_text(json.dumps(raw))
+    spec = load_hf_config(path)
+    assert spec.sliding_layers == tuple(range(30, 36)) and spec.sliding_window == 4096

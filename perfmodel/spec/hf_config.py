@@ -257,17 +257,20 @@ def _windows(c: _Config, family: str, num_layers: int) -> tuple[int, tuple[int, 
         return (window, None) if window else (0, None)
     if family in ("qwen2", "qwen3", "qwen2_moe", "qwen3_moe"):
         # Qwen2Config: with use_sliding_window, layers from max_window_layers on are windowed
+        # (the Qwen configuration classes default max_window_layers to 28)
         window = c.opt_int("sliding_window")
         if not c.bool_("use_sliding_window", False) or not window:
             return 0, None
-        first = c.int_("max_window_layers", least=0, default=num_layers)
+        first = c.int_("max_window_layers", least=0, default=28)
         layers = tuple(range(first, num_layers))
         return (window, layers) if layers else (0, None)
     if family == "gemma3":
-        pattern = c.value("sliding_window_pattern") or c.value("_sliding_window_pattern")
+        key = next((k for k in ("sliding_window_pattern", "_sliding_window_pattern")
+                    if c.has(k)), "sliding_window_pattern")
+        pattern = c.value(key)
         if isinstance(pattern, bool) or not isinstance(pattern, int) or pattern < 1:
-            raise ConfigError(f"{c.path}: field 'sliding_window_pattern' must be a positive "
-                              f"integer, got {pattern!r}", hint=f"fix it in {c.path}.")
+            raise ConfigError(f"{c.path}: field {key!r} must be a positive integer, got "
+                              f"{pattern!r}", hint=f"fix {key!r} in {c.path}.")
         window = c.int_("sliding_window")
         # Gemma3: layer i is global when (i + 1) is a multiple of the pattern (5:1 for 6)
         return window, tuple(i for i in range(num_layers) if (i + 1) % pattern)
