@@ -184,6 +184,7 @@ def bandwidth_for_utilisation(model_name: str | None, outer: OuterSpec, *, targe
     if step_time_s is not None:
         positive("--step-time-s", step_time_s)
     model, gpu, island, opt_per_param = catalog.get_model(model_name), None, None, 0.0
+    model.check_step_modelled("a Streaming DiLoCo schedule")
     length = seq_len or DEFAULT_SEQ_LEN
     if gpu_name is not None:
         w = resolve_workload(model_name, gpu_name=gpu_name, nodes=nodes,
