@@ -70,6 +70,7 @@ def build_island_table(model: ModelSpec, *, seq_len: int, ac: str | None = None,
     default profile, measured beating prior) for `recipe` (default torchtitan; `ac` overrides its
     checkpointing mode)."""
 
+    model.check_step_modelled("an island table")
     recipe = resolve_recipe(recipe, ac)
     ac = recipe.ac
     if seq_len < 1:
@@ -175,6 +176,7 @@ def island_table_for(model: str, *, seq_len: int, ac: str | None = None,
     if isinstance(recipe, Mapping):
         recipe = recipe_from_mapping(recipe, source="training.recipe")
     spec = get_model(model)
+    spec.check_step_modelled("an island table")
     specs = []
     for c in clusters:
         gpu = get_gpu(c.gpu)

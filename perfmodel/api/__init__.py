@@ -6,13 +6,17 @@ The CLI, the scripts and library users call these; each returns a frozen result 
 - `workload`: what a user names (`WorkloadSpec`, `OuterSpec`) resolved against the catalogs and
   profiles (`Workload`), the inner step simulated, DiLoCo settings and the sync link;
 - `predict`: `predict`, `simulate`, `sweep`, `memory` of one workload;
-- `streaming`: Streaming DiLoCo studies (`streaming`, `bandwidth_for_utilisation`);
+- `models`: the catalog listing and the parameter report of one model (`catalog_models`,
+  `parameter_report`);
+- `streaming`: Streaming DiLoCo studies (`streaming`, `bandwidth_for_utilisation`, and
+  `published_bandwidth_comparison`: the latter for every cell of the paper's table);
 - `fit`: `shardmeter fit` and `shardmeter validate` (imported on its own: it loads the fitting
   libraries).
 """
 
 from __future__ import annotations
 
+from perfmodel.api.models import ParameterReport, catalog_models, parameter_report
 from perfmodel.api.predict import (
     MemoryFit,
     Prediction,
@@ -35,6 +39,7 @@ __all__ = [
     "BandwidthTable",
     "MemoryFit",
     "OuterSpec",
+    "ParameterReport",
     "Prediction",
     "Simulation",
     "StreamingStudy",
@@ -42,7 +47,9 @@ __all__ = [
     "Workload",
     "WorkloadSpec",
     "bandwidth_for_utilisation",
+    "catalog_models",
     "memory",
+    "parameter_report",
     "predict",
     "simulate",
     "streaming",

@@ -17,6 +17,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from perfmodel.spec.arch import ModelSpec
+from perfmodel.spec.errors import UserInputError
 
 _GELU_FAMILIES = ("phi", "gemma", "gemma2")
 
@@ -136,11 +137,28 @@ class Block(nn.Module):
         return result
 
 
+def _check_buildable(spec: ModelSpec) -> None:
+    """Refuse a spec with layout features this module does not build (a benchmark would
+    otherwise measure a different model than the one named)."""
+    spec.check_step_modelled("a benchmark model")
+    missing = [what for what, present in (
+        ("q/k norms", spec.qk_norm != "none"), ("learned positions", spec.position_embeddings > 0),
+        ("sliding-window attention", spec.sliding_window > 0),
+        ("attention sinks", spec.attention_sinks)) if present]
+    if missing:
+        raise UserInputError(
+            f"{spec.name}: the torch benchmark model does not build {', '.join(missing)} "
+            f"(the {spec.family} layout)",
+            hint="benchmark a family of perfmodel.spec.arch.FAMILY_LAYOUT (the parameter counts "
+                 "and FLOPs of this model are reported by `shardmeter catalog models --config`).")
+
+
 class Transformer(nn.Module):
     """Decoder-only language model; `forward(tokens)` returns the mean next-token cross-entropy."""
 
     def __init__(self, spec: ModelSpec) -> None:
         super().__init__()
+        _check_buildable(spec)
         self.spec = spec
         self.embed = nn.Embedding(spec.vocab_size, spec.hidden_size)
         self.layers = nn.ModuleList(Block(spec) for _ in range(spec.num_layers))

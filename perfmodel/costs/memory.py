@@ -23,6 +23,11 @@ V, the output and a 4-byte log-sum-exp per head, never the S×S scores):
     output and log-sum-exp; the rest is recomputed block by block in backward.
   * full: the block input only; the whole block is recomputed in backward.
   Eager attention (recipe.attention == "eager") adds the softmax output, a·S elements per token.
+  Sliding-window layers (Mistral, Gemma-3, StarCoder2) save what global layers save: SDPA keeps no
+  S×S scores either way, and eager attention materialises the full masked S×S scores. q/k norms
+  (Qwen3, Gemma-3, OLMo-2) and learned positions (GPT-2) are in the parameter shards; the
+  activations a q/k norm saves are not modelled (no tracker measurement of those families yet).
+  Mixture-of-experts and MLA models are refused (`ModelSpec.check_step_modelled`).
 Loss, unfused, as `perfmodel.bench.model` computes it: bf16 logits (b·V), their fp32 copy and the
 fp32 log-softmax (saved) at the end of forward; at the start of backward the log-softmax and the
 fp32 gradients of the NLL and of the log-softmax (12·V B/token). `chunked` divides the logits
@@ -289,7 +294,15 @@ def _param_dim0s(spec: ModelSpec) -> tuple[list[tuple[int, int]], list[tuple[int
         block += [(f, f)] * (2 if spec.gated_mlp else 1) + [(h, h)]
     norm = [(h, h)] * (2 if spec.norm == "layer" else 1)
     block += norm * spec.norms_per_block
+    if spec.qk_norm == "head":
+        block += [(spec.d, spec.d)] * 2
+    elif spec.qk_norm == "full":
+        block += [(q, q), (kv, kv)]
+    if spec.attention_sinks:
+        block.append((spec.num_heads, spec.num_heads))
     root = [(spec.vocab_size, spec.vocab_size * h), *norm]
+    if spec.position_embeddings:
+        root.append((spec.position_embeddings, spec.position_embeddings * h))
     if not spec.tie_word_embeddings:
         root.append((spec.vocab_size, spec.vocab_size * h))
     if spec.lm_head_bias:
@@ -302,6 +315,7 @@ def _shard(params: list[tuple[int, int]], world: int) -> float:
 
 
 def _sizes(spec: ModelSpec, world: int, recipe: TrainingRecipe, config: MemoryConfig) -> _Sizes:
+    spec.check_step_modelled("its per-GPU memory")   # MoE / MLA: never priced as a dense model
     block, root = _param_dim0s(spec)
     b = config.compute_param_bytes or config.activation_bytes or dtype_bytes(recipe.param_dtype)
     shard_block, shard_root = _shard(block, world), _shard(root, world)
