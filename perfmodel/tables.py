@@ -37,6 +37,7 @@ from perfmodel.sim.fsdp import resolve_recipe
 from perfmodel.spec.arch import ModelSpec
 from perfmodel.spec.catalog import get_gpu, get_model
 from perfmodel.spec.energy_catalog import gpu_tdp_w
+from perfmodel.spec.errors import UserInputError
 from perfmodel.spec.formulas import GIB
 from perfmodel.spec.hardware import ClusterSpec
 from perfmodel.spec.recipe import TrainingRecipe, canonical_ac, recipe_from_mapping
@@ -72,6 +73,13 @@ def build_island_table(model: ModelSpec, *, seq_len: int, ac: str | None = None,
 
     model.check_step_modelled("an island table")
     recipe = resolve_recipe(recipe, ac)
+    if not recipe.parallel.is_default:
+        raise UserInputError(
+            f"island tables price FSDP islands; the recipe's layout "
+            f"(tp {recipe.parallel.tp}, pp {recipe.parallel.pp}, cp {recipe.parallel.cp}, "
+            f"dp_replicate {recipe.parallel.dp_replicate}) is not one",
+            hint="remove the recipe's parallel: section for island tables, or plan layouts "
+                 "with the layout-aware planner.")
     ac = recipe.ac
     if seq_len < 1:
         raise ValueError(f"seq_len must be >= 1, got {seq_len}")

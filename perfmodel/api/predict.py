@@ -23,13 +23,14 @@ from perfmodel.api.workload import (
     outer_optimizer_seconds,
     positive,
     resolve_outer,
+    resolve_placement,
     resolve_workload,
     simulate_inner_step,
     strategy_islands,
     streaming_outer,
     sync_link,
 )
-from perfmodel.costs.memory import max_micro_batch, memory_breakdown
+from perfmodel.costs.memory import MemoryBreakdown, max_micro_batch, memory_breakdown
 from perfmodel.diloco.fragments import StreamingConfig, utilisation_steps
 from perfmodel.diloco.graph import pseudo_gradient_bytes, simulate_diloco
 from perfmodel.diloco.tuner import run_streaming
@@ -118,6 +119,48 @@ def memory(w: Workload) -> MemoryFit:
                      fits=peak <= w.gpu.usable_memory_bytes, max_micro_batch=largest)
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class MemoryReport:
+    """The per-GPU memory of one training configuration (`shardmeter memory`)."""
+
+    breakdown: MemoryBreakdown
+    """Per-rank bytes by component at the peak phase."""
+    max_micro_batch: int
+    """Largest micro-batch that fits the GPU's usable memory (0: none)."""
+    record: dict[str, Any] = field(repr=False)
+    """Every reported quantity, in output order (`breakdown_gib` nested)."""
+
+
+def memory_report(spec: WorkloadSpec) -> MemoryReport:
+    """Per-GPU memory of training `spec` as its recipe trains it (layout included), at its k
+    micro-steps, and the largest micro-batch that fits."""
+    model, gpu, island, recipe = resolve_placement(
+        spec.model_name, gpu_name=spec.gpu_name, nodes=spec.nodes,
+        gpus_per_node=spec.gpus_per_node, seq_len=spec.seq_len, micro_batch=spec.micro_batch,
+        accum=spec.accum, recipe=spec.recipe)
+    gpus = island.num_gpus
+    breakdown = memory_breakdown(model, num_gpus=gpus, seq_len=spec.seq_len,
+                                 micro_batch=spec.micro_batch, recipe=recipe,
+                                 accum_steps=spec.accum)
+    largest = max_micro_batch(model, gpu_memory_bytes=gpu.usable_memory_bytes, num_gpus=gpus,
+                              seq_len=spec.seq_len, recipe=recipe, accum_steps=spec.accum)
+    gib = breakdown.as_gib()
+    peak_gib = gib.pop("peak")
+    record = {
+        "model": model.name, **model.parameter_counts(), "gpu": gpu.name,
+        "nodes": island.num_nodes, "gpus_per_node": island.gpus_per_node, "num_gpus": gpus,
+        "seq_len": spec.seq_len, "micro_batch": spec.micro_batch, "ac": breakdown.ac,
+        "accum_steps": breakdown.accum_steps, "accum_mode": breakdown.accum_mode,
+        "recipe": recipe.name, "layout": recipe.parallel.to_dict(),
+        "peak_phase": breakdown.phase, "peak_gib": peak_gib,
+        "tracked_gib": breakdown.tracked_bytes / GIB, "reserve_gib": breakdown.reserve_bytes / GIB,
+        "usable_memory_gib": gpu.usable_memory_bytes / GIB,
+        "fits": breakdown.peak_bytes <= gpu.usable_memory_bytes, "max_micro_batch": largest,
+        "breakdown_gib": gib,
+    }
+    return MemoryReport(breakdown=breakdown, max_micro_batch=largest, record=record)
+
+
 def resolve_strategy(w: Workload, spec: OuterSpec) -> tuple[Workload, OuterRecipe, WanLink]:
     """`w` training with the outer settings of `spec`, those settings, and the sync link."""
     if spec.strategy == "streaming-diloco":
@@ -175,6 +218,9 @@ def _prediction(w: Workload, *, strategy: str, wan: WanLink, outer: OuterRecipe)
                            "micro_batch": w.micro_batch, "accum": w.accum, "ac": w.ac,
                            "layout": w.recipe.parallel.to_dict(),
                            "inner_step_time_s": step.step_time_s}
+    prior_only = w.recipe.parallel.prior_only
+    if prior_only:
+        out["layout_prior_only"] = list(prior_only)
     step_s, comm_s = step.step_time_s, step.comm_busy_s
     if strategy == "diloco":
         h = outer.inner_steps

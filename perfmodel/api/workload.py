@@ -83,7 +83,24 @@ def resolve_workload(model_name: str, *, gpu_name: str, nodes: int, gpus_per_nod
                      recipe: TrainingRecipe | None = None) -> Workload:
     """The catalog model and GPU, the island and the profile; `recipe` defaults to torchtitan and
     `ac` (when set) overrides its checkpointing mode."""
+    model, gpu, island, recipe = resolve_placement(
+        model_name, gpu_name=gpu_name, nodes=nodes, gpus_per_node=gpus_per_node, seq_len=seq_len,
+        micro_batch=micro_batch, accum=accum, ac=ac, recipe=recipe)
+    profile = load_profile(profile_name) if profile_name else default_profile(gpu.name)
+    if profile.hardware.lower() != gpu.name.lower():
+        logger.warning("profile %s was fitted on %s, not %s", profile.name, profile.hardware,
+                       gpu.name)
+    return Workload(model=model, gpu=gpu, island=island, profile=profile, seq_len=seq_len,
+                    micro_batch=micro_batch, accum=accum, recipe=recipe)
 
+
+def resolve_placement(model_name: str, *, gpu_name: str, nodes: int, gpus_per_node: int,
+                      seq_len: int, micro_batch: int, accum: int, ac: str | None = None,
+                      recipe: TrainingRecipe | None = None
+                      ) -> tuple[ModelSpec, GpuSpec, IslandSpec, TrainingRecipe]:
+    """The catalog model and GPU, the island, and the recipe with its layout resolved against
+    the island and checked against the model (UserInputError naming the rule and a valid
+    layout); everything a step needs but the cost profile."""
     for option, value in (("--nodes", nodes), ("--gpus-per-node", gpus_per_node),
                           ("--seq-len", seq_len), ("--micro-batch", micro_batch),
                           ("--accum", accum)):
@@ -96,10 +113,6 @@ def resolve_workload(model_name: str, *, gpu_name: str, nodes: int, gpus_per_nod
                              f"{gpu.max_gpus_per_node} GPUs",
                              hint=f"pass --gpus-per-node {gpu.max_gpus_per_node} or fewer and add "
                                   "--nodes instead.")
-    profile = load_profile(profile_name) if profile_name else default_profile(gpu.name)
-    if profile.hardware.lower() != gpu.name.lower():
-        logger.warning("profile %s was fitted on %s, not %s", profile.name, profile.hardware,
-                       gpu.name)
     island = IslandSpec(gpu=gpu, num_nodes=nodes, gpus_per_node=gpus_per_node,
                         intra_link=gpu.intra_node_link, inter_link=gpu.inter_node_link,
                         nics_per_node=gpu.nics_per_node)
@@ -108,9 +121,7 @@ def resolve_workload(model_name: str, *, gpu_name: str, nodes: int, gpus_per_nod
     layout.check_model(num_layers=model.num_layers, num_heads=model.num_heads,
                        num_kv_heads=model.num_kv_heads, intermediate_size=model.intermediate_size,
                        seq_len=seq_len)
-    return Workload(model=model, gpu=gpu, island=island, profile=profile, seq_len=seq_len,
-                    micro_batch=micro_batch, accum=accum,
-                    recipe=replace(recipe, parallel=layout))
+    return model, gpu, island, replace(recipe, parallel=layout)
 
 
 def simulate_inner_step(w: Workload) -> StepResult:

@@ -47,7 +47,7 @@ profile's `recompute_factor`. The root unit is not checkpointed.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any
@@ -629,6 +629,12 @@ def _layout_durations(model: ModelSpec, profile: CostModel, island: IslandSpec, 
         inline[where] = tuple(
             profile.group_comm_time_s(op, groups[group], payloads[kind])
             for op, group, kind in inline_collectives(recipe, where, model.norms_per_block))
+    if layout.async_tp:
+        for where, phase in (("block_forward", "forward"), ("block_backward", "backward")):
+            inline[where] = async_tp_exposed_s(
+                local, seq_len, inline_collectives(recipe, where, model.norms_per_block),
+                inline[where], compute(phase, "block"), layout.tp,
+                backward=phase == "backward")
     units = local.fsdp_units(seq_len)
     block_params, root_params = units[0].params, units[-1].params
 
@@ -650,6 +656,42 @@ def _layout_durations(model: ModelSpec, profile: CostModel, island: IslandSpec, 
         root_reduce_scatter_s=fsdp_comm("reduce_scatter", root_params * grad_bytes),
         recipe=recipe, overlap_slowdown=float(slowdown), inline=inline,
         block_replicate_s=replicate(block_params), root_replicate_s=replicate(root_params))
+
+
+def async_tp_exposed_s(local: ModelSpec, seq_len: int, collectives: Inline,
+                       comm_s: Sequence[Any], block_s: Any, tp: int, *,
+                       backward: bool) -> tuple[Any, ...]:
+    """The exposed part of each sequence-parallel collective of a block under async TP.
+
+    Claim: torch's async TP (micro-pipelined all-gather-matmul and matmul-reduce-scatter, CUDA
+    only; no CPU ground truth, so a prior) splits each collective and the matmuls it feeds or
+    drains into tp chunks and overlaps chunk i's communication with chunk i-1's matmul. With
+    communication c and matmul m per collective, the pair then takes c/tp + (tp-1)·max(c, m)/tp
+    + m/tp, so the communication it adds beyond the matmul is c/tp when c <= m and
+    c - (tp-1)/tp · m otherwise (continuous at c = m). Each collective's matmul share is its
+    linears' FLOPs over the block's forward FLOPs times `block_s` (the block's compute time in
+    that pass): forward AG -> q, k, v; RS <- o; AG -> gate, up; RS <- down; backward the mirror
+    (MLP pair first). Collectives of other groups (cp, the norm all-reduces) stay as they are.
+    Checked by tests/test_layout.py (c/tp when the matmul hides it, never above inline).
+    """
+    attn, mlp = local.attn_linears, local.mlp_linears
+    total = local.block_forward_flops_per_token(seq_len) / 2.0
+    shares = [sum(i * o for i, o in attn[:-1]) / total, attn[-1][0] * attn[-1][1] / total,
+              sum(i * o for i, o in mlp[:-1]) / total, mlp[-1][0] * mlp[-1][1] / total]
+    if backward:
+        shares.reverse()
+    exposed: list[Any] = []
+    pair = 0
+    for (op, group, _), c in zip(collectives, comm_s, strict=True):
+        if group == "tp" and op in ("all_gather", "reduce_scatter") and pair < len(shares):
+            m = shares[pair] * np.asarray(block_s, dtype=float)
+            c_arr = np.asarray(c, dtype=float)
+            value = np.where(c_arr <= m, c_arr / tp, c_arr - (tp - 1) / tp * m)
+            exposed.append(value if value.ndim else float(value))
+            pair += 1
+        else:
+            exposed.append(c)
+    return tuple(exposed)
 
 
 def step_costs(model: ModelSpec, profile: CostModel, island: IslandSpec, *, seq_len: int,

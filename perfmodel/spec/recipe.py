@@ -292,20 +292,28 @@ class TrainingRecipe:
                                  hint="pass a ParallelLayout (or a mapping in a recipe file).")
 
     def with_overrides(self, **overrides: Any) -> TrainingRecipe:
-        """A copy with fields replaced; keys of `OuterRecipe` go to `outer`. None values are skipped
-        (so unset CLI flags keep the recipe's value)."""
+        """A copy with fields replaced; keys of `OuterRecipe` go to `outer`, keys of
+        `ParallelLayout` to `parallel`. None values are skipped (so unset CLI flags keep the
+        recipe's value)."""
         # A name of both (`optimizer`) is the top-level field; the outer one is set nested.
-        outer_names = ({f.name for f in fields(OuterRecipe)}
-                       - {f.name for f in fields(TrainingRecipe)})
-        top = {k: v for k, v in overrides.items() if v is not None and k not in outer_names}
-        outer = {k: v for k, v in overrides.items() if v is not None and k in outer_names}
-        unknown = set(top) - {f.name for f in fields(TrainingRecipe)}
+        own = {f.name for f in fields(TrainingRecipe)}
+        outer_names = {f.name for f in fields(OuterRecipe)} - own
+        layout_names = {f.name for f in fields(ParallelLayout)} - own
+        given = {k: v for k, v in overrides.items() if v is not None}
+        outer = {k: v for k, v in given.items() if k in outer_names}
+        layout = {k: v for k, v in given.items() if k in layout_names}
+        top = {k: v for k, v in given.items() if k not in outer_names | layout_names}
+        unknown = set(top) - own
         if unknown:
             raise UserInputError(f"unknown recipe field(s): {', '.join(sorted(unknown))}",
                                  hint="use fields of TrainingRecipe: "
                                       f"{', '.join(recipe_field_names())}.")
         recipe = replace(self, **top) if top else self
-        return replace(recipe, outer=replace(recipe.outer, **outer)) if outer else recipe
+        if outer:
+            recipe = replace(recipe, outer=replace(recipe.outer, **outer))
+        if layout:
+            recipe = replace(recipe, parallel=replace(recipe.parallel, **layout))
+        return recipe
 
     @property
     def checkpoint(self) -> CheckpointPolicy:

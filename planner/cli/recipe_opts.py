@@ -15,6 +15,7 @@ import click
 import yaml
 
 from perfmodel.spec.errors import UserInputError
+from perfmodel.spec.layout import PP_SCHEDULES
 from perfmodel.spec.recipe import (
     ACCUM_MODES,
     ATTENTION_KERNELS,
@@ -28,6 +29,42 @@ from planner.cli.common import CheckpointParam
 
 RECIPE_FLAG_FIELDS = ("ac", "accum_mode", "param_dtype", "reduce_dtype", "attention", "loss")
 """Keyword names the options below pass to the command, in `TrainingRecipe` field names."""
+LAYOUT_FLAG_FIELDS = ("tp", "pp", "dp_replicate", "cp", "virtual_stages", "pp_schedule",
+                      "sequence_parallel", "async_tp")
+"""Keyword names of the layout options, in `ParallelLayout` field names (dp_shard is what the
+other degrees leave of the island's GPUs)."""
+
+
+def layout_option_list() -> list[Callable[..., Any]]:
+    """The parallel-layout options (`perfmodel.spec.layout.ParallelLayout`); unset ones keep
+    the recipe's `parallel:` values."""
+    return [
+        click.option("--tp", type=int, default=None,
+                     help="Tensor-parallel degree (default: the recipe's, else 1)."),
+        click.option("--pp", type=int, default=None,
+                     help="Pipeline-parallel degree (default: the recipe's, else 1)."),
+        click.option("--dp-replicate", type=int, default=None,
+                     help="HSDP replicas of the FSDP group (default: the recipe's, else 1)."),
+        click.option("--cp", type=int, default=None,
+                     help="Context-parallel degree (default: the recipe's, else 1)."),
+        click.option("--virtual-stages", type=int, default=None,
+                     help="Pipeline stages per GPU (default: the recipe's, else 1)."),
+        click.option("--pp-schedule", type=click.Choice(PP_SCHEDULES), default=None,
+                     help="Pipeline schedule (default: the recipe's, else 1f1b)."),
+        click.option("--sequence-parallel/--no-sequence-parallel", "sequence_parallel",
+                     default=None,
+                     help="Sequence parallelism under --tp (default: the recipe's, else on)."),
+        click.option("--async-tp/--no-async-tp", "async_tp", default=None,
+                     help="Overlap tensor-parallel collectives with matmuls (CUDA async TP; "
+                          "default: the recipe's, else off)."),
+    ]
+
+
+def layout_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Decorator adding `layout_option_list()` to a click command."""
+    for option in reversed(layout_option_list()):
+        func = option(func)
+    return func
 
 
 def recipe_option_list(*, ac: bool = True) -> list[Callable[..., Any]]:
@@ -78,5 +115,5 @@ def load_recipe(name_or_path: str) -> TrainingRecipe:
 
 def recipe_from_options(recipe_name: str, **flags: Any) -> TrainingRecipe:
     """The recipe named by `--recipe` with the per-field flags that were set applied."""
-    overrides = {k: flags.get(k) for k in RECIPE_FLAG_FIELDS}
+    overrides = {k: flags.get(k) for k in RECIPE_FLAG_FIELDS + LAYOUT_FLAG_FIELDS}
     return load_recipe(recipe_name).with_overrides(**overrides)

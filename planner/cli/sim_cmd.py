@@ -31,7 +31,11 @@ from planner.cli.common import (
     format_option,
 )
 from planner.cli.outer_opts import describe_outer, dtype_option, outer_option_list
-from planner.cli.recipe_opts import recipe_from_options, recipe_option_list
+from planner.cli.recipe_opts import (
+    layout_option_list,
+    recipe_from_options,
+    recipe_option_list,
+)
 
 STRATEGIES = ("fsdp", "diloco", "streaming-diloco")
 _PATH = click.Path(dir_okay=False, path_type=Path)
@@ -74,6 +78,7 @@ def _workload_option_list(*, examples: bool = False,
                      help="Hardware profile name or YAML path (default: the GPU's, "
                           "measured beats prior)."),
         *(recipe_option_list(ac=False) if recipe else []),
+        *(layout_option_list() if recipe else []),
     ]
 
 
@@ -83,13 +88,16 @@ def _workload_options(func: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def recipe_options_no_ac(func: Callable[..., Any]) -> Callable[..., Any]:
-    """The recipe options for a command that declares --ac itself (sweep)."""
-    return _apply(recipe_option_list(ac=False), func)
+    """The recipe and layout options for a command that declares --ac itself (sweep)."""
+    return _apply(recipe_option_list(ac=False) + layout_option_list(), func)
 
 
 def _recipe_payload(payload: dict[str, Any], recipe: Any, fmt: str) -> dict[str, Any]:
     """`payload` with the recipe: the whole mapping in JSON, its one-line summary otherwise."""
-    return {**payload, "recipe": recipe.to_dict() if fmt == "json" else recipe.summary()}
+    if fmt == "json":
+        return {**payload, "recipe": recipe.to_dict()}
+    layout = {"layout": recipe.parallel.describe()} if "layout" in payload else {}
+    return {**payload, **layout, "recipe": recipe.summary()}
 
 
 def _strategy_options(func: Callable[..., Any]) -> Callable[..., Any]:
