@@ -93,19 +93,21 @@ def _blocks(model: nn.Module) -> nn.ModuleList:
     return cast(nn.ModuleList, model.layers)
 
 
-def apply_activation_checkpointing(model: ModuleT, ac: str) -> ModuleT:
+def apply_activation_checkpointing(model: ModuleT, ac: str, *, first_block: int = 0) -> ModuleT:
     """Apply the `CheckpointPolicy` named `ac` to the blocks of `model.layers`, in place: full
     and layer:N wrap whole blocks, op-sac wraps every block with the op-level policy (both with
     `checkpoint_wrapper` and early_stop off, as torchtitan runs them: every op not saved is
     recomputed, even one whose output backward does not need — a plain MLP's down projection),
-    attn checkpoints each block's attention core (`Attention.checkpoint_core`)."""
+    attn checkpoints each block's attention core (`Attention.checkpoint_core`).
+    `first_block`: the global index of `model.layers[0]` (a pipeline stage's first block), so
+    that layer:N counts blocks across the whole model."""
     # lazy: torch, the optional [bench] extra
     from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
 
     policy = CheckpointPolicy.parse(ac)
     layers = _blocks(model)
     for i, block in enumerate(layers):
-        if policy.checkpointed(i):
+        if policy.checkpointed(first_block + i):
             layers[i] = checkpoint_wrapper(block, preserve_rng_state=False, early_stop=False)
         elif policy.mode == "op-sac":
             layers[i] = checkpoint_wrapper(block, preserve_rng_state=False, early_stop=False,
