@@ -340,6 +340,18 @@ def norm_saved_bytes(spec: ModelSpec, b: float, config: MemoryConfig = DEFAULT_C
     return b * h + FP32
 
 
+def norm_backward_bytes(spec: ModelSpec, b: float, config: MemoryConfig = DEFAULT_CONFIG) -> float:
+    """Bytes per token a block's first norm holds at the widest op of its backward (the last of
+    the block's backward, when all of its weight gradients exist): its saves and the gradient
+    flowing in, and for RMSNorm as torch composes it (fp32 saves) four fp32 gradient buffers of
+    the upcast tensors (the decomposition's to_copy / mul / mul / pow backward, FSDPMemTracker
+    timelines of pipeline stages)."""
+    h = spec.hidden_size
+    if spec.norm == "rms" and config.rms_norm_fp32_saves:
+        return norm_saved_bytes(spec, b, config) + 4 * FP32 * h + b * h
+    return norm_saved_bytes(spec, b, config) + 2 * b * h
+
+
 def block_saved_none(spec: ModelSpec, seq_len: int, b: float, attention: str,
                      config: MemoryConfig = DEFAULT_CONFIG) -> float:
     """Bytes per token one block saves without checkpointing."""
@@ -828,6 +840,18 @@ def _pipeline_stages(spec: ModelSpec, world: int, seq_len: int, recipe: Training
     saved = {w: block_saved(spec, seq_len, b, recipe, config, whole=w) for w in (False, True)}
     work = {w: _block_working_set(spec, seq_len, b, recipe, config, whole=w)
             for w in (False, True)}
+    # A norm that keeps its input as it is (LayerNorm; RMSNorm when its fp32 upcast is the input
+    # itself) keeps, when recomputed, the block input the checkpoint already holds. Of op-sac's
+    # saves, the down projection's output is consumed by the recompute and freed (no backward
+    # node keeps it), and the SDPA output is the cached one the recomputed graph reuses, not a
+    # second copy. (`_block_working_set`, the FSDP model's, counts all three; FSDPMemTracker
+    # timelines of pipeline stages show them once or not at all.)
+    norm_keeps_input = spec.norm == "layer" or b >= FP32
+    duplicate_input = b * spec.hidden_size if norm_keeps_input else 0.0
+    work[True] -= duplicate_input
+    if policy.mode == "op-sac":
+        work[False] -= duplicate_input + b * spec.q_dim + (
+            b * spec.hidden_size if spec.gated_mlp else 0.0)
     _, held_logits, _ = logits_bytes_per_token(spec, b, recipe)
     # The last stage's output (the logits) stays referenced for its backward; a fused loss
     # takes the hidden states and the LM head's weight instead of logits.
@@ -837,10 +861,11 @@ def _pipeline_stages(spec: ModelSpec, world: int, seq_len: int, recipe: Training
     for s, n in enumerate(cuts):
         whole = [policy.checkpointed(first_block + j) for j in range(n)]
         first, last = s == 0, s == len(cuts) - 1
-        # A checkpointed block keeps its input; a later stage's first block's input is the
-        # receive buffer, counted apart.
-        shared = b * spec.hidden_size if not first and (
-            whole[0] or policy.mode == "op-sac") else 0.0
+        # A checkpointed block keeps its input, and so does a LayerNorm (an RMSNorm keeps its
+        # fp32 upcast, the input itself when that is already fp32); a later stage's first
+        # block's input is the receive buffer, counted apart.
+        keeps_input = whole[0] or policy.mode == "op-sac" or norm_keeps_input
+        shared = b * spec.hidden_size if not first and keeps_input else 0.0
         upto = tuple(x - shared for x in itertools.accumulate(saved[w] for w in whole))
         held = upto[-1] + (norm_saved_bytes(spec, b, config) + b * spec.hidden_size
                            + logits_out + held_logits if last else boundary)
@@ -852,8 +877,8 @@ def _pipeline_stages(spec: ModelSpec, world: int, seq_len: int, recipe: Training
 
 
 def _rank_phases(stages: list[_Stage], rank: int, spec: ModelSpec, seq_len: int,
-                 recipe: TrainingRecipe, k: int, z: _Sizes, boundary: float,
-                 outer: bool) -> tuple[list[_Phase], dict[int, int]]:
+                 recipe: TrainingRecipe, k: int, z: _Sizes, boundary: float, outer: bool,
+                 config: MemoryConfig) -> tuple[list[_Phase], dict[int, int]]:
     """Every candidate peak moment of pipeline rank `rank` over one step (section comment)."""
     layout = recipe.parallel
     b, r = z.b, z.r
@@ -872,6 +897,20 @@ def _rank_phases(stages: list[_Stage], rank: int, spec: ModelSpec, seq_len: int,
     loss_transient = fwd_logits - logits_bytes_per_token(spec, b, recipe)[1] - (
         0.0 if recipe.loss == "fused" else b * spec.vocab_size)
     w_down = b * spec.hidden_size * spec.intermediate_size
+    norm_backward = norm_backward_bytes(spec, b, config)
+
+    # The input gradient a backward sends stays referenced by the schedule's send ops: in 1F1B
+    # until the next backward's (a local variable of torch's loop), in GPipe until the next
+    # backward's receive ops replace them (so only the last one, after the last backward); the
+    # interleaved runtime keeps only the posted work, which holds nothing.
+    keeps_dx = layout.pp_schedule == "1f1b"
+    dx_at_reduce = layout.pp_schedule in ("1f1b", "gpipe")
+
+    def output_bytes(st: _Stage) -> float:
+        """Per token: a stage's output (the logits on the last stage)."""
+        if st.last:
+            return 0.0 if recipe.loss == "fused" else b * spec.vocab_size
+        return boundary
 
     held = dict.fromkeys(by_index, 0)
     peak_held = dict.fromkeys(by_index, 0)
@@ -880,13 +919,15 @@ def _rank_phases(stages: list[_Stage], rank: int, spec: ModelSpec, seq_len: int,
     reduced: set[int] = set()
     phases: list[_Phase] = []
     seen: set[Any] = set()
+    last_forward: tuple[int, int] | None = None   # still referenced by the schedule's loop
+    stale = False                                  # ... after its micro-batch's backward
 
     def add(name: str, key: Any, fixed: dict[str, float], per_token: dict[str, float],
             minus_held: float = 0.0) -> None:
         """One moment: states, gathered / accumulated / reduced stages and held micro-batches
         plus the moment's own terms."""
         full_key = (key, tuple(sorted(held.items())), frozenset(gathered),
-                    frozenset(accumulated), frozenset(reduced))
+                    frozenset(accumulated), frozenset(reduced), stale)
         if full_key in seen:
             return
         seen.add(full_key)
@@ -895,7 +936,10 @@ def _rank_phases(stages: list[_Stage], rank: int, spec: ModelSpec, seq_len: int,
                 "activations": rope}
         acc = r * sum(by_index[s].params for s in accumulated)
         held_bytes = sum(n * by_index[s].held for s, n in held.items()) - minus_held
-        dx = boundary * sum(1 for s in accumulated if not by_index[s].first)
+        if stale and last_forward is not None:
+            held_bytes += output_bytes(by_index[last_forward[0]])
+        # the previous backward's input gradient, referenced by its send ops
+        dx = boundary * sum(1 for s in accumulated if keeps_dx and not by_index[s].first)
         per = {"activations": persistent + held_bytes, "temporaries": dx}
         tot_fixed = {**states, **base}
         tot_fixed["temporaries"] = acc
@@ -911,6 +955,7 @@ def _rank_phases(stages: list[_Stage], rank: int, spec: ModelSpec, seq_len: int,
         s, i = action.stage, action.micro
         where = f"stage {s}, micro-batch {i}"
         if action.pass_ == "F":
+            last_forward, stale = (s, i), False
             gathering = s not in gathered
             gathered.add(s)
             held[s] += 1
@@ -924,8 +969,7 @@ def _rank_phases(stages: list[_Stage], rank: int, spec: ModelSpec, seq_len: int,
         block = block_unit.params
         # The stage output stays referenced through its backward (the boundary activation, or
         # on the last stage the logits); the rest of the micro-batch is freed block by block.
-        output = (b * spec.vocab_size if recipe.loss != "fused" else 0.0) if st.last \
-            else boundary
+        output = output_bytes(st)
         n = st.blocks
         if st.last:
             add(f"loss_backward({where})", ("L", s, first_bwd), {}, {"temporaries": bwd_logits})
@@ -945,6 +989,12 @@ def _rank_phases(stages: list[_Stage], rank: int, spec: ModelSpec, seq_len: int,
                 {"temporaries": r * upper + w_down},
                 {"activations": st.saved_upto[j] + output, "temporaries": work},
                 minus_held=st.held)
+            # the block's first norm back-propagated last: every gradient of the block exists
+            add(f"block_end({name})", ("BE", s, j, first_bwd),
+                {"unsharded_grads": b * block, "temporaries": r * upper},
+                {"activations": (st.saved_upto[j - 1] if j else 0.0) + output,
+                 "temporaries": norm_backward},
+                minus_held=st.held)
             add(f"block_reduce({name})", ("BR", s, j, first_bwd),
                 {"unsharded_grads": block_unit.post_backward_bytes(b, r, first_bwd),
                  "temporaries": r * upper},
@@ -958,15 +1008,22 @@ def _rank_phases(stages: list[_Stage], rank: int, spec: ModelSpec, seq_len: int,
                 {"temporaries": boundary}, minus_held=st.held)
         held[s] -= 1
         accumulated.add(s)
+        stale = stale or last_forward == (s, i)
         if i == k - 1:
-            # REDUCE_GRAD: the units reduce-scatter in forward order; the first one's parameters
-            # are resharded before its reduce-scatter input is filled from the accumulated
-            # gradients, which live on with the input and its output until the step ends; the
-            # last forward's output is still referenced by its send (the logits, by the loss).
+            # REDUCE_GRAD: the units reduce-scatter in forward order. The first one's parameters
+            # are resharded, its reduce-scatter input is filled from its accumulated gradients,
+            # which are then freed but for the last parameter's: over more than one rank torch
+            # 2.13's foreach_reduce still references it from a loop variable when it allocates
+            # the reduce-scatter output.
             u = st.units[0]
+            kept = u.order[-1] if u.padded > u.shard else 0
+            dx_last = {"temporaries": boundary} if (
+                dx_at_reduce and not keeps_dx and not st.first) else {}
             add(f"reduce({where})", ("R", s),
-                {"reduce_scatter": r * u.padded + r * u.shard, "unsharded_params": -b * u.padded},
-                {"activations": output})
+                {"reduce_scatter": r * u.padded, "unsharded_params": -b * u.padded}, dx_last)
+            add(f"reduce_output({where})", ("RO", s),
+                {"reduce_scatter": r * u.padded + r * u.shard, "unsharded_params": -b * u.padded,
+                 "temporaries": -r * (u.params - kept)}, dx_last)
             gathered.discard(s)
             accumulated.discard(s)
             reduced.add(s)
@@ -1008,7 +1065,7 @@ def _pipeline_ranks(model: ModelSpec, num_gpus: int, seq_len: int, recipe: Train
     out = []
     for rank in range(layout.pp):
         phases, held = _rank_phases(stages, rank, spec, tokens_per_seq, recipe, accum_steps, z,
-                                    boundary, outer_states)
+                                    boundary, outer_states, config)
         local = [stages[s] for s in pipeline.stage_of_rank(rank, layout.pp,
                                                            layout.virtual_stages)]
         out.append((phases, held, local))
