@@ -54,6 +54,11 @@ library workspaces: `reserve_bytes` + `reserve_fraction` of the tracked peak.
 Every phase is affine in the micro-batch, so `MemoryCoefficients` (one (fixed, per-sequence) pair
 per phase) gives the peak and the largest micro-batch in closed form.
 
+Pipeline ranks (pp > 1): `pipeline_memory` walks each pipeline rank's schedule through the
+moments torch's pipeline runtime allocates (its docstring) and returns a `RankMemory` per rank,
+naming its stages and blocks; `memory_breakdown`, `memory_coefficients` and `max_micro_batch`
+answer for the worst rank.
+
 Types. `MemoryConfig` holds the model's constants the recipe does not set (allocator reserve,
 RMSNorm
 saves, legacy dtype overrides); `MemoryBreakdown` is the predicted peak of one GPU by component
@@ -652,36 +657,7 @@ def max_micro_batch(model: ModelSpec, *, gpu_memory_bytes: int, num_gpus: int, s
 
 
 # ---- pipeline ranks (pp > 1) ---------------------------------------------------------------------
-#
-# Claim: the peak of a pipeline rank is the largest of a few moments of its schedule, each a sum of
-# tensors alive then, walked along the actions the rank executes (`perfmodel.spec.pipeline`):
-#   * held between steps: master shards and AdamW moments of the rank's stages (FSDP over
-#     dp_shard · cp as in `rank_view`), the whole step's token ids (first stage) and labels (last
-#     stage), torch's receive buffers (one activation buffer per micro-batch on every stage but
-#     the first, one gradient buffer per micro-batch on every stage but the last, allocated at
-#     the first step and kept), the RoPE tables of each stage module;
-#   * from a stage's first forward in the step to its last backward: its unsharded parameters
-#     (torchtitan wraps stages with reshard_after_forward=False under PP, and torch's pipeline
-#     runtime sets reshard_after_backward(False) until the step's REDUCE_GRAD);
-#   * from a stage's first backward on: its unsharded gradients accumulated in the reduce dtype
-#     (requires_gradient_sync(False) on every backward; the reduce-scatter runs once, after the
-#     stage's last backward);
-#   * per micro-batch held between its forward and its backward: what the stage's blocks save
-#     (`block_saved`, the checkpointing policy by global block index), the stage output kept for
-#     backward (the boundary activation, or on the last stage the logits and the loss's saved
-#     log-softmax, plus the final norm's saves); the schedule decides how many are held
-#     (`spec.pipeline.in_flight`: GPipe k, 1F1B pp - rank, interleaved more);
-#   * transients of the moment: the loss's fp32 logits copy at a forward's end and its fp32
-#     gradients at the start of the last stage's backward, a block's backward working set
-#     (`_block_working_set`; the output gradient of a non-last stage is its receive buffer), the
-#     down projection's gradient, a unit's bf16 gradients at its post-backward (and on the first
-#     backward their copy in the reduce dtype), the previous backward's input gradient still
-#     referenced by its send, the reduce-scatter input of the first unit reduced.
-# Why: this is what torch 2.13's pipeline runtime allocates, read from its schedules and from
-# FSDPMemTracker timelines of every action (perfmodel.bench.pipeline_memory).
-# Checked by: tests/test_memory_pipeline.py (the shipped tracker datasets
-# catalogs/profiles/data/memory-tracker-pipeline*.csv, MAPE <= 3 % and no row beyond 8 %; a live
-# tracker run; the in-flight counts).
+# The model of a pipeline rank's memory is documented (claim, why, test) on `pipeline_memory`.
 
 @dataclass(frozen=True, slots=True)
 class _Unit:
@@ -1078,7 +1054,39 @@ def pipeline_memory(model: ModelSpec, *, num_gpus: int, seq_len: int, micro_batc
                     config: MemoryConfig = DEFAULT_CONFIG) -> PipelineMemory:
     """Predicted peak of every pipeline rank of the recipe's layout on `num_gpus` GPUs, with
     k = `accum_steps` micro-batches of `micro_batch` sequences per step (the schedule's
-    micro-batches), the pipeline section's moments; pp = 1 is the FSDP model's one rank."""
+    micro-batches); pp = 1 is the FSDP model's one rank (`memory_breakdown`).
+
+    Claim: a pipeline rank's peak is the largest of the moments of its schedule, walked along the
+    actions it executes (`perfmodel.spec.pipeline.rank_order`), each a sum of the tensors alive:
+      * all step long: master shards and AdamW moments of the rank's stages (FSDP2 over
+        dp_shard · cp on `rank_view`'s in-stage shard), the step's token ids (first stage) and
+        labels (last stage), torch's receive buffers (one activation buffer per micro-batch on
+        every stage but the first, one gradient buffer on every stage but the last; a boundary
+        tensor is m·S·h in the param dtype, on 1/tp of the tokens under sequence parallelism),
+        each stage module's RoPE tables;
+      * from a stage's first forward to its REDUCE_GRAD: its unsharded parameters (torchtitan's
+        apply_fsdp passes reshard_after_forward=False under PP, torch's runtime sets
+        reshard_after_backward(False)); from its first backward: its gradients accumulated in the
+        reduce dtype (requires_gradient_sync(False) on every backward);
+      * per micro-batch between its forward and its backward (the schedule's in-flight count:
+        GPipe k, 1F1B pp - rank, interleaved more): the stage's blocks' saves (`block_saved`,
+        the policy by global block index; a later stage's first block shares its input with
+        the receive buffer when it keeps it), the stage output (the boundary activation; on the
+        last stage the final norm's saves, the logits and the loss's log-softmax);
+      * the moment's transients: the loss's fp32 logits copy and its fp32 gradients, a block's
+        backward working set (`_block_working_set` less what torch does not hold twice), the
+        end of a block's backward (all its gradients with its first norm's working set,
+        `norm_backward_bytes`), a unit's post-backward (its first converts the gradients to the
+        reduce dtype one parameter at a time), the LM head's and the embedding's, the last
+        forward's output still referenced after its backward, the input gradient 1F1B's send
+        ops hold, and REDUCE_GRAD (the first unit resharded, its reduce-scatter input filled
+        from the accumulated gradients; over more than one rank its last gradient is still
+        referenced when the output is allocated).
+    Why: this is what torch 2.13's pipeline runtime and FSDP2 allocate, read from their code and
+    from FSDPMemTracker timelines of every action (`perfmodel.bench.pipeline_memory`).
+    Checked by: tests/test_memory_pipeline.py (catalogs/profiles/data/memory-tracker-pipeline.csv
+    and its 20 held-out configurations: MAPE <= 3 %, no row beyond 8 %; the in-flight counts
+    torch's runtime held; a live tracker run; the per-micro-batch arithmetic)."""
     _positive("num_gpus", num_gpus)
     _positive("seq_len", seq_len)
     _positive("micro_batch", micro_batch)
