@@ -17,6 +17,12 @@ min(NICs per node, GPUs per node) (NCCL runs one ring channel per NIC, rail-matc
 each). This reproduces the 84.8 GB/s busbw of 3 nodes x 8 A100 with 4 HDR-200 NICs
 (shared/data/collectives.csv) from 21.2 GB/s per NIC.
 
+Point-to-point (op `send_recv`, a pipeline stage boundary): one transfer of D bytes between two
+ranks, T = α + D / B, whatever the size of the job (no ring: one step of the whole payload). Its
+prior is the link's catalog latency and bus bandwidth, as for the collectives; its fit runs
+through the same `fit_link` (the design columns of `formulas.ring_terms` are 1 and D), on the
+`send_recv` rows of `shardmeter bench comm --ops send_recv`.
+
 The ring formula itself lives in `perfmodel.spec.formulas` (one home, shared with the planner):
 `ring_time_s` times a collective, `ring_terms` is its linear form the fit uses.
 """
@@ -46,7 +52,12 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 OPS = tuple(OP_MULTIPLIER)
-"""Collectives the model times (k_op of each: `perfmodel.spec.formulas.OP_MULTIPLIER`)."""
+"""Operations the model times: the ring collectives and send_recv (k_op of each:
+`perfmodel.spec.formulas.OP_MULTIPLIER`)."""
+RING_OPS = tuple(op for op in OPS if op != "send_recv")
+"""The ring collectives (all_gather, reduce_scatter, all_reduce): what a prior profile lists per
+link. A profile without send_recv coefficients for a link times it with the link's catalog prior
+(`CommModel.resolve`), the same figures a prior profile would list."""
 BACKENDS = ("nccl", "gloo", "rccl")
 COMM_COLUMNS = ("backend", "op", "link", "world_size", "payload_bytes", "time_s")
 """Required columns of a communication dataset (optional: nics_per_node)."""

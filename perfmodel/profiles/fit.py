@@ -3,7 +3,7 @@ sha256, rows, command, date, CV error) of the dataset they came from."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any, TypedDict
 
@@ -42,23 +42,54 @@ def dataset_record(path: str | Path, kind: str, rows: int) -> dict[str, Any]:
 
 def _measured_detail(base: HardwareProfile | None, dataset: dict[str, Any], command: str,
                      cv_mape_pct: Mapping[str, float], fit_date: str,
-                     settings: Mapping[str, Any] | None) -> dict[str, Any]:
+                     settings: Mapping[str, Any] | None,
+                     fitted: Collection[str] | None = None) -> dict[str, Any]:
+    """The provenance of `base` refitted on `dataset`. A compute or FSDP dataset replaces the one
+    of its kind; a comm fit replaces only the "op/link" coefficients it `fitted`, so a comm
+    dataset fitted before (the collectives) stays cited, with its CV MAPEs, for the coefficients
+    it still backs (a p2p dataset fitted second adds send_recv)."""
     old = dict(base.provenance_detail) if base is not None and base.provenance == "measured" else {}
     detail: dict[str, Any] = {"kind": "measured"}
     base_name = old.get("base") or (base.name if base is not None and base.provenance != "measured"
                                     else None)
     if base_name:
         detail["base"] = base_name
-    datasets = [d for d in old.get("datasets", []) if d.get("kind") != dataset["kind"]]
+    old_cv = old.get("cv_mape_pct", {})
+    if fitted is None:
+        datasets = [d for d in old.get("datasets", []) if d.get("kind") != dataset["kind"]]
+        kept = {k: v for k, v in old_cv.items()
+                if (k.split("/")[0] in PHASES) != (dataset["kind"] == "compute")}
+    else:
+        datasets = _still_cited(old.get("datasets", []), old_cv, dataset, set(fitted))
+        kept = {k: v for k, v in old_cv.items() if k not in fitted}
+        dataset = {**dataset, "fits": sorted(fitted)}
     detail["datasets"] = [*datasets, dataset]
-    kept = {k: v for k, v in old.get("cv_mape_pct", {}).items()
-            if (k.split("/")[0] in PHASES) != (dataset["kind"] == "compute")}
     detail["cv_mape_pct"] = {**kept, **{k: float(v) for k, v in cv_mape_pct.items()}}
     detail["fit_date"] = fit_date
     detail["commands"] = [*old.get("commands", []), command]
     detail["fit_settings"] = {**old.get("fit_settings", {}), **({dataset["kind"]: dict(settings)}
                                                                if settings else {})}
     return detail
+
+
+def _still_cited(datasets: list[dict[str, Any]], cv_mape_pct: Mapping[str, Any],
+                 new: dict[str, Any], fitted: set[str]) -> list[dict[str, Any]]:
+    """The old dataset entries a comm fit of the `fitted` "op/link" keys leaves standing: every
+    non-comm one; a comm one (not the new file itself) that still backs a coefficient, with its
+    `fits` narrowed to those (an entry written before `fits` existed backs the comm keys of the
+    old CV MAPEs)."""
+    legacy = sorted(k for k in cv_mape_pct if k.split("/")[0] not in PHASES)
+    out = []
+    for entry in datasets:
+        if entry.get("kind") != "comm":
+            out.append(entry)
+            continue
+        if entry.get("path") == new["path"]:
+            continue
+        backs = [k for k in entry.get("fits", legacy) if k not in fitted]
+        if backs:
+            out.append({**entry, "fits": backs})
+    return out
 
 
 def with_compute_fit(base: HardwareProfile | None, *, name: str, hardware: str, backend: str,
@@ -104,6 +135,7 @@ def with_comm_fit(base: HardwareProfile | None, *, name: str, hardware: str, bac
           if c.cv_mape_pct is not None}
     return HardwareProfile(
         name=name, hardware=hardware, backend=backend, provenance="measured",
-        provenance_detail=_measured_detail(base, dataset, command, cv, fit_date, None),
+        provenance_detail=_measured_detail(base, dataset, command, cv, fit_date, None,
+                                           fitted=[f"{op}/{link}" for op, link in coefficients]),
         compute=dict(base.compute) if base else {}, **_contention(base),
         comm=CommModel(backend=backend, coefficients={**old, **coefficients}))

@@ -30,6 +30,7 @@ from perfmodel import __version__
 from perfmodel.costs.comm import (
     BACKENDS,
     OPS,
+    RING_OPS,
     CommModel,
     LinkCoefficients,
     island_nics,
@@ -410,7 +411,8 @@ def make_prior_profile(gpu_name: str, assumptions: Any = None) -> HardwareProfil
     assume = assumptions or PriorAssumptions()
     coefs = prior_compute_coefficients(gpu, assume)
     link_names = list(dict.fromkeys((gpu.intra_node_link, gpu.inter_node_link)))
-    comm = {(op, get_link(n).name): prior_link_coefficients(n) for op in OPS for n in link_names}
+    comm = {(op, get_link(n).name): prior_link_coefficients(n) for op in RING_OPS
+            for n in link_names}
     notes = _field_docs(PriorAssumptions)
     detail = {
         "kind": "prior",
