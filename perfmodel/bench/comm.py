@@ -5,6 +5,11 @@ The CLI side: it builds the payload plan and launches `torchrun ... -m perfmodel
 full unsharded size D in bytes (all_gather output, reduce_scatter input, all_reduce tensor),
 log-spaced between --min-mib and --max-mib as in the paper (1-150 MiB).
 
+Point-to-point (`--ops send_recv`, not in the default list): rank 0 sends a D-byte buffer to
+the last rank, which receives it (`dist.send` / `dist.recv`, what a pipeline stage boundary
+carries); the other ranks wait. The row's world_size is 2 (the pair) and its link the link
+between those two ranks; payloads are any multiple of the element size.
+
 Multi-node: pass torchrun's own rendezvous flags with --torchrun-args instead of the default
 `--standalone`, e.g. `--torchrun-args "--nnodes 2 --node-rank 0 --rdzv-backend c10d
 --rdzv-endpoint host0:29500"` on every node (node-rank differing), and --link naming the slowest
@@ -32,6 +37,10 @@ from perfmodel.spec.errors import ShardMeterError, UserInputError
 logger = logging.getLogger(__name__)
 
 OPS = ("all_gather", "reduce_scatter", "all_reduce")
+"""The collectives (the default --ops)."""
+P2P_OPS = ("send_recv",)
+"""Point-to-point operations (asked for by name)."""
+ALL_OPS = OPS + P2P_OPS
 COLUMNS = ("backend", "op", "link", "world_size", "payload_bytes", "time_s", "time_iqr_s", "iters")
 KEY_COLUMNS = ("backend", "op", "link", "world_size", "payload_bytes")
 MIB = 1024**2
@@ -78,9 +87,10 @@ def payload_sizes(min_mib: float, max_mib: float, points: int, world_size: int,
 def check_settings(s: CommSettings) -> None:
     """Reject unknown ops, backends and links with a clear message."""
 
-    bad = [op for op in s.ops if op not in OPS]
+    bad = [op for op in s.ops if op not in ALL_OPS]
     if bad:
-        raise UserInputError(f"unknown collective(s) {bad}", hint=f"use some of {', '.join(OPS)}.")
+        raise UserInputError(f"unknown collective(s) {bad}",
+                             hint=f"use some of {', '.join(ALL_OPS)}.")
     if s.backend not in ("gloo", "nccl"):
         raise UserInputError(f"unknown backend {s.backend!r}",
                              hint="use --backend gloo (CPU) or nccl (CUDA).")
@@ -113,7 +123,8 @@ def launch(cmd: Sequence[str], *, threads: int, what: str) -> None:
                  "rows are kept).")
 
 
-def check_launch(out_path: str | Path, settings: CommSettings, *, nproc: int) -> None:
+def check_launch(out_path: str | Path, settings: CommSettings, *, nproc: int,
+                 torchrun_args: str | None = None) -> None:
     """Every check of a collective sweep that can run before torchrun (so a mistake is one clean
     message, not one traceback per rank)."""
 
@@ -121,6 +132,10 @@ def check_launch(out_path: str | Path, settings: CommSettings, *, nproc: int) ->
     check_run_inputs(out=out_path, columns=COLUMNS, key_columns=KEY_COLUMNS, dtype=settings.dtype,
                      threads=settings.threads, nproc=nproc, iters=settings.iters,
                      warmup=settings.warmup)
+    if nproc < 2 and any(op in P2P_OPS for op in settings.ops) and not (
+            torchrun_args and "--nnodes" in torchrun_args):
+        raise UserInputError(f"--ops send_recv with --nproc {nproc}: a transfer needs two ranks",
+                             hint="pass --nproc 2.")
     payload_sizes(settings.min_mib, settings.max_mib, settings.points, nproc,
                   check_dtype_name(settings.dtype))
 
@@ -128,7 +143,7 @@ def check_launch(out_path: str | Path, settings: CommSettings, *, nproc: int) ->
 def run_comm(out_path: str | Path, settings: CommSettings, *, nproc: int,
              torchrun_args: str | None = None) -> None:
     """Launch the collective sweep under torchrun; rows go to out_path (resumable)."""
-    check_launch(out_path, settings, nproc=nproc)
+    check_launch(out_path, settings, nproc=nproc, torchrun_args=torchrun_args)
     args = ["--out", str(out_path), "--backend", settings.backend, "--link", settings.link,
             "--ops", ",".join(settings.ops), "--min-mib", str(settings.min_mib),
             "--max-mib", str(settings.max_mib), "--points", str(settings.points),
