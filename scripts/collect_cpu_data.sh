@@ -4,11 +4,13 @@
 # catalogs/spaces/cpu-wide.yaml (Sobol shapes spanning the named models' embedding sizes, named
 # models with two layers). The shipped datasets predate this script: their commands are in their
 # *.env.json sidecars. Each step appends to its CSV and resumes where a killed run stopped; move
-# the five datasets (and their .env.json/.progress/.plan.json sidecars) away first, and run it on a
+# the seven datasets (and their .env.json/.progress/.plan.json sidecars) away first, and run it on a
 # quiet machine: anything else on the two cores, including a second benchmark, is noise in every
 # row (a 2026-12-01 trial that ran the named models beside the Sobol sweep was not usable).
 # Afterwards: `.venv/bin/python -m scripts.make_validation --fit` refits the profile and rewrites
-# docs/VALIDATION.md.
+# docs/VALIDATION.md; `shardmeter fit comm catalogs/profiles/data/cpu-p2p.csv -o
+# catalogs/profiles/cpu-x86-2core.yaml` then adds send_recv (it keeps cpu-comm.csv's coefficients
+# and provenance).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SM=${SHARDMETER:-.venv/bin/shardmeter}
@@ -40,9 +42,19 @@ step "$SM" -v bench compute --space catalogs/spaces/cpu-width-probe.yaml -n 8 \
 # 200 repetitions: small gloo collectives on two shared cores are noisy (see the IQR column of
 # cpu-comm.csv), so the median needs many samples.
 step "$SM" -v bench comm -o "$DATA/cpu-comm.csv" --iters 200 --warmup 10
+# Point-to-point (pipeline stage boundaries): rank 0 sends to rank 1, 16 KiB to 64 MiB (the
+# pipeline cases below send 128-512 KiB per boundary). Its own file, not cpu-comm.csv: the shipped
+# profile cites cpu-comm.csv by sha256, and `fit comm` keeps both datasets cited (see below).
+step "$SM" -v bench comm -o "$DATA/cpu-p2p.csv" --ops send_recv --min-mib 0.015625 \
+    --max-mib 64 --points 12 --iters 200 --warmup 10
 # torchtitan's recipe in fp32 without activation checkpointing (CPU bf16 matmuls are not what
 # the fp32 compute profile measures; AC would add recompute the CPU profile does not time).
 step "$SM" -v bench fsdp -o "$DATA/cpu-fsdp.csv" --iters 10 --warmup 3 --recipe torchtitan \
     --param-dtype fp32 --reduce-dtype fp32 --ac none
 step "$SM" -v bench memory --real --like "$DATA/cpu-fsdp.csv" -o "$DATA/cpu-fsdp-memory.csv"
+# Pipeline-parallel steps, pp 2 (GPipe, 1F1B, interleaved 1F1B): held out, nothing is fitted on
+# them; `shardmeter bench pipeline-compare "$DATA/cpu-pipeline.csv" --profile
+# catalogs/profiles/cpu-x86-2core.yaml` predicts each row. Same recipe as the FSDP2 steps.
+step "$SM" -v bench pipeline -o "$DATA/cpu-pipeline.csv" --iters 10 --warmup 3 \
+    --recipe torchtitan --param-dtype fp32 --reduce-dtype fp32 --ac none
 echo "== $(date -u +%FT%TZ) done"

@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-_SPEC_KEYS = {"hidden_size": "hidden_size", "num_hidden_layers": "num_layers",
+SPEC_KEYS = {"hidden_size": "hidden_size", "num_hidden_layers": "num_layers",
               "num_attention_heads": "num_heads", "num_key_value_heads": "num_kv_heads",
               "intermediate_size": "intermediate_size", "vocab_size": "vocab_size",
               "head_dim": "head_dim", "tie_word_embeddings": "tie_word_embeddings"}
@@ -89,9 +89,9 @@ class FsdpSettings:
     """Training recipe the workers train (MixedPrecisionPolicy, resharding, accumulation, AC)."""
 
 
-def _case_spec(path: Path, raw: Mapping[str, Any]) -> ModelSpec:
+def case_spec(path: Path, raw: Mapping[str, Any]) -> ModelSpec:
 
-    overrides = {_SPEC_KEYS[k]: v for k, v in raw.items() if k in _SPEC_KEYS}
+    overrides = {SPEC_KEYS[k]: v for k, v in raw.items() if k in SPEC_KEYS}
     try:
         if "model" in raw:
             return replace(get_model(str(raw["model"])), name=str(raw.get("name", raw["model"])),
@@ -127,9 +127,9 @@ def load_cases(path: str | Path) -> list[FsdpCase]:
             raise UserInputError(f"{p}: shapes[{i}] = {shape!r} is not a mapping",
                                  hint="write each shape as `- {model: NAME, ...}`.")
         reject_unknown_keys(p, f"shapes[{i}]", shape,
-                            ("model", "name", "family", *_SPEC_KEYS, "seq_len",
+                            ("model", "name", "family", *SPEC_KEYS, "seq_len",
                              "micro_batches", "grad_accum"), example=example)
-        spec = _case_spec(p, shape)
+        spec = case_spec(p, shape)
         seq_len = positive_int(p, f"shapes[{i}].seq_len",
                                shape.get("seq_len", raw.get("seq_len", 128)))
         lists: dict[str, list[Any]] = {}

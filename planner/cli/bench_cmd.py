@@ -1,4 +1,5 @@
-"""`shardmeter bench compute|comm|fsdp`: real measurements with torch (the [bench] extra).
+"""`shardmeter bench compute|comm|fsdp|memory|pipeline|...`: real measurements with torch (the
+[bench] extra).
 
 torch is imported only inside the command functions, so `shardmeter --help` stays light.
 Every command writes its CSV row by row and resumes when rerun with the same arguments.
@@ -23,6 +24,11 @@ from perfmodel.profiles import fsdp_compare
 from perfmodel.profiles.fsdp_compare import compare_fsdp
 from perfmodel.spec.paths import catalog_dir
 from planner.cli.bench_memory_cmd import memory_cmd
+from planner.cli.bench_pipeline_cmd import (
+    pipeline_cmd,
+    pipeline_compare_cmd,
+    pipeline_order_cmd,
+)
 from planner.cli.common import emit_records, format_option, require_torch, verbose_bench_logs
 from planner.cli.recipe_opts import recipe_from_options, recipe_options
 
@@ -37,7 +43,7 @@ def _default_space(name: str) -> str:
 
 @click.group("bench")
 def bench() -> None:
-    """Measure compute phases, collectives and FSDP2 steps with torch (resumable CSVs)."""
+    """Measure compute phases, collectives, FSDP2 and pipeline steps with torch (resumable CSVs)."""
 
 
 @bench.command("compute")
@@ -105,7 +111,8 @@ def _comm_link(backend: str, link: str | None) -> str:
 @click.option("--backend", type=click.Choice(["gloo", "nccl"]), default="gloo", show_default=True)
 @click.option("--link", default=None,
               help="Link name recorded per row [default: gloo-loopback for gloo].")
-@click.option("--ops", default="all_gather,reduce_scatter,all_reduce", show_default=True)
+@click.option("--ops", default="all_gather,reduce_scatter,all_reduce", show_default=True,
+              help="Comma list; send_recv (rank 0 to the last rank) is measured when named.")
 @click.option("--min-mib", type=float, default=1.0, show_default=True)
 @click.option("--max-mib", type=float, default=150.0, show_default=True)
 @click.option("--points", type=int, default=12, show_default=True, help="Log-spaced payload sizes.")
@@ -119,7 +126,8 @@ def _comm_link(backend: str, link: str | None) -> str:
 def comm_cmd(out: Path, nproc: int, backend: str, link: str | None, ops: str, min_mib: float,
              max_mib: float, points: int, iters: int, warmup: int, threads: int, dtype: str,
              torchrun_args: str | None) -> None:
-    """Time all_gather / reduce_scatter / all_reduce over log-spaced payloads (torchrun)."""
+    """Time all_gather / reduce_scatter / all_reduce (and send_recv) over log-spaced payloads
+    (torchrun)."""
     require_torch()
     verbose_bench_logs()
 
@@ -196,6 +204,9 @@ def _register_memory() -> None:
     # `bench memory` lives in its own module (FSDPMemTracker under FakeTensorMode).
 
     bench.add_command(memory_cmd)
+    # the pipeline commands too (torch.distributed.pipelining)
+    for command in (pipeline_cmd, pipeline_compare_cmd, pipeline_order_cmd):
+        bench.add_command(command)
 
 
 _register_memory()
