@@ -26,6 +26,7 @@ from perfmodel.api.workload import (
     resolve_placement,
     resolve_workload,
     simulate_inner_step,
+    simulate_pipeline_step,
     strategy_islands,
     streaming_outer,
     sync_link,
@@ -42,6 +43,7 @@ from perfmodel.sim.analysis import (
     regime_changes,
     transition_micro_batch,
 )
+from perfmodel.sim.pipeline import step_result
 from perfmodel.spec import formulas
 from perfmodel.spec.formulas import GIB
 from perfmodel.spec.recipe import OuterRecipe, TrainingRecipe
@@ -206,7 +208,8 @@ def predict(workload: WorkloadSpec, outer: OuterSpec | None = None) -> Predictio
 
 def _prediction(w: Workload, *, strategy: str, wan: WanLink, outer: OuterRecipe) -> Prediction:
 
-    step = simulate_inner_step(w)
+    pipe = simulate_pipeline_step(w) if w.recipe.parallel.pp > 1 else None
+    step = step_result(pipe) if pipe is not None else simulate_inner_step(w)
     info = analyse_step(step)
     islands = wan.num_islands if strategy != "fsdp" else 1
     # m sequences per data-parallel rank per micro-step; model-parallel ranks share them
@@ -221,6 +224,9 @@ def _prediction(w: Workload, *, strategy: str, wan: WanLink, outer: OuterRecipe)
     prior_only = w.recipe.parallel.prior_only
     if prior_only:
         out["layout_prior_only"] = list(prior_only)
+    if pipe is not None:
+        out.update(worst_stage=pipe.worst_stage, bubble_s=pipe.bubble_s,
+                   bubble_fraction=pipe.bubble_s / pipe.step_time_s)
     step_s, comm_s = step.step_time_s, step.comm_busy_s
     if strategy == "diloco":
         h = outer.inner_steps

@@ -19,6 +19,7 @@ from perfmodel.diloco.graph import outer_optimizer_s
 from perfmodel.diloco.tuner import WanLink, fabric_link
 from perfmodel.profiles.profile import default_profile, load_profile
 from perfmodel.sim.fsdp import resolve_recipe, simulate_step, step_costs
+from perfmodel.sim.pipeline import PipelineResult, pipeline_costs, simulate_pipeline, step_result
 from perfmodel.spec import catalog
 from perfmodel.spec.errors import UserInputError
 from perfmodel.spec.hardware import IslandSpec
@@ -124,8 +125,18 @@ def resolve_placement(model_name: str, *, gpu_name: str, nodes: int, gpus_per_no
     return model, gpu, island, replace(recipe, parallel=layout)
 
 
+def simulate_pipeline_step(w: Workload) -> PipelineResult:
+    """The graph simulation of one pipeline step of `w` (pp > 1): k = --accum micro-batches."""
+    costs = pipeline_costs(w.model, w.profile, w.island, seq_len=w.seq_len,
+                           micro_batch=w.micro_batch, recipe=w.recipe)
+    return simulate_pipeline(costs, micro_batches=w.accum)
+
+
 def simulate_inner_step(w: Workload) -> StepResult:
-    """The graph simulation of one FSDP step of `w` (closed-form beyond SIMULATED_ACCUM_MAX)."""
+    """The graph simulation of one step of `w` (FSDP: closed-form beyond SIMULATED_ACCUM_MAX;
+    pipelines: `simulate_pipeline_step`)."""
+    if w.recipe.parallel.pp > 1:
+        return step_result(simulate_pipeline_step(w))
 
     costs = step_costs(w.model, w.profile, w.island, seq_len=w.seq_len, micro_batch=w.micro_batch,
                        recipe=w.recipe)
