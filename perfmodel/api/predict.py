@@ -275,9 +275,13 @@ def simulate(workload: WorkloadSpec, outer: OuterSpec | None = None, *,
 
     spec = outer or OuterSpec()
     w, settings, link = resolve_strategy(workload.resolve(), spec)
-    step = simulate_inner_step(w)
+    pipe = simulate_pipeline_step(w) if w.recipe.parallel.pp > 1 else None
+    step = step_result(pipe) if pipe is not None else simulate_inner_step(w)
     if spec.strategy == "fsdp":
         spans, summary = trace.schedule_spans(step.schedule), step_summary(step)
+        if pipe is not None:  # one trace process per pipeline rank (and one for its sends)
+            summary.update(worst_stage=pipe.worst_stage, bubble_s=pipe.bubble_s,
+                           bubble_fraction=pipe.bubble_s / pipe.step_time_s)
     elif spec.strategy == "diloco":
         spans, summary = _diloco_spans(w, step, link,
                                        settings.inner_steps if steps is None else steps)
