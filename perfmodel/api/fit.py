@@ -485,7 +485,7 @@ def _locate(recorded: str) -> Path | None:
     return None
 
 
-def fitting_rows(profile: HardwareProfile, kind: str, data: str, frame: pd.DataFrame,
+def _fitting_rows(profile: HardwareProfile, kind: str, data: str, frame: pd.DataFrame,
                  loader: Any) -> tuple[pd.DataFrame | None, str]:
     """The rows the profile's `kind` part ('compute' or 'comm') was fitted on — `frame` itself
     when `data` is that dataset (same sha256), else the recorded file read with `loader` — and
@@ -542,7 +542,7 @@ def _plain(source: str) -> str:
 def _validate_compute(profile: HardwareProfile, data: str,
                       cache: ResultCache | None) -> ValidationTable:
     frame = load_compute_dataset(data)
-    fit, source = fitting_rows(profile, "compute", data, frame, load_compute_dataset)
+    fit, source = _fitting_rows(profile, "compute", data, frame, load_compute_dataset)
     in_fit = None if fit is None else _overlap(frame, fit, COMPUTE_KEY)
     if fit is None or in_fit is None or not in_fit.any():
         if fit is None and "unknown" in source:
@@ -576,7 +576,7 @@ def _validate_compute(profile: HardwareProfile, data: str,
 def _validate_comm(profile: HardwareProfile, data: str) -> ValidationTable:
 
     frame = load_comm_dataset(data)
-    fit, source = fitting_rows(profile, "comm", data, frame, load_comm_dataset)
+    fit, source = _fitting_rows(profile, "comm", data, frame, load_comm_dataset)
     in_fit = None if fit is None else _overlap(frame, fit, COMM_KEY)
     if fit is None or in_fit is None or not in_fit.any():
         if fit is None and "unknown" in source:
