@@ -9,17 +9,21 @@ one more forward.
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from perfmodel.spec.errors import ConfigError
+from perfmodel.spec.inputs import LIMITS, check_limit, load_json, strict_bool
 
 logger = logging.getLogger(__name__)
 
 NORMS = ("rms", "layer")
+SHAPE_LIMITS = {"hidden_size": "width", "num_layers": "layers", "num_heads": "heads",
+                "num_kv_heads": "heads", "intermediate_size": "width", "vocab_size": "vocab",
+                "head_dim": "width"}
+"""The `perfmodel.spec.inputs.LIMITS` entry bounding each shape field."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -71,6 +75,10 @@ class ModelSpec:
                 raise ConfigError(f"model {self.name!r}: {name} must be a positive integer, "
                                   f"got {value!r}",
                                   hint=f"set {name} to a positive integer.")
+        for name, limit in SHAPE_LIMITS.items():
+            if getattr(self, name) > LIMITS[limit].maximum:
+                check_limit(limit, getattr(self, name), field=name, where=f"model {self.name!r}",
+                            error=ConfigError)
         if self.head_dim < 0:
             raise ConfigError(f"model {self.name!r}: head_dim must be >= 0, got {self.head_dim}",
                               hint="omit head_dim to use hidden_size / num_attention_heads.")
@@ -307,10 +315,19 @@ def _hf_get(config: dict[str, Any], field_name: str, path: str) -> int:
                 raise ConfigError(f"{path}: field {key!r} must be a positive integer, "
                                   f"got {value!r}",
                                   hint=f"fix {key!r} in {path}.")
+            check_limit(SHAPE_LIMITS[field_name], value, field=key, where=path, error=ConfigError)
             return value
     raise ConfigError(f"{path}: required field {_HF_KEYS[field_name][0]!r} is missing",
                       hint=f"add {_HF_KEYS[field_name][0]!r} to {path} "
                            "(a Hugging Face config.json).")
+
+
+def _hf_bool(config: dict[str, Any], key: str, path: str) -> bool:
+    """A config.json boolean: JSON true/false, or absent/null (false); a string such as "false"
+    is refused (`perfmodel.spec.inputs.strict_bool`)."""
+    value = config.get(key)
+    return False if value is None else strict_bool(value, field=key, where=path,
+                                                   error=ConfigError)
 
 
 def _family(config: dict[str, Any], path: str) -> str:
@@ -347,17 +364,18 @@ def spec_from_hf_config(config: dict[str, Any], *, name: str, path: str = "<conf
         fields["intermediate_size"] = 4 * fields["hidden_size"]
     kv = config.get("num_key_value_heads")
     kv = fields["num_heads"] if kv is None else kv
-    head_dim = config.get("head_dim") or 0
+    head_dim = config.get("head_dim")
+    head_dim = 0 if head_dim is None else head_dim  # [], "" or false are refused below
     for key, value, least in (("num_key_value_heads", kv, 1), ("head_dim", head_dim, 0)):
         if isinstance(value, bool) or not isinstance(value, int) or value < least:
             kind = "a positive" if least else "a non-negative"
             raise ConfigError(f"{path}: field {key!r} must be {kind} integer, got {value!r}",
                               hint=f"fix {key!r} in {path}.")
     if "tie_word_embeddings" in config:
-        layout["tie_word_embeddings"] = bool(config["tie_word_embeddings"])
-    if config.get("attention_bias"):
+        layout["tie_word_embeddings"] = _hf_bool(config, "tie_word_embeddings", path)
+    if _hf_bool(config, "attention_bias", path):
         layout["qkv_bias"] = layout["out_bias"] = True
-    if config.get("mlp_bias"):
+    if _hf_bool(config, "mlp_bias", path):
         layout["mlp_bias"] = True
     try:
         return ModelSpec(name=name, family=family, hidden_size=fields["hidden_size"],
@@ -372,15 +390,7 @@ def spec_from_hf_config(config: dict[str, Any], *, name: str, path: str = "<conf
 def load_hf_config(path: str | Path) -> ModelSpec:
     """Load a Hugging Face config.json file (malformed files raise ConfigError naming the file)."""
     p = Path(path)
-    try:
-        config = json.loads(p.read_text())
-    except FileNotFoundError as err:
-        raise ConfigError(
-            f"{p}: file not found",
-            hint="give a catalog model name or an existing config.json path.") from err
-    except json.JSONDecodeError as err:
-        raise ConfigError(f"{p}: not valid JSON ({err.msg} at line {err.lineno})",
-                          hint="pass a Hugging Face config.json file.") from err
+    config = load_json(p, what="model config (a Hugging Face config.json)", error=ConfigError)
     if not isinstance(config, dict):
         raise ConfigError(f"{p}: expected a JSON object, got {type(config).__name__}",
                           hint="pass a Hugging Face config.json file.")
