@@ -386,3 +386,16 @@ def test_limits_are_the_readme_table() -> None:
         assert line is not None, key
         number = re.sub(r"[,\s]", "", line.split("|")[2])
         assert float(number) == pytest.approx(limit.maximum), (key, line)
+
+
+@pytest.mark.skipif(not Path("/dev/zero").exists(), reason="no /dev/zero on this system")
+@pytest.mark.parametrize("argv", [
+    (*PREDICT, "--recipe", "/dev/zero"),
+    ("islands", "/dev/zero"),
+    ("bench", "compute", "--space", "/dev/zero", "-o", "OUT", "--dry-run"),
+], ids=["environment-recipe-dev-zero", "environment-instance-dev-zero",
+        "environment-space-dev-zero"])
+def test_environment_endless_input_is_refused(tmp_path: Path, argv: tuple[str, ...]) -> None:
+    """A file that never ends (a device, a pipe) is read to the 64 MiB limit, not into memory."""
+    argv = tuple(str(tmp_path / "o.csv") if a == "OUT" else a for a in argv)
+    refused(run(*argv), "/dev/zero", "limit")

@@ -171,7 +171,9 @@ _REPR.maxlevel = 3
 def short_repr(value: Any) -> str:
     """repr() of a value, shortened (long strings, deep or long containers, huge integers)."""
     if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**30:
-        digits = len(str(abs(value)))
+        # str() of an integer beyond 4,300 digits raises: count its digits from its bits
+        digits = int(abs(value).bit_length() * math.log10(2)) + 1
+        digits -= 10 ** (digits - 1) > abs(value) if digits <= 4000 else 0
         return f"{'-' if value < 0 else ''}<a {digits}-digit integer>"
     return _REPR.repr(value)
 
@@ -205,11 +207,11 @@ def read_text(path: str | Path, *, what: str,
             raise error(f"{what} {p} is a directory, not a file", hint=fix)
         if not p.exists():
             raise error(f"{what} {p} not found (no such file)", hint=fix)
-        size = p.stat().st_size
-        if size > MAX_INPUT_BYTES:
-            raise error(f"{what} {p} is {size:,} bytes, above the {MAX_INPUT_BYTES:,}-byte limit "
-                        "on input files", hint=f"give a smaller {what}.")
-        data = p.read_bytes()
+        with p.open("rb") as fh:  # at most one byte past the limit (a device or pipe never ends)
+            data = fh.read(MAX_INPUT_BYTES + 1)
+        if len(data) > MAX_INPUT_BYTES:
+            raise error(f"{what} {p} is larger than the {MAX_INPUT_BYTES:,}-byte limit on input "
+                        "files", hint=f"give a smaller {what}.")
     except OSError as err:
         raise error(f"cannot read {what} {p}: {err.strerror or err}", hint=fix) from None
     try:
