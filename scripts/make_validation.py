@@ -56,7 +56,7 @@ from perfmodel.profiles.memory_validation import tracker_agreement as agreement
 from perfmodel.profiles.overlap import fit_overlap_slowdown
 from perfmodel.profiles.profile import load_profile
 from perfmodel.spec.errors import ShardMeterError
-from scripts import git_history, validation_gpu
+from scripts import git_history, validation_gpu, validation_heldout
 from scripts.cache import cv_cache, set_cache_mode
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -67,6 +67,8 @@ PROFILE = "catalogs/profiles/cpu-x86-2core.yaml"
 COMPUTE, COMM, FSDP = f"{DATA}/cpu-compute.csv", f"{DATA}/cpu-comm.csv", f"{DATA}/cpu-fsdp.csv"
 FSDP_MEMORY = f"{DATA}/cpu-fsdp-memory.csv"
 WIDTH_PROBE = f"{DATA}/cpu-width-probe.csv"
+HOLDOUT, FSDP_AC = validation_heldout.HOLDOUT, validation_heldout.FSDP_AC
+"""Validation-only CPU datasets (no fit reads them), reported apart by `validation_heldout`."""
 SPACES = "catalogs/spaces"
 WIDE, ALIGNED = f"{SPACES}/cpu-wide.yaml", f"{SPACES}/cpu-aligned.yaml"
 BEFORE_ALIGNED = "52c2105"
@@ -217,7 +219,8 @@ def notes_text() -> str:
         "fitted before the `cpu-aligned.yaml` shapes, which show the regression such widths, and "
         f"the `aligned_weight_grads` candidate {errors}. The feature and those shapes were "
         "designed after seeing these errors, so the named models' backward figures above are no "
-        "longer an untouched held-out estimate (the width probe is evidence in its own right). "
+        "longer an untouched held-out estimate (the width probe is evidence in its own right); "
+        "the fresh holdout above, frozen before it was measured, is. "
         "This is a property of this CPU's fp32 kernels; the GPU profiles do not carry the "
         "feature, and a GPU measured with `scripts/gpu_bench.sh` would get it only if its own "
         "data select it.",
@@ -564,7 +567,8 @@ def _command(line: str) -> str:
 def collection() -> str:
     """Each dataset's benchmark commands, malloc and machine load, from its env.json sidecar."""
     lines = []
-    for name in (COMPUTE, WIDTH_PROBE, COMM, FSDP, FSDP_MEMORY):
+    extra = [name for name in (HOLDOUT, FSDP_AC) if (ROOT / name).is_file()]
+    for name in (COMPUTE, WIDTH_PROBE, COMM, FSDP, FSDP_MEMORY, *extra):
         sessions = _sessions(name)
         commands = dict.fromkeys(_command(s["command"]) for s in sessions)
         mallocs = sorted({str(s.get("malloc_library", "glibc")) for s in sessions})
@@ -592,6 +596,8 @@ def part_measured() -> str:
     if (ROOT / DATA / "memory-tracker.csv").is_file():  # memory model vs FSDPMemTracker (issue 9)
         sections.append(markdown_section())
         commands.append("shardmeter validate cpu-x86-2core --memory")
+    # validation only, reported apart (issue 22): the fresh holdout, checkpointing on FSDP2
+    sections += [validation_heldout.holdout_section(), validation_heldout.ac_section()]
     intro = "\n".join(
         [
             "## (a) This machine, measured",

@@ -129,11 +129,13 @@ def _finished(out: Path, configs: list[cb.BenchConfig]) -> set[str]:
     """The configurations a resume would skip (the function run_compute decides with)."""
     log = CsvLog(out, cb.COLUMNS, cb.KEY_COLUMNS)
     measured = cb._measured_steps(log)
-    written: dict[str, set[int]] = {}
+    written: dict[tuple[str, int], set[int]] = {}
     for r in log.rows():
-        written.setdefault(r["model"], set()).add(int(r["micro_batch"]))
+        written.setdefault((r["model"], int(r["seq_len"])), set()).add(int(r["micro_batch"]))
     reasons = cb._finished_configs(Path(f"{out}.progress"))
-    return {c.config_id for c in configs if cb._is_finished(c, reasons, written, measured)}
+    keys = cb.progress_keys(configs)
+    return {c.config_id for c in configs
+            if cb._is_finished(c, reasons.get(keys[c.config_id, c.seq_len]), written, measured)}
 
 
 @pytest.mark.parametrize("progress_line", ["{id} time-cap 2", "{id} time-cap", "{id} memory-cap",
