@@ -79,6 +79,8 @@ def test_bench_fsdp_gloo_two_ranks_runs_and_resumes(run_cli, tmp_path: Path) -> 
     assert first.code == 0, first.err
     rows = _rows(out)
     assert list(rows[0]) == list(fsdp_compare.COLUMNS) and len(rows) == 3
+    # the CUDA allocator statistics (reserve_validation) are written on CUDA only
+    assert not Path(f"{out}.allocator.csv").exists()
     for r in rows:
         assert r["world_size"] == "2" and r["backend"] == "gloo" and r["link"] == "gloo-loopback"
         assert float(r["step_time_s"]) > 0

@@ -4,7 +4,6 @@ with resume, and the comparison through `perfmodel.api.predict`."""
 from __future__ import annotations
 
 import csv
-import importlib.util
 import json
 from dataclasses import replace
 from pathlib import Path
@@ -37,7 +36,6 @@ schedules:
 shapes:
   - {model: tiny-llama, name: t-llama, num_hidden_layers: 4}
 """
-SIMULATOR = importlib.util.find_spec("perfmodel.sim.pipeline") is not None
 
 
 def _rows(path: Path) -> list[dict[str, str]]:
@@ -159,12 +157,11 @@ def test_bench_pipeline_gloo_two_ranks_runs_and_resumes(run_cli, tmp_path: Path)
     assert env["sessions"][-1]["benchmark"] == "pipeline"
 
 
-@pytest.mark.skipif(not SIMULATOR,
-                    reason="the pipeline simulator (perfmodel.sim.pipeline) lands from wt-23")
 def test_compare_predicts_every_row_through_predict(tmp_path: Path) -> None:
-    """The comparison is `perfmodel.api.predict` of the row's model, layout and profile: the
-    same figure a direct call gives (measured times here are placeholders, 1 s)."""
-    from perfmodel.api.predict import predict
+    """The comparison is the prediction API's step (`perfmodel.api.predict.simulate`) of the
+    row's model, layout and profile: the figure a direct call gives (the measured times here are
+    placeholders, 1 s)."""
+    from perfmodel.api.predict import simulate
     from perfmodel.api.workload import WorkloadSpec
     from perfmodel.profiles.fsdp_compare import recipe_cell
     from perfmodel.spec.layout import ParallelLayout
@@ -197,11 +194,12 @@ def test_compare_predicts_every_row_through_predict(tmp_path: Path) -> None:
     for row, got in zip(rows, out, strict=True):
         layout = ParallelLayout(dp_shard=1, pp=2, virtual_stages=int(row["virtual_stages"]),
                                 pp_schedule=str(row["pp_schedule"]))
-        direct = predict(WorkloadSpec(
+        direct = simulate(WorkloadSpec(
             model_name="small-llama", gpu_name="CPU-x86-2core", nodes=1, gpus_per_node=2,
             seq_len=128, micro_batch=1, accum=int(row["grad_accum"]), profile_name=profile,
             recipe=replace(recipe, parallel=layout)))
-        assert got["predicted_s"] == pytest.approx(direct.step_time_s, rel=1e-12)
-        assert got["ratio"] == pytest.approx(direct.step_time_s)
+        assert got["predicted_s"] == pytest.approx(direct.step.step_time_s, rel=1e-12)
+        assert got["ratio"] == pytest.approx(direct.step.step_time_s)
+        assert got["worst_stage"] == direct.summary["worst_stage"]
     summary = pipeline.pipeline_summary(out)
     assert summary["rows"] == 3

@@ -6,21 +6,32 @@ ScheduleInterleaved1F1B: on 2 real gloo processes (pp 2, k 2, 4, 8) and on torch
 group (the same cases, 3 and 4 virtual stages, pp 4). Per pipeline rank, the recorded compute
 order must be `perfmodel.spec.pipeline.rank_order`, the compute and point-to-point sequence in
 posting order `posting_order`, every send / receive must have the peer, shape, dtype and bytes the
-model gives it (`boundary_bytes`), and the fake-group recordings must equal the gloo ones. The
-file is checked without torch; one live re-recording per source checks that the shipped file is
-what this torch still runs.
+model gives it (`boundary_bytes`), and the fake-group recordings must equal the gloo ones; the
+simulator's plan (`perfmodel.sim.pipeline`) must send the recorded sends in the recorded order,
+each a send_recv of those bytes. The file is checked without torch; one live re-recording per
+source checks that the shipped file is what this torch still runs.
 """
 
 from __future__ import annotations
 
-import importlib.util
 from collections import defaultdict
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from perfmodel.bench.pipeline_order import OrderRecord, read_orders
-from perfmodel.spec.layout import ParallelLayout
+from perfmodel.bench.pipeline_order import (
+    ORDER_MICRO_BATCH,
+    ORDER_SEQ_LEN,
+    ORDER_SPEC,
+    OrderRecord,
+    read_orders,
+)
+from perfmodel.profiles.profile import default_profile
+from perfmodel.sim.pipeline import pipeline_costs, pipeline_plan
+from perfmodel.spec.catalog import get_gpu
+from perfmodel.spec.hardware import IslandSpec
+from perfmodel.spec.layout import ParallelLayout, place_group
 from perfmodel.spec.pipeline import (
     Action,
     Transfer,
@@ -29,6 +40,7 @@ from perfmodel.spec.pipeline import (
     posting_order,
     rank_order,
 )
+from perfmodel.spec.recipe import DEFAULT_RECIPE
 
 DATA = Path(__file__).resolve().parent.parent / "catalogs" / "profiles" / "data" / "pp-order.csv"
 Key = tuple[str, str, int, int, int, int]
@@ -148,14 +160,10 @@ def test_boundary_bytes_follow_the_layout() -> None:
         8192 * 16384 * 2
 
 
-@pytest.mark.skipif(importlib.util.find_spec("perfmodel.sim.pipeline") is None,
-                    reason="the pipeline simulator (perfmodel.sim.pipeline) lands from wt-23")
 def test_the_simulators_sends_are_the_recorded_ones(
         shipped: dict[Key, list[OrderRecord]]) -> None:
     """Each rank's send tasks in the simulator's plan, in plan order, are the sends torch
     posted, in posting order."""
-    from perfmodel.sim.pipeline import pipeline_plan  # absent before the merge
-
     for (source, schedule, pp, v, k, rank), rows in shipped.items():
         layout = ParallelLayout(dp_shard=1, pp=pp, virtual_stages=v, pp_schedule=schedule)
         planned = []
@@ -166,6 +174,38 @@ def test_the_simulators_sends_are_the_recorded_ones(
                 planned.append(("SEND_F" if words[1] == "act" else "SEND_B", stage, micro))
         recorded = [(r.action, r.stage, r.micro) for r in rows if r.action.startswith("SEND")]
         assert planned == recorded, (source, schedule, pp, v, k, rank)
+
+
+@pytest.mark.parametrize(("gpu", "nodes", "per_node", "layout"), [
+    ("CPU-x86-2core", 1, 2, ParallelLayout(dp_shard=1, pp=2)),
+    ("H100-SXM5-80GB", 2, 8, ParallelLayout(pp=2, tp=2, cp=2)),
+    ("H100-SXM5-80GB", 2, 8, ParallelLayout(pp=2, tp=4, sequence_parallel=False)),
+])
+def test_the_simulators_transfer_carries_the_recorded_bytes(gpu: str, nodes: int, per_node: int,
+                                                            layout: ParallelLayout) -> None:
+    """The simulator's boundary transfer is send_recv of `boundary_bytes` (the recorded payload
+    on the recorded CPU case: 2 x 16 x 32 fp32), on the link the pp neighbours span."""
+    device = get_gpu(gpu)
+    island = IslandSpec(gpu=device, num_nodes=nodes, gpus_per_node=per_node,
+                        intra_link=device.intra_node_link, inter_link=device.inter_node_link,
+                        nics_per_node=device.nics_per_node)
+    profile = default_profile(gpu)
+    dtype = "fp32" if gpu.startswith("CPU") else "bf16"
+    recipe = replace(DEFAULT_RECIPE.with_overrides(param_dtype=dtype, ac="none"),
+                     parallel=layout)
+    costs = pipeline_costs(ORDER_SPEC, profile, island, seq_len=ORDER_SEQ_LEN,
+                           micro_batch=ORDER_MICRO_BATCH, recipe=recipe)
+    resolved = layout.resolve(island.num_gpus)
+    payload = boundary_bytes(ORDER_MICRO_BATCH, ORDER_SEQ_LEN, ORDER_SPEC.hidden_size, dtype,
+                             tp=resolved.tp, cp=resolved.cp,
+                             sequence_parallel=resolved.sequence_parallel)
+    if gpu.startswith("CPU"):
+        assert payload == 4096   # the recorded payload_bytes
+    pair = place_group("pp", size=2, stride=resolved.stride("pp"),
+                       gpus_per_node=per_node, intra_link=island.intra_link,
+                       inter_link=island.inter_link, nics_per_node=island.nics_per_node)
+    assert costs.p2p_s == pytest.approx(profile.group_comm_time_s("send_recv", pair, payload),
+                                        rel=1e-12)
 
 
 # ---- live re-recordings (torch) ----------------------------------------------------------------

@@ -12,9 +12,10 @@ ScheduleInterleaved1F1B) and AdamW, warms up, then times whole optimizer steps a
 keeping the slowest rank per step. Rank 0 writes the median step time and the recipe (JSON, its
 `parallel` layout included) row by row; rerunning resumes.
 
-`compare_pipeline` predicts every row through `perfmodel.api.predict` (the CPU profile, the row's
-recipe with its pipeline layout) beside the measured time. The rows are held out: nothing is
-fitted on them.
+`compare_pipeline` predicts every row through the prediction API (`perfmodel.api.predict.
+simulate`: the step `predict` reports, without its memory check, which stage memory does not pass
+yet) with the CPU profile and the row's recipe and pipeline layout, beside the measured time. The
+rows are held out: nothing is fitted on them.
 """
 
 from __future__ import annotations
@@ -30,9 +31,9 @@ from typing import Any
 
 import pandas as pd
 
-from perfmodel.api.predict import predict
+from perfmodel.api.predict import simulate
 from perfmodel.api.workload import WorkloadSpec
-from perfmodel.bench.comm import launch, torchrun_command
+from perfmodel.bench.comm import WORKER_LOG_SUFFIX, launch, torchrun_command
 from perfmodel.bench.common import (
     check_run_inputs,
     positive_int,
@@ -222,7 +223,8 @@ def run_pipeline(cases: Sequence[PipelineCase], out_path: str | Path, settings: 
             "--recipe", json.dumps(recipe_mapping(settings.recipe))]
     launch(torchrun_command("perfmodel.bench.pipeline_worker", args, nproc=nproc,
                             torchrun_args=torchrun_args),
-           threads=settings.threads, what="pipeline benchmark")
+           threads=settings.threads, what="pipeline benchmark",
+           log_path=f"{out_path}{WORKER_LOG_SUFFIX}")
     return plan
 
 
@@ -255,9 +257,9 @@ def read_pipeline_dataset(data: str | Path) -> pd.DataFrame:
 
 def compare_pipeline(data: str | Path, profile: str, *,
                      hardware: str | None = None) -> list[dict[str, Any]]:
-    """Every measured row beside its prediction through `perfmodel.api.predict` with `profile`
-    (a name or YAML path), the row's recipe and pipeline layout, `hardware` (default: the
-    profile's device) and one node of `world_size` devices."""
+    """Every measured row beside its predicted step (`perfmodel.api.predict.simulate`, module
+    doc) with `profile` (a name or YAML path), the row's recipe and pipeline layout, `hardware`
+    (default: the profile's device) and one node of `world_size` devices."""
     gpu = hardware or load_profile(profile).hardware
     frame = read_pipeline_dataset(data)
     out = []
@@ -279,10 +281,11 @@ def compare_pipeline(data: str | Path, profile: str, *,
                                        "disagree.")
             recipe = row_recipe(row, str(data))
             world = int(row["world_size"])
-            result = predict(WorkloadSpec(
+            result = simulate(WorkloadSpec(
                 model_name=str(path), gpu_name=gpu, nodes=1, gpus_per_node=world,
                 seq_len=int(row["seq_len"]), micro_batch=int(row["micro_batch"]),
                 accum=int(row["grad_accum"]), profile_name=profile, recipe=recipe))
+            predicted = result.step.step_time_s
             measured = float(row["step_time_s"])
             out.append({
                 "model": row["model"], "seq_len": int(row["seq_len"]),
@@ -290,9 +293,10 @@ def compare_pipeline(data: str | Path, profile: str, *,
                 "pp": int(row["pp"]), "virtual_stages": int(row["virtual_stages"]),
                 "pp_schedule": row["pp_schedule"], "measured_s": measured,
                 "measured_iqr_s": float(row["step_time_iqr_s"]),
-                "predicted_s": result.step_time_s,
-                "ratio": result.step_time_s / measured,
-                "step_error_pct": 100.0 * (result.step_time_s - measured) / measured})
+                "predicted_s": predicted, "ratio": predicted / measured,
+                "step_error_pct": 100.0 * (predicted - measured) / measured,
+                "worst_stage": result.summary.get("worst_stage", ""),
+                "bubble_fraction": result.summary.get("bubble_fraction", math.nan)})
     return out
 
 

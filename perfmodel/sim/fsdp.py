@@ -538,9 +538,13 @@ def unit_durations(model: ModelSpec, profile: CostModel, island: IslandSpec, *, 
     overrides the recipe's checkpointing mode."""
     recipe = resolve_recipe(recipe, ac)
     layout = _layout_of(recipe, model, island, seq_len)
+    if layout.pp > 1:
+        raise UserInputError("pipeline parallelism (pp > 1) is not an FSDP step",
+                             hint="simulate pipelines with perfmodel.sim.pipeline (the API "
+                                  "and CLI route pp > 1 there).")
     if layout.world_size != layout.dp_shard:
-        return _layout_durations(model, profile, island, seq_len=seq_len,
-                                 micro_batch=micro_batch, recipe=recipe, layout=layout)
+        return layout_unit_durations(model, profile, island, seq_len=seq_len,
+                                     micro_batch=micro_batch, recipe=recipe, layout=layout)
     # recompute_factor (profile): recompute runs at its own speed relative to forward
     rf = profile.recompute_factor
     frac = recompute_fraction(model, seq_len, recipe.ac) * rf
@@ -578,17 +582,14 @@ def unit_durations(model: ModelSpec, profile: CostModel, island: IslandSpec, *, 
         recipe=recipe, overlap_slowdown=float(slowdown))
 
 
-def _layout_durations(model: ModelSpec, profile: CostModel, island: IslandSpec, *, seq_len: int,
-                      micro_batch: Any, recipe: TrainingRecipe,
-                      layout: ParallelLayout) -> UnitDurations:
+def layout_unit_durations(model: ModelSpec, profile: CostModel, island: IslandSpec, *,
+                          seq_len: int, micro_batch: Any, recipe: TrainingRecipe,
+                          layout: ParallelLayout) -> UnitDurations:
     """`unit_durations` of a parallel layout: each rank computes its shard (`RankShard`), FSDP
     gathers and reduces the tensor-parallel shard over dp_shard · cp ranks, inline collectives
     run on the tp and cp groups, HSDP all-reduces each gradient shard across the replicas; every
     group's collectives are timed on the links it spans (`perfmodel.spec.layout`); `layout` is
     the recipe's, resolved against the island."""
-    if layout.pp > 1:
-        raise UserInputError("pipeline parallelism (pp > 1) is not modelled by the FSDP step",
-                             hint="use perfmodel.sim.pipeline for layouts with pp > 1.")
     shard = RankShard(tp=layout.tp, cp=layout.cp, sequence_parallel=layout.sequence_parallel)
     local = local_model(model, layout.tp)
     rf = profile.recompute_factor

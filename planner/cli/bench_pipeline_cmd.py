@@ -73,7 +73,7 @@ def pipeline_cmd(space: str, out: Path, nproc: int, backend: str, link: str | No
               help="Catalog device of the island [default: the profile's].")
 @format_option()
 def pipeline_compare_cmd(data: str, profile_name: str, hardware: str | None, fmt: str) -> None:
-    """Measured pipeline steps (bench pipeline CSV) against `predict` (no torch)."""
+    """Measured pipeline steps (bench pipeline CSV) against the predicted step (no torch)."""
     rows = compare_pipeline(data, profile_name, hardware=hardware)
     emit_records(rows, fmt, title=f"pipeline steps measured vs predicted ({profile_name})")
     if fmt == "table":
