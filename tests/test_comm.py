@@ -204,11 +204,14 @@ def test_a_second_comm_fit_keeps_the_first_datasets_provenance() -> None:
                            cv_mape_pct=5.0, rows=12)
 
     def fit(base, coefs, path):
+        flags = [{"fit": "comm", "parameter": f"{op}/{link}.latency_s", "value": 0.0}
+                 for op, link in coefs]
         return with_comm_fit(base, name="cpu", hardware="CPU-x86-2core", backend="gloo",
                              coefficients=coefs,
                              dataset={"kind": "comm", "path": path, "sha256": "0" * 64,
                                       "rows": 1},
-                             command=f"fit comm {path}", fit_date="2026-12-02")
+                             command=f"fit comm {path}", fit_date="2026-12-02",
+                             at_bound=flags, repeats={"rows": len(coefs)})
 
     first = fit(None, {(op, "gloo-loopback"): ring for op in RING_OPS}, "comm.csv")
     both = fit(first, {("send_recv", "gloo-loopback"): p2p}, "p2p.csv")
@@ -217,6 +220,9 @@ def test_a_second_comm_fit_keeps_the_first_datasets_provenance() -> None:
         ("comm.csv", sorted(f"{op}/gloo-loopback" for op in RING_OPS)),
         ("p2p.csv", ["send_recv/gloo-loopback"])]
     assert set(detail["cv_mape_pct"]) == {f"{op}/gloo-loopback" for op in OPS}
+    assert sorted(f["parameter"] for f in detail["at_bound"]) == sorted(
+        f"{op}/gloo-loopback.latency_s" for op in OPS)
+    assert detail["repeats"] == {"comm": {"rows": 3}, "comm:p2p.csv": {"rows": 1}}
     assert both.comm.resolve("all_gather", "gloo-loopback") == ring
     assert both.comm.resolve("send_recv", "gloo-loopback") == p2p
     again = fit(both, {(op, "gloo-loopback"): ring for op in RING_OPS}, "comm.csv")
