@@ -10,8 +10,8 @@ last, second, ...). Why: the first stage also runs the embedding and the last th
 LM head and the loss, so they are the stages the extra block would make slowest; a balanced cut
 gives them the fewer blocks, as torchtitan's splitter does when it counts the embedding and the
 head as layers. Llama-3.1-405B (126 blocks) at pp 16 gets 7 blocks on stages 0 and 15 and 8 on the
-other 14. Checked by: tests/test_pipeline.py (every L, S: counts sum to L, differ by at most one,
-fewer blocks at the ends first).
+other 14. Checked by: tests/test_pipeline_spec.py (every L, S: counts sum to L, differ by at most
+one, fewer blocks at the ends first).
 
 Orders. `rank_order` is the list of (stage, pass, micro-batch) a pipeline rank executes in one
 optimizer step of k micro-batches, pass 'F' (forward) or 'B' (backward, weights and inputs
@@ -32,8 +32,9 @@ together), exactly as torch 2.13's schedules execute them on each rank:
 
 `in_flight` counts, per stage, the most micro-batches whose forward has run and whose backward has
 not: the activations the stage holds at its peak (GPipe: k; 1F1B: min(k, pp - r) on rank r).
-Checked by: tests/test_pipeline.py (orders equal the sequences recorded from torch's schedules on
-gloo for pp 2, k 2 and 4, catalogs/profiles/data/pp-order.csv; dependency-feasibility of every
+Checked by: tests/test_pipeline_order.py (orders equal the sequences recorded from torch's
+schedules, catalogs/profiles/data/pp-order.csv: gloo pp 2 and the fake process group pp 2 and 4,
+k 2 to 12, 1 to 4 virtual stages) and tests/test_pipeline_spec.py (dependency-feasibility of every
 order for pp up to 8; in-flight counts against the closed forms).
 
 Point-to-point. `p2p_order` lists the sends and receives a pipeline rank posts in one step, in
