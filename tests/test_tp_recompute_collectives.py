@@ -86,8 +86,9 @@ def _parallelize(model: Any, sp: bool) -> None:
         plan: dict[str, Any] = {
             "attn.q_proj": ColwiseParallel(), "attn.k_proj": ColwiseParallel(),
             "attn.v_proj": ColwiseParallel(), "attn.o_proj": RowwiseParallel(output_layouts=rows),
-            "mlp.gate": ColwiseParallel(), "mlp.up": ColwiseParallel(),
-            "mlp.down": RowwiseParallel(output_layouts=rows)}
+            "mlp.up": ColwiseParallel(), "mlp.down": RowwiseParallel(output_layouts=rows)}
+        if block.mlp.gate is not None:
+            plan["mlp.gate"] = ColwiseParallel()
         if sp:
             plan |= {"attn_norm": SequenceParallel(), "mlp_norm": SequenceParallel(),
                      "attn": PrepareModuleInput(input_layouts=(Shard(1), None, None),
