@@ -441,15 +441,18 @@ def _published_metric(row: Mapping[str, str], rules: SourceRules) -> tuple[float
 
 def plan_row(row: Mapping[str, str]) -> RowPlan:
     """The workload of one published row under the rules, or the reasons there is none."""
-    ident = dict(run_id=row["run_id"], source_id=row["source_id"], model=row["model"])
+    def refused(*why: str) -> RowPlan:
+        return RowPlan(run_id=row["run_id"], source_id=row["source_id"], model=row["model"],
+                       reasons=tuple(r for r in why if r))
+
     reasons = _not_expressible(row)
     if reasons:
-        return RowPlan(**ident, reasons=tuple(reasons))
+        return refused(*reasons)
     rules = SOURCE_RULES[row["source_id"]]
     model_name, config, why = _model(row)
     published, basis = _published_metric(row, rules)
     if why or not published:
-        return RowPlan(**ident, reasons=tuple(r for r in (why, "" if published else basis) if r))
+        return refused(why, "" if published else basis)
     assumptions: list[str] = []
     seq = int(_setting(row, "seq_len", rules, assumptions))
     micro = int(_setting(row, "micro_batch", rules, assumptions))
@@ -461,16 +464,17 @@ def plan_row(row: Mapping[str, str]) -> RowPlan:
     if batch is not None:
         accum = batch // (dp * micro)
         if accum < 1 or accum * dp * micro != batch:
-            return RowPlan(**ident, reasons=(f"global batch {batch} is not a multiple of DP {dp} "
-                                             f"x micro-batch {micro}",))
+            return refused(f"global batch {batch} is not a multiple of DP {dp} x micro-batch "
+                           f"{micro}")
     elif rules.framework == "megatron":
-        return RowPlan(**ident, reasons=("global batch not published",))
+        return refused("global batch not published")
     recipe = DEFAULT_RECIPE.with_overrides(
         name=f"published:{rules.framework}", ac=ac, accum_mode=accum_mode, parallel=layout,
         reduce_dtype="bf16" if rules.framework == "fms" else DEFAULT_RECIPE.reduce_dtype)
     kind = "layout" if (layout.tp, layout.cp, layout.dp_replicate) != (1, 1, 1) else \
         "fsdp-reference"
-    return RowPlan(**ident, kind=kind, model_name=model_name, model_config=config,
+    return RowPlan(run_id=row["run_id"], source_id=row["source_id"], model=row["model"],
+                   kind=kind, model_name=model_name, model_config=config,
                    gpu=GPU_MAP[row["gpu"]], num_gpus=gpus, seq_len=seq, micro_batch=micro,
                    accum=accum, recipe=recipe, published_tokens_per_s_per_gpu=published,
                    metric_basis=basis, assumptions=tuple(assumptions))
