@@ -648,8 +648,9 @@ def markdown(results: Sequence[RowResult]) -> str:
     return "\n\n".join(parts) + "\n"
 
 
-def records(results: Sequence[RowResult]) -> list[dict[str, Any]]:
-    """One flat record per row (the CSV and the JSON `rows`)."""
+def records(results: Sequence[RowResult], inputs: str = "") -> list[dict[str, Any]]:
+    """One flat record per row (the CSV and the JSON `rows`); a non-empty `inputs` (a temporary
+    folder) is written INPUTS in the commands: rerun with --write-inputs to get the files."""
     out = []
     for r in results:
         p = r.plan
@@ -666,7 +667,8 @@ def records(results: Sequence[RowResult]) -> list[dict[str, Any]]:
                     "step_time_s": r.step_time_s, "compute_busy_s": r.compute_busy_s,
                     "bound": r.bound,
                     "profile": r.profile, "rules_applied": "; ".join(p.assumptions),
-                    "command": " ".join(r.command)})
+                    "command": " ".join(r.command).replace(inputs, "INPUTS") if inputs
+                    else " ".join(r.command)})
     return out
 
 
@@ -677,7 +679,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="Write the per-source summary and every row here.")
     parser.add_argument("--write-inputs", type=Path, default=None,
                         help="Keep each row's config.json and recipe YAML in this folder (the "
-                             "printed commands refer to them); default: a temporary folder.")
+                             "commands in --json / --csv refer to them); default: a temporary "
+                             "folder, written INPUTS in the commands.")
     parser.add_argument("--source", action="append", default=None,
                         help="Only rows of this source_id (repeatable).")
     args = parser.parse_args(argv)
@@ -687,7 +690,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         inputs.mkdir(parents=True, exist_ok=True)
         results = evaluate_all(rows, inputs)
     print(markdown(results), end="")
-    table = records(results)
+    table = records(results, "" if args.write_inputs else tmp)
     if args.csv_path:
         with args.csv_path.open("w", newline="") as handle:
             writer = csv.DictWriter(handle, fieldnames=list(table[0]))
