@@ -675,11 +675,11 @@ def layout_unit_durations(model: ModelSpec, profile: CostModel, island: IslandSp
             profile.group_comm_time_s(op, groups[group], payloads[kind])
             for op, group, kind in inline_collectives(recipe, where, model.norms_per_block))
     if layout.async_tp:
-        for where, phase in (("block_forward", "forward"), ("block_backward", "backward")):
-            inline[where] = async_tp_exposed_s(
-                local, seq_len, inline_collectives(recipe, where, model.norms_per_block),
-                inline[where], compute(phase, "block"), layout.tp,
-                backward=phase == "backward")
+        forward_s, backward_s = compute("forward", "block"), compute("backward", "block")
+        for where in ("block_forward", "block_backward", "block_backward_whole"):
+            inline[where] = async_tp_exposed_s(local, seq_len, recipe, where, inline[where],
+                                               forward_s, backward_s,
+                                               block_norms=model.norms_per_block)
     units = local.fsdp_units(seq_len)
     block_params, root_params = units[0].params, units[-1].params
 
@@ -703,9 +703,9 @@ def layout_unit_durations(model: ModelSpec, profile: CostModel, island: IslandSp
         block_replicate_s=replicate(block_params), root_replicate_s=replicate(root_params))
 
 
-def async_tp_exposed_s(local: ModelSpec, seq_len: int, collectives: Inline,
-                       comm_s: Sequence[Any], block_s: Any, tp: int, *,
-                       backward: bool) -> tuple[Any, ...]:
+def async_tp_exposed_s(local: ModelSpec, seq_len: int, recipe: TrainingRecipe, where: str,
+                       comm_s: Sequence[Any], forward_s: Any, backward_s: Any, *,
+                       block_norms: int = 2) -> tuple[Any, ...]:
     """The exposed part of each sequence-parallel collective of a block under async TP.
 
     Claim: torch's async TP (micro-pipelined all-gather-matmul and matmul-reduce-scatter, CUDA
@@ -714,28 +714,59 @@ def async_tp_exposed_s(local: ModelSpec, seq_len: int, collectives: Inline,
     communication c and matmul m per collective, the pair then takes c/tp + (tp-1)·max(c, m)/tp
     + m/tp, so the communication it adds beyond the matmul is c/tp when c <= m and
     c - (tp-1)/tp · m otherwise (continuous at c = m). Each collective's matmul share is its
-    linears' FLOPs over the block's forward FLOPs times `block_s` (the block's compute time in
-    that pass): forward AG -> q, k, v; RS <- o; AG -> gate, up; RS <- down; backward the mirror
-    (MLP pair first). Collectives of other groups (cp, the norm all-reduces) stay as they are.
+    linears' FLOPs over the block's forward FLOPs times the pass's compute time (`forward_s`, or
+    `backward_s` in backward): forward AG -> q, k, v; RS <- o; AG -> gate, up; RS <- down;
+    backward the mirror (MLP pair first); a collective the backward re-issues for its recompute
+    (`_recomputed`) overlaps the recomputed forward matmul it fed in forward. Collectives of
+    other groups (cp, the norm all-reduces) stay as they are.
     Checked by tests/test_layout.py (c/tp when the matmul hides it, never above inline).
     """
     attn, mlp = local.attn_linears, local.mlp_linears
     total = local.block_forward_flops_per_token(seq_len) / 2.0
     shares = [sum(i * o for i, o in attn[:-1]) / total, attn[-1][0] * attn[-1][1] / total,
               sum(i * o for i, o in mlp[:-1]) / total, mlp[-1][0] * mlp[-1][1] / total]
-    if backward:
-        shares.reverse()
+
+    def overlapped(entries: Inline, pass_shares: list[float]) -> list[float | None]:
+        """The matmul share each entry overlaps (None: not an overlapped SP collective)."""
+        out: list[float | None] = []
+        pair = 0
+        for op, group, _ in entries:
+            if group == "tp" and op in ("all_gather", "reduce_scatter") and pair < 4:
+                out.append(pass_shares[pair])
+                pair += 1
+            else:
+                out.append(None)
+        return out
+
+    forward = inline_collectives(recipe, "block_forward", block_norms)
+    roles: list[tuple[float | None, Any]]
+    if where == "block_forward":
+        roles = [(share, forward_s) for share in overlapped(forward, shares)]
+    else:
+        collectives = inline_collectives(recipe, where, block_norms)
+        redo = _recomputed(recipe, where == "block_backward_whole")
+        fwd_roles = dict(zip(range(len(forward)), overlapped(forward, shares), strict=True))
+        # the recomputed entries sit right after the first backward all-gather (recorded order)
+        start = 1 if recipe.parallel.sequence_parallel else 0
+        redo_roles, f = [], 0
+        for entry in redo:
+            while forward[f] != entry:
+                f += 1
+            redo_roles.append((fwd_roles[f], forward_s))
+            f += 1
+        own = [c for i, c in enumerate(collectives) if not start <= i < start + len(redo)]
+        own_roles = [(share, backward_s) for share in overlapped(tuple(own), shares[::-1])]
+        roles = own_roles[:start] + redo_roles + own_roles[start:]
+    tp = recipe.parallel.tp
     exposed: list[Any] = []
-    pair = 0
-    for (op, group, _), c in zip(collectives, comm_s, strict=True):
-        if group == "tp" and op in ("all_gather", "reduce_scatter") and pair < len(shares):
-            m = shares[pair] * np.asarray(block_s, dtype=float)
-            c_arr = np.asarray(c, dtype=float)
-            value = np.where(c_arr <= m, c_arr / tp, c_arr - (tp - 1) / tp * m)
-            exposed.append(value if value.ndim else float(value))
-            pair += 1
-        else:
+    for (share, pass_s), c in zip(roles, comm_s, strict=True):
+        if share is None:
             exposed.append(c)
+            continue
+        m = share * np.asarray(pass_s, dtype=float)
+        c_arr = np.asarray(c, dtype=float)
+        value = np.where(c_arr <= m, c_arr / tp, c_arr - (tp - 1) / tp * m)
+        exposed.append(value if value.ndim else float(value))
     return tuple(exposed)
 
 

@@ -307,7 +307,8 @@ def pipeline_costs(model: ModelSpec, profile: CostModel, island: IslandSpec, *, 
                     + d.block_backward_s * (0 if policy.mode == "full" else n - whole))
         forward = n * d.block_forward_s
         f_inline = n * inline.get("block_forward", 0.0)
-        b_inline = n * inline.get("block_backward", 0.0)
+        b_inline = (whole * inline.get("block_backward_whole", 0.0)
+                    + (n - whole) * inline.get("block_backward", 0.0))
         gather = n * d.block_all_gather_s
         scatter = n * d.block_reduce_scatter_s
         replicate = n * d.block_replicate_s
