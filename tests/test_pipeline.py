@@ -100,7 +100,7 @@ def test_fast_path_equals_the_graph(layout: ParallelLayout) -> None:
     arrays = pipeline_costs(model, profile, _island(8), seq_len=4096,
                             micro_batch=np.array([1, 2, 4]), recipe=recipe)
     k = max(layout.pp, 4)
-    fast = evaluate_pipeline(arrays, k)
+    fast = evaluate_pipeline(arrays, k).makespan_s
     for i, m in enumerate((1, 2, 4)):
         one = pipeline_costs(model, profile, _island(8), seq_len=4096, micro_batch=m,
                              recipe=recipe)
@@ -114,11 +114,15 @@ def test_step_time_is_affine_in_the_micro_batches_once_the_pipeline_is_full(
     model, profile = get_model("Llama-3-8B"), default_profile("H100-SXM5-80GB")
     costs = pipeline_costs(model, profile, _island(8), seq_len=4096, micro_batch=1,
                            recipe=TrainingRecipe(parallel=layout))
-    fixed, micro = pipeline_decomposition(costs)
+    form = pipeline_decomposition(costs)
     k0, _ = affine_points(layout)
-    for k in range(k0, 8 * layout.pp + 1, layout.pp if layout.virtual_stages > 1 else 1):
-        graph = simulate_pipeline(costs, micro_batches=k).step_time_s
-        assert fixed[0] + k * micro[0] == pytest.approx(graph, rel=1e-9), k
+    assert form.min_accum == k0
+    for k in range(k0, 8 * layout.pp + 1, form.accum_multiple):
+        graph = simulate_pipeline(costs, micro_batches=k)
+        assert form.step_time_s(k)[0] == pytest.approx(graph.step_time_s, rel=1e-9), k
+        busy = evaluate_pipeline(costs, k)
+        assert (form.compute_fixed_s + k * form.compute_micro_s)[0] == pytest.approx(
+            busy.compute_busy_s[0], rel=1e-9)
 
 
 def test_stage_costs_follow_the_cut_and_the_last_stage_holds_the_head() -> None:
@@ -158,5 +162,5 @@ def test_contention_slows_compute_under_collectives() -> None:
     slowed = replace(costs, overlap_slowdown=1.5)
     assert (simulate_pipeline(slowed, micro_batches=4).step_time_s
             >= simulate_pipeline(costs, micro_batches=4).step_time_s)
-    assert evaluate_pipeline(slowed, 4)[0] == pytest.approx(
+    assert evaluate_pipeline(slowed, 4).makespan_s[0] == pytest.approx(
         simulate_pipeline(slowed, micro_batches=4).step_time_s, rel=1e-12)

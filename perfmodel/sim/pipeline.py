@@ -451,18 +451,11 @@ def simulate_pipeline(costs: PipelineCosts, *, micro_batches: int) -> PipelineRe
 
 # ---- fast path ---------------------------------------------------------------------------------
 
-def _granularity(layout: ParallelLayout, k: int) -> int:
-    """The step between accepted micro-batch counts at k (interleaved: multiples of rounds)."""
-    if layout.pp_schedule != "interleaved-1f1b":
-        return 1
-    return max(1, k // layout.pp)
-
-
 def affine_points(layout: ParallelLayout) -> tuple[int, int]:
-    """(k0, k1): the two micro-batch counts the affine form is read from (module doc)."""
+    """(k0, k1): the two micro-batch counts the affine form is read from (module doc): pp and
+    pp + 1, or pp and 2·pp for interleaved 1F1B (k a multiple of pp)."""
     k0 = layout.pp
-    return k0, k0 + _granularity(layout, k0) * (1 if layout.pp_schedule != "interleaved-1f1b"
-                                                else layout.pp)
+    return k0, k0 + _accum_multiple(layout)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -508,20 +501,36 @@ def compile_pipeline(layout: ParallelLayout, micro_batches: int, *,
                             sinks=tuple(i for i in range(len(plan)) if i not in waited))
 
 
-def evaluate_pipeline(costs: PipelineCosts, micro_batches: int) -> np.ndarray:
-    """Step times of the compiled plan for every configuration in `costs` (durations may be
-    (N,) arrays): max-plus over arrays, the simulator's arithmetic."""
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PipelineEvaluation:
+    """Longest-path results of a compiled pipeline step, each an (N,) array."""
+
+    makespan_s: np.ndarray
+    """Step time."""
+    compute_busy_s: np.ndarray
+    """Compute-stream busy time per GPU, the mean over the pipeline ranks (contention
+    included; the bubble is what it leaves idle)."""
+    comm_busy_s: np.ndarray
+    """Communication time per GPU (FSDP collectives, inline collectives and transfers), the mean
+    over the pipeline ranks."""
+
+
+def evaluate_pipeline(costs: PipelineCosts, micro_batches: int) -> PipelineEvaluation:
+    """The compiled plan for every configuration in `costs` (durations may be (N,) arrays):
+    max-plus over arrays, the simulator's arithmetic."""
     compiled = compile_pipeline(costs.layout, micro_batches,
                                 replicate=costs.layout.dp_replicate > 1)
     slow = float(costs.overlap_slowdown)
     extra_in, lost = np.asarray(slow - 1.0), np.asarray(1.0 - 1.0 / slow)
     probe = np.atleast_1d(np.asarray(costs.p2p_s, dtype=float))
-    for s in costs.stages:
-        probe = np.broadcast_arrays(probe, np.atleast_1d(np.asarray(s.forward_s, dtype=float)))[0]
+    for st in costs.stages:
+        probe = np.broadcast_arrays(probe, np.atleast_1d(np.asarray(st.forward_s,
+                                                                    dtype=float)))[0]
     n = probe.shape[0]
     zero = np.zeros(n)
     starts: list[np.ndarray] = []
     ends: list[np.ndarray] = []
+    compute, comm = zero, zero
     for i, pred in enumerate(compiled.preds):
         start = zero if not pred else ends[pred[0]]
         for p in pred[1:]:
@@ -530,21 +539,64 @@ def evaluate_pipeline(costs: PipelineCosts, micro_batches: int) -> np.ndarray:
         dur = (costs.p2p_s if name == "p2p_s" else costs.optimizer_s[index]
                if name == "optimizer_s" else getattr(costs.stages[index], name))
         end = start + np.asarray(dur, dtype=float)
-        if slow != 1.0 and compiled.is_compute[i] and compiled.overlaps[i]:
-            end = contention_delay(start, end, [(starts[j], ends[j])
-                                                for j in compiled.overlaps[i]], extra_in, lost)
+        if compiled.is_compute[i]:
+            if slow != 1.0 and compiled.overlaps[i]:
+                end = contention_delay(start, end, [(starts[j], ends[j])
+                                                    for j in compiled.overlaps[i]],
+                                       extra_in, lost)
+            compute = compute + (end - start)
+        else:
+            comm = comm + np.asarray(dur, dtype=float)
         starts.append(start)
         ends.append(end)
     out = zero
     for sink in compiled.sinks:
         out = np.maximum(out, ends[sink])
-    return out
+    return PipelineEvaluation(makespan_s=out, compute_busy_s=compute / costs.pp,
+                              comm_busy_s=comm / costs.pp)
 
 
-def pipeline_decomposition(costs: PipelineCosts) -> tuple[np.ndarray, np.ndarray]:
-    """(step_fixed_s, microstep_s) of T(k) = fixed + k·micro for k >= k0 (module doc)."""
+def pipeline_decomposition(costs: PipelineCosts) -> PipelineDecomposition:
+    """T(k) = fixed + k·micro (and the compute and communication busy times alike) for
+    admissible k >= k0 (module doc), from the graph at the two `affine_points`."""
     k0, k1 = affine_points(costs.layout)
-    t0, t1 = evaluate_pipeline(costs, k0), evaluate_pipeline(costs, k1)
-    micro = (t1 - t0) / (k1 - k0)
-    return t0 - k0 * micro, micro
+    e0, e1 = evaluate_pipeline(costs, k0), evaluate_pipeline(costs, k1)
 
+    def line(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        micro = (b - a) / (k1 - k0)
+        return a - k0 * micro, micro
+
+    fixed, micro = line(e0.makespan_s, e1.makespan_s)
+    c_fixed, c_micro = line(e0.compute_busy_s, e1.compute_busy_s)
+    x_fixed, x_micro = line(e0.comm_busy_s, e1.comm_busy_s)
+    return PipelineDecomposition(step_fixed_s=fixed, microstep_s=micro,
+                                 compute_fixed_s=c_fixed, compute_micro_s=c_micro,
+                                 comm_fixed_s=x_fixed, comm_micro_s=x_micro, min_accum=k0,
+                                 accum_multiple=_accum_multiple(costs.layout))
+
+
+def _accum_multiple(layout: ParallelLayout) -> int:
+    """k must be a multiple of this (interleaved 1F1B: of pp, where its rounds divide k)."""
+    return layout.pp if layout.pp_schedule == "interleaved-1f1b" else 1
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PipelineDecomposition:
+    """The affine form of a pipeline step in k (each an (N,) array)."""
+
+    step_fixed_s: np.ndarray
+    microstep_s: np.ndarray
+    compute_fixed_s: np.ndarray
+    """Compute busy time per GPU: compute_fixed_s + k·compute_micro_s."""
+    compute_micro_s: np.ndarray
+    comm_fixed_s: np.ndarray
+    """Communication time per GPU: comm_fixed_s + k·comm_micro_s."""
+    comm_micro_s: np.ndarray
+    min_accum: int
+    """Smallest k the form holds for (and the schedule accepts)."""
+    accum_multiple: int
+    """k must be a multiple of this."""
+
+    def step_time_s(self, accum_steps: Any) -> np.ndarray:
+        result: np.ndarray = self.step_fixed_s + np.asarray(accum_steps) * self.microstep_s
+        return result
