@@ -164,3 +164,32 @@ def test_contention_slows_compute_under_collectives() -> None:
             >= simulate_pipeline(costs, micro_batches=4).step_time_s)
     assert evaluate_pipeline(slowed, 4).makespan_s[0] == pytest.approx(
         simulate_pipeline(slowed, micro_batches=4).step_time_s, rel=1e-12)
+
+
+def test_first_forward_gathers_and_last_backward_reduces_block_by_block() -> None:
+    plan = pipeline_plan(ParallelLayout(pp=2, dp_shard=4), 4, blocks=(3, 2))
+    gathers = [t for t in plan if t.kind == "all_gather"]
+    scatters = [t for t in plan if t.kind == "reduce_scatter"]
+    assert [t.cost for t in gathers] == [("all_gather_s", 0, 3)] * 3 + [("all_gather_s", 1, 2)] * 2
+    assert len(scatters) == 5
+    # block j's first forward waits for block j's gather only (the next one is prefetched)
+    first = [i for i, t in enumerate(plan) if t.name.startswith("F0 m0 block")]
+    assert [plan[i].deps[-1] for i in first] == [plan.index(g) for g in gathers[:3]]
+    # a block's reduce-scatter follows its own part of the last backward
+    for rs in scatters:
+        (part,) = rs.deps
+        assert plan[part].kind == "backward" and plan[part].name.split()[1] == "m3"
+
+
+def test_splitting_by_blocks_keeps_the_fast_path_equal_to_the_graph() -> None:
+    model, profile = get_model("Llama-3-8B"), default_profile("H100-SXM5-80GB")
+    recipe = TrainingRecipe(parallel=ParallelLayout(pp=4, tp=2, dp_replicate=2))
+    arrays = pipeline_costs(model, profile, _island(8), seq_len=4096,
+                            micro_batch=np.array([1, 3]), recipe=recipe)
+    assert arrays.blocks == stage_blocks(32, 4)
+    fast = evaluate_pipeline(arrays, 8).makespan_s
+    for i, m in enumerate((1, 3)):
+        one = pipeline_costs(model, profile, _island(8), seq_len=4096, micro_batch=m,
+                             recipe=recipe)
+        assert fast[i] == pytest.approx(simulate_pipeline(one, micro_batches=8).step_time_s,
+                                        rel=1e-12)
