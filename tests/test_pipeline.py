@@ -100,7 +100,7 @@ def test_fast_path_equals_the_graph(layout: ParallelLayout) -> None:
     arrays = pipeline_costs(model, profile, _island(8), seq_len=4096,
                             micro_batch=np.array([1, 2, 4]), recipe=recipe)
     k = max(layout.pp, 4)
-    fast = evaluate_pipeline(arrays, k)
+    fast = evaluate_pipeline(arrays, k).makespan_s
     for i, m in enumerate((1, 2, 4)):
         one = pipeline_costs(model, profile, _island(8), seq_len=4096, micro_batch=m,
                              recipe=recipe)
@@ -114,11 +114,15 @@ def test_step_time_is_affine_in_the_micro_batches_once_the_pipeline_is_full(
     model, profile = get_model("Llama-3-8B"), default_profile("H100-SXM5-80GB")
     costs = pipeline_costs(model, profile, _island(8), seq_len=4096, micro_batch=1,
                            recipe=TrainingRecipe(parallel=layout))
-    fixed, micro = pipeline_decomposition(costs)
+    form = pipeline_decomposition(costs)
     k0, _ = affine_points(layout)
-    for k in range(k0, 8 * layout.pp + 1, layout.pp if layout.virtual_stages > 1 else 1):
-        graph = simulate_pipeline(costs, micro_batches=k).step_time_s
-        assert fixed[0] + k * micro[0] == pytest.approx(graph, rel=1e-9), k
+    assert form.min_accum == k0
+    for k in range(k0, 8 * layout.pp + 1, form.accum_multiple):
+        graph = simulate_pipeline(costs, micro_batches=k)
+        assert form.step_time_s(k)[0] == pytest.approx(graph.step_time_s, rel=1e-9), k
+        busy = evaluate_pipeline(costs, k)
+        assert (form.compute_fixed_s + k * form.compute_micro_s)[0] == pytest.approx(
+            busy.compute_busy_s[0], rel=1e-9)
 
 
 def test_stage_costs_follow_the_cut_and_the_last_stage_holds_the_head() -> None:
@@ -158,5 +162,34 @@ def test_contention_slows_compute_under_collectives() -> None:
     slowed = replace(costs, overlap_slowdown=1.5)
     assert (simulate_pipeline(slowed, micro_batches=4).step_time_s
             >= simulate_pipeline(costs, micro_batches=4).step_time_s)
-    assert evaluate_pipeline(slowed, 4)[0] == pytest.approx(
+    assert evaluate_pipeline(slowed, 4).makespan_s[0] == pytest.approx(
         simulate_pipeline(slowed, micro_batches=4).step_time_s, rel=1e-12)
+
+
+def test_first_forward_gathers_and_last_backward_reduces_block_by_block() -> None:
+    plan = pipeline_plan(ParallelLayout(pp=2, dp_shard=4), 4, blocks=(3, 2))
+    gathers = [t for t in plan if t.kind == "all_gather"]
+    scatters = [t for t in plan if t.kind == "reduce_scatter"]
+    assert [t.cost for t in gathers] == [("all_gather_s", 0, 3)] * 3 + [("all_gather_s", 1, 2)] * 2
+    assert len(scatters) == 5
+    # block j's first forward waits for block j's gather only (the next one is prefetched)
+    first = [i for i, t in enumerate(plan) if t.name.startswith("F0 m0 block")]
+    assert [plan[i].deps[-1] for i in first] == [plan.index(g) for g in gathers[:3]]
+    # a block's reduce-scatter follows its own part of the last backward
+    for rs in scatters:
+        (part,) = rs.deps
+        assert plan[part].kind == "backward" and plan[part].name.split()[1] == "m3"
+
+
+def test_splitting_by_blocks_keeps_the_fast_path_equal_to_the_graph() -> None:
+    model, profile = get_model("Llama-3-8B"), default_profile("H100-SXM5-80GB")
+    recipe = TrainingRecipe(parallel=ParallelLayout(pp=4, tp=2, dp_replicate=2))
+    arrays = pipeline_costs(model, profile, _island(8), seq_len=4096,
+                            micro_batch=np.array([1, 3]), recipe=recipe)
+    assert arrays.blocks == stage_blocks(32, 4)
+    fast = evaluate_pipeline(arrays, 8).makespan_s
+    for i, m in enumerate((1, 3)):
+        one = pipeline_costs(model, profile, _island(8), seq_len=4096, micro_batch=m,
+                             recipe=recipe)
+        assert fast[i] == pytest.approx(simulate_pipeline(one, micro_batches=8).step_time_s,
+                                        rel=1e-12)

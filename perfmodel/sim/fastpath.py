@@ -382,7 +382,9 @@ def model_fast_costs(model: ModelSpec, profile: CostModel, island: IslandSpec, *
     block_rows = (0, 2) if any(whole) else (0,)
     extra: dict[tuple[str, int, int], np.ndarray] = {}
     for where, name, rows in (("block_forward", "forward_inline_s", block_rows),
-                              ("block_backward", "backward_inline_s", block_rows),
+                              ("block_backward", "backward_inline_s", (0,)),
+                              ("block_backward_whole", "backward_inline_s",
+                               (2,) if any(whole) else ()),
                               ("root_forward", "forward_inline_s", (1,)),
                               ("root_backward", "backward_inline_s", (1,)),
                               ("embed_forward", "prologue_s", (-1,)),

@@ -273,8 +273,13 @@ def inline_collectives(recipe: TrainingRecipe, where: str, block_norms: int = 2)
         the logits gathered for the loss;
       * cp > 1: attention gathers K and V over cp in forward and reduce-scatters their gradients
         in backward (the all-gather rotation of torch's context parallelism; no CPU ground truth:
-        its collectives are a prior).
+        its collectives are a prior);
+      * a checkpointed block re-issues in its backward the forward collectives its recompute
+        runs (`_recomputed`): `block_backward` is a block as the recipe's policy checkpoints it,
+        `block_backward_whole` a block checkpointed whole among others (layer:N).
     """
+    if where in ("block_backward", "block_backward_whole"):
+        return _block_backward(recipe, where == "block_backward_whole", block_norms)
     tp, cp = recipe.parallel.tp > 1, recipe.parallel.cp > 1
     sp = tp and recipe.parallel.sequence_parallel
     act = ("activation",)
@@ -288,18 +293,6 @@ def inline_collectives(recipe: TrainingRecipe, where: str, block_norms: int = 2)
             out += [("reduce_scatter" if sp else "all_reduce", "tp", *act)]
             out += [("all_gather", "tp", "activation")] if sp else []
             out += [("reduce_scatter" if sp else "all_reduce", "tp", *act)]
-    elif where == "block_backward":
-        if sp:
-            out += [("all_gather", "tp", "activation"), ("reduce_scatter", "tp", "activation")]
-        elif tp:
-            out += [("all_reduce", "tp", "activation")] * 2      # gate, up input gradients
-        if cp:
-            out += [("reduce_scatter", "cp", "kv")]
-        if sp:
-            out += [("all_gather", "tp", "activation"), ("reduce_scatter", "tp", "activation")]
-            out += [("all_reduce", "tp", "norm_weight")] * block_norms
-        elif tp:
-            out += [("all_reduce", "tp", "activation")] * 3      # q, k, v input gradients
     elif where == "root_forward" and tp:
         out += ([("all_gather", "tp", "activation")] + [("all_reduce", "tp", "loss_rows")] * 3
                 if sp else [("all_gather", "tp", "logits")])
@@ -310,6 +303,55 @@ def inline_collectives(recipe: TrainingRecipe, where: str, block_norms: int = 2)
         out += [("reduce_scatter" if sp else "all_reduce", "tp", "activation")]
     elif where == "embed_backward" and sp:
         out += [("all_gather", "tp", "activation")]
+    return tuple(out)
+
+
+def _recomputed(recipe: TrainingRecipe, whole: bool) -> Inline:
+    """The forward collectives a block's backward re-issues when it recomputes its forward.
+
+    Claim: a block checkpointed whole (full; the checkpointed blocks of layer:N) reruns its whole
+    forward, collectives included (torchtitan's checkpoint_wrapper with early_stop off, as
+    `perfmodel.bench.recipe_wrap` runs it); op-sac reruns every op its policy does not save, and
+    the policy saves reduce-scatter outputs but no all-gather or all-reduce, so the block
+    re-issues its tensor-parallel all-gathers (sequence parallel) or all-reduces (without); the
+    attention-core recompute (attn) runs no collective.
+    Why: the recompute is the forward run again, so its collectives cost what they cost in the
+    forward, on the compute stream, before the block's own backward collectives.
+    Checked by: tests/test_tp_recompute_collectives.py records the backward collectives of real
+    DTensor tensor-parallel blocks (torch 2.13, fake process group) under every policy and
+    compares them with `inline_collectives`.
+    """
+    forward = inline_collectives(recipe, "block_forward")
+    mode = recipe.checkpoint.mode
+    if whole or mode == "full":
+        return forward
+    if mode == "op-sac":
+        return tuple(c for c in forward if c[1] == "tp" and c[0] != "reduce_scatter")
+    return ()
+
+
+def _block_backward(recipe: TrainingRecipe, whole: bool, block_norms: int) -> Inline:
+    """`inline_collectives` of a block's backward (the mirror of its forward, after what its
+    recompute re-issues: under sequence parallelism the recompute runs once the gradient of the
+    MLP's reduce-scattered output is gathered, as recorded)."""
+    tp, cp = recipe.parallel.tp > 1, recipe.parallel.cp > 1
+    sp = tp and recipe.parallel.sequence_parallel
+    redo = list(_recomputed(recipe, whole))
+    out: list[tuple[str, str, str]] = []
+    if sp:
+        out += [("all_gather", "tp", "activation"), *redo,
+                ("reduce_scatter", "tp", "activation")]
+    else:
+        out += redo
+        if tp:
+            out += [("all_reduce", "tp", "activation")] * 2      # gate, up input gradients
+    if cp:
+        out += [("reduce_scatter", "cp", "kv")]
+    if sp:
+        out += [("all_gather", "tp", "activation"), ("reduce_scatter", "tp", "activation")]
+        out += [("all_reduce", "tp", "norm_weight")] * block_norms
+    elif tp:
+        out += [("all_reduce", "tp", "activation")] * 3          # q, k, v input gradients
     return tuple(out)
 
 
@@ -415,7 +457,9 @@ def _plan_microstep(tasks: list[TaskSpec], num_units: int, has_root: bool,
                   "backward" if back else "forward", u, "backward_s" if back else "forward_s",
                   deps))
         kind = "root" if u == root else "block"
-        inline(f"{kind}_{'backward' if back else 'forward'}", u,
+        whole = back and kind == "block" and recipe.checkpoint.mode == "layer" \
+            and recipe.checkpoint.checkpointed(u)
+        inline(f"{kind}_{'backward' if back else 'forward'}{'_whole' if whole else ''}", u,
                "backward_inline_s" if back else "forward_inline_s", "B" if back else "F")
         if back and s == len(slots) - 1 and root is not None:
             for i, (op, group, _) in enumerate(inline_collectives(recipe, "embed_backward")):
@@ -625,17 +669,17 @@ def layout_unit_durations(model: ModelSpec, profile: CostModel, island: IslandSp
         "norm_weight": np.asarray(float(model.norm_params * param_bytes)),
     }
     inline = {}
-    for where in ("block_forward", "block_backward", "root_forward", "root_backward",
-                  "embed_forward", "embed_backward"):
+    for where in ("block_forward", "block_backward", "block_backward_whole", "root_forward",
+                  "root_backward", "embed_forward", "embed_backward"):
         inline[where] = tuple(
             profile.group_comm_time_s(op, groups[group], payloads[kind])
             for op, group, kind in inline_collectives(recipe, where, model.norms_per_block))
     if layout.async_tp:
-        for where, phase in (("block_forward", "forward"), ("block_backward", "backward")):
-            inline[where] = async_tp_exposed_s(
-                local, seq_len, inline_collectives(recipe, where, model.norms_per_block),
-                inline[where], compute(phase, "block"), layout.tp,
-                backward=phase == "backward")
+        forward_s, backward_s = compute("forward", "block"), compute("backward", "block")
+        for where in ("block_forward", "block_backward", "block_backward_whole"):
+            inline[where] = async_tp_exposed_s(local, seq_len, recipe, where, inline[where],
+                                               forward_s, backward_s,
+                                               block_norms=model.norms_per_block)
     units = local.fsdp_units(seq_len)
     block_params, root_params = units[0].params, units[-1].params
 
@@ -659,9 +703,9 @@ def layout_unit_durations(model: ModelSpec, profile: CostModel, island: IslandSp
         block_replicate_s=replicate(block_params), root_replicate_s=replicate(root_params))
 
 
-def async_tp_exposed_s(local: ModelSpec, seq_len: int, collectives: Inline,
-                       comm_s: Sequence[Any], block_s: Any, tp: int, *,
-                       backward: bool) -> tuple[Any, ...]:
+def async_tp_exposed_s(local: ModelSpec, seq_len: int, recipe: TrainingRecipe, where: str,
+                       comm_s: Sequence[Any], forward_s: Any, backward_s: Any, *,
+                       block_norms: int = 2) -> tuple[Any, ...]:
     """The exposed part of each sequence-parallel collective of a block under async TP.
 
     Claim: torch's async TP (micro-pipelined all-gather-matmul and matmul-reduce-scatter, CUDA
@@ -670,28 +714,59 @@ def async_tp_exposed_s(local: ModelSpec, seq_len: int, collectives: Inline,
     communication c and matmul m per collective, the pair then takes c/tp + (tp-1)·max(c, m)/tp
     + m/tp, so the communication it adds beyond the matmul is c/tp when c <= m and
     c - (tp-1)/tp · m otherwise (continuous at c = m). Each collective's matmul share is its
-    linears' FLOPs over the block's forward FLOPs times `block_s` (the block's compute time in
-    that pass): forward AG -> q, k, v; RS <- o; AG -> gate, up; RS <- down; backward the mirror
-    (MLP pair first). Collectives of other groups (cp, the norm all-reduces) stay as they are.
+    linears' FLOPs over the block's forward FLOPs times the pass's compute time (`forward_s`, or
+    `backward_s` in backward): forward AG -> q, k, v; RS <- o; AG -> gate, up; RS <- down;
+    backward the mirror (MLP pair first); a collective the backward re-issues for its recompute
+    (`_recomputed`) overlaps the recomputed forward matmul it fed in forward. Collectives of
+    other groups (cp, the norm all-reduces) stay as they are.
     Checked by tests/test_layout.py (c/tp when the matmul hides it, never above inline).
     """
     attn, mlp = local.attn_linears, local.mlp_linears
     total = local.block_forward_flops_per_token(seq_len) / 2.0
     shares = [sum(i * o for i, o in attn[:-1]) / total, attn[-1][0] * attn[-1][1] / total,
               sum(i * o for i, o in mlp[:-1]) / total, mlp[-1][0] * mlp[-1][1] / total]
-    if backward:
-        shares.reverse()
+
+    def overlapped(entries: Inline, pass_shares: list[float]) -> list[float | None]:
+        """The matmul share each entry overlaps (None: not an overlapped SP collective)."""
+        out: list[float | None] = []
+        pair = 0
+        for op, group, _ in entries:
+            if group == "tp" and op in ("all_gather", "reduce_scatter") and pair < 4:
+                out.append(pass_shares[pair])
+                pair += 1
+            else:
+                out.append(None)
+        return out
+
+    forward = inline_collectives(recipe, "block_forward", block_norms)
+    roles: list[tuple[float | None, Any]]
+    if where == "block_forward":
+        roles = [(share, forward_s) for share in overlapped(forward, shares)]
+    else:
+        collectives = inline_collectives(recipe, where, block_norms)
+        redo = _recomputed(recipe, where == "block_backward_whole")
+        fwd_roles = dict(zip(range(len(forward)), overlapped(forward, shares), strict=True))
+        # the recomputed entries sit right after the first backward all-gather (recorded order)
+        start = 1 if recipe.parallel.sequence_parallel else 0
+        redo_roles, f = [], 0
+        for entry in redo:
+            while forward[f] != entry:
+                f += 1
+            redo_roles.append((fwd_roles[f], forward_s))
+            f += 1
+        own = [c for i, c in enumerate(collectives) if not start <= i < start + len(redo)]
+        own_roles = [(share, backward_s) for share in overlapped(tuple(own), shares[::-1])]
+        roles = own_roles[:start] + redo_roles + own_roles[start:]
+    tp = recipe.parallel.tp
     exposed: list[Any] = []
-    pair = 0
-    for (op, group, _), c in zip(collectives, comm_s, strict=True):
-        if group == "tp" and op in ("all_gather", "reduce_scatter") and pair < len(shares):
-            m = shares[pair] * np.asarray(block_s, dtype=float)
-            c_arr = np.asarray(c, dtype=float)
-            value = np.where(c_arr <= m, c_arr / tp, c_arr - (tp - 1) / tp * m)
-            exposed.append(value if value.ndim else float(value))
-            pair += 1
-        else:
+    for (share, pass_s), c in zip(roles, comm_s, strict=True):
+        if share is None:
             exposed.append(c)
+            continue
+        m = share * np.asarray(pass_s, dtype=float)
+        c_arr = np.asarray(c, dtype=float)
+        value = np.where(c_arr <= m, c_arr / tp, c_arr - (tp - 1) / tp * m)
+        exposed.append(value if value.ndim else float(value))
     return tuple(exposed)
 
 
@@ -708,12 +783,14 @@ def step_costs(model: ModelSpec, profile: CostModel, island: IslandSpec, *, seq_
 
     blocks = tuple(
         UnitCosts(name=f"block{i}", forward_s=float(d.block_forward_s),
-                  backward_s=float(d.whole_backward_s if layered and d.recipe.checkpoint
-                                   .checkpointed(i) else d.block_backward_s),
+                  backward_s=float(d.whole_backward_s if whole else d.block_backward_s),
                   all_gather_s=d.block_all_gather_s, reduce_scatter_s=d.block_reduce_scatter_s,
                   forward_inline_s=scalars("block_forward"),
-                  backward_inline_s=scalars("block_backward"), replicate_s=d.block_replicate_s)
-        for i in range(model.num_layers))
+                  backward_inline_s=scalars("block_backward_whole" if whole
+                                            else "block_backward"),
+                  replicate_s=d.block_replicate_s)
+        for i in range(model.num_layers)
+        for whole in (layered and d.recipe.checkpoint.checkpointed(i),))
     root = UnitCosts(name="root", forward_s=float(d.root_forward_s),
                      backward_s=float(d.root_backward_s), all_gather_s=d.root_all_gather_s,
                      reduce_scatter_s=d.root_reduce_scatter_s,

@@ -19,11 +19,12 @@ Claim, per optimizer step of k micro-batches:
     placement of the pp dimension), with D = micro-batch x local sequence x hidden in the
     parameter dtype, divided by tp under sequence parallelism (each TP rank sends its shard);
   * FSDP inside the stages as torchtitan runs it under PP: parameters are not resharded after
-    forward, so each stage's all-gather runs once per step, before its first forward, and its
-    gradients are reduce-scattered once, after its last backward (torch.distributed.pipelining
-    turns gradient sync on for the last micro-batch only), then all-reduced across HSDP replicas;
-    each rank's optimizer step follows its reduce-scatters; the step ends when the last rank's
-    optimizer does.
+    forward, so each block's all-gather runs once per step, before the block's first forward
+    (prefetched in order while earlier blocks compute), and its gradients are reduce-scattered
+    once, right after the block's last backward (torch.distributed.pipelining turns gradient
+    sync on for the last micro-batch only), then all-reduced across HSDP replicas; the stage's
+    first forward and last backward are therefore split into its blocks; each rank's optimizer
+    step follows its reduce-scatters; the step ends when the last rank's optimizer does.
   * contention (the profile's overlap slowdown) slows a rank's compute while its FSDP
     collectives run, as in the FSDP graph; the point-to-point transfers do not count: one
     micro-batch's activations are small next to a stage's collectives, and they sit on their
@@ -141,6 +142,11 @@ class PipelineCosts:
     def pp(self) -> int:
         return self.layout.pp
 
+    @property
+    def blocks(self) -> tuple[int, ...]:
+        """Blocks per stage (the parts a stage's first forward and last backward split into)."""
+        return tuple(s.num_blocks for s in self.stages)
+
     def rank_of(self, stage: int) -> int:
         return stage % self.layout.pp
 
@@ -180,8 +186,9 @@ class PipeTask:
     kind: str
     """forward, backward, all_reduce (inline collectives), all_gather, reduce_scatter,
     send_recv or optimizer."""
-    cost: tuple[str, int]
-    """(STAGE_COSTS name, stage), ('p2p_s', -1) or ('optimizer_s', rank)."""
+    cost: tuple[str, int, int]
+    """(STAGE_COSTS name, stage, parts), ('p2p_s', -1, 1) or ('optimizer_s', rank, 1): the
+    duration is the named one divided by `parts` (a block of a stage split by blocks)."""
     deps: tuple[int, ...]
     """Earlier tasks this one waits for (besides its stream predecessor)."""
 
@@ -193,18 +200,22 @@ class PipeTask:
 
 
 @lru_cache(maxsize=128)
-def pipeline_plan(layout: ParallelLayout, micro_batches: int, *,
-                  replicate: bool = False) -> tuple[PipeTask, ...]:
+def pipeline_plan(layout: ParallelLayout, micro_batches: int, *, replicate: bool = False,
+                  blocks: tuple[int, ...] | None = None) -> tuple[PipeTask, ...]:
     """The tasks of one pipeline step in an order that respects every dependency (module doc).
 
     The per-rank orders are merged round-robin: a rank adds its next action once the transfer
-    it waits for has been added (the schedules are deadlock-free, tests/test_pipeline_spec.py)."""
+    it waits for has been added (the schedules are deadlock-free, tests/test_pipeline_spec.py).
+    `blocks` (per stage; None: one part per stage) splits each stage's first forward and last
+    backward into its blocks: FSDP gathers a block's parameters just before the block's first
+    forward (prefetching the next while one computes) and reduce-scatters a block's gradients
+    once its last backward is done, so only one block's collective is exposed at each end."""
     pp, v = layout.pp, layout.virtual_stages
     check_schedule(layout.pp_schedule, pp, v, micro_batches)
     stages = pp * v
+    parts = blocks if blocks is not None else (1,) * stages
     orders = [list(rank_order(layout.pp_schedule, pp, v, micro_batches, r)) for r in range(pp)]
     tasks: list[PipeTask] = []
-    gathers: dict[int, int] = {}                 # stage -> its all-gather task
     sent: dict[tuple[int, str, int], int] = {}   # (receiving stage, pass, micro) -> transfer
     reduced: dict[int, list[int]] = {r: [] for r in range(pp)}
 
@@ -212,10 +223,12 @@ def pipeline_plan(layout: ParallelLayout, micro_batches: int, *,
         tasks.append(task)
         return len(tasks) - 1
 
+    gathers: dict[int, list[int]] = {}          # stage -> its per-block all-gathers
     for r in range(pp):
         for s in stage_of_rank(r, pp, v):
-            gathers[s] = add(PipeTask(name=f"AG stage {s}", rank=r, stream="comm",
-                                      kind="all_gather", cost=("all_gather_s", s), deps=()))
+            gathers[s] = [add(PipeTask(name=f"AG stage {s} part {j}", rank=r, stream="comm",
+                                       kind="all_gather", cost=("all_gather_s", s, parts[s]),
+                                       deps=())) for j in range(parts[s])]
     cursor = [0] * pp
     while any(cursor[r] < len(orders[r]) for r in range(pp)):
         moved = False
@@ -229,55 +242,71 @@ def pipeline_plan(layout: ParallelLayout, micro_batches: int, *,
                         if key not in sent:
                             break
                         deps.append(sent[key])
-                    if a.micro == 0:
-                        deps.append(gathers[a.stage])
                 elif a.stage < stages - 1:
                     key = (a.stage, "B", a.micro)
                     if key not in sent:
                         break
                     deps.append(sent[key])
                 forward = a.pass_ == "F"
-                add(PipeTask(name=f"{'F' if forward else 'B'}{a.stage} m{a.micro}", rank=r,
-                             stream="compute", kind="forward" if forward else "backward",
-                             cost=("forward_s" if forward else "backward_s", a.stage),
-                             deps=tuple(deps)))
-                done = add(PipeTask(name=f"{'F' if forward else 'B'}{a.stage} m{a.micro} tp/cp",
-                                    rank=r, stream="compute", kind="all_reduce",
+                label = f"{'F' if forward else 'B'}{a.stage} m{a.micro}"
+                cost = "forward_s" if forward else "backward_s"
+                n = parts[a.stage]
+                if forward and a.micro == 0:       # the first forward gathers block by block
+                    for j in range(n):
+                        add(PipeTask(name=f"{label} block {j}", rank=r, stream="compute",
+                                     kind="forward", cost=(cost, a.stage, n),
+                                     deps=tuple(deps if j == 0 else ()) + (gathers[a.stage][j],)))
+                elif not forward and a.micro == micro_batches - 1:
+                    for j in range(n):             # the last backward reduces block by block
+                        part = add(PipeTask(name=f"{label} block {n - 1 - j}", rank=r,
+                                            stream="compute", kind="backward",
+                                            cost=(cost, a.stage, n),
+                                            deps=tuple(deps if j == 0 else ())))
+                        rs = add(PipeTask(name=f"RS stage {a.stage} part {j}", rank=r,
+                                          stream="comm", kind="reduce_scatter",
+                                          cost=("reduce_scatter_s", a.stage, n), deps=(part,)))
+                        if replicate:
+                            rs = add(PipeTask(name=f"AR stage {a.stage} part {j} replicas",
+                                              rank=r, stream="comm", kind="all_reduce",
+                                              cost=("replicate_s", a.stage, n), deps=(rs,)))
+                        reduced[r].append(rs)
+                else:
+                    add(PipeTask(name=label, rank=r, stream="compute",
+                                 kind="forward" if forward else "backward",
+                                 cost=(cost, a.stage, 1), deps=tuple(deps)))
+                done = add(PipeTask(name=f"{label} tp/cp", rank=r, stream="compute",
+                                    kind="all_reduce",
                                     cost=("forward_inline_s" if forward else "backward_inline_s",
-                                          a.stage), deps=()))
+                                          a.stage, 1), deps=()))
                 to = a.stage + 1 if forward else a.stage - 1
                 if 0 <= to < stages:
                     sent[(to, a.pass_, a.micro)] = add(PipeTask(
                         name=f"send {'act' if forward else 'grad'} {a.stage}->{to} m{a.micro}",
-                        rank=r, stream="p2p", kind="send_recv", cost=("p2p_s", -1),
+                        rank=r, stream="p2p", kind="send_recv", cost=("p2p_s", -1, 1),
                         deps=(done,)))
-                if not forward and a.micro == micro_batches - 1:
-                    rs = add(PipeTask(name=f"RS stage {a.stage}", rank=r, stream="comm",
-                                      kind="reduce_scatter", cost=("reduce_scatter_s", a.stage),
-                                      deps=(done,)))
-                    if replicate:
-                        rs = add(PipeTask(name=f"AR stage {a.stage} replicas", rank=r,
-                                          stream="comm", kind="all_reduce",
-                                          cost=("replicate_s", a.stage), deps=(rs,)))
-                    reduced[r].append(rs)
                 cursor[r] += 1
                 moved = True
         if not moved:  # cannot happen for the schedules of spec.pipeline; guard against a bad one
             raise RuntimeError("pipeline orders deadlock: no rank can proceed")
     for r in range(pp):
         add(PipeTask(name="optimizer", rank=r, stream="compute", kind="optimizer",
-                     cost=("optimizer_s", r), deps=tuple(reduced[r])))
+                     cost=("optimizer_s", r, 1), deps=tuple(reduced[r])))
     return tuple(tasks)
 
 
 def task_duration_s(costs: PipelineCosts, task: PipeTask) -> Any:
     """The duration of a planned task under `costs` (float or array)."""
-    name, index = task.cost
+    return _duration(costs, task.cost)
+
+
+def _duration(costs: PipelineCosts, cost: tuple[str, int, int]) -> Any:
+    name, index, parts = cost
     if name == "p2p_s":
         return costs.p2p_s
     if name == "optimizer_s":
         return costs.optimizer_s[index]
-    return getattr(costs.stages[index], name)
+    value = getattr(costs.stages[index], name)
+    return value / parts if parts != 1 else value
 
 
 # ---- durations ---------------------------------------------------------------------------------
@@ -307,7 +336,8 @@ def pipeline_costs(model: ModelSpec, profile: CostModel, island: IslandSpec, *, 
                     + d.block_backward_s * (0 if policy.mode == "full" else n - whole))
         forward = n * d.block_forward_s
         f_inline = n * inline.get("block_forward", 0.0)
-        b_inline = n * inline.get("block_backward", 0.0)
+        b_inline = (whole * inline.get("block_backward_whole", 0.0)
+                    + (n - whole) * inline.get("block_backward", 0.0))
         gather = n * d.block_all_gather_s
         scatter = n * d.block_reduce_scatter_s
         replicate = n * d.block_replicate_s
@@ -385,8 +415,8 @@ def add_pipeline(graph: TaskGraph, costs: PipelineCosts, *, micro_batches: int) 
     """Append one pipeline step to `graph` (islands `pp 0` ... `pp {pp-1}`); returns the
     optimizer task ids, one per rank."""
     ids: list[int] = []
-    plan = pipeline_plan(costs.layout, micro_batches,
-                         replicate=costs.layout.dp_replicate > 1)
+    plan = pipeline_plan(costs.layout, micro_batches, replicate=costs.layout.dp_replicate > 1,
+                         blocks=costs.blocks)
     for task in plan:
         ids.append(graph.add(task.name, island=task.island, stream=task.stream,
                              kind=task.kind, duration_s=float(task_duration_s(costs, task)),
@@ -450,18 +480,11 @@ def simulate_pipeline(costs: PipelineCosts, *, micro_batches: int) -> PipelineRe
 
 # ---- fast path ---------------------------------------------------------------------------------
 
-def _granularity(layout: ParallelLayout, k: int) -> int:
-    """The step between accepted micro-batch counts at k (interleaved: multiples of rounds)."""
-    if layout.pp_schedule != "interleaved-1f1b":
-        return 1
-    return max(1, k // layout.pp)
-
-
 def affine_points(layout: ParallelLayout) -> tuple[int, int]:
-    """(k0, k1): the two micro-batch counts the affine form is read from (module doc)."""
+    """(k0, k1): the two micro-batch counts the affine form is read from (module doc): pp and
+    pp + 1, or pp and 2·pp for interleaved 1F1B (k a multiple of pp)."""
     k0 = layout.pp
-    return k0, k0 + _granularity(layout, k0) * (1 if layout.pp_schedule != "interleaved-1f1b"
-                                                else layout.pp)
+    return k0, k0 + _accum_multiple(layout)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -469,7 +492,7 @@ class CompiledPipeline:
     """A pipeline plan as a fixed DAG (indices into the plan)."""
 
     preds: tuple[tuple[int, ...], ...]
-    costs: tuple[tuple[str, int], ...]
+    costs: tuple[tuple[str, int, int], ...]
     is_compute: tuple[bool, ...]
     overlaps: tuple[tuple[int, ...], ...]
     """Per compute task: collectives of the same rank issued before it, not its ancestors."""
@@ -477,10 +500,10 @@ class CompiledPipeline:
 
 
 @lru_cache(maxsize=128)
-def compile_pipeline(layout: ParallelLayout, micro_batches: int, *,
-                     replicate: bool = False) -> CompiledPipeline:
+def compile_pipeline(layout: ParallelLayout, micro_batches: int, *, replicate: bool = False,
+                     blocks: tuple[int, ...] | None = None) -> CompiledPipeline:
     """Compile `pipeline_plan` into a fixed DAG, as `perfmodel.sim.fastpath` compiles FSDP."""
-    plan = pipeline_plan(layout, micro_batches, replicate=replicate)
+    plan = pipeline_plan(layout, micro_batches, replicate=replicate, blocks=blocks)
     last: dict[tuple[int, str], int] = {}
     preds: list[tuple[int, ...]] = []
     ancestors: list[int] = []
@@ -507,43 +530,100 @@ def compile_pipeline(layout: ParallelLayout, micro_batches: int, *,
                             sinks=tuple(i for i in range(len(plan)) if i not in waited))
 
 
-def evaluate_pipeline(costs: PipelineCosts, micro_batches: int) -> np.ndarray:
-    """Step times of the compiled plan for every configuration in `costs` (durations may be
-    (N,) arrays): max-plus over arrays, the simulator's arithmetic."""
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PipelineEvaluation:
+    """Longest-path results of a compiled pipeline step, each an (N,) array."""
+
+    makespan_s: np.ndarray
+    """Step time."""
+    compute_busy_s: np.ndarray
+    """Compute-stream busy time per GPU, the mean over the pipeline ranks (contention
+    included; the bubble is what it leaves idle)."""
+    comm_busy_s: np.ndarray
+    """Communication time per GPU (FSDP collectives, inline collectives and transfers), the mean
+    over the pipeline ranks."""
+
+
+def evaluate_pipeline(costs: PipelineCosts, micro_batches: int) -> PipelineEvaluation:
+    """The compiled plan for every configuration in `costs` (durations may be (N,) arrays):
+    max-plus over arrays, the simulator's arithmetic."""
     compiled = compile_pipeline(costs.layout, micro_batches,
-                                replicate=costs.layout.dp_replicate > 1)
+                                replicate=costs.layout.dp_replicate > 1, blocks=costs.blocks)
     slow = float(costs.overlap_slowdown)
     extra_in, lost = np.asarray(slow - 1.0), np.asarray(1.0 - 1.0 / slow)
     probe = np.atleast_1d(np.asarray(costs.p2p_s, dtype=float))
-    for s in costs.stages:
-        probe = np.broadcast_arrays(probe, np.atleast_1d(np.asarray(s.forward_s, dtype=float)))[0]
+    for st in costs.stages:
+        probe = np.broadcast_arrays(probe, np.atleast_1d(np.asarray(st.forward_s,
+                                                                    dtype=float)))[0]
     n = probe.shape[0]
     zero = np.zeros(n)
     starts: list[np.ndarray] = []
     ends: list[np.ndarray] = []
+    compute, comm = zero, zero
     for i, pred in enumerate(compiled.preds):
         start = zero if not pred else ends[pred[0]]
         for p in pred[1:]:
             start = np.maximum(start, ends[p])
-        name, index = compiled.costs[i]
-        dur = (costs.p2p_s if name == "p2p_s" else costs.optimizer_s[index]
-               if name == "optimizer_s" else getattr(costs.stages[index], name))
+        dur = _duration(costs, compiled.costs[i])
         end = start + np.asarray(dur, dtype=float)
-        if slow != 1.0 and compiled.is_compute[i] and compiled.overlaps[i]:
-            end = contention_delay(start, end, [(starts[j], ends[j])
-                                                for j in compiled.overlaps[i]], extra_in, lost)
+        if compiled.is_compute[i]:
+            if slow != 1.0 and compiled.overlaps[i]:
+                end = contention_delay(start, end, [(starts[j], ends[j])
+                                                    for j in compiled.overlaps[i]],
+                                       extra_in, lost)
+            compute = compute + (end - start)
+        else:
+            comm = comm + np.asarray(dur, dtype=float)
         starts.append(start)
         ends.append(end)
     out = zero
     for sink in compiled.sinks:
         out = np.maximum(out, ends[sink])
-    return out
+    return PipelineEvaluation(makespan_s=out, compute_busy_s=compute / costs.pp,
+                              comm_busy_s=comm / costs.pp)
 
 
-def pipeline_decomposition(costs: PipelineCosts) -> tuple[np.ndarray, np.ndarray]:
-    """(step_fixed_s, microstep_s) of T(k) = fixed + k·micro for k >= k0 (module doc)."""
+def pipeline_decomposition(costs: PipelineCosts) -> PipelineDecomposition:
+    """T(k) = fixed + k·micro (and the compute and communication busy times alike) for
+    admissible k >= k0 (module doc), from the graph at the two `affine_points`."""
     k0, k1 = affine_points(costs.layout)
-    t0, t1 = evaluate_pipeline(costs, k0), evaluate_pipeline(costs, k1)
-    micro = (t1 - t0) / (k1 - k0)
-    return t0 - k0 * micro, micro
+    e0, e1 = evaluate_pipeline(costs, k0), evaluate_pipeline(costs, k1)
 
+    def line(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        micro = (b - a) / (k1 - k0)
+        return a - k0 * micro, micro
+
+    fixed, micro = line(e0.makespan_s, e1.makespan_s)
+    c_fixed, c_micro = line(e0.compute_busy_s, e1.compute_busy_s)
+    x_fixed, x_micro = line(e0.comm_busy_s, e1.comm_busy_s)
+    return PipelineDecomposition(step_fixed_s=fixed, microstep_s=micro,
+                                 compute_fixed_s=c_fixed, compute_micro_s=c_micro,
+                                 comm_fixed_s=x_fixed, comm_micro_s=x_micro, min_accum=k0,
+                                 accum_multiple=_accum_multiple(costs.layout))
+
+
+def _accum_multiple(layout: ParallelLayout) -> int:
+    """k must be a multiple of this (interleaved 1F1B: of pp, where its rounds divide k)."""
+    return layout.pp if layout.pp_schedule == "interleaved-1f1b" else 1
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PipelineDecomposition:
+    """The affine form of a pipeline step in k (each an (N,) array)."""
+
+    step_fixed_s: np.ndarray
+    microstep_s: np.ndarray
+    compute_fixed_s: np.ndarray
+    """Compute busy time per GPU: compute_fixed_s + k·compute_micro_s."""
+    compute_micro_s: np.ndarray
+    comm_fixed_s: np.ndarray
+    """Communication time per GPU: comm_fixed_s + k·comm_micro_s."""
+    comm_micro_s: np.ndarray
+    min_accum: int
+    """Smallest k the form holds for (and the schedule accepts)."""
+    accum_multiple: int
+    """k must be a multiple of this."""
+
+    def step_time_s(self, accum_steps: Any) -> np.ndarray:
+        result: np.ndarray = self.step_fixed_s + np.asarray(accum_steps) * self.microstep_s
+        return result

@@ -47,6 +47,8 @@ _COMMANDS: dict[str, tuple[str, str, str]] = {
     "simulate": ("planner.cli.sim_cmd", "simulate",
                  "Simulate a step timeline; write trace and plot."),
     "sweep": ("planner.cli.sim_cmd", "sweep", "Sweep micro-batch sizes: regime transitions."),
+    "layout": ("planner.cli.layout_cmd", "layout",
+               "Rank the parallel layouts of one island by throughput."),
     "streaming": ("planner.cli.streaming_cmd", "streaming",
                   "Streaming DiLoCo tuner; --bandwidth-for-utilisation: "
                   "link Gbit/s per utilisation."),
