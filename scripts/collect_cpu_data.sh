@@ -2,9 +2,10 @@
 # Recollect every CPU timing dataset behind catalogs/profiles/cpu-x86-2core.yaml on ONE machine,
 # in the order the fits need them (about 1 h 20 min on the 2-core VM), over the wider design space
 # catalogs/spaces/cpu-wide.yaml (Sobol shapes spanning the named models' embedding sizes, named
-# models with two layers). The shipped datasets predate this script: their commands are in their
+# models with two layers), then the held-out parallel-layout steps (cpu-fsdp-layouts.csv, a few
+# minutes more). The shipped datasets predate this script: their commands are in their
 # *.env.json sidecars. Each step appends to its CSV and resumes where a killed run stopped; move
-# the five datasets (and their .env.json/.progress/.plan.json sidecars) away first, and run it on a
+# the six datasets (and their .env.json/.progress/.plan.json sidecars) away first, and run it on a
 # quiet machine: anything else on the two cores, including a second benchmark, is noise in every
 # row (a 2026-12-01 trial that ran the named models beside the Sobol sweep was not usable).
 # Afterwards: `.venv/bin/python -m scripts.make_validation --fit` refits the profile and rewrites
@@ -45,4 +46,15 @@ step "$SM" -v bench comm -o "$DATA/cpu-comm.csv" --iters 200 --warmup 10
 step "$SM" -v bench fsdp -o "$DATA/cpu-fsdp.csv" --iters 10 --warmup 3 --recipe torchtitan \
     --param-dtype fp32 --reduce-dtype fp32 --ac none
 step "$SM" -v bench memory --real --like "$DATA/cpu-fsdp.csv" -o "$DATA/cpu-fsdp-memory.csv"
+# Parallel layouts (issue 23), held out: nothing fits on these rows, they are only predicted with
+# the profile the steps above produce (`shardmeter bench fsdp-compare $DATA/cpu-fsdp-layouts.csv
+# --profile cpu-x86-2core`). Same recipe as cpu-fsdp.csv; torchtitan's TP plan. TP = 2 on the two
+# cores with and without sequence parallelism, then TP = 2 x FSDP = 2 on 4 ranks: two ranks per
+# core, so those rows time ranks that share a core (the profile times one rank per core).
+LAYOUTS=(bench fsdp --space catalogs/spaces/fsdp-cpu-layouts.yaml -o "$DATA/cpu-fsdp-layouts.csv"
+         --iters 10 --warmup 3 --recipe torchtitan --param-dtype fp32 --reduce-dtype fp32
+         --ac none --tp 2)
+step "$SM" -v "${LAYOUTS[@]}" --nproc 2 --sequence-parallel
+step "$SM" -v "${LAYOUTS[@]}" --nproc 2 --no-sequence-parallel
+step "$SM" -v "${LAYOUTS[@]}" --nproc 4 --sequence-parallel
 echo "== $(date -u +%FT%TZ) done"

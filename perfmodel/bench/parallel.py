@@ -72,8 +72,9 @@ def check_benchmarkable(spec: ModelSpec, layout: ParallelLayout) -> None:
                              "tp divides (torchtitan's plan)."))
     if problems:
         what, hint = problems[0]
-        raise UserInputError(f"the torch benchmark does not train {what} "
-                             f"(layout {layout.describe()})", hint=hint)
+        degrees = ", ".join(f"{d} {getattr(layout, d)}" for d in MESH_ORDER[::-1])
+        raise UserInputError(f"the torch benchmark does not train {what} ({degrees})",
+                             hint=hint)
 
 
 def layout_mesh(layout: ParallelLayout, device_type: str = "cpu") -> Any:
