@@ -68,7 +68,6 @@ class Collective:
         return max(self.in_numel, self.out_numel) * self.element_bytes
 
 
-
 @dataclass(frozen=True, kw_only=True, slots=True)
 class LayoutRun:
     """One recorded training step of a parallel layout."""
@@ -85,9 +84,9 @@ class LayoutRun:
 
 # ---- the simulator's side ----------------------------------------------------------------------
 
-KEY_FIELDS = ("micro_step", "phase", "unit", "op", "group", "dtype", "payload_bytes")
-"""What a recorded collective and a planned one must share."""
 Key = tuple[int, str, str, str, str, str, int]
+"""What a recorded collective and a planned one must share: (micro_step, phase, unit, op,
+group, dtype, payload_bytes)."""
 _COMPUTE_GROUPS = ("tp", "cp")
 _SIM_GROUP = {"fsdp": "dp_shard"}
 
