@@ -2,7 +2,8 @@
 # Recollect every CPU timing dataset behind catalogs/profiles/cpu-x86-2core.yaml on ONE machine,
 # in the order the fits need them (about 1 h 20 min on the 2-core VM), over the wider design space
 # catalogs/spaces/cpu-wide.yaml (Sobol shapes spanning the named models' embedding sizes, named
-# models with two layers). The shipped datasets predate this script: their commands are in their
+# models with two layers), then the held-out parallel-layout steps (cpu-fsdp-layouts.csv, a few
+# minutes more). The shipped datasets predate this script: their commands are in their
 # *.env.json sidecars. Each step appends to its CSV and resumes where a killed run stopped; move
 # the fitting datasets (and their .env.json/.progress/.plan.json sidecars) away first, and run it
 # on a quiet machine: anything else on the two cores, including a second benchmark, is noise in
@@ -33,7 +34,7 @@ if [[ -z "$JEMALLOC" || ! -e "$JEMALLOC" ]]; then
 fi
 export LD_PRELOAD="$JEMALLOC" MALLOC_CONF=dirty_decay_ms:-1,muzzy_decay_ms:-1
 export GLIBC_TUNABLES=glibc.malloc.hugetlb=1  # for what still goes through glibc (ld.so, gloo)
-STEPS=${STEPS:-compute named aligned width comm p2p fsdp memory holdout fsdp-ac pipeline}
+STEPS=${STEPS:-compute named aligned width comm p2p fsdp memory holdout fsdp-ac pipeline layouts}
 # step NAME COMMAND...: run COMMAND when NAME is among $STEPS
 step() {
     local name=$1; shift
@@ -84,4 +85,15 @@ done
 # catalogs/profiles/cpu-x86-2core.yaml` predicts each row. The recipe of the FSDP2 steps.
 step pipeline "$SM" -v bench pipeline -o "$DATA/cpu-pipeline.csv" --iters 10 --warmup 3 \
     --recipe torchtitan --param-dtype fp32 --reduce-dtype fp32 --ac none
+# Parallel layouts (issue 23), held out: nothing fits on these rows, they are only predicted with
+# the profile the steps above produce (`shardmeter bench fsdp-compare $DATA/cpu-fsdp-layouts.csv
+# --profile cpu-x86-2core`). Same recipe as cpu-fsdp.csv; torchtitan's TP plan. TP = 2 on the two
+# cores with and without sequence parallelism, then TP = 2 x FSDP = 2 on 4 ranks: two ranks per
+# core, so those rows time ranks that share a core (the profile times one rank per core).
+LAYOUTS=(bench fsdp --space catalogs/spaces/fsdp-cpu-layouts.yaml -o "$DATA/cpu-fsdp-layouts.csv"
+         --iters 10 --warmup 3 --recipe torchtitan --param-dtype fp32 --reduce-dtype fp32
+         --ac none --tp 2)
+step layouts "$SM" -v "${LAYOUTS[@]}" --nproc 2 --sequence-parallel
+step layouts "$SM" -v "${LAYOUTS[@]}" --nproc 2 --no-sequence-parallel
+step layouts "$SM" -v "${LAYOUTS[@]}" --nproc 4 --sequence-parallel
 echo "== $(date -u +%FT%TZ) done"

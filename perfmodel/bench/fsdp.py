@@ -6,9 +6,13 @@ next to the output and launches `torchrun ... -m perfmodel.bench.fsdp_worker`. E
 exactly the run's `TrainingRecipe` (`--recipe`, default torchtitan) through
 `perfmodel.bench.recipe_wrap`: activation checkpointing, `fully_shard` per block then the root with
 the recipe's `MixedPrecisionPolicy` and resharding, its accumulation mode (reduce-scatter every
-micro-step, or `set_requires_gradient_sync(False)` until the last), AdamW. Rank 0 writes the
-median step time (max over ranks per step), the peak memory per rank and the recipe (JSON), row
-by row; rerunning resumes. `compare_fsdp` predicts every row with the recipe it trained.
+micro-step, or `set_requires_gradient_sync(False)` until the last), AdamW. With `--tp`,
+`--dp-replicate` and `--[no-]sequence-parallel` the recipe carries a parallel layout (checked
+against every case and the rank count before any rank starts): torchtitan's tensor-parallel plan,
+then FSDP2 or HSDP over what the layout leaves. Rank 0 writes the median step time (max over
+ranks per step), the peak memory per rank and the recipe (JSON, the layout resolved on the
+ranks), row by row; rerunning resumes. `compare_fsdp` predicts every row with the recipe (and
+layout) it trained.
 """
 
 from __future__ import annotations
@@ -27,10 +31,12 @@ from perfmodel.bench.common import (
     read_space_yaml,
     reject_unknown_keys,
 )
+from perfmodel.bench.parallel import check_benchmarkable
 from perfmodel.profiles.fsdp_compare import COLUMNS, KEY_COLUMNS, recipe_mapping
 from perfmodel.spec.arch import FAMILY_LAYOUT, ModelSpec
 from perfmodel.spec.catalog import get_link, get_model
 from perfmodel.spec.errors import ConfigError, UserInputError
+from perfmodel.spec.layout import ParallelLayout
 from perfmodel.spec.recipe import DEFAULT_RECIPE, TrainingRecipe
 
 if TYPE_CHECKING:
@@ -148,6 +154,32 @@ def load_cases(path: str | Path) -> list[FsdpCase]:
     return cases
 
 
+def check_layout(cases: Sequence[FsdpCase], layout: ParallelLayout, *,
+                 world_size: int | None) -> None:
+    """UserInputError (before any rank starts) naming the first case or rank count the parallel
+    layout cannot train: the layout's rules (`ParallelLayout.resolve`, `check_model`) and the
+    benchmark's (`perfmodel.bench.parallel.check_benchmarkable`); `world_size` None (a
+    multi-node launch): the ranks are not known here, their check is the workers'."""
+    if layout.is_default:
+        return
+    resolved = layout.resolve(world_size) if world_size is not None else layout
+    for case in cases:
+        check_benchmarkable(case.spec, resolved)
+        try:
+            resolved.check_model(num_layers=case.spec.num_layers, num_heads=case.spec.num_heads,
+                                 num_kv_heads=case.spec.num_kv_heads,
+                                 intermediate_size=case.spec.intermediate_size,
+                                 seq_len=case.seq_len)
+        except UserInputError as err:
+            raise UserInputError(f"case {case.config_id}: {err.message}", hint=err.hint) from None
+        if resolved.tp > 1 and resolved.sequence_parallel and case.seq_len % resolved.tp:
+            raise UserInputError(
+                f"case {case.config_id}: sequence parallelism splits the sequence "
+                f"{case.seq_len} over tp {resolved.tp} ranks unevenly",
+                hint=f"use a seq_len that is a multiple of {resolved.tp}, or "
+                     "--no-sequence-parallel.")
+
+
 def run_fsdp(cases: Sequence[FsdpCase], out_path: str | Path, settings: FsdpSettings, *, nproc: int,
              torchrun_args: str | None = None) -> Path:
     """Write the case plan next to the output and launch the FSDP2 workers; returns the plan
@@ -160,6 +192,8 @@ def run_fsdp(cases: Sequence[FsdpCase], out_path: str | Path, settings: FsdpSett
                              hint="e.g. --iters 5 --warmup 2.")
     if not cases:  # checked here too: torchrun must not start for nothing
         raise UserInputError("no FSDP cases to run", hint="list shapes in the --space file.")
+    check_layout(cases, settings.recipe.parallel, world_size=nproc if torchrun_args is None
+                 else None)
     check_run_inputs(out=out_path, columns=COLUMNS, key_columns=KEY_COLUMNS, dtype=settings.dtype,
                      threads=settings.threads, nproc=nproc, iters=settings.iters,
                      warmup=settings.warmup)

@@ -3,8 +3,11 @@
 Launched by `shardmeter bench fsdp`. Per case: build the model with the same seed on every rank,
 shard it and train exactly the run's `TrainingRecipe` (`perfmodel.bench.recipe_wrap`:
 activation checkpointing, `fully_shard` per block then the root with the recipe's
-MixedPrecisionPolicy and resharding, the recipe's accumulation mode, AdamW); warm up, then time
-whole optimizer steps (k micro-steps) after a barrier, keeping the slowest rank per step.
+MixedPrecisionPolicy and resharding, the recipe's accumulation mode, AdamW; a parallel layout
+first applies torchtitan's tensor-parallel plan on its device mesh and shards over its
+data-parallel dimensions, `perfmodel.bench.parallel`; the ranks of a tensor-parallel group train
+the same batch); warm up, then time whole optimizer steps (k micro-steps) after a barrier,
+keeping the slowest rank per step.
 Peak memory: `torch.cuda.max_memory_allocated` on CUDA (and, in the sidecar
 `<out>.allocator.csv`, the allocator statistics `perfmodel.profiles.reserve_validation` compares
 with the memory model's reserve: peak reserved bytes, device bytes outside the allocator, the CUDA
@@ -28,6 +31,7 @@ import logging
 import os
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +44,13 @@ from perfmodel.bench.common import CsvLog, dtype_name, median_iqr, resolve_dtype
 from perfmodel.bench.environment import append_environment, environment_record
 from perfmodel.bench.fsdp import FsdpCase
 from perfmodel.bench.model import build_model, random_tokens
-from perfmodel.bench.recipe_wrap import make_optimizer, shard_with_recipe, train_step
+from perfmodel.bench.parallel import layout_mesh
+from perfmodel.bench.recipe_wrap import (
+    make_optimizer,
+    parallelize_with_recipe,
+    shard_with_recipe,
+    train_step,
+)
 from perfmodel.profiles.fsdp_compare import COLUMNS, KEY_COLUMNS, recipe_cell
 from perfmodel.profiles.reserve_validation import ALLOCATOR_COLUMNS, allocator_path
 from perfmodel.spec.recipe import DEFAULT_RECIPE, TrainingRecipe, recipe_from_mapping
@@ -65,8 +75,20 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def shard_model(case: FsdpCase, device: torch.device, dtype: torch.dtype,
                 recipe: TrainingRecipe) -> Any:
-    """The case's model sharded as the recipe says (`recipe_wrap.shard_with_recipe`)."""
-    return shard_with_recipe(build_model(case.spec, device=device, dtype=dtype, seed=0), recipe)
+    """The case's model sharded as the recipe says: FSDP2 over every rank
+    (`recipe_wrap.shard_with_recipe`), or the recipe's parallel layout on its device mesh
+    (`recipe_wrap.parallelize_with_recipe`: tensor parallelism, FSDP2 or HSDP)."""
+    model = build_model(case.spec, device=device, dtype=dtype, seed=0)
+    if recipe.parallel.is_default:
+        return shard_with_recipe(model, recipe)
+    return parallelize_with_recipe(model, recipe, layout_mesh(recipe.parallel, device.type))
+
+
+def data_rank(recipe: TrainingRecipe) -> int:
+    """This rank's data-parallel index: the ranks of one tensor- (and context-) parallel group,
+    consecutive in the mesh, train the same batch."""
+    layout = recipe.parallel
+    return dist.get_rank() // (layout.tp * layout.cp)
 
 
 def make_step(model: Any, optimizer: Any, tokens: torch.Tensor, grad_accum: int,
@@ -168,7 +190,7 @@ def run_case(case: FsdpCase, args: argparse.Namespace, device: torch.device,
     model = shard_model(case, device, dtype, recipe)
     optimizer = make_optimizer(model, recipe)
     tokens = random_tokens(case.spec, case.micro_batch, case.seq_len, device=device,
-                           seed=1000 * dist.get_rank() + case.micro_batch)
+                           seed=1000 * data_rank(recipe) + case.micro_batch)
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     step = make_step(model, optimizer, tokens, case.grad_accum, sync, recipe)
     for _ in range(args.warmup):
@@ -193,8 +215,13 @@ def run_case(case: FsdpCase, args: argparse.Namespace, device: torch.device,
 
 
 def _recipe(args: argparse.Namespace) -> TrainingRecipe:
-    return DEFAULT_RECIPE if not args.recipe else recipe_from_mapping(json.loads(args.recipe),
-                                                                      source="--recipe")
+    """The recipe to train; a parallel layout resolved on this job's ranks (so the dataset's
+    recipe cell names every degree, dp_shard included)."""
+    recipe = DEFAULT_RECIPE if not args.recipe else recipe_from_mapping(json.loads(args.recipe),
+                                                                        source="--recipe")
+    if recipe.parallel.is_default:
+        return recipe
+    return replace(recipe, parallel=recipe.parallel.resolve(dist.get_world_size()))
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -153,9 +153,11 @@ def _measured_number(cell: str, column: str, *, least: float, integer: bool, whe
 def compare_fsdp(data: str | Path, profile: HardwareProfile | str, *, hardware: str | None = None,
                  memory_data: str | Path | None = None) -> list[dict[str, Any]]:
     """Measured FSDP2 steps beside the simulator's prediction (perfmodel.sim.fsdp.simulate_step over
-    the profile's compute and comm coefficients) and the memory model's peak, per row. The
-    measured peak is the row's own, or with `memory_data` (`bench memory --real --like DATA`)
-    the real-tensor allocator peak of the same configuration."""
+    the profile's compute and comm coefficients) and the memory model's peak, per row, each
+    predicted with the recipe and parallel layout the row trained (`layout`: its degrees, e.g.
+    'tp 2, sequence parallel'; world_size ranks on one node of the row's link). The measured
+    peak is the row's own, or with `memory_data` (`bench memory --real --like DATA`) the
+    real-tensor allocator peak of the same configuration."""
 
     profile = load_profile(profile) if isinstance(profile, str) else profile
     gpu = get_gpu(hardware or profile.hardware)
@@ -184,7 +186,9 @@ def compare_fsdp(data: str | Path, profile: HardwareProfile | str, *, hardware: 
                                  hint=f"run `shardmeter bench memory --real --like {data} "
                                       f"-o {memory_data}` (it resumes).")
         measured_mem = peaks[key] if peaks else float(row["peak_memory_bytes"])
+        layout = recipe.parallel.resolve(world)
         out.append({"model": row["model"], "recipe": recipe.name, "accum_mode": recipe.accum_mode,
+                    "layout": layout.describe(),
                     "seq_len": seq, "micro_batch": mb, "grad_accum": ga,
                     "world_size": world, "measured_step_s": measured,
                     "predicted_step_s": sim.step_time_s,

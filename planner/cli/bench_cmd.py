@@ -8,6 +8,7 @@ Every command writes its CSV row by row and resumes when rerun with the same arg
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -164,22 +165,35 @@ def comm_cmd(out: Path, nproc: int, backend: str, link: str | None, ops: str, mi
 @click.option("--threads", type=int, default=1, show_default=True, help="torch threads per rank.")
 @click.option("--torchrun-args", default=None,
               help="torchrun rendezvous flags replacing --standalone.")
+@click.option("--tp", type=int, default=None,
+              help="Tensor-parallel degree (torchtitan's Llama plan) [default: the recipe's, 1].")
+@click.option("--dp-replicate", type=int, default=None,
+              help="HSDP replicas (dp_shard is what the ranks leave) [default: the recipe's, 1].")
+@click.option("--sequence-parallel/--no-sequence-parallel", "sequence_parallel", default=None,
+              help="Sequence parallelism under --tp > 1 [default: the recipe's, on].")
 @recipe_options
 def fsdp_cmd(space: str, out: Path, nproc: int, backend: str, link: str | None, dtype: str,
-             iters: int, warmup: int, threads: int, torchrun_args: str | None, recipe_name: str,
+             iters: int, warmup: int, threads: int, torchrun_args: str | None, tp: int | None,
+             dp_replicate: int | None, sequence_parallel: bool | None, recipe_name: str,
              **recipe_flags: Any) -> None:
     """Real FSDP2 (fully_shard) training steps with gradient accumulation, trained as the recipe
-    says (MixedPrecisionPolicy, resharding, accumulation mode, AC); median step time,
-    peak memory."""
+    says (MixedPrecisionPolicy, resharding, accumulation mode, AC, parallel layout: TP, FSDP x TP,
+    HSDP); median step time, peak memory."""
     require_torch()
     verbose_bench_logs()
 
     warn_small_pages("cpu" if backend == "gloo" else "cuda")
 
     cases = load_cases(space)
+    recipe = recipe_from_options(recipe_name, **recipe_flags)
+    layout = recipe.parallel
+    layout = layout if tp is None else replace(layout, tp=tp)
+    layout = layout if dp_replicate is None else replace(layout, dp_replicate=dp_replicate)
+    if sequence_parallel is not None:
+        layout = replace(layout, sequence_parallel=sequence_parallel)
+    recipe = replace(recipe, parallel=layout)
     settings = FsdpSettings(backend=backend, link=_comm_link(backend, link), dtype=dtype,
-                            iters=iters, warmup=warmup, threads=threads,
-                            recipe=recipe_from_options(recipe_name, **recipe_flags))
+                            iters=iters, warmup=warmup, threads=threads, recipe=recipe)
     run_fsdp(cases, out, settings, nproc=nproc, torchrun_args=torchrun_args)
     rows = CsvLog(out, fsdp_compare.COLUMNS, fsdp_compare.KEY_COLUMNS).rows()
     click.echo(f"{out}: {len(rows)} rows "
