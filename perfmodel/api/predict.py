@@ -20,12 +20,14 @@ from perfmodel.api.workload import (
     OuterSpec,
     Workload,
     WorkloadSpec,
+    check_simulated_steps,
     outer_optimizer_seconds,
     positive,
     resolve_outer,
     resolve_placement,
     resolve_workload,
     simulate_inner_step,
+    simulate_pipeline_step,
     strategy_islands,
     streaming_outer,
     sync_link,
@@ -42,6 +44,7 @@ from perfmodel.sim.analysis import (
     regime_changes,
     transition_micro_batch,
 )
+from perfmodel.sim.pipeline import step_result
 from perfmodel.spec import formulas
 from perfmodel.spec.formulas import GIB
 from perfmodel.spec.recipe import OuterRecipe, TrainingRecipe
@@ -171,7 +174,7 @@ def resolve_strategy(w: Workload, spec: OuterSpec) -> tuple[Workload, OuterRecip
                                 overlap_backward=spec.overlap_backward)
     else:
         if spec.inner_steps is not None:
-            positive("--inner-steps", spec.inner_steps)
+            positive("--inner-steps", spec.inner_steps, limit="inner_steps")
         defaults = {"inner_steps": DILOCO_DEFAULT_INNER_STEPS, "num_fragments": 1,
                     "delay_steps": 0}
         outer = resolve_outer(w.recipe, defaults=defaults, inner_steps=spec.inner_steps,
@@ -206,7 +209,8 @@ def predict(workload: WorkloadSpec, outer: OuterSpec | None = None) -> Predictio
 
 def _prediction(w: Workload, *, strategy: str, wan: WanLink, outer: OuterRecipe) -> Prediction:
 
-    step = simulate_inner_step(w)
+    pipe = simulate_pipeline_step(w) if w.recipe.parallel.pp > 1 else None
+    step = step_result(pipe) if pipe is not None else simulate_inner_step(w)
     info = analyse_step(step)
     islands = wan.num_islands if strategy != "fsdp" else 1
     # m sequences per data-parallel rank per micro-step; model-parallel ranks share them
@@ -221,6 +225,9 @@ def _prediction(w: Workload, *, strategy: str, wan: WanLink, outer: OuterRecipe)
     prior_only = w.recipe.parallel.prior_only
     if prior_only:
         out["layout_prior_only"] = list(prior_only)
+    if pipe is not None:
+        out.update(worst_stage=pipe.worst_stage, bubble_s=pipe.bubble_s,
+                   bubble_fraction=pipe.bubble_s / pipe.step_time_s)
     step_s, comm_s = step.step_time_s, step.comm_busy_s
     if strategy == "diloco":
         h = outer.inner_steps
@@ -235,6 +242,8 @@ def _prediction(w: Workload, *, strategy: str, wan: WanLink, outer: OuterRecipe)
         per_param = outer_optimizer_seconds(w) / w.model.total_params
         config = StreamingConfig.from_recipe(outer)
         steps, first = utilisation_steps(config)
+        check_simulated_steps(steps, field="the steady state's 3H+τ+1 simulated steps "
+                                           "(--sync-every, --delay)")
         run = run_streaming(w.model, step_s=step.step_time_s, wan=wan, config=config,
                             num_steps=steps, seq_len=w.seq_len, opt_s_per_param=per_param)
         utilisation = run.utilisation(first)
@@ -269,9 +278,13 @@ def simulate(workload: WorkloadSpec, outer: OuterSpec | None = None, *,
 
     spec = outer or OuterSpec()
     w, settings, link = resolve_strategy(workload.resolve(), spec)
-    step = simulate_inner_step(w)
+    pipe = simulate_pipeline_step(w) if w.recipe.parallel.pp > 1 else None
+    step = step_result(pipe) if pipe is not None else simulate_inner_step(w)
     if spec.strategy == "fsdp":
         spans, summary = trace.schedule_spans(step.schedule), step_summary(step)
+        if pipe is not None:  # one trace process per pipeline rank (and one for its sends)
+            summary.update(worst_stage=pipe.worst_stage, bubble_s=pipe.bubble_s,
+                           bubble_fraction=pipe.bubble_s / pipe.step_time_s)
     elif spec.strategy == "diloco":
         spans, summary = _diloco_spans(w, step, link,
                                        settings.inner_steps if steps is None else steps)
@@ -298,6 +311,7 @@ def _diloco_spans(w: Workload, step: StepResult, wan: WanLink,
                   inner_steps: int) -> tuple[list[Any], dict[str, Any]]:
 
     positive("--steps", inner_steps)
+    check_simulated_steps(inner_steps, islands=wan.num_islands, field="--steps (default H)")
     sync = float(formulas.sync_time_s(wan.num_islands, pseudo_gradient_bytes(w.model, wan.dtype),
                                       wan.bw_bytes_per_s, wan.latency_s))
     opt = outer_optimizer_seconds(w)

@@ -15,8 +15,15 @@ functions, so what is measured is the recipe the performance model predicts:
   ``no_sync``: `set_requires_gradient_sync(False)` on all but the last), each loss scaled by 1/k,
   then `optimizer.step()` and `zero_grad(set_to_none=True)`.
 
+* `parallelize_with_recipe(model, recipe, mesh)`: the recipe's parallel layout first
+  (`perfmodel.bench.parallel`: torchtitan's tensor-parallel plan on the mesh's tp dimension),
+  then `shard_with_recipe` over its data-parallel mesh (dp_shard, or (dp_replicate, dp_shard)
+  for HSDP), or only the checkpointing when the layout has no data parallelism (pure TP).
+
 The model is expected to be `perfmodel.bench.model.Transformer` (a `layers` ModuleList of
-blocks whose forward takes ``(x, cos, sin)``), built in the recipe's master dtype.
+blocks whose forward takes ``(x, cos, sin)``), built in the recipe's master dtype. Under a
+layout with vocabulary-parallel loss (`perfmodel.bench.parallel.uses_loss_parallel`) the
+micro-steps run inside `loss_parallel()`.
 """
 
 from __future__ import annotations
@@ -29,6 +36,12 @@ import torch
 from torch import nn
 
 from perfmodel.bench.common import resolve_dtype
+from perfmodel.bench.parallel import (
+    apply_tensor_parallel,
+    check_benchmarkable,
+    data_mesh,
+    loss_context,
+)
 from perfmodel.spec.recipe import CheckpointPolicy, TrainingRecipe
 
 ModuleT = TypeVar("ModuleT", bound=nn.Module)
@@ -146,6 +159,22 @@ def shard_with_recipe(model: ModuleT, recipe: TrainingRecipe, *, mesh: Any = Non
     return model
 
 
+def parallelize_with_recipe(model: ModuleT, recipe: TrainingRecipe, mesh: Any) -> ModuleT:
+    """`model` trained as `recipe` on `mesh` (`perfmodel.bench.parallel.layout_mesh` of the
+    recipe's resolved layout, None for one rank): tensor parallelism when tp > 1, then the
+    checkpointing and FSDP2 / HSDP of `shard_with_recipe`, as torchtitan orders them; returns
+    it."""
+    layout = recipe.parallel
+    check_benchmarkable(getattr(model, "spec"), layout)  # noqa: B009  (nn.Module typing)
+    if layout.tp > 1:
+        apply_tensor_parallel(model, mesh["tp"] if mesh.ndim > 1 else mesh,
+                              sequence_parallel=layout.sequence_parallel)
+    dp = data_mesh(layout, mesh)
+    if dp is None:
+        return apply_activation_checkpointing(model, recipe.ac)
+    return shard_with_recipe(model, recipe, mesh=dp)
+
+
 def _explicit_prefetch(blocks: Sequence[Any], depth: int) -> None:
     # FSDP2 already prefetches one unit ahead; deeper prefetch needs explicit lists.
     if depth <= 1:
@@ -178,12 +207,15 @@ def train_step(model: Any, optimizer: torch.optim.Optimizer,
     if len(batches) != accum_steps:
         raise ValueError(f"got {len(batches)} batches for {accum_steps} micro-steps")
     total = None
+    sharded = hasattr(model, "set_requires_gradient_sync")  # FSDP2; pure TP has no FSDP
     for sync, batch in zip(micro_step_syncs(accum_steps, recipe.accum_mode), batches, strict=True):
         if before_micro_step is not None:
             before_micro_step()
-        model.set_requires_gradient_sync(sync)
-        loss = model(batch) / accum_steps
-        loss.backward()
+        if sharded:
+            model.set_requires_gradient_sync(sync)
+        with loss_context(recipe.parallel):
+            loss = model(batch) / accum_steps
+            loss.backward()
         total = loss.detach() if total is None else total + loss.detach()
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
@@ -199,7 +231,19 @@ def make_optimizer(model: nn.Module, recipe: TrainingRecipe, *, lr: float = 1e-4
         raise ValueError(f"unsupported optimizer {recipe.optimizer!r}")
     # fused=True: torchtitan's default AdamW implementation (one kernel per parameter group, no
     # multi-tensor temporaries); torch has fused AdamW kernels for CUDA and CPU.
-    return torch.optim.AdamW(model.parameters(), lr=lr, fused=True)
+    return torch.optim.AdamW(parameter_groups(model), lr=lr, fused=True)
+
+
+def parameter_groups(model: nn.Module) -> list[dict[str, Any]]:
+    """One parameter group per kind of parameter tensor: plain tensors, and DTensors per device
+    mesh. A fused kernel runs per group and refuses to mix kinds, which a tensor-parallel model
+    without sequence parallelism and without FSDP has (plain norm weights beside sharded
+    linears); a model of one kind (every FSDP2 model) keeps one group, as before."""
+    groups: dict[Any, list[nn.Parameter]] = {}
+    for param in model.parameters():
+        mesh = getattr(param, "device_mesh", None)
+        groups.setdefault(None if mesh is None else id(mesh), []).append(param)
+    return [{"params": params} for params in groups.values()]
 
 
 def init_optimizer_state(model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
