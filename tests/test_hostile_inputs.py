@@ -254,7 +254,7 @@ FLAG_CASES = [
     ("work", "predict-islands", (*PREDICT, "--strategy", "diloco", "--islands", "100000"),
      ["--islands", "1,024"]),
     ("work", "memory-nodes", ("memory", "tiny-llama", *MEMORY, "--nodes", "1000000"),
-     ["--nodes", "1,024"]),
+     ["--nodes", "16,384"]),
     ("work", "predict-seq-len", ("predict", "tiny-llama", "--gpu", "H100-SXM5-80GB",
                                  "--seq-len", "100000000"), ["--seq-len", "16,777,216"]),
     ("work", "predict-accum", (*PREDICT, "--accum", "1000000000"), ["--accum"]),

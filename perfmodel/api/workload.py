@@ -113,7 +113,7 @@ def resolve_placement(model_name: str, *, gpu_name: str, nodes: int, gpus_per_no
     """The catalog model and GPU, the island, and the recipe with its layout resolved against
     the island and checked against the model (UserInputError naming the rule and a valid
     layout); everything a step needs but the cost profile."""
-    for option, value, limit in (("--nodes", nodes, "nodes"),
+    for option, value, limit in (("--nodes", nodes, "step_nodes"),
                                  ("--gpus-per-node", gpus_per_node, "nodes"),
                                  ("--seq-len", seq_len, "seq_len"),
                                  ("--micro-batch", micro_batch, "micro_batch"),

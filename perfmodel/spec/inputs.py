@@ -76,6 +76,10 @@ LIMITS: dict[str, Limit] = {
                    reason="every node count 1..N is an island option of the table; 1,024 nodes "
                           "keep a table under ~10^5 rows (raise allowed_gpus_per_node or split "
                           "the cluster for more)"),
+    "step_nodes": Limit(maximum=16384, what="nodes of one predicted step",
+                        reason="one prediction costs the same at any node count (only group "
+                               "sizes enter); 8x the largest published training job "
+                               "(Llama 3: 2,048 nodes of 8 H100)"),
     "clusters": Limit(maximum=64, what="clusters per instance",
                       reason="each cluster adds a table section and a knapsack dimension"),
     "islands": Limit(maximum=1024, what="islands",
