@@ -18,14 +18,40 @@ from perfmodel.spec.catalog import (
     price_usd_per_gpu_hour,
 )
 from perfmodel.spec.energy_catalog import carbon_intensity_g_per_kwh, gpu_tdp_w, provider_pue
+from perfmodel.spec.reliability_catalog import (
+    Billing,
+    EgressPrice,
+    SourcedValue,
+    async_stall_fraction,
+    billing,
+    checkpoint_write_gbit_s_per_node,
+    egress_price,
+    failures_per_gpu_hour,
+    offer_billing,
+    preemptions_per_node_hour,
+    restart_s,
+    spot_capacity_wait_s,
+)
 
 __all__ = [
+    "Billing",
+    "EgressPrice",
+    "SourcedValue",
+    "async_stall_fraction",
+    "billing",
     "carbon_intensity_g_per_kwh",
+    "checkpoint_write_gbit_s_per_node",
+    "egress_price",
+    "failures_per_gpu_hour",
     "cluster_fabric",
     "get_gpu",
     "gpu_tdp_w",
     "model_parameters",
+    "offer_billing",
+    "preemptions_per_node_hour",
     "price_rows",
     "price_usd_per_gpu_hour",
     "provider_pue",
+    "restart_s",
+    "spot_capacity_wait_s",
 ]

@@ -5,7 +5,8 @@ The CLI, the scripts and library users call these; each returns a frozen result 
 
 - `workload`: what a user names (`WorkloadSpec`, `OuterSpec`) resolved against the catalogs and
   profiles (`Workload`), the inner step simulated, DiLoCo settings and the sync link;
-- `predict`: `predict`, `simulate`, `sweep`, `memory` of one workload;
+- `predict`: `predict` (with `FailureSpec`: expected goodput under failures), `simulate`,
+  `sweep`, `memory` of one workload;
 - `streaming`: Streaming DiLoCo studies (`streaming`, `bandwidth_for_utilisation`);
 - `fit`: `shardmeter fit` and `shardmeter validate` (imported on its own: it loads the fitting
   libraries).
@@ -30,9 +31,11 @@ from perfmodel.api.streaming import (
     streaming,
 )
 from perfmodel.api.workload import OuterSpec, Workload, WorkloadSpec
+from perfmodel.costs.reliability import FailureSpec
 
 __all__ = [
     "BandwidthTable",
+    "FailureSpec",
     "MemoryFit",
     "OuterSpec",
     "Prediction",
