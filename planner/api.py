@@ -223,7 +223,8 @@ def frontier(request: FrontierRequest, *,
     elif request.plot_path is not None:
         _plots(solved, request.plot_path, notify)
     return FrontierResult(solved=solved, records=records,
-                          meta=report.frontier_meta(solved.frontier))
+                          meta={**report.frontier_meta(solved.frontier),
+                                **report.failure_assumptions(solved.problem)})
 
 
 def _plots(solved: Solved, plot: Path, notify: Notify) -> None:
@@ -259,7 +260,8 @@ def query(request: QueryRequest) -> PlanAnswer | ScenarioStudy:
         chosen, extra = answer(solved.problem, solved.frontier, request.objective,
                                request.min_throughput_fraction)
     record = {**extra, **report.plan_record(chosen, solved.problem),
-              **report.frontier_meta(solved.frontier)}
+              **report.frontier_meta(solved.frontier),
+              **report.failure_assumptions(solved.problem)}
     return PlanAnswer(solved=solved, plan=chosen, record=record)
 
 
