@@ -2,8 +2,11 @@
 
 The planner reaches the performance model through `perfmodel.tables` (island tables) and reads
 catalog facts through this module: GPUs (names, memory, node size), model parameter counts, price
-lists, the energy facts (TDP, PUE, grid intensity) and the inter-node fabric a DiLoCo sync uses
-when every island shares one cluster. Every name here has its home in `perfmodel.spec`; this module
+lists, the energy facts (TDP, PUE, grid intensity), the reliability and billing facts (failure and
+Spot preemption rates, restart and checkpoint defaults, egress and billing per provider) with the
+failure model's closed forms (`perfmodel.spec.failure_model`), and the inter-node fabric a DiLoCo
+sync uses when every island shares one cluster. Every name here has its home in `perfmodel.spec`;
+this module
 only names the ones the planner may use, so the planner never reaches into `perfmodel.spec.catalog`
 and a change of the catalogs' internals stays inside the performance model.
 """
@@ -18,6 +21,12 @@ from perfmodel.spec.catalog import (
     price_usd_per_gpu_hour,
 )
 from perfmodel.spec.energy_catalog import carbon_intensity_g_per_kwh, gpu_tdp_w, provider_pue
+from perfmodel.spec.failure_model import (
+    CHECKPOINT_MODES,
+    checkpoint_bytes,
+    checkpointed_wall_factor,
+    island_participation,
+)
 from perfmodel.spec.reliability_catalog import (
     Billing,
     EgressPrice,
@@ -34,18 +43,22 @@ from perfmodel.spec.reliability_catalog import (
 )
 
 __all__ = [
+    "CHECKPOINT_MODES",
     "Billing",
     "EgressPrice",
     "SourcedValue",
     "async_stall_fraction",
     "billing",
     "carbon_intensity_g_per_kwh",
+    "checkpoint_bytes",
     "checkpoint_write_gbit_s_per_node",
+    "checkpointed_wall_factor",
     "egress_price",
     "failures_per_gpu_hour",
     "cluster_fabric",
     "get_gpu",
     "gpu_tdp_w",
+    "island_participation",
     "model_parameters",
     "offer_billing",
     "preemptions_per_node_hour",

@@ -3,7 +3,7 @@
 Usage: .venv/bin/python -m scripts.make_reliability [--check]
 
 Every number in the document is computed by this run: the performance model's `predict` with the
-failure model, the closed forms of `perfmodel.spec.formulas`, the discrete-event Monte Carlo of
+failure model, the closed forms of `perfmodel.spec.failure_model`, the discrete-event Monte Carlo of
 `perfmodel.sim.failures` (fixed seeds) and the planner's exact expected-value frontiers. Inputs
 come from the sourced catalogs (catalogs/reliability/) and are fixed there, not here; every
 conclusion sentence is built from the results. `--check` regenerates the text without writing and
@@ -23,7 +23,7 @@ from perfmodel import api
 from perfmodel.costs.reliability import FailureSpec, checkpointed_job
 from perfmodel.formatting import markdown_table
 from perfmodel.sim.failures import Interruptions, simulate_checkpointed_run
-from perfmodel.spec import formulas
+from perfmodel.spec import failure_model as formulas
 from perfmodel.spec.catalog import get_model
 from perfmodel.spec.recipe import DEFAULT_RECIPE
 from perfmodel.spec.reliability_catalog import (
@@ -123,7 +123,7 @@ def llama_section(r: dict[str, Any]) -> str:
          f"(job MTBF {rec['mtbf_s'] / HOUR:.2f} h)",
          "Llama 3 report: 419 unexpected interruptions in 54 days on 16,384 GPUs"],
         ["checkpoint", f"{rec['checkpoint_bytes'] / 1e12:.2f} TB (fp32 weights + AdamW moments)",
-         "12 B per parameter, `formulas.checkpoint_bytes`"],
+         "12 B per parameter, `failure_model.checkpoint_bytes`"],
         ["checkpoint write", f"{rec['checkpoint_write_s']:.2f} s at "
          f"{checkpoint_write_gbit_s_per_node().value:g} Gbit/s per node",
          "Llama 3 report: Tectonic 2 TB/s sustained"],

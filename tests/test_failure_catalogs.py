@@ -66,17 +66,19 @@ def test_egress_is_tiered_per_month_and_billing_rounds() -> None:
     assert runpod is not None and runpod.billed_s(10.2) == 11.0
 
 
-def test_a_price_list_can_carry_billing_and_a_committed_tier(tmp_catalogs: Path) -> None:
-    path = tmp_catalogs / "prices" / "committed-2026-11-20.csv"
+def test_a_price_list_can_carry_billing_and_a_committed_use_term(tmp_catalogs: Path) -> None:
+    """A committed-use offer is an offer of its own whose minimum billed time is its term."""
+    path = tmp_catalogs / "prices" / "example-2026-11-20.csv"
     with path.open("w", newline="") as fh:
         writer = csv.writer(fh)
         writer.writerow([*PRICE_COLUMNS, "billing_increment_s", "minimum_billed_s"])
-        writer.writerow(["Example", "Example 3-month plan", "H100-SXM5-80GB", "H100", 8,
-                         "committed", 2.0, "2026-11-20", "test row", 3600, 90 * 86400])
-    found = offer_billing("Example", "H100-SXM5-80GB", "committed", None)
+        writer.writerow(["Example 3-month plan", "Example 3-month plan", "H100-SXM5-80GB", "H100",
+                         8, "on-demand", 2.0, "2026-11-20", "test row", 3600, 90 * 86400])
+    found = offer_billing("Example 3-month plan", "H100-SXM5-80GB", "on-demand", None)
     assert found is not None and found.minimum_s == 90 * 86400
     assert found.billed_s(3601.0) == 90 * 86400
     assert found.billed_s(100 * 86400 + 1) == 100 * 86400 + 3600
+    assert offer_billing("Lambda", "H100-SXM5-80GB", "on-demand", None) is None
 
 
 def test_predict_with_failures_adds_the_expected_figures(run_cli) -> None:
@@ -95,6 +97,10 @@ def test_predict_with_failures_adds_the_expected_figures(run_cli) -> None:
     assert record["expected_cost_usd"] > record["cost_usd"]
     assert record["checkpoint_interval_steps"] == round(record["checkpoint_interval_steps"])
     assert record["failures_per_gpu_hour"] == 0.01 and record["failure_sources"]
+    assert record["checkpoint_mode"] == "sync"
+    asynchronous = json.loads(run_cli(*base, "--failures", "--failures-per-gpu-hour", "0.01",
+                                      "--checkpoint-mode", "async").out)
+    assert asynchronous["checkpoint_stall_s"] < record["checkpoint_stall_s"]
     refused = run_cli(*base, "--restart-s", "60")
     assert refused.code == 2 and "--failures" in refused.err
     bad = run_cli(*base, "--failures", "--restart-s", "-1")

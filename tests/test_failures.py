@@ -26,7 +26,7 @@ from perfmodel.sim.failures import (
     simulate_checkpointed_run,
     simulate_islands,
 )
-from perfmodel.spec import formulas
+from perfmodel.spec import failure_model as formulas
 from perfmodel.spec.errors import UserInputError
 
 HOUR = 3600.0

@@ -32,8 +32,10 @@ from perfmodel.api.streaming import (
 )
 from perfmodel.api.workload import OuterSpec, Workload, WorkloadSpec
 from perfmodel.costs.reliability import FailureSpec
+from perfmodel.spec.failure_model import CHECKPOINT_MODES
 
 __all__ = [
+    "CHECKPOINT_MODES",
     "BandwidthTable",
     "FailureSpec",
     "MemoryFit",

@@ -178,7 +178,7 @@ def predict(workload: WorkloadSpec, outer: OuterSpec | None = None,
 def _with_failures(p: Prediction, failures: FailureSpec) -> Prediction:
     """`p` with the failure model's expected figures appended to its record."""
     w = p.workload
-    mode = failures.checkpoint_mode or w.recipe.checkpoint_mode
+    mode = failures.checkpoint_mode or "sync"
     if p.islands > 1:
         outer_step_s = p.step_time_s * p.outer.inner_steps
         found = independent_islands(spec=failures, gpu=w.gpu.name,

@@ -10,12 +10,12 @@ expected figures for a run.
   storage bandwidth: sync stalls for the write δ, async stalls for the sourced fraction of it and
   finishes the write in the background (a failure before it is durable loses one more segment:
   Daly's model with δ → the stall and every restart R → R + the write). τ minimises Daly's exact
-  expected time (`perfmodel.spec.formulas.daly_interval_s`, at least the write time when async)
+  expected time (`perfmodel.spec.failure_model.daly_interval_s`, at least the write time when async)
   and goodput = 1 / `daly_wall_factor`.
 * Several DiLoCo islands: an island's failure stops that island only. It loses the outer step it
   fails in, restarts (restart + fetching the global fp32 model over the WAN) and rejoins at the
   next outer step; the outer steps it misses train without its share, so the run needs more of
-  them: goodput = participation a (`formulas.island_participation`, the same for identical
+  them: goodput = participation a (`failure_model.island_participation`, the same for identical
   islands) and the expected time is the failure-free time / a. The global model is checkpointed
   off the critical path at outer steps (no stall).
 
@@ -29,9 +29,10 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from perfmodel.spec import formulas
+from perfmodel.spec import failure_model
 from perfmodel.spec.errors import UserInputError
-from perfmodel.spec.recipe import CHECKPOINT_MODES
+from perfmodel.spec.failure_model import CHECKPOINT_MODES
+from perfmodel.spec.formulas import DTYPE_BYTES
 from perfmodel.spec.reliability_catalog import (
     async_stall_fraction,
     checkpoint_write_gbit_s_per_node,
@@ -66,7 +67,7 @@ class FailureSpec:
     checkpoint_write_gbit_s_per_node: float | None = None
     """Checkpoint write bandwidth per node, Gbit/s (all nodes write their shards at once)."""
     checkpoint_mode: str | None = None
-    """sync or async (default: the training recipe's `checkpoint_mode`)."""
+    """sync or async (default: sync)."""
     train_tokens: float | None = None
     """Tokens of the run, for the expected wall time (None: per-step figures only)."""
     usd_per_gpu_hour: float | None = None
@@ -173,7 +174,7 @@ def checkpointed_job(*, spec: FailureSpec, gpu: str, num_gpus: int, num_nodes: i
     """Goodput of a job that one interruption stops (module docstring); with `step_time_s` the
     checkpoints fall on step boundaries."""
     rate_gpu_h, restart, gbit, sources = _defaults(spec, gpu)
-    size = float(formulas.checkpoint_bytes(params, master_dtype))
+    size = float(failure_model.checkpoint_bytes(params, master_dtype))
     write_s = size * 8.0 / (gbit * 1e9 * num_nodes)
     if mode == "async":
         fraction = async_stall_fraction()
@@ -182,10 +183,10 @@ def checkpointed_job(*, spec: FailureSpec, gpu: str, num_gpus: int, num_nodes: i
     else:
         stall, lag = write_s, 0.0
     rate = rate_gpu_h * num_gpus / SECONDS_PER_HOUR
-    factor, interval = formulas.checkpointed_wall_factor(
+    factor, interval = failure_model.checkpointed_wall_factor(
         rate_per_s=rate, stall_s=stall, write_lag_s=lag, restart_s=[restart], weights=[1.0],
         step_s=step_time_s)
-    young = float(formulas.young_interval_s(1.0 / rate, stall)) if rate > 0 else math.inf
+    young = float(failure_model.young_interval_s(1.0 / rate, stall)) if rate > 0 else math.inf
     goodput = 1.0 / factor
     return JobReliability(goodput=goodput, model="checkpointed job (one interruption stops it)",
                           failures_per_gpu_hour=rate_gpu_h,
@@ -201,9 +202,9 @@ def independent_islands(*, spec: FailureSpec, gpu: str, gpus_per_island: int, pa
     """Goodput of identical DiLoCo islands that fail alone (module docstring): a rejoining island
     restarts and fetches the fp32 global model over the WAN."""
     rate_gpu_h, restart, _, sources = _defaults(spec, gpu)
-    fetch_s = float(params) * formulas.DTYPE_BYTES["fp32"] / wan_bytes_per_s
+    fetch_s = float(params) * DTYPE_BYTES["fp32"] / wan_bytes_per_s
     rate = rate_gpu_h * gpus_per_island / SECONDS_PER_HOUR
-    goodput = formulas.island_participation(rate, outer_step_s, [restart + fetch_s], [1.0])
+    goodput = failure_model.island_participation(rate, outer_step_s, [restart + fetch_s], [1.0])
     sources.append(f"rejoin fetches the fp32 model over the WAN ({fetch_s:.3g} s)")
     return JobReliability(goodput=goodput,
                           model="independent islands (an island's failure stops it alone)",

@@ -1,6 +1,6 @@
 """Discrete-event Monte Carlo of failures, checkpoints, restarts and preemptions (issue 28).
 
-The closed forms (`perfmodel.spec.formulas`: `daly_wall_factor`, `island_participation`) are
+The closed forms (`perfmodel.spec.failure_model`: `daly_wall_factor`, `island_participation`) are
 derived from the processes below; these simulations play the processes out event by event with
 plain numpy random numbers and share no formula with them, so the tests can hold the closed
 forms to the simulations' means (`tests/test_failures.py`: within 2 % on a grid of job sizes,

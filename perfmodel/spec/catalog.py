@@ -19,9 +19,7 @@ from perfmodel.spec.formulas import GIB
 from perfmodel.spec.hardware import GpuSpec, LinkSpec
 from perfmodel.spec.paths import catalog_dir
 
-TIERS = ("on-demand", "spot", "community", "committed")
-"""Price tiers: committed is a committed-use (reserved, savings-plan) price, usually with a
-minimum billed term (`PriceRow.minimum_billed_s`)."""
+TIERS = ("on-demand", "spot", "community")
 
 
 class _Row(BaseModel):
@@ -82,18 +80,14 @@ class LinkRow(_Row):
 class PriceRow(_Row):
     provider: str = Field(min_length=1)
     gpu_type: str = Field(min_length=1)
-    tier: str = Field(pattern="^(on-demand|spot|community|committed)$")
+    tier: str = Field(pattern="^(on-demand|spot|community)$")
     usd_per_gpu_hour: float = Field(gt=0)
     as_of: str = Field(min_length=4)
     gpus_per_node: int | None = None
     offer: str = ""
     source: str = Field(min_length=1)
-    billing_increment_s: float | None = Field(default=None, gt=0)
-    """Optional: rented time is billed in multiples of this (1: per second, 3600: per hour)."""
-    minimum_billed_s: float | None = Field(default=None, ge=0)
-    """Optional: the least billed time of a rental (a committed-use term, a one-hour minimum)."""
 
-    @field_validator("gpus_per_node", "billing_increment_s", "minimum_billed_s", mode="before")
+    @field_validator("gpus_per_node", mode="before")
     @classmethod
     def _blank_is_none(cls, v: Any) -> Any:
         return None if v == "" else v

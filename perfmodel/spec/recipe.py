@@ -50,9 +50,6 @@ OUTER_OPTIMIZERS = ("nesterov",)
 """DiLoCo outer optimizer: SGD with Nesterov momentum on an fp32 global copy."""
 FRAGMENT_PATTERNS = ("contiguous", "strided")
 """Streaming DiLoCo fragments: consecutive blocks, or every F-th block (the published variant)."""
-CHECKPOINT_MODES = ("sync", "async")
-"""Training checkpoints: synchronous (training stalls for the whole write) or asynchronous
-(training stalls for a snapshot; the write finishes in the background, torch DCP async_save)."""
 
 
 def _check_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
@@ -151,9 +148,6 @@ class TrainingRecipe:
     """Number of sequence chunks when `loss` is `chunked`."""
     optimizer: str = "adamw"
     """Inner optimizer."""
-    checkpoint_mode: str = "sync"
-    """How training checkpoints are written when failures are modelled (`CHECKPOINT_MODES`); it
-    changes no step time, only the failure model's checkpoint stall."""
     outer: OuterRecipe = field(default_factory=OuterRecipe)
     """DiLoCo / Streaming DiLoCo settings."""
 
@@ -175,7 +169,6 @@ class TrainingRecipe:
         _check_choice("loss", self.loss, LOSS_MODES)
         _check_int("loss_chunks", self.loss_chunks, 1)
         _check_choice("optimizer", self.optimizer, OPTIMIZERS)
-        _check_choice("checkpoint_mode", self.checkpoint_mode, CHECKPOINT_MODES)
         if not isinstance(self.outer, OuterRecipe):
             raise UserInputError(f"TrainingRecipe.outer is {self.outer!r}",
                                  hint="pass an OuterRecipe (or a mapping in a recipe file).")

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from perfmodel.spec.catalog import get_gpu, price_rows
+from perfmodel.spec.catalog import get_gpu
 from perfmodel.spec.errors import CatalogError
 from perfmodel.spec.paths import catalog_dir
 
@@ -231,18 +231,33 @@ def billing(provider: str | None) -> Billing | None:
 
 
 def offer_billing(provider: str, gpu: str, tier: str, as_of: str | None) -> Billing | None:
-    """Billing of one price-list offer: the row's own `billing_increment_s` /
-    `minimum_billed_s` when the list carries them, else the provider's (billing.csv), else None
-    (billed exactly)."""
+    """Billing of one price-list offer: the row's own optional `billing_increment_s` /
+    `minimum_billed_s` columns when its list carries them (a committed-use offer's term, an
+    hourly minimum), else the provider's (billing.csv), else None (billed exactly)."""
     name = get_gpu(gpu).name
-    rows = [r for r in price_rows() if r.provider.lower() == provider.lower()
-            and r.gpu_type == name and r.tier == tier and (as_of is None or r.as_of == as_of)]
-    row = max(rows, key=lambda r: r.as_of) if rows else None
     default = billing(provider)
-    if row is None or (row.billing_increment_s is None and row.minimum_billed_s is None):
+    best: tuple[str, float | None, float | None, str] | None = None
+    for path in sorted((catalog_dir() / "prices").glob("*.csv")):
+        frame = pd.read_csv(path, keep_default_na=False, dtype=str)
+        if "billing_increment_s" not in frame and "minimum_billed_s" not in frame:
+            continue
+        for line, row in enumerate(frame.to_dict(orient="records")):
+            if (row["provider"].lower() != provider.lower() or row["gpu_type"] != name
+                    or row["tier"] != tier or (as_of is not None and row["as_of"] != as_of)):
+                continue
+            increment = row.get("billing_increment_s", "")
+            minimum = row.get("minimum_billed_s", "")
+            found = (row["as_of"],
+                     _number(str(path), line, "billing_increment_s", increment)
+                     if increment else None,
+                     _number(str(path), line, "minimum_billed_s", minimum) if minimum else None,
+                     f"price list {path.name}: {row['source']}")
+            if best is None or found[0] > best[0]:
+                best = found
+    if best is None or (best[1] is None and best[2] is None):
         return default
-    return Billing(increment_s=row.billing_increment_s if row.billing_increment_s is not None
+    return Billing(increment_s=best[1] if best[1] is not None
                    else (default.increment_s if default else 0.0),
-                   minimum_s=row.minimum_billed_s if row.minimum_billed_s is not None
+                   minimum_s=best[2] if best[2] is not None
                    else (default.minimum_s if default else 0.0),
-                   source=f"price list {row.provider} {row.tier} {row.as_of}: {row.source}")
+                   source=best[3])

@@ -19,7 +19,6 @@ from perfmodel.spec.recipe import (
     AC_MODES,
     ACCUM_MODES,
     ATTENTION_KERNELS,
-    CHECKPOINT_MODES,
     DTYPES,
     LOSS_MODES,
     TrainingRecipe,
@@ -27,8 +26,7 @@ from perfmodel.spec.recipe import (
     recipe_from_mapping,
 )
 
-RECIPE_FLAG_FIELDS = ("ac", "accum_mode", "param_dtype", "reduce_dtype", "attention", "loss",
-                      "checkpoint_mode")
+RECIPE_FLAG_FIELDS = ("ac", "accum_mode", "param_dtype", "reduce_dtype", "attention", "loss")
 """Keyword names the options below pass to the command, in `TrainingRecipe` field names."""
 
 
@@ -48,9 +46,6 @@ def recipe_option_list(*, ac: bool = True) -> list[Callable[..., Any]]:
                      help="Attention kernel (default: the recipe's)."),
         click.option("--loss", type=click.Choice(LOSS_MODES), default=None,
                      help="Loss computation (default: the recipe's)."),
-        click.option("--checkpoint-mode", type=click.Choice(CHECKPOINT_MODES), default=None,
-                     help="Training checkpoints when failures are modelled: sync stalls for the "
-                          "whole write, async only for a snapshot (default: the recipe's)."),
     ]
     if ac:
         options.insert(1, click.option("--ac", type=click.Choice(AC_MODES), default=None,

@@ -138,7 +138,7 @@ def _outer_spec(strategy: str, *, islands: int | None, inner_steps: int | None,
 # ---- predict ---------------------------------------------------------------------------------
 
 FAILURE_FLAGS = ("failures_per_gpu_hour", "restart_s", "checkpoint_write_gbit_s_per_node",
-                 "train_tokens", "usd_per_gpu_hour")
+                 "checkpoint_mode", "train_tokens", "usd_per_gpu_hour")
 """`predict` options of the failure model (they need --failures)."""
 
 
@@ -153,6 +153,9 @@ def _failure_options(func: Callable[..., Any]) -> Callable[..., Any]:
                      help="Seconds from an interruption to training again (default: catalog)."),
         click.option("--checkpoint-write-gbit-s-per-node", type=float, default=None,
                      help="Checkpoint write bandwidth per node, Gbit/s (default: catalog)."),
+        click.option("--checkpoint-mode", type=click.Choice(api.CHECKPOINT_MODES), default=None,
+                     help="sync: training stalls for the whole checkpoint write; async: for a "
+                          "snapshot, the write finishes in the background (default: sync)."),
         click.option("--train-tokens", type=float, default=None,
                      help="Tokens of the run: adds wall_time_s and expected_wall_time_s."),
         click.option("--usd-per-gpu-hour", type=float, default=None,

@@ -48,7 +48,7 @@ from perfmodel.spec.errors import (
 LOG = logging.getLogger(__name__)
 
 Strategy = Literal["fsdp", "diloco", "streaming-diloco"]
-Tier = Literal["on-demand", "spot", "community", "committed"]
+Tier = Literal["on-demand", "spot", "community"]
 CheckpointMode = Literal["sync", "async"]
 Dtype = Literal["fp32", "bf16", "int8", "fp4"]
 Checkpointing = Literal["none", "selective", "full"]
@@ -120,7 +120,7 @@ class Alternative(_Strict):
     be on this tier instead (e.g. spot next to on-demand); the planner chooses per island."""
 
     tier: Tier
-    """The tier: on-demand, spot (preemptible), community or committed."""
+    """The tier: on-demand, spot (preemptible) or community."""
     price_usd_per_gpu_hour: float | None = Field(default=None, ge=0)
     """Its price (default: the cluster's `price:` list at this tier, same provider and date)."""
     preemptions_per_node_hour: float | None = Field(default=None, ge=0)
@@ -144,7 +144,8 @@ class Failures(_Strict):
     checkpoint_write_gbit_s_per_node: float | None = Field(default=None, gt=0)
     """Checkpoint write bandwidth per node, Gbit/s (default: catalog)."""
     checkpoint_mode: CheckpointMode | None = None
-    """sync or async (default: the training recipe's `checkpoint_mode`)."""
+    """sync (training stalls for the whole write) or async (for a snapshot; the write finishes
+    in the background); default sync."""
     egress: bool = True
     """Price the DiLoCo syncs' traffic between sites at the providers' egress rates."""
     billing: bool = True

@@ -10,14 +10,14 @@ Who stops when something fails
   Its rate is λ = G·r + n·ρ for the island's G GPUs (r failures per GPU-hour of the GPU type)
   and n nodes when it is rented at a spot tier (ρ preemptions per node-hour); a failure restarts
   after R, a preemption after R + the wait for new capacity. The job checkpoints every whole
-  number of inner steps (Daly's optimum, `perfmodel.spec.formulas.checkpointed_wall_factor`):
+  number of inner steps (Daly's optimum, `perfmodel.spec.failure_model.checkpointed_wall_factor`):
   E[W] = W·φ with φ Daly's exact expected wall time per useful second.
 * A DiLoCo plan of M >= 2 islands: an island's interruption stops that island only. It loses
   the outer step it fails in, restarts (R, plus the capacity wait after a preemption, plus
   fetching the fp32 global model over its cluster's WAN) and rejoins at the next outer step; the
   outer steps it misses train without its share b_i of the global batch, so the run needs more
   outer steps to train its D tokens: E[W] = W·B/Σ_i a_i·b_i, with a_i the island's participation
-  (`formulas.island_participation`) at the outer-step period T = H·τ + σ. The period is kept at
+  (`failure_model.island_participation`) at the outer-step period T = H·τ + σ. The period is kept at
   that of the full plan (a sync among fewer islands is no slower: an upper bound), and the
   global model is checkpointed off the critical path at outer steps (no stall).
 
@@ -44,20 +44,18 @@ from typing import TYPE_CHECKING, Any
 from perfmodel.facts import (
     EgressPrice,
     async_stall_fraction,
+    checkpoint_bytes,
     checkpoint_write_gbit_s_per_node,
+    checkpointed_wall_factor,
     egress_price,
     failures_per_gpu_hour,
+    island_participation,
     offer_billing,
     preemptions_per_node_hour,
     restart_s,
     spot_capacity_wait_s,
 )
-from perfmodel.spec.formulas import (
-    DTYPE_BYTES,
-    checkpoint_bytes,
-    checkpointed_wall_factor,
-    island_participation,
-)
+from perfmodel.spec.formulas import DTYPE_BYTES
 from planner.model.problem import PRICE_UNITS_PER_USD_PER_HOUR
 
 if TYPE_CHECKING:
@@ -249,8 +247,8 @@ def build_risk(instance: Any, clusters: Sequence[Any], options: Sequence[IslandO
     fetch and egress schedule."""
     config = instance.failures
     notes: dict[str, str] = {}
+    mode = config.checkpoint_mode or "sync"
     recipe = dict(instance.training.recipe or {})
-    mode = config.checkpoint_mode or str(recipe.get("checkpoint_mode", "sync"))
     size = float(checkpoint_bytes(params, str(recipe.get("master_dtype", "fp32"))))
     default_restart = restart_s()
     default_gbit = checkpoint_write_gbit_s_per_node()
