@@ -39,10 +39,10 @@ from perfmodel.spec.catalog import get_gpu, get_model
 from perfmodel.spec.energy_catalog import gpu_tdp_w
 from perfmodel.spec.formulas import GIB
 from perfmodel.spec.hardware import ClusterSpec
-from perfmodel.spec.recipe import TrainingRecipe, recipe_from_mapping
+from perfmodel.spec.recipe import TrainingRecipe, canonical_ac, recipe_from_mapping
 
 __all__ = ["TABLE_COLUMNS", "ClusterRequest", "ModelTable", "build_island_table",
-           "island_table_for"]
+           "checkpoint_mode", "island_table_for"]
 
 logger = logging.getLogger(__name__)
 
@@ -70,6 +70,7 @@ def build_island_table(model: ModelSpec, *, seq_len: int, ac: str | None = None,
     default profile, measured beating prior) for `recipe` (default torchtitan; `ac` overrides its
     checkpointing mode)."""
 
+    model.check_step_modelled("an island table")
     recipe = resolve_recipe(recipe, ac)
     ac = recipe.ac
     if seq_len < 1:
@@ -175,6 +176,7 @@ def island_table_for(model: str, *, seq_len: int, ac: str | None = None,
     if isinstance(recipe, Mapping):
         recipe = recipe_from_mapping(recipe, source="training.recipe")
     spec = get_model(model)
+    spec.check_step_modelled("an island table")
     specs = []
     for c in clusters:
         gpu = get_gpu(c.gpu)
@@ -187,3 +189,9 @@ def island_table_for(model: str, *, seq_len: int, ac: str | None = None,
             wan_latency_s=c.wan_latency_s))
     table = build_island_table(spec, seq_len=seq_len, ac=ac, clusters=specs, recipe=recipe)
     return ModelTable(table=table, parameters=spec.total_params, model_name=spec.name)
+
+
+def checkpoint_mode(name: object) -> str:
+    """The canonical name of a checkpointing policy (`perfmodel.spec.recipe.CheckpointPolicy`;
+    aliases such as `selective` resolve with a notice); UserInputError for anything else."""
+    return canonical_ac(name, where="activation_checkpointing")

@@ -5,4 +5,4 @@
 # Run from anywhere:  scripts/findings.sh [--check]   (about two minutes)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-exec "${PYTHON:-.venv/bin/python}" scripts/make_findings.py "$@"
+exec "${PYTHON:-.venv/bin/python}" -m scripts.make_findings "$@"

@@ -23,8 +23,8 @@ Second input, VALIDATION ONLY (never fitted to): catalogs/published/source/
 torchtitan-docs-performance.md, a verbatim excerpt of pytorch/torchtitan docs/performance.md at
 TT_COMMIT (FSDP2 on 64 A100 80GB: Llama 3 8B/70B at S=8192, Llama 2 13B/70B at S=4096), written
 to catalogs/published/validation-torchtitan.csv. Its MFU column is recomputed from the Llama
-dimensions (torchtitan's 6·N + 12·L·d·S FLOPs per token) as a check; 'selective layer' rows (AC
-of every other layer) are not modelled and are skipped.
+dimensions (torchtitan's 6·N + 12·L·d·S FLOPs per token) as a check; 'selective op' rows train
+op-sac and 'selective layer' rows layer:2 (`TT_AC`).
 """
 
 from __future__ import annotations
@@ -84,7 +84,10 @@ TT_MODELS = {
     ("Llama 2", "13B"): ("Llama-2-13B", 5120, 40, 40, 40, 13824, 32000, 4096),
     ("Llama 2", "70B"): ("Llama-2-70B", 8192, 80, 64, 8, 28672, 32000, 4096),
 }
-TT_AC = {"no": "none", "selective op": "selective", "full": "full"}
+TT_AC = {"no": "none", "selective op": "op-sac", "selective layer": "layer:2", "full": "full"}
+"""torchtitan's AC column -> CheckpointPolicy. 'selective layer' is torchtitan's layer SAC; the
+table does not state its interval, so every 2nd layer (the `selective_ac_option = "2"` its
+configs document) is an assumption of this import."""
 
 logger = logging.getLogger("import_published_runs")
 

@@ -131,13 +131,12 @@ from `instances/multi-cloud.yaml`; every number and every conclusion below is co
 Equivalent CLI queries: `shardmeter plan instances/multi-cloud.yaml --objective co2` and
 `shardmeter pareto instances/multi-cloud.yaml --objectives time,co2`.
 
-How the figures are made (`planner/analysis/energy.py` derives the formula): every rented GPU is
-powered for
-the whole run; per inner step an island computes, communicates only, or waits (for the slowest
-island and the DiLoCo sync), at {p.compute_frac:g} / {p.comm_frac:g} / {p.idle_frac:g} x TDP, plus
-{p.host_w_per_gpu:g} W of host per GPU, times the data centre's PUE; CO2 uses the grid intensity of
-the cluster's region (`catalogs/energy/`, source and date per row). The regions are assumptions
-marked in the instance file.
+How the figures are made (`planner/model/energy.py` derives the formula): every rented GPU is
+powered for the whole run; per inner step an island computes, communicates only, or waits (for
+the slowest island and the DiLoCo sync), at {p.compute_frac:g} / {p.comm_frac:g} /
+{p.idle_frac:g} x TDP, plus {p.host_w_per_gpu:g} W of host per GPU, times the data centre's PUE;
+CO2 uses the grid intensity of the cluster's region (`catalogs/energy/`, source and date per
+row). The regions are assumptions marked in the instance file.
 
 {assumptions(r)}
 

@@ -6,9 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from perfmodel.spec.arch import ModelSpec, load_hf_config
+from perfmodel.spec.arch import ModelSpec
 from perfmodel.spec.catalog import get_model
 from perfmodel.spec.errors import ConfigError
+from perfmodel.spec.hf_config import load_hf_config
 
 CONFIGS = Path(__file__).parent / "data" / "configs"
 
@@ -104,7 +105,15 @@ def test_forward_flops_per_token_by_hand() -> None:
     assert spec.train_flops_per_token(seq_len) == 3 * forward
     full = 3 * forward + 2 * (2 * block_matmul + attention)           # blocks recomputed
     assert spec.train_flops_per_token(seq_len, "full") == full
-    assert spec.train_flops_per_token(seq_len, "selective") == 3 * forward + 2 * attention
+    assert spec.train_flops_per_token(seq_len, "attn") == 3 * forward + 2 * attention
+    # op-sac recomputes the 2nd, 4th, 6th linear of the forward order q, k, v, o, gate, up, down
+    k_o_up = 64 * 32 + 64 * 64 + 64 * 176
+    assert spec.train_flops_per_token(seq_len, "op-sac") == 3 * forward + 2 * 2 * k_o_up
+    assert spec.train_flops_per_token(seq_len, "selective") == spec.train_flops_per_token(
+        seq_len, "op-sac")  # the old name reads as torchtitan's default
+    assert spec.train_flops_per_token(seq_len, "layer:2") == 3 * forward + (2 * block_matmul
+                                                                           + attention)
+    assert spec.train_flops_per_token(seq_len, "layer:3") == 3 * forward
     assert spec.model_flops_per_token(seq_len) == 3 * forward
 
 
@@ -193,9 +202,8 @@ def test_gemma2_has_four_norms_per_block() -> None:
 
 
 @pytest.mark.parametrize(("filename", "needles"), [
-    ("mixtral_8x7b.json", ["mixtral", "mixture-of-experts", "does not model"]),
-    ("mamba_2_8b.json", ["mamba", "state-space"]),
-    ("moe_as_llama.json", ["mixture-of-experts", "num_local_experts"]),
+    ("mamba_2_8b.json", ["mamba", "state-space", "does not model"]),
+    ("moe_as_llama.json", ["mixture-of-experts", "num_local_experts", "dense"]),
 ])
 def test_unsupported_architectures_raise_config_error(filename: str, needles: list[str]) -> None:
     with pytest.raises(ConfigError) as info:
@@ -226,6 +234,6 @@ def test_unknown_or_missing_model_type_is_refused(tmp_path: Path) -> None:
 
 def test_unsupported_config_exits_2_on_the_cli(run_cli) -> None:
     result = run_cli(
-        "predict", str(CONFIGS / "mixtral_8x7b.json"), "--gpu", "A100-PCIe-80GB", "--seq-len", "512"
+        "predict", str(CONFIGS / "mamba_2_8b.json"), "--gpu", "A100-PCIe-80GB", "--seq-len", "512"
     )
     assert result.code == 2 and "To fix:" in result.err and "Traceback" not in result.err

@@ -30,9 +30,13 @@ def _as_csv_row(row: dict) -> dict[str, str]:
 
 @pytest.mark.parametrize(("name", "k", "mode", "ac"), [
     ("small-llama", 1, "reduce_scatter", "none"),
-    ("small-llama", 2, "reduce_scatter", "selective"),
+    ("small-llama", 2, "reduce_scatter", "op-sac"),
     ("small-llama", 2, "no_sync", "full"),
-    ("tiny-phi", 2, "no_sync", "selective"),
+    ("tiny-phi", 2, "no_sync", "op-sac"),
+    ("small-llama", 2, "reduce_scatter", "attn"),
+    ("tiny-phi", 1, "reduce_scatter", "attn"),
+    ("small-llama", 1, "reduce_scatter", "layer:2"),
+    ("small-llama", 2, "no_sync", "layer:3"),
 ])
 def test_model_matches_tracker_by_category(name: str, k: int, mode: str, ac: str) -> None:
     from perfmodel.bench.memory import run_fake_case

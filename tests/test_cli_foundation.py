@@ -117,7 +117,7 @@ def test_memory_json_matches_library(run_cli) -> None:
                                       "seq_len", "micro_batch", "ac")}
     assert echoed == {"model": "Llama-3-8B", "gpu": "H100-SXM5-80GB", "nodes": 2,
                       "gpus_per_node": 8, "num_gpus": 16, "seq_len": 2048, "micro_batch": 2,
-                      "ac": "selective"}
+                      "ac": "op-sac"}  # --ac selective is read as op-sac
 
 
 def test_memory_not_fitting_is_reported(run_cli) -> None:

@@ -187,7 +187,7 @@ def test_recipe_options_reach_predict_simulate_and_sweep(run_cli, tmp_path: Path
         titan["recipe"]["name"] == "torchtitan"
         and titan["recipe"]["accum_mode"] == "reduce_scatter"
     )
-    assert titan["ac"] == "selective"  # the recipe's default checkpointing
+    assert titan["ac"] == "op-sac"  # the recipe's default checkpointing
     nosync = _json(
         run_cli(
             "predict", "Llama-3.2-1B", *BASE, "--accum", "2", "--accum-mode", "no_sync",

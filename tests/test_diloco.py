@@ -231,9 +231,9 @@ def test_overlap_never_hurts_and_streaming_beats_blocking() -> None:
         run = simulate_streaming(step_s=1.0, exchange_s=ex, config=config, num_steps=steps,
                                  pieces=fragment_pieces(model, f))
         cu[name] = run.utilisation(first)
-    # τ = 0 streaming moves the same bytes as DiLoCo, blocking in F pieces (F latencies, not 1)
-    assert cu["streaming"] == pytest.approx(cu["diloco"], abs=0.01)
-    assert cu["diloco"] < cu["delayed"] <= cu["overlap"] <= 1.0
+    # τ = 0 streaming moves the same bytes as DiLoCo, but fragments 1..F-1 are merged only when
+    # the forward reaches their first block (the earlier blocks compute meanwhile)
+    assert cu["diloco"] < cu["streaming"] < cu["delayed"] <= cu["overlap"] <= 1.0
 
 
 def test_config_from_recipe() -> None:

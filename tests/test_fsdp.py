@@ -244,10 +244,12 @@ def test_recompute_fraction() -> None:
     assert recompute_fraction(TINY, 128, "none") == 0
     assert recompute_fraction(TINY, 128, "full") == pytest.approx(1.0)
     attn = TINY.attention_flops_per_token(128)
-    assert recompute_fraction(TINY, 128, "selective") == pytest.approx(
+    assert recompute_fraction(TINY, 128, "attn") == pytest.approx(
         attn / TINY.block_forward_flops_per_token(128)
     )
-    with pytest.raises(ValueError):
+    assert recompute_fraction(TINY, 128, "layer:2") == 0  # a block not checkpointed whole
+    assert recompute_fraction(TINY, 128, "layer:2", whole=True) == 1
+    with pytest.raises(ValueError, match="To fix"):
         recompute_fraction(TINY, 128, "most")
 
 
@@ -273,8 +275,11 @@ def test_step_costs_from_profile() -> None:
     assert bf16.units[0].reduce_scatter_s == pytest.approx(TINY.block_params * 2 / 1e9)
     assert bf16.units[0].all_gather_s == pytest.approx(TINY.block_params * 4 / 1e9)
     assert bf16.units[0].backward_s == pytest.approx(
-        0.04 + 0.02 * recompute_fraction(TINY, 128, "selective")
+        0.04 + 0.02 * recompute_fraction(TINY, 128, "op-sac")
     )
+    # layer:2 checkpoints the 2nd block (1-based) whole and leaves the others alone
+    layered = step_costs(TINY, prof, _island(2, 4), seq_len=128, micro_batch=2, ac="layer:2")
+    assert [u.backward_s for u in layered.units[:3]] == pytest.approx([0.04, 0.06, 0.04])
 
 
 def test_overlap_slowdown_is_read_from_the_profile() -> None:

@@ -361,7 +361,7 @@ def test_every_solver_has_a_default_time_limit() -> None:
     (["memory", "tiny-llama", "--gpu", "H100-SXM5-80GB", "--seq-len", "8.5"],
      ["--seq-len", "'8.5'", "integer"]),
     (["memory", "tiny-llama", "--gpu", "H100-SXM5-80GB", "--seq-len", "128", "--ac", "selectiv"],
-     ["did you mean 'selective'", "one of: none, selective, full"]),
+     ["did you mean 'selective'", "none, full, op-sac, attn, layer:N"]),
     (["plan", str(TWO), "--budget-usd", "-5"], ["--budget-usd", "x>0"]),
     (["memory", "tiny-llama", "--seq-len", "128"], ["--gpu"]),
     (["memroy"], ["did you mean 'memory'"]),

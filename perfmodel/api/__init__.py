@@ -7,13 +7,18 @@ The CLI, the scripts and library users call these; each returns a frozen result 
   profiles (`Workload`), the inner step simulated, DiLoCo settings and the sync link;
 - `predict`: `predict` (with `FailureSpec`: expected goodput under failures), `simulate`,
   `sweep`, `memory` of one workload;
-- `streaming`: Streaming DiLoCo studies (`streaming`, `bandwidth_for_utilisation`);
+- `models`: the catalog listing and the parameter report of one model (`catalog_models`,
+  `parameter_report`);
+- `streaming`: Streaming DiLoCo studies (`streaming`, `bandwidth_for_utilisation`, and
+  `published_bandwidth_comparison`: the latter for every cell of the paper's table);
+- `prices`: `import_prices`, a dated price list from SkyPilot's catalog (imported on its own);
 - `fit`: `shardmeter fit` and `shardmeter validate` (imported on its own: it loads the fitting
   libraries).
 """
 
 from __future__ import annotations
 
+from perfmodel.api.models import ParameterReport, catalog_models, parameter_report
 from perfmodel.api.predict import (
     MemoryFit,
     Prediction,
@@ -40,6 +45,7 @@ __all__ = [
     "FailureSpec",
     "MemoryFit",
     "OuterSpec",
+    "ParameterReport",
     "Prediction",
     "Simulation",
     "StreamingStudy",
@@ -47,7 +53,9 @@ __all__ = [
     "Workload",
     "WorkloadSpec",
     "bandwidth_for_utilisation",
+    "catalog_models",
     "memory",
+    "parameter_report",
     "predict",
     "simulate",
     "streaming",

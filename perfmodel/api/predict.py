@@ -213,7 +213,8 @@ def _prediction(w: Workload, *, strategy: str, wan: WanLink, outer: OuterRecipe)
     info = analyse_step(step)
     islands = wan.num_islands if strategy != "fsdp" else 1
     sequences = islands * w.accum * w.micro_batch * w.island.num_gpus
-    out: dict[str, Any] = {"model": w.model.name, "gpu": w.gpu.name, "strategy": strategy,
+    out: dict[str, Any] = {"model": w.model.name, **w.model.parameter_counts(),
+                           "gpu": w.gpu.name, "strategy": strategy,
                            "islands": islands, "nodes": w.island.num_nodes,
                            "gpus_per_node": w.island.gpus_per_node, "seq_len": w.seq_len,
                            "micro_batch": w.micro_batch, "accum": w.accum, "ac": w.ac,

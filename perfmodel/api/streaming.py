@@ -1,10 +1,13 @@
-"""Streaming DiLoCo studies of the public API (re-exported by `perfmodel.api.predict`): simulate and
-tune a fragment schedule (or the paper's figure 6 examples), and the link bandwidth each compute
-utilisation needs."""
+"""Streaming DiLoCo studies of the public API: simulate and tune a fragment schedule (or the paper's
+figure 6 examples), the link bandwidth each compute utilisation needs, and that bandwidth for
+every cell of the Streaming DiLoCo paper's table (`published_bandwidth_comparison`)."""
 
 from __future__ import annotations
 
+import statistics
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from perfmodel.api.workload import (
@@ -21,12 +24,13 @@ from perfmodel.api.workload import (
 from perfmodel.diloco import examples as ex
 from perfmodel.diloco import tuner as st
 from perfmodel.diloco.fragments import DEFAULT_SEQ_LEN, StreamingConfig
+from perfmodel.diloco.published import PublishedCell, load_published_cells
 from perfmodel.diloco.streaming import COMPUTE_STREAM, TRAIN_ISLAND
 from perfmodel.diloco.tuner import run_streaming
 from perfmodel.sim import trace
 from perfmodel.spec import catalog
 from perfmodel.spec.errors import UserInputError
-from perfmodel.spec.recipe import OuterRecipe, TrainingRecipe
+from perfmodel.spec.recipe import DEFAULT_RECIPE, OuterRecipe, TrainingRecipe
 
 if TYPE_CHECKING:
     from perfmodel.diloco.tuner import WanLink
@@ -180,6 +184,7 @@ def bandwidth_for_utilisation(model_name: str | None, outer: OuterSpec, *, targe
     if step_time_s is not None:
         positive("--step-time-s", step_time_s)
     model, gpu, island, opt_per_param = catalog.get_model(model_name), None, None, 0.0
+    model.check_step_modelled("a Streaming DiLoCo schedule")
     length = seq_len or DEFAULT_SEQ_LEN
     if gpu_name is not None:
         w = resolve_workload(model_name, gpu_name=gpu_name, nodes=nodes,
@@ -252,3 +257,85 @@ def _streaming_summary(run: Any) -> dict[str, Any]:
                                else 0.0),
             "total_s": run.total_s, "blocked_s": run.blocked_s, "blocks": run.blocks,
             "link_bound": run.link_bound}
+
+
+# ---- the Streaming DiLoCo paper's table, cell by cell (validation only) -------------------------
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CellComparison:
+    """One published cell and the tool's figure for its scenario."""
+
+    cell: PublishedCell
+    """The published cell and its settings."""
+    gbit_s: float | None
+    """What `shardmeter streaming --bandwidth-for-utilisation` answers for it (None:
+    unreachable)."""
+    dtype: str
+    """Dtype the figure was computed with (the cell's, unless overridden)."""
+
+    @property
+    def ratio(self) -> float | None:
+        """ShardMeter ÷ published."""
+        return None if self.gbit_s is None else self.gbit_s / self.cell.published_gbit_s
+
+    @property
+    def ape_pct(self) -> float | None:
+        """Absolute percentage error against the published figure."""
+        return None if self.ratio is None else abs(self.ratio - 1) * 100
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PublishedComparison:
+    """Every published cell with the tool's figure; MAPEs over any subset."""
+
+    cells: tuple[CellComparison, ...]
+    """In the CSV's order."""
+    source: str
+    """The CSV read."""
+
+    def mape_pct(self, keep: Callable[[CellComparison], bool] = lambda c: True) -> float:
+        """Mean absolute percentage error over the kept cells the tool can express (NaN if none).
+        """
+        errors = [c.ape_pct for c in self.cells if keep(c) and c.ape_pct is not None]
+        return statistics.fmean(errors) if errors else float("nan")
+
+    def count(self, keep: Callable[[CellComparison], bool] = lambda c: True) -> int:
+        """Kept cells with a figure."""
+        return sum(1 for c in self.cells if keep(c) and c.gbit_s is not None)
+
+
+def published_bandwidth_comparison(path: str | Path | None = None, *,
+                                   dtype_override: Mapping[str, str] | None = None
+                                   ) -> PublishedComparison:
+    """`bandwidth_for_utilisation` (the function behind `shardmeter streaming
+    --bandwidth-for-utilisation --step-time-s`) for every cell of the published table, with the
+    cell's own settings; `dtype_override` maps a cell dtype to another (a sensitivity check)."""
+
+    cells = load_published_cells(path)
+    groups: dict[tuple[Any, ...], list[PublishedCell]] = {}
+    for cell in cells:
+        key = (cell.catalog_model, cell.method, cell.step_time_s, cell.config(), cell.dtype,
+               cell.islands, cell.latency_ms)
+        groups.setdefault(key, []).append(cell)
+    figures: dict[int, tuple[float | None, str]] = {}
+    for members in groups.values():
+        first = members[0]
+        dtype = (dtype_override or {}).get(first.dtype, first.dtype)
+        outer = OuterSpec(strategy="streaming-diloco", islands=first.islands,
+                          inner_steps=first.sync_every, fragments=first.fragments,
+                          delay_steps=first.delay_steps, pseudo_gradient_dtype=dtype,
+                          fragment_pattern=first.fragment_pattern,
+                          overlap_backward=first.overlap_backward,
+                          wan_latency_ms=first.latency_ms)
+        table = bandwidth_for_utilisation(first.catalog_model, outer,
+                                          targets=[c.target_utilisation for c in members],
+                                          gpu_name=None, recipe=DEFAULT_RECIPE,
+                                          step_time_s=first.step_time_s)
+        for cell, row in zip(members, table.rows, strict=True):
+            figures[id(cell)] = (row["gbit_s"], dtype)
+    return PublishedComparison(
+        cells=tuple(CellComparison(cell=c, gbit_s=figures[id(c)][0], dtype=figures[id(c)][1])
+                    for c in cells),
+        source=str(path) if path is not None else "catalogs/published/"
+                                                  "streaming-diloco-bandwidth.csv")

@@ -89,6 +89,7 @@ def resolve_workload(model_name: str, *, gpu_name: str, nodes: int, gpus_per_nod
                           ("--accum", accum)):
         positive(option, value)
     model = catalog.get_model(model_name)
+    model.check_step_modelled("a training step")
     gpu = catalog.get_gpu(gpu_name)
     if gpus_per_node > gpu.max_gpus_per_node:
         raise UserInputError(f"--gpus-per-node {gpus_per_node}: a {gpu.name} node holds at most "

@@ -14,8 +14,10 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from perfmodel.spec.arch import ModelSpec
+from perfmodel.spec.errors import UserInputError
 
 _GELU_FAMILIES = ("phi", "gemma", "gemma2")
 
@@ -65,6 +67,14 @@ class Attention(nn.Module):
         self.k_proj = nn.Linear(h, spec.kv_dim, bias=spec.qkv_bias)
         self.v_proj = nn.Linear(h, spec.kv_dim, bias=spec.qkv_bias)
         self.o_proj = nn.Linear(spec.q_dim, h, bias=spec.out_bias)
+        self.checkpoint_core = False
+        """Recompute the attention core (SDPA) in backward instead of keeping what it saves
+        (the `attn` checkpointing policy, Megatron's selective recompute)."""
+
+    def _core(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = F.scaled_dot_product_attention(
+            q, k, v, is_causal=True, enable_gqa=self.num_kv_heads != self.num_heads)
+        return out
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         b, s, _ = x.shape
@@ -72,8 +82,10 @@ class Attention(nn.Module):
         k = self.k_proj(x).view(b, s, self.num_kv_heads, self.head_dim).transpose(1, 2)
         v = self.v_proj(x).view(b, s, self.num_kv_heads, self.head_dim).transpose(1, 2)
         q, k = _apply_rope(q, cos, sin), _apply_rope(k, cos, sin)
-        out = F.scaled_dot_product_attention(q, k, v, is_causal=True,
-                                             enable_gqa=self.num_kv_heads != self.num_heads)
+        if self.checkpoint_core:
+            out = checkpoint(self._core, q, k, v, use_reentrant=False, preserve_rng_state=False)
+        else:
+            out = self._core(q, k, v)
         result: torch.Tensor = self.o_proj(out.transpose(1, 2).reshape(b, s, -1))
         return result
 
@@ -125,11 +137,28 @@ class Block(nn.Module):
         return result
 
 
+def _check_buildable(spec: ModelSpec) -> None:
+    """Refuse a spec with layout features this module does not build (a benchmark would
+    otherwise measure a different model than the one named)."""
+    spec.check_step_modelled("a benchmark model")
+    missing = [what for what, present in (
+        ("q/k norms", spec.qk_norm != "none"), ("learned positions", spec.position_embeddings > 0),
+        ("sliding-window attention", spec.sliding_window > 0),
+        ("attention sinks", spec.attention_sinks)) if present]
+    if missing:
+        raise UserInputError(
+            f"{spec.name}: the torch benchmark model does not build {', '.join(missing)} "
+            f"(the {spec.family} layout)",
+            hint="benchmark a family of perfmodel.spec.arch.FAMILY_LAYOUT (the parameter counts "
+                 "and FLOPs of this model are reported by `shardmeter catalog models --config`).")
+
+
 class Transformer(nn.Module):
     """Decoder-only language model; `forward(tokens)` returns the mean next-token cross-entropy."""
 
     def __init__(self, spec: ModelSpec) -> None:
         super().__init__()
+        _check_buildable(spec)
         self.spec = spec
         self.embed = nn.Embedding(spec.vocab_size, spec.hidden_size)
         self.layers = nn.ModuleList(Block(spec) for _ in range(spec.num_layers))

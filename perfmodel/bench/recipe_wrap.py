@@ -3,9 +3,9 @@
 Every torch worker (the FSDP2 timing benchmark, the memory-tracker benchmark) calls these two
 functions, so what is measured is the recipe the performance model predicts:
 
-* `shard_with_recipe(model, recipe, *, mesh=None)`: activation checkpointing per block
-  (`checkpoint_wrapper` for ``full``; `create_selective_checkpoint_contexts` with an op-level
-  policy like torchtitan's default for ``selective``), then `fully_shard` per block
+* `shard_with_recipe(model, recipe, *, mesh=None)`: the recipe's `CheckpointPolicy`
+  (`apply_activation_checkpointing`: ``full`` / ``layer:N`` whole blocks, ``op-sac`` torchtitan's
+  op-level policy, ``attn`` the attention core), then `fully_shard` per block
   (``reshard_after_forward`` from the recipe, the last block from
   ``reshard_last_block_after_forward``), then the root, all with
   `MixedPrecisionPolicy(param_dtype, reduce_dtype)`. Explicit prefetch when
@@ -29,7 +29,7 @@ import torch
 from torch import nn
 
 from perfmodel.bench.common import resolve_dtype
-from perfmodel.spec.recipe import TrainingRecipe
+from perfmodel.spec.recipe import CheckpointPolicy, TrainingRecipe
 
 ModuleT = TypeVar("ModuleT", bound=nn.Module)
 
@@ -94,21 +94,24 @@ def _blocks(model: nn.Module) -> nn.ModuleList:
 
 
 def apply_activation_checkpointing(model: ModuleT, ac: str) -> ModuleT:
-    """Wrap every block of `model.layers` for AC mode `ac` (none | selective | full), in place."""
+    """Apply the `CheckpointPolicy` named `ac` to the blocks of `model.layers`, in place: full
+    and layer:N wrap whole blocks, op-sac wraps every block with the op-level policy (both with
+    `checkpoint_wrapper` and early_stop off, as torchtitan runs them: every op not saved is
+    recomputed, even one whose output backward does not need — a plain MLP's down projection),
+    attn checkpoints each block's attention core (`Attention.checkpoint_core`)."""
     # lazy: torch, the optional [bench] extra
     from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
 
-    if ac == "none":
-        return model
-    if ac not in ("selective", "full"):
-        raise ValueError(f"unknown activation checkpointing mode {ac!r}")
+    policy = CheckpointPolicy.parse(ac)
     layers = _blocks(model)
     for i, block in enumerate(layers):
-        if ac == "full":
-            layers[i] = checkpoint_wrapper(block, preserve_rng_state=False)
-        else:
-            layers[i] = checkpoint_wrapper(block, preserve_rng_state=False,
+        if policy.checkpointed(i):
+            layers[i] = checkpoint_wrapper(block, preserve_rng_state=False, early_stop=False)
+        elif policy.mode == "op-sac":
+            layers[i] = checkpoint_wrapper(block, preserve_rng_state=False, early_stop=False,
                                            context_fn=_selective_context)
+        elif policy.mode == "attn":
+            setattr(block.attn, "checkpoint_core", True)  # noqa: B010  (nn.Module typing)
     return model
 
 

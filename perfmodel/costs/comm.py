@@ -25,14 +25,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import pandas as pd
 from sklearn.model_selection import KFold
 
-from perfmodel.costs.datasets import mape_pct, numeric_column, read_dataset_csv
+from perfmodel.costs.datasets import configurations, mape_pct, numeric_column, read_dataset_csv
 from perfmodel.costs.nnls import relative_nnls
 from perfmodel.spec.catalog import get_link, load_links
 from perfmodel.spec.errors import CatalogError, DatasetError, ProfileError
@@ -48,6 +48,8 @@ OPS = tuple(OP_MULTIPLIER)
 BACKENDS = ("nccl", "gloo", "rccl")
 COMM_COLUMNS = ("backend", "op", "link", "world_size", "payload_bytes", "time_s")
 """Required columns of a communication dataset (optional: nics_per_node)."""
+COMM_KEY = ("backend", "op", "link", "world_size", "payload_bytes", "nics_per_node")
+"""Columns naming one configuration of a collective: rows equal on them are repeats."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -63,9 +65,10 @@ class LinkCoefficients:
     provenance: str = "prior"
     """'measured' (fitted from a dataset) or 'prior' (catalog datasheet figure)."""
     cv_mape_pct: float | None = None
-    """Cross-validated MAPE of the fit, percent (measured only)."""
+    """Cross-validated MAPE of the fit, percent (measured only): k-fold over configurations
+    (repeats of one configuration enter as their median, on one side of each split)."""
     rows: int = 0
-    """Measurements the fit used."""
+    """Measurements the fit used (every repeat counted)."""
 
     def __post_init__(self) -> None:
         if not self.latency_s >= 0 or not self.bandwidth_bytes_per_s > 0:
@@ -205,8 +208,11 @@ def fit_link(op: str, frame: pd.DataFrame, *, per_nic: bool = False, n_splits: i
 def fit_comm(frame: pd.DataFrame, *,
              n_splits: int = 5) -> tuple[dict[tuple[str, str], LinkCoefficients], np.ndarray]:
     """Fit every (op, link) of a one-backend dataset. Rows with world_size 1 are skipped (the
-    model predicts 0 s for them). Returns coefficients and out-of-fold predictions (NaN where
-    skipped). Per-NIC links are those marked per_nic in the catalog."""
+    model predicts 0 s for them). Repeated rows of one configuration (`COMM_KEY`) enter as their
+    median (`perfmodel.costs.datasets.configurations`: each configuration once, its repeats on
+    one side of every CV split); each row's out-of-fold prediction is its configuration's.
+    Returns coefficients and out-of-fold predictions (NaN where skipped). Per-NIC links are those
+    marked per_nic in the catalog."""
 
     links = load_links()
     out: dict[tuple[str, str], LinkCoefficients] = {}
@@ -217,8 +223,9 @@ def fit_comm(frame: pd.DataFrame, *,
     for op, link, idx in _op_link_groups(frame[usable]):
         rows = np.flatnonzero(usable)[idx]
         per_nic = bool(links[link.lower()].per_nic) if link.lower() in links else False
-        out[(op, link)], oof[rows] = fit_link(op, frame.iloc[rows], per_nic=per_nic,
-                                              n_splits=n_splits)
+        configs, ids = configurations(frame.iloc[rows], COMM_KEY)
+        coefs, config_oof = fit_link(op, configs, per_nic=per_nic, n_splits=n_splits)
+        out[(op, link)], oof[rows] = replace(coefs, rows=len(rows)), config_oof[ids]
         logger.info("%s over %s: latency %.3g s, bandwidth %.3g B/s, CV MAPE %.2f%%", op, link,
                     out[(op, link)].latency_s, out[(op, link)].bandwidth_bytes_per_s,
                     out[(op, link)].cv_mape_pct)

@@ -81,7 +81,9 @@ def _aligned_block_grads(model: ModelSpec) -> float:
 FEATURE_DOCS: Mapping[str, str] = {
     "tok_block_matmul": "tokens x matmul weights of the unit's block linears (block: "
                         "one block; root: 0)",
-    "tok_attn": "tokens x S x heads x head_dim (attention score/value kernels; block only)",
+    "tok_attn": "tokens x attention context x heads x head_dim (attention score/value kernels; "
+                "block only; the context is S, or the layers' mean of min(S, window) for "
+                "sliding-window models)",
     "tok_lm_head": "tokens x hidden x vocab (LM-head matmul; root only)",
     "tok_vocab": "tokens x vocab (logits softmax / cross-entropy, elementwise; root only)",
     "tok_hidden": "tokens x hidden (norms, residual adds, embedding gather; each unit)",
@@ -138,7 +140,9 @@ def _pass_vectors(model: ModelSpec, seq_len: int, unit: str) -> tuple[np.ndarray
     # not tokens; aligned_weight_grads: those of them whose rows alias (LM head and embedding:
     # two gradient matrices written, tied or not).
     tied = float(h * V) if model.tie_word_embeddings else 0.0
-    block_tok = np.array([model.block_matmul_params, seq_len * model.num_heads * model.d,
+    # attention context: S, or the layers' mean of min(S, window) (arch.attention_context)
+    context = model.attention_context(seq_len)
+    block_tok = np.array([model.block_matmul_params, context * model.num_heads * model.d,
                           0.0, 0.0, h, f, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0])
     block_one = np.array([0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, model.block_matmul_params / h,
                           0.0, 0.0, float(model.block_params), float(model.block_matmul_params),

@@ -23,6 +23,11 @@ V, the output and a 4-byte log-sum-exp per head, never the S×S scores):
     output and log-sum-exp; the rest is recomputed block by block in backward.
   * full: the block input only; the whole block is recomputed in backward.
   Eager attention (recipe.attention == "eager") adds the softmax output, a·S elements per token.
+  Sliding-window layers (Mistral, Gemma-3, StarCoder2) save what global layers save: SDPA keeps no
+  S×S scores either way, and eager attention materialises the full masked S×S scores. q/k norms
+  (Qwen3, Gemma-3, OLMo-2) and learned positions (GPT-2) are in the parameter shards; the
+  activations a q/k norm saves are not modelled (no tracker measurement of those families yet).
+  Mixture-of-experts and MLA models are refused (`ModelSpec.check_step_modelled`).
 Loss, unfused, as `perfmodel.bench.model` computes it: bf16 logits (b·V), their fp32 copy and the
 fp32 log-softmax (saved) at the end of forward; at the start of backward the log-softmax and the
 fp32 gradients of the NLL and of the log-softmax (12·V B/token). `chunked` divides the logits
@@ -59,6 +64,7 @@ peak(m) = (1 + reserve_fraction)·max_i(fixed_i + m·per_sequence_i) + reserve_b
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 from dataclasses import dataclass, fields
@@ -69,7 +75,7 @@ import numpy as np
 from perfmodel.spec.arch import ModelSpec
 from perfmodel.spec.errors import UserInputError
 from perfmodel.spec.formulas import DTYPE_BYTES, GIB, dtype_bytes
-from perfmodel.spec.recipe import AC_MODES, DEFAULT_RECIPE, TrainingRecipe
+from perfmodel.spec.recipe import DEFAULT_RECIPE, TrainingRecipe
 
 logger = logging.getLogger(__name__)
 
@@ -81,10 +87,15 @@ class MemoryConfig:
     """Constants of the memory model that the recipe does not set."""
 
     reserve_bytes: int = 512 * 2**20
-    """Fixed reserve outside the tracked tensors: cuBLAS/cuDNN workspaces and NCCL buffers
-    (512 MiB). The CUDA context is already excluded by the GPU's usable memory."""
+    """ASSUMPTION (not fitted, not yet measured): memory a GPU job holds beyond its tensors —
+    cuBLAS/cuDNN workspaces and NCCL's communication buffers — 512 MiB. The CUDA context is
+    already excluded by the GPU's usable memory. `scripts/gpu_bench.sh` measures
+    torch.cuda.memory_reserved against the tracked peak when a GPU is lent; every memory output
+    reports it apart (`reserve_gib`), and every comparison with a tracker or an allocator
+    compares tracked bytes only."""
     reserve_fraction: float = 0.05
-    """Caching-allocator fragmentation, as a fraction of the tracked peak."""
+    """ASSUMPTION (as `reserve_bytes`): the caching allocator's fragmentation (memory_reserved
+    beyond memory_allocated), as a fraction of the tracked peak."""
     rms_norm_fp32_saves: bool = True
     """RMSNorm as torch composes it (CPU, and the tracker's fake CPU tensors) saves the fp32
     upcast input and normalised tensor (8h + 4 B/token); a fused CUDA kernel saves only the
@@ -248,9 +259,6 @@ def resolve_memory_recipe(recipe: TrainingRecipe | None, ac: str | None,
                           accum_mode: str | None = None) -> TrainingRecipe:
     """The recipe (default torchtitan) with `ac` / `accum_mode` overrides applied (None: keep)."""
     recipe = DEFAULT_RECIPE if recipe is None else recipe
-    if ac is not None and ac not in AC_MODES:
-        raise UserInputError(f"activation checkpointing mode must be one of {AC_MODES}, got {ac!r}",
-                             hint="use none, selective or full.")
     return recipe.with_overrides(ac=ac, accum_mode=accum_mode)
 
 
@@ -284,7 +292,15 @@ def _param_dim0s(spec: ModelSpec) -> tuple[list[tuple[int, int]], list[tuple[int
         block += [(f, f)] * (2 if spec.gated_mlp else 1) + [(h, h)]
     norm = [(h, h)] * (2 if spec.norm == "layer" else 1)
     block += norm * spec.norms_per_block
+    if spec.qk_norm == "head":
+        block += [(spec.d, spec.d)] * 2
+    elif spec.qk_norm == "full":
+        block += [(q, q), (kv, kv)]
+    if spec.attention_sinks:
+        block.append((spec.num_heads, spec.num_heads))
     root = [(spec.vocab_size, spec.vocab_size * h), *norm]
+    if spec.position_embeddings:
+        root.append((spec.position_embeddings, spec.position_embeddings * h))
     if not spec.tie_word_embeddings:
         root.append((spec.vocab_size, spec.vocab_size * h))
     if spec.lm_head_bias:
@@ -297,6 +313,7 @@ def _shard(params: list[tuple[int, int]], world: int) -> float:
 
 
 def _sizes(spec: ModelSpec, world: int, recipe: TrainingRecipe, config: MemoryConfig) -> _Sizes:
+    spec.check_step_modelled("its per-GPU memory")   # MoE / MLA: never priced as a dense model
     block, root = _param_dim0s(spec)
     b = config.compute_param_bytes or config.activation_bytes or dtype_bytes(recipe.param_dtype)
     shard_block, shard_root = _shard(block, world), _shard(root, world)
@@ -344,19 +361,34 @@ def block_saved_selective(spec: ModelSpec, b: float) -> float:
     return b * h + matmuls + b * q + FP32 * spec.num_heads
 
 
+def block_saved_attn(spec: ModelSpec, seq_len: int, b: float, attention: str,
+                     config: MemoryConfig = DEFAULT_CONFIG) -> float:
+    """Bytes per token one block keeps when only its attention core is checkpointed (Megatron's
+    selective recompute): everything `none` keeps except what the attention kernel saves for its
+    own backward beyond its inputs — SDPA's log-sum-exp (its output stays: the output projection
+    saves it as its input), or eager attention's softmax."""
+    core = b * spec.num_heads * seq_len if attention == "eager" else FP32 * spec.num_heads
+    return block_saved_none(spec, seq_len, b, attention, config) - core
+
+
 def block_saved(spec: ModelSpec, seq_len: int, b: float, recipe: TrainingRecipe,
-                config: MemoryConfig = DEFAULT_CONFIG) -> float:
-    """Bytes per token one block keeps between its forward and its backward, per AC mode."""
-    if recipe.ac == "none":
-        return block_saved_none(spec, seq_len, b, recipe.attention, config)
-    if recipe.ac == "selective":
+                config: MemoryConfig = DEFAULT_CONFIG, *, whole: bool = False) -> float:
+    """Bytes per token one block keeps between its forward and its backward under the recipe's
+    checkpointing policy; `whole`: a block the policy checkpoints whole (full, layer:N) keeps
+    only its input."""
+    mode = recipe.checkpoint.mode
+    if whole or mode == "full":
+        return b * spec.hidden_size
+    if mode == "op-sac":
         extra = b * spec.num_heads * seq_len if recipe.attention == "eager" else 0.0
         return block_saved_selective(spec, b) + extra
-    return b * spec.hidden_size
+    if mode == "attn":
+        return block_saved_attn(spec, seq_len, b, recipe.attention, config)
+    return block_saved_none(spec, seq_len, b, recipe.attention, config)
 
 
 def _block_working_set(spec: ModelSpec, seq_len: int, b: float, recipe: TrainingRecipe,
-                       config: MemoryConfig) -> float:
+                       config: MemoryConfig, *, whole: bool = False) -> float:
     """Bytes per token that the block being back-propagated adds, at its widest moment (the MLP's
     elementwise backward), beyond what it saved in forward: recomputed activations and the
     gradients of the MLP's intermediate tensors and of the block output."""
@@ -364,12 +396,15 @@ def _block_working_set(spec: ModelSpec, seq_len: int, b: float, recipe: Training
     none = block_saved_none(spec, seq_len, b, recipe.attention, config)
     # gated: -product (freed) + grads of product, activation and up; plain: + grads of two
     grads = b * h + (2 * b * f if spec.gated_mlp else b * f)
-    if recipe.ac == "none":
-        return grads
-    if recipe.ac == "full":
+    mode = recipe.checkpoint.mode
+    if whole or mode == "full":
         return none + grads
-    cached = b * (spec.q_dim + spec.kv_dim + spec.intermediate_size) + FP32 * spec.num_heads
-    return none - cached + grads
+    if mode == "op-sac":
+        cached = b * (spec.q_dim + spec.kv_dim + spec.intermediate_size) + FP32 * spec.num_heads
+        return none - cached + grads
+    if mode == "attn":  # the recomputed core is back-propagated before the MLP's widest moment
+        return grads
+    return grads
 
 
 def outside_saved(spec: ModelSpec, b: float, config: MemoryConfig = DEFAULT_CONFIG) -> float:
@@ -415,7 +450,20 @@ def _phases(spec: ModelSpec, seq_len: int, z: _Sizes, recipe: TrainingRecipe, k:
     L, b, r = spec.num_layers, z.b, z.r
     P_b, P_r = float(spec.block_params), float(spec.root_params)
     lm_side = P_r - (0.0 if spec.tie_word_embeddings else float(spec.embedding_params))
-    saved = block_saved(spec, seq_len, b, recipe, config)
+    policy = recipe.checkpoint
+    whole = [policy.checkpointed(i) for i in range(L)]
+    saved_by_kind = {False: block_saved(spec, seq_len, b, recipe, config),
+                     True: block_saved(spec, seq_len, b, recipe, config, whole=True)}
+    work_by_kind = {False: _block_working_set(spec, seq_len, b, recipe, config),
+                    True: _block_working_set(spec, seq_len, b, recipe, config, whole=True)}
+    whole_upto = list(itertools.accumulate(whole))  # blocks 0..j checkpointed whole
+
+    def saved_upto(j: int) -> float:
+        """Bytes per token saved by blocks 0..j (j = -1: none)."""
+        n_whole = whole_upto[j] if j >= 0 else 0
+        n_plain = j + 1 - n_whole
+        return n_plain * saved_by_kind[False] + n_whole * saved_by_kind[True]
+
     outside = outside_saved(spec, b, config)
     rope = 2.0 * seq_len * spec.d * b             # cached cos/sin tables
     fwd_logits, bwd_saved_logits, bwd_logits = logits_bytes_per_token(spec, b, recipe)
@@ -434,15 +482,21 @@ def _phases(spec: ModelSpec, seq_len: int, z: _Sizes, recipe: TrainingRecipe, k:
         phase("forward_end", {"unsharded_params": root_kept + last_block,
                               "all_gather": b * z.padded_block,
                               "activations": rope, "temporaries": accumulated},
-              {"activations": L * saved + outside + fwd_logits}),
+              {"activations": saved_upto(L - 1) + outside + fwd_logits}),
         phase("loss_backward", {"unsharded_params": root_kept + last_block,
                                 "activations": rope, "temporaries": accumulated},
-              {"activations": L * saved + outside + bwd_saved_logits, "temporaries": bwd_logits}),
+              {"activations": saved_upto(L - 1) + outside + bwd_saved_logits,
+               "temporaries": bwd_logits}),
         phase("optimizer_step", {"sharded_grads": FP32 * z.shard_total}, {}),
     ]
-    work = _block_working_set(spec, seq_len, b, recipe, config)
     w_down = b * spec.hidden_size * spec.intermediate_size
-    for j in sorted({0, 1, L - 2, L - 1} & set(range(L))):
+    # Every term is affine in j among blocks of one kind, so the peak over j lies at the ends:
+    # the first two and last two blocks, and the first and last block of each kind.
+    ends = {0, 1, L - 2, L - 1}
+    for kind in (False, True):
+        indices = [i for i in range(L) if whole[i] == kind]
+        ends |= set(indices[:2] + indices[-2:])
+    for j in sorted(ends & set(range(L))):
         done = L - 1 - j
         sharded = states["sharded_grads"] or FP32 * z.shard_block * done
         undone = r * ((j + 1) * P_b + P_r) if no_sync else 0.0
@@ -453,13 +507,13 @@ def _phases(spec: ModelSpec, seq_len: int, z: _Sizes, recipe: TrainingRecipe, k:
             "unsharded_params": root_kept + b * z.padded_block, "all_gather": prefetch,
             "reduce_scatter": previous_rs, "activations": rope,
             "temporaries": undone + b * lm_side + w_down},
-            {"activations": (j + 1) * saved, "temporaries": work}))
+            {"activations": saved_upto(j), "temporaries": work_by_kind[whole[j]]}))
         out.append(phase(f"block_reduce({j})", {
             "sharded_grads": sharded, "unsharded_params": root_kept, "all_gather": prefetch,
             "unsharded_grads": (r if no_sync else b) * P_b, "activations": rope,
             "temporaries": undone - (r * P_b if no_sync else 0.0) + b * lm_side
             + r * z.padded_block},
-            {"activations": j * saved}))
+            {"activations": saved_upto(j - 1)}))
     # The embedding's backward, last before the root's post-backward: the root is still gathered,
     # the last block's reduce-scatter input still alive; the embedding gradient joins the LM
     # head's (tied weights: plus their sum, the accumulated .grad).

@@ -17,7 +17,9 @@ EXAMPLE_GPU = "H100-SXM5-80GB"
 """GPU of the figure 6 examples."""
 EXAMPLE_BASE = StreamingConfig(num_fragments=3, sync_every=6, delay_steps=2)
 """Situation A/B: three fragments, one sent every two inner steps (paper: six steps, an outer step
-every two iterations); exchanges start after the step, as in the ShardMeter paper's figure 6."""
+every two iterations); exchanges start after the step, as in the ShardMeter paper's figure 6, and
+are merged when the forward reaches the fragment's first block (at the step's start for fragment
+0, the largest: it holds block 0 and the embedding, so its window is exactly τ steps)."""
 SLOW_EXCHANGE_STEPS = 2.5
 """B's WAN is sized so the largest of the base fragments needs 2.5 inner steps: longer than the
 2-step window (blocks), shorter than a 3-step one (D) and, halved by doubling F, within 2 (C)."""

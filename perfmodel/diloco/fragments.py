@@ -5,10 +5,13 @@ fragments, consecutive (`contiguous`) or every F-th block (`strided`); the embed
 fragment holding block 0, final norm and LM head with the one holding the last block. Fragment f
 is exchanged after inner steps s_f + k·H with s_f = ceil((f+1)·H/F), so every fragment is
 synchronised once every H steps and H need not be a multiple of F. The merged fragment is needed
-by step s + τ + 1 (τ = delay; τ = 0 blocks the next step).
+by step s + τ + 1 (τ = delay), and there only by the forward of its own layers: the blocks before
+its first block compute meanwhile, as in the paper's simulator (§3.1: a DAG with one node per
+layer and per pass; appendix, Figure 14: the strided pattern lets the first layers' forward of the
+next step overlap the exchange). τ = 0 therefore gates the next step from the fragment's first
+block on, not from its start (`Piece.need_fraction`).
 
-The simulation of a streaming run is `perfmodel.diloco.streaming`; `perfmodel.diloco.graph`
-re-exports both modules.
+The simulation of a streaming run, and its closed form, are `perfmodel.diloco.streaming`.
 """
 
 from __future__ import annotations
@@ -41,8 +44,9 @@ class StreamingConfig:
     delay_steps: int
     """τ: inner steps that overlap a fragment's exchange before the merged fragment is needed."""
     overlap_backward: bool = False
-    """Start each block's exchange once its backward is done, need it at its forward (per-block
-    pipelining, the published simulations); False: whole fragment after/before whole steps."""
+    """Start each block's exchange once its backward is done (per-block pipelining, the published
+    simulations); False: the whole fragment once the step has ended. Either way a block is needed
+    when the forward of the needing step reaches it."""
     fragment_pattern: str = "contiguous"
     """contiguous (consecutive blocks) or strided (block b in fragment b mod F)."""
 
@@ -86,6 +90,14 @@ class StreamingConfig:
             if step >= self.first_send_step(f)
             and (step - self.first_send_step(f)) % self.sync_every == 0
         ]
+
+    @property
+    def min_send_spacing(self) -> int:
+        """Fewest inner steps between two exchanges, the wrap into the next period included (0
+        when two fragments are exchanged after the same step, F > H)."""
+        steps = [self.first_send_step(f) for f in range(self.num_fragments)]
+        cyclic = [*steps, steps[0] + self.sync_every]
+        return min(b - a for a, b in zip(cyclic, cyclic[1:], strict=False))
 
 
 def streaming_steps_to_simulate(config: StreamingConfig) -> int:
@@ -148,7 +160,8 @@ class Piece:
     ready_fraction: float
     """Share of the producing step after which its gradient exists (end of the block's backward)."""
     need_fraction: float
-    """Share of the needing step at which it must be merged (start of the block's forward)."""
+    """Share of the needing step at which it must be merged (start of the block's forward); the
+    smallest of a fragment's is where a whole-fragment exchange gates the needing step."""
 
 
 def _block_times(model: ModelSpec, seq_len: int) -> tuple[list[float], list[float]]:

@@ -6,8 +6,11 @@ blocking outer all_reduce of the pseudo-gradient; faster islands idle until the 
 Its duration is σ, `perfmodel.spec.formulas.sync_time_s` (the one home of that formula).
 
 Streaming DiLoCo lives in `perfmodel.diloco.fragments` (fragment schedule and fragments) and
-`perfmodel.diloco.streaming` (the simulated run); both are re-exported here. The outer optimizer
-step of both is `outer_optimizer_s`.
+`perfmodel.diloco.streaming` (the simulated run and its closed form), where an exchange gates only
+the forward of its own layers in the needing step. Blocking DiLoCo is its F = 1, τ = 0 case: the
+one fragment holds block 0, so it gates the whole next step, and both graphs give
+H·t / (H·t + σ) (tests/test_streaming_agreement.py). The outer optimizer step of both is
+`outer_optimizer_s`.
 """
 
 from __future__ import annotations

@@ -1,15 +1,24 @@
 """Streaming DiLoCo runs: exchanges of fragments overlapping inner steps (paper §IV-D; DESIGN §2).
 
 The fragment schedule and the fragments (`StreamingConfig`, `fragment_pieces`) are
-`perfmodel.diloco.fragments`; `perfmodel.diloco.graph` re-exports both modules.
+`perfmodel.diloco.fragments`.
 
-Without backward overlap an exchange starts when its step has ended and must be done when the
-needing step starts. With `overlap_backward` the exchange is pipelined per block as in the
-published compute-utilisation simulations (Douillard et al. 2025, §3.1: a DAG with one node per
-layer, the (outer) gradient reduction overlapped with the backward pass): the piece of block b
-starts as soon as b's backward has produced its gradient in step s, and must be done when b's
-forward starts in step s + τ + 1. Within a step, forward takes 1/3 and backward 2/3 of the time,
-split over the blocks and the LM head by their forward FLOPs (backward = 2 × forward).
+An exchange gates only the forward of its own layers in the needing step s + τ + 1, as in the
+published compute-utilisation simulator (Douillard et al. 2025, §3.1: a DAG with one node per
+layer and pass, the (outer) gradient reduction a node of its layer): the blocks before the
+fragment's first block compute meanwhile, for τ = 0 as for any τ. Without backward overlap the
+whole fragment is sent when its step has ended and must be merged when the forward of the needing
+step reaches the fragment's first block (the start of the step only for the fragment holding
+block 0, or when no pieces are given). With `overlap_backward` the exchange is pipelined per
+block: the piece of block b starts as soon as b's backward has produced its gradient in step s,
+and must be done when b's forward starts in step s + τ + 1. Within a step, forward takes 1/3 and
+backward 2/3 of the time, split over the blocks and the LM head by their forward FLOPs
+(backward = 2 × forward).
+
+`steady_state` is the closed form of one period of H steps (exact while exchanges are at least
+τ + 1 steps apart, so none waits for another); `no_block_condition` its blocking test without
+backward overlap. tests/test_streaming_agreement.py checks both against the simulation, the tuner
+and `shardmeter streaming --bandwidth-for-utilisation`.
 
 The outer optimizer (Nesterov SGD on an fp32 global copy and momentum) runs on the compute stream
 right before a merged piece is needed; its time is `perfmodel.diloco.graph.outer_optimizer_s`
@@ -130,9 +139,10 @@ def simulate_streaming(
     """Simulate `num_steps` inner steps of the slowest island.
 
     `exchange_s[f]` is fragment f's transfer time, or one time per piece of `pieces[f]` (pieces are
-    required with `overlap_backward`; without it a fragment moves as one transfer after the step).
-    `outer_opt_s` has the same shape (seconds of outer optimizer per fragment or piece).
-    `step_s` is one inner-step time, or one per step.
+    required with `overlap_backward`; without it a fragment moves as one transfer after the step
+    and is needed at the smallest `need_fraction` of its pieces, at the needing step's start when
+    no pieces are given). `outer_opt_s` has the same shape (seconds of outer optimizer per
+    fragment or piece). `step_s` is one inner-step time, or one per step.
     """
     steps = (
         [float(step_s)] * num_steps
@@ -261,7 +271,9 @@ def _timing(
                 ]
             )
         else:
-            out.append([(1.0, 0.0, sum(durs), sum(opts))])
+            # the whole fragment after the step, needed where the forward reaches its first block
+            need = 0.0 if pieces is None else min(p.need_fraction for p in pieces[f])
+            out.append([(1.0, need, sum(durs), sum(opts))])
     return out
 
 
@@ -323,13 +335,125 @@ def _opt_in_step(opts: Sequence[tuple[float, float]], start_s: float, end_s: flo
 
 
 def no_block_condition(
-    *, step_s: float, exchange_s: Sequence[float], config: StreamingConfig
+    *,
+    step_s: float,
+    exchange_s: Sequence[float],
+    config: StreamingConfig,
+    need_fractions: Sequence[float] | None = None,
 ) -> bool:
-    """Steady-state test with a constant step time and no backward overlap: every exchange fits
-    in its window of τ steps and the outer stream keeps up with one exchange per H/F steps. Exact
-    when τ <= H/F and F divides H (each exchange then starts on an idle outer stream)."""
-    window = min(config.delay_steps, config.send_interval) * step_s
-    return max(exchange_s) <= window
+    """Steady-state test with a constant step time and no backward overlap: exchange f, sent when
+    its step ends, is merged before the forward of the needing step reaches the fragment's first
+    block ((τ + n_f)·t after, n_f = `need_fractions[f]`, 0 when not given), and the outer stream
+    keeps up with one exchange per H/F steps. Exact when F divides H and τ + n_f <= H/F for every
+    fragment (each exchange then starts on an idle outer stream); sufficient otherwise.
+
+    Checked against the simulation by tests/test_diloco.py (both sides of the boundary)."""
+    needs = [0.0] * config.num_fragments if need_fractions is None else list(need_fractions)
+    if len(needs) != len(exchange_s) or len(needs) != config.num_fragments:
+        raise ValueError(
+            f"need one exchange time and one need fraction per fragment ({config.num_fragments})"
+        )
+    return all(
+        x <= min(config.delay_steps + n, config.send_interval) * step_s
+        for x, n in zip(exchange_s, needs, strict=True)
+    )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SteadyState:
+    """Closed-form steady state of a fragment schedule: one period of H inner steps."""
+
+    step_s: float
+    """Inner-step work t (constant)."""
+    config: StreamingConfig
+    """The fragment schedule."""
+    blocked_s: tuple[float, ...]
+    """Per fragment: how long its exchange holds the needing step back, once per period."""
+    outer_optimizer_s: float
+    """Outer optimizer seconds per period (compute stream, all fragments)."""
+    period_load_s: float
+    """Outer-stream busy time per period (every fragment exchanged once)."""
+
+    @property
+    def period_compute_s(self) -> float:
+        """Inner-step work per period (H·t)."""
+        return self.config.sync_every * self.step_s
+
+    @property
+    def period_s(self) -> float:
+        """Wall time of a period: H·t, the blocked time and the outer optimizer steps."""
+        return self.period_compute_s + sum(self.blocked_s) + self.outer_optimizer_s
+
+    @property
+    def utilisation(self) -> float:
+        """H·t / period wall time (the outer stream, busy `period_load_s`, never sets the pace
+        here: every exchange is merged before the next one starts)."""
+        return self.period_compute_s / self.period_s
+
+    @property
+    def blocks(self) -> bool:
+        """Some exchange holds its needing step back."""
+        return any(b > 1e-12 * max(self.period_s, 1.0) for b in self.blocked_s)
+
+
+def steady_state(
+    *,
+    step_s: float,
+    exchange_s: Sequence[float | Sequence[float]],
+    config: StreamingConfig,
+    pieces: Sequence[Sequence[Piece]] | None = None,
+    outer_opt_s: Sequence[float | Sequence[float]] | None = None,
+) -> SteadyState:
+    """The steady state of `simulate_streaming`'s inputs in closed form (constant step time t).
+
+    Claim: when every two exchanges are at least τ + 1 steps apart (`min_send_spacing`), each
+    period of H steps lasts H·t + Σ_f b_f + Σ(outer optimizer), with b_f the hold-up of fragment
+    f's exchange alone. Why: exchange f is sent in step s and merged in step s + τ + 1, and the
+    next exchange is sent no earlier than that step, after the forward that holds every need
+    point, so no two exchanges share the outer stream or a hold-up. With its transfers in the
+    order their gradients exist (ready shares r_k, durations d_k, times from the start of step
+    s), e_k = max(r_k·t, e_(k-1)) + d_k; the needing step starts at (τ + 1)·t and, taking the
+    need shares n_k in increasing order, waits at each: c <- max(c + (n_k − n_(k-1))·t, e_k) +
+    (outer optimizer of that transfer); b_f is the step's end minus t, its start and the outer
+    optimizer. A whole-fragment exchange is one transfer (r = 1, n = its first block's share).
+    Checked against the simulated run, the tuner and the CLI by tests/test_streaming_agreement.py.
+    """
+    if not step_s > 0:
+        raise ValueError(f"need step_s > 0, got {step_s}")
+    if len(exchange_s) != config.num_fragments:
+        raise ValueError(
+            f"need one exchange duration per fragment ({config.num_fragments}), got "
+            f"{len(exchange_s)}"
+        )
+    if config.min_send_spacing < config.delay_steps + 1:
+        raise ValueError(
+            f"the closed form needs exchanges at least τ + 1 = {config.delay_steps + 1} steps "
+            f"apart; H={config.sync_every}, F={config.num_fragments} sends one every "
+            f"{config.min_send_spacing} at least (simulate_streaming covers any schedule)"
+        )
+    timing = _timing(config, exchange_s, pieces, outer_opt_s)
+    blocked, opt_total, load = [], 0.0, 0.0
+    start = (config.delay_steps + 1) * step_s
+    for transfers in timing:
+        end, arrivals = 0.0, []
+        for ready, need, dur, opt in sorted(transfers, key=lambda x: x[0]):
+            end = max(ready * step_s, end) + dur
+            arrivals.append((need, end, opt))
+            load += dur
+        cur, at, opt_f = start, 0.0, 0.0
+        for need, arrive, opt in sorted(arrivals, key=lambda x: x[0]):
+            cur = max(cur + (need - at) * step_s, arrive) + opt
+            at, opt_f = need, opt_f + opt
+        cur += (1.0 - at) * step_s
+        blocked.append(max(0.0, cur - start - step_s - opt_f))
+        opt_total += opt_f
+    return SteadyState(
+        step_s=step_s,
+        config=config,
+        blocked_s=tuple(blocked),
+        outer_optimizer_s=opt_total,
+        period_load_s=load,
+    )
 
 
 def fragment_exchange_s(

@@ -1,7 +1,9 @@
 """Streaming DiLoCo questions answered with the simulator (paper §IV-D; DESIGN §2 and §3).
 
 * `streaming_utilisation`: compute utilisation of a fragment schedule on a sync link, in steady
-  state (inner-step work / wall time over one period of H steps after two warm-up periods).
+  state (inner-step work / wall time over one period of H steps after two warm-up periods);
+  `steady_state_utilisation` is its closed form (`perfmodel.diloco.streaming.steady_state`) from
+  the same inputs, for schedules whose exchanges are at least τ + 1 steps apart.
 * `bandwidth_for_utilisation`: the link bandwidth that reaches 50/80/90/95/99 % utilisation,
   found by bisection on the simulator (a max-plus schedule is monotone in every duration, so
   utilisation never falls when bandwidth rises); `None` where latency alone already prevents it.
@@ -22,13 +24,19 @@ from dataclasses import dataclass, replace
 
 from perfmodel.diloco.fragments import (
     DEFAULT_SEQ_LEN,
+    Piece,
     StreamingConfig,
     fragment_pieces,
     streaming_steps_to_simulate,
     utilisation_steps,
 )
 from perfmodel.diloco.graph import OUTER_OPTIMIZER_BYTES_PER_PARAM
-from perfmodel.diloco.streaming import StreamingResult, fragment_exchange_s, simulate_streaming
+from perfmodel.diloco.streaming import (
+    StreamingResult,
+    fragment_exchange_s,
+    simulate_streaming,
+    steady_state,
+)
 from perfmodel.facts import cluster_fabric
 from perfmodel.spec import formulas
 from perfmodel.spec.arch import ModelSpec
@@ -94,17 +102,14 @@ def outer_opt_s_per_param(*, num_gpus: int, hbm_bytes_per_s: float) -> float:
     return OUTER_OPTIMIZER_BYTES_PER_PARAM / (num_gpus * hbm_bytes_per_s)
 
 
-def run_streaming(
-    model: ModelSpec,
-    *,
-    step_s: float,
-    wan: WanLink,
-    config: StreamingConfig,
-    num_steps: int | None = None,
-    seq_len: int = DEFAULT_SEQ_LEN,
-    opt_s_per_param: float = 0.0,
-) -> StreamingResult:
-    """Simulate a Streaming DiLoCo configuration on `wan`."""
+def _inputs(
+    model: ModelSpec, *, wan: WanLink, config: StreamingConfig, seq_len: int,
+    opt_s_per_param: float,
+) -> tuple[
+    tuple[float | tuple[float, ...], ...], tuple[tuple[Piece, ...], ...], list[float | list[float]]
+]:
+    """Exchange times, pieces and outer optimizer times of `config` on `wan` (what the simulator
+    and the closed form take)."""
     exchange = fragment_exchange_s(
         model,
         config,
@@ -118,13 +123,30 @@ def run_streaming(
     opt = [[p.params * opt_s_per_param for p in frag] for frag in pieces]
     if not config.overlap_backward:
         opt = [[sum(frag)] for frag in opt]
+    return exchange, pieces, [o if len(o) > 1 else o[0] for o in opt]
+
+
+def run_streaming(
+    model: ModelSpec,
+    *,
+    step_s: float,
+    wan: WanLink,
+    config: StreamingConfig,
+    num_steps: int | None = None,
+    seq_len: int = DEFAULT_SEQ_LEN,
+    opt_s_per_param: float = 0.0,
+) -> StreamingResult:
+    """Simulate a Streaming DiLoCo configuration on `wan`."""
+    exchange, pieces, opt = _inputs(
+        model, wan=wan, config=config, seq_len=seq_len, opt_s_per_param=opt_s_per_param
+    )
     return simulate_streaming(
         step_s=step_s,
         exchange_s=exchange,
         config=config,
         num_steps=num_steps or streaming_steps_to_simulate(config),
         pieces=pieces,
-        outer_opt_s=[o if len(o) > 1 else o[0] for o in opt],
+        outer_opt_s=opt,
     )
 
 
@@ -149,6 +171,26 @@ def streaming_utilisation(
         opt_s_per_param=opt_s_per_param,
     )
     return run.utilisation(first)
+
+
+def steady_state_utilisation(
+    model: ModelSpec,
+    *,
+    step_s: float,
+    wan: WanLink,
+    config: StreamingConfig,
+    seq_len: int = DEFAULT_SEQ_LEN,
+    opt_s_per_param: float = 0.0,
+) -> float:
+    """`streaming_utilisation` in closed form (`perfmodel.diloco.streaming.steady_state`); needs
+    exchanges at least τ + 1 steps apart (ValueError otherwise)."""
+    exchange, pieces, opt = _inputs(
+        model, wan=wan, config=config, seq_len=seq_len, opt_s_per_param=opt_s_per_param
+    )
+    state = steady_state(
+        step_s=step_s, exchange_s=exchange, config=config, pieces=pieces, outer_opt_s=opt
+    )
+    return state.utilisation
 
 
 def _smallest_bandwidth(ok: Callable[[float], bool]) -> float | None:
@@ -372,9 +414,9 @@ def _no_config_reason(
             " — the link cannot carry one pseudo-gradient per period: raise H, use a lower dtype "
             "or a faster link"
         )
-    return (
-        head
-        + f" — the largest fragment does not fit a window of {max_delay} steps plus its latency"
+    return head + (
+        f" — the largest fragment does not fit a window of {max_delay} steps (plus the forward "
+        "of the blocks before its first one) and its latency"
     )
 
 

@@ -133,8 +133,10 @@ def compare_fsdp(data: str | Path, profile: HardwareProfile | str, *, hardware: 
         costs = step_costs(spec, profile, island, seq_len=seq, micro_batch=mb, recipe=recipe)
         sim = simulate_step(costs, accum_steps=ga)
         measured = float(row["step_time_s"])
+        # like with like: the tensors the allocator holds, without the modelled reserve (an
+        # assumption about GPU allocators and workspaces, reported apart)
         peak = memory_breakdown(spec, num_gpus=world, seq_len=seq, micro_batch=mb, recipe=recipe,
-                                accum_steps=ga, config=_memory_config(row["dtype"])).peak_bytes
+                                accum_steps=ga, config=_memory_config(row["dtype"])).tracked_bytes
         key = (str(row["model"]), *(str(row[k]) for k in ("world_size", "seq_len",
                                                           "micro_batch", "grad_accum")))
         if peaks and key not in peaks:

@@ -22,7 +22,7 @@ from perfmodel.spec.arch import FAMILY_LAYOUT, ModelSpec
 from perfmodel.spec.errors import DatasetError
 from perfmodel.spec.formulas import GIB
 from perfmodel.spec.paths import catalog_dir
-from perfmodel.spec.recipe import AC_MODES, named_recipe
+from perfmodel.spec.recipe import canonical_ac, named_recipe
 
 DATASET = "memory-tracker.csv"
 """The shipped grid dataset under catalogs/profiles/data/."""
@@ -83,6 +83,9 @@ def read_rows(path: str | Path) -> list[dict[str, str]]:
     if missing:
         raise DatasetError(f"{path}: missing column(s) {', '.join(missing)}",
                            hint="give a CSV written by `shardmeter bench memory`.")
+    for i, row in enumerate(rows):  # datasets written before the rename say `selective`
+        if "ac" in row:
+            row["ac"] = canonical_ac(row["ac"], where=f"{path}, line {i + 2}: column 'ac'")
     return rows
 
 
@@ -134,7 +137,10 @@ def summarize(records: Sequence[Mapping[str, Any]]) -> dict[str, float]:
 def memory_summary(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Summary rows: all records, then per AC mode, then per accumulation setting."""
     groups: list[tuple[str, Iterable[Mapping[str, Any]]]] = [("all", records)]
-    for ac in AC_MODES:
+    order = ("none", "op-sac", "attn", "full")
+    modes = sorted({str(r["ac"]) for r in records},
+                   key=lambda m: (order.index(m) if m in order else len(order), m))
+    for ac in modes:
         groups.append((f"ac {ac}", [r for r in records if r["ac"] == ac]))
     for setting in ("k=1", "k>1 reduce_scatter", "k>1 no_sync"):
         groups.append((setting, [r for r in records if _accum_setting(r) == setting]))

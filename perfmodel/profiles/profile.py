@@ -71,10 +71,17 @@ class PhaseCoefficients:
     """Feature name -> seconds per unit of the feature."""
     provenance: str
     """'measured', 'calibrated' or 'prior'."""
-    cv_mape_pct: float | None = None
-    """Cross-validated MAPE of the fit, percent (measured and calibrated)."""
+    selection_cv_mape_pct: float | None = None
+    """Measured: the cross-validated MAPE (percent) that CHOSE the features — the best score over
+    the candidate subsets, so optimistic: a selection score, not an out-of-sample error (YAML
+    files before issue 22 call it `cv_mape_pct`)."""
+    nested_cv_mape_pct: float | None = None
+    """Out-of-sample MAPE (percent) of the whole fitting procedure: each held-out group predicted
+    by a fit made from scratch without it (measured: feature selection redone inside every
+    fold, `perfmodel.costs.compute.leave_one_model_out`; calibrated: the cold-started
+    leave-one-model-size-out tokens/s/GPU CV). None when not computed."""
     cv_scheme: str = ""
-    """How the CV MAPE was obtained (leave-one-model-out, k-fold)."""
+    """How the folds were made (leave-one-model-out, k-fold, leave-one-model-size-out)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -189,6 +196,23 @@ class HardwareProfile:
     def island_comm_provenance(self, op: str, island: IslandSpec) -> str:
         return self.comm.provenance(op, island.ring_links)
 
+    def effective_parameters(self) -> dict[str, str]:
+        """The profile's scalar parameters that were fitted end to end (so absorb model error),
+        each with how: `fit overlap` on FSDP2 steps, the calibration on published runs, or
+        copied from a calibrated reference (a scaled prior)."""
+        detail = self.provenance_detail
+        out: dict[str, str] = {}
+        if isinstance(detail.get("overlap_fit"), dict):
+            for name in ("overlap_slowdown", "fsdp_copy_s_per_byte"):
+                out[name] = "fitted end to end on FSDP2 steps (shardmeter fit overlap)"
+        if isinstance(detail.get("params"), dict):
+            scaled = detail.get("scaled_from")
+            how = (f"copied from {scaled.get('profile')}, where it was fitted end to end"
+                   if isinstance(scaled, dict) else "fitted end to end on published runs")
+            for name in ("overlap_slowdown", "recompute_factor"):
+                out[name] = how
+        return out
+
     def provenance_summary(self) -> dict[str, Any]:
         """Which parts are measured and which prior (for prediction outputs)."""
         return {"profile": self.name, "hardware": self.hardware, "provenance": self.provenance,
@@ -196,6 +220,8 @@ class HardwareProfile:
                 "overlap_slowdown": self.overlap_slowdown,
                 "recompute_factor": self.recompute_factor,
                 "fsdp_copy_s_per_byte": self.fsdp_copy_s_per_byte,
+                "effective_parameters": self.effective_parameters(),
+                "at_bound": list(self.provenance_detail.get("at_bound", [])),
                 "comm": {f"{op}/{link}": c.provenance
                          for (op, link), c in self.comm.coefficients.items()},
                 "comm_fallback": "catalog prior (catalogs/links.csv) for links not listed"}
@@ -209,7 +235,9 @@ class HardwareProfile:
             "recompute_factor": float(self.recompute_factor),
             **({"fsdp_copy_s_per_byte": float(self.fsdp_copy_s_per_byte)}
                if self.fsdp_copy_s_per_byte else {}),
-            "compute": {phase: {"provenance": c.provenance, "cv_mape_pct": c.cv_mape_pct,
+            "compute": {phase: {"provenance": c.provenance,
+                                "selection_cv_mape_pct": c.selection_cv_mape_pct,
+                                "nested_cv_mape_pct": c.nested_cv_mape_pct,
                                 "cv_scheme": c.cv_scheme,
                                 "coefficients_s": {k: float(v) for k, v in c.coefficients.items()}}
                         for phase, c in self.compute.items()},
@@ -230,9 +258,24 @@ class _Strict(BaseModel):
 
 class _PhaseDoc(_Strict):
     provenance: str = Field(pattern=_PROVENANCE_RE)
+    selection_cv_mape_pct: float | None = None
+    nested_cv_mape_pct: float | None = None
     cv_mape_pct: float | None = None
+    """Files before issue 22: the feature-selection score of a measured phase, the cross-validated
+    MAPE of a calibrated one (read into the fields that say so)."""
     cv_scheme: str = ""
     coefficients_s: dict[str, float]
+
+    def cv_figures(self) -> tuple[float | None, float | None]:
+        """(selection_cv_mape_pct, nested_cv_mape_pct), a legacy `cv_mape_pct` read as what it
+        was: the selection score of a measured phase, the CV of a calibrated one."""
+        selection, nested = self.selection_cv_mape_pct, self.nested_cv_mape_pct
+        if self.cv_mape_pct is not None and selection is None and nested is None:
+            if self.provenance == "calibrated":
+                nested = self.cv_mape_pct
+            else:
+                selection = self.cv_mape_pct
+        return selection, nested
 
 
 class _CommDoc(_Strict):
@@ -293,9 +336,11 @@ def profile_from_dict(data: Any, *, source: str = "<profile>") -> HardwareProfil
         if any(v < 0 for v in ph.coefficients_s.values()):
             raise ProfileError(f"{source}: compute.{phase}: coefficients must be >= 0",
                                hint="refit the profile (the fit keeps coefficients non-negative).")
+        selection, nested = ph.cv_figures()
         compute[phase] = PhaseCoefficients(coefficients=dict(ph.coefficients_s),
-                                           provenance=ph.provenance, cv_mape_pct=ph.cv_mape_pct,
-                                           cv_scheme=ph.cv_scheme)
+                                           provenance=ph.provenance,
+                                           selection_cv_mape_pct=selection,
+                                           nested_cv_mape_pct=nested, cv_scheme=ph.cv_scheme)
     comm = {(c.op, c.link): LinkCoefficients(
         latency_s=c.latency_s, bandwidth_bytes_per_s=c.bandwidth_bytes_per_s, per_nic=c.per_nic,
         provenance=c.provenance, cv_mape_pct=c.cv_mape_pct, rows=c.rows) for c in doc.comm}
@@ -415,10 +460,13 @@ def make_prior_profile(gpu_name: str, assumptions: Any = None) -> HardwareProfil
         },
         "assumptions": {k: {"value": v, "note": notes.get(k, "")}
                         for k, v in assume.as_dict().items()},
-        "method": "forward/backward: FLOPs/(peak bf16 x matmul_efficiency) for tok_block_matmul, "
-                  "tok_attn, tok_lm_head (backward = 2 x forward FLOPs); HBM bytes/(hbm bandwidth "
-                  "x hbm_efficiency) for tok_hidden, tok_ffn, tok_vocab and the optimizer; "
-                  "kernel_gap_s x kernels for layers and const. comm: catalog latency and busbw.",
+        "method": "forward/backward: FLOPs/(peak bf16 x matmul_efficiency) for tok_block_matmul "
+                  "and tok_lm_head (backward = 2 x forward FLOPs) and for tok_attn as causal "
+                  "flash attention (half of 4·S·a·d forward, 2.5 x that backward: "
+                  "perfmodel.costs.compute.attention_seconds_per_feature, as the calibrated "
+                  "profiles); HBM bytes/(hbm bandwidth x hbm_efficiency) for tok_hidden, tok_ffn, "
+                  "tok_vocab and the optimizer; kernel_gap_s x kernels for layers and const. "
+                  "comm: catalog latency and busbw.",
     }
     backend = "rccl" if gpu.name.upper().startswith("AMD") else "nccl"
     if gpu.intra_node_link.startswith("gloo"):  # a CPU "device" (catalogs/gpus_local.csv)

@@ -323,16 +323,20 @@ def model_fast_costs(model: ModelSpec, profile: CostModel, island: IslandSpec, *
     d = unit_durations(model, profile, island, seq_len=seq_len, micro_batch=mb, recipe=recipe,
                        ac=ac)
     n = mb.shape[0]
+    policy = d.recipe.checkpoint
+    # types: 0 a block, 1 the root, 2 a block checkpointed whole among others (layer:N)
+    whole = [policy.mode == "layer" and policy.checkpointed(i) for i in range(model.num_layers)]
+    unit_types = tuple(2 if w else 0 for w in whole) + (1,)
 
-    def pair(block: Any, root: Any) -> np.ndarray:
-        return np.stack([np.broadcast_to(np.asarray(block, dtype=float), (n,)),
-                         np.broadcast_to(np.asarray(root, dtype=float), (n,))])
+    def types(block: Any, root: Any, whole_block: Any = None) -> np.ndarray:
+        rows = [block, root] + ([whole_block if whole_block is not None else block]
+                                if any(whole) else [])
+        return np.stack([np.broadcast_to(np.asarray(r, dtype=float), (n,)) for r in rows])
 
     return FastCosts(
-        forward_s=pair(d.block_forward_s, d.root_forward_s),
-        backward_s=pair(d.block_backward_s, d.root_backward_s),
-        all_gather_s=pair(d.block_all_gather_s, d.root_all_gather_s),
-        reduce_scatter_s=pair(d.block_reduce_scatter_s, d.root_reduce_scatter_s),
+        forward_s=types(d.block_forward_s, d.root_forward_s),
+        backward_s=types(d.block_backward_s, d.root_backward_s, d.whole_backward_s),
+        all_gather_s=types(d.block_all_gather_s, d.root_all_gather_s),
+        reduce_scatter_s=types(d.block_reduce_scatter_s, d.root_reduce_scatter_s),
         optimizer_s=np.broadcast_to(np.asarray(d.optimizer_s, dtype=float), (n,)).copy(),
-        unit_types=(0,) * model.num_layers + (1,), recipe=d.recipe,
-        overlap_slowdown=d.overlap_slowdown)
+        unit_types=unit_types, recipe=d.recipe, overlap_slowdown=d.overlap_slowdown)

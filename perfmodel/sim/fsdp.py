@@ -38,8 +38,10 @@ Timing rules (`step_plan` is the only place they live; the fast path compiles it
   island is in flight (`perfmodel.sim.graph`); 1.0 leaves compute durations as they are.
 
 Activation checkpointing: a block's backward includes recomputing part of its forward, timed as
-forward time x (recompute FLOPs / forward FLOPs) of the block from `perfmodel.spec.arch`
-(selective: attention core; full: the whole block forward). The root unit is not checkpointed.
+forward time x (recompute FLOPs / forward FLOPs) of the block from `perfmodel.spec.arch` (the
+`CheckpointPolicy` of the recipe: op-sac its recomputed linears, attn the attention core, full
+the whole block forward, layer:N the whole forward of every N-th block only), times the
+profile's `recompute_factor`. The root unit is not checkpointed.
 """
 
 from __future__ import annotations
@@ -54,7 +56,7 @@ from perfmodel.sim.graph import Schedule, TaskGraph
 from perfmodel.spec.arch import ModelSpec
 from perfmodel.spec.formulas import dtype_bytes
 from perfmodel.spec.hardware import IslandSpec
-from perfmodel.spec.recipe import AC_MODES, DEFAULT_RECIPE, TrainingRecipe
+from perfmodel.spec.recipe import DEFAULT_RECIPE, TrainingRecipe
 
 COMPUTE_STREAM = "compute"
 COMM_STREAM = "comm"
@@ -333,13 +335,12 @@ def step_decomposition(costs: StepCosts) -> StepDecomposition:
 
 # ---- durations from a hardware profile ------------------------------------------------------
 
-def recompute_fraction(model: ModelSpec, seq_len: int, ac: str) -> float:
-    """Recompute FLOPs of one block as a fraction of its forward FLOPs (0 without checkpointing);
-    the FLOPs come from `ModelSpec.recompute_flops_per_token` (their one home)."""
-    if ac not in AC_MODES:
-        raise ValueError(f"ac must be one of {AC_MODES}, got {ac!r}")
-    block_forward = model.num_layers * model.block_forward_flops_per_token(seq_len)
-    return model.recompute_flops_per_token(seq_len, ac) / block_forward
+def recompute_fraction(model: ModelSpec, seq_len: int, ac: str, *, whole: bool = False) -> float:
+    """Recompute FLOPs of one block as a fraction of its forward FLOPs (0 without checkpointing;
+    1 for a block checkpointed whole); the FLOPs come from
+    `ModelSpec.block_recompute_flops_per_token` (their one home)."""
+    return (model.block_recompute_flops_per_token(seq_len, ac, whole=whole)
+            / model.block_forward_flops_per_token(seq_len))
 
 
 def resolve_recipe(recipe: TrainingRecipe | None, ac: str | None) -> TrainingRecipe:
@@ -356,7 +357,11 @@ class UnitDurations:
     block_forward_s: Any
     """Forward of one block."""
     block_backward_s: Any
-    """Backward of one block including recompute."""
+    """Backward of one block including what the policy recomputes in it (for layer:N: a block
+    not checkpointed whole)."""
+    whole_backward_s: Any
+    """Backward of a block checkpointed whole (its forward recomputed): every block under full,
+    every N-th under layer:N."""
     root_forward_s: Any
     """Forward of the root unit (LM head)."""
     root_backward_s: Any
@@ -383,8 +388,10 @@ def unit_durations(model: ModelSpec, profile: CostModel, island: IslandSpec, *, 
     """Task durations from a profile; `micro_batch` may be an int or a numpy array. `ac`
     overrides the recipe's checkpointing mode."""
     recipe = resolve_recipe(recipe, ac)
-    # recompute_factor (profile, default 1): recompute runs at its own speed relative to forward
-    frac = recompute_fraction(model, seq_len, recipe.ac) * profile.recompute_factor
+    # recompute_factor (profile): recompute runs at its own speed relative to forward
+    rf = profile.recompute_factor
+    frac = recompute_fraction(model, seq_len, recipe.ac) * rf
+    whole_frac = recompute_fraction(model, seq_len, recipe.ac, whole=True) * rf
     units = model.fsdp_units(seq_len)
     block_params, root_params = units[0].params, units[-1].params
     param_bytes, grad_bytes = dtype_bytes(recipe.param_dtype), dtype_bytes(recipe.reduce_dtype)
@@ -407,6 +414,7 @@ def unit_durations(model: ModelSpec, profile: CostModel, island: IslandSpec, *, 
     block_fwd = compute("forward", "block")
     return UnitDurations(
         block_forward_s=block_fwd, block_backward_s=compute("backward", "block") + frac * block_fwd,
+        whole_backward_s=compute("backward", "block") + whole_frac * block_fwd,
         root_forward_s=compute("forward", "root"), root_backward_s=compute("backward", "root"),
         optimizer_s=profile.compute_time_s("optimizer", model, seq_len, micro_batch, unit="model",
                                            num_shards=island.num_gpus),
@@ -423,15 +431,18 @@ def step_costs(model: ModelSpec, profile: CostModel, island: IslandSpec, *, seq_
     """The StepCosts of one island and micro-batch under `recipe` (default torchtitan)."""
     d = unit_durations(model, profile, island, seq_len=seq_len, micro_batch=micro_batch,
                        recipe=recipe, ac=ac)
-    block = UnitCosts(name="block", forward_s=float(d.block_forward_s),
-                      backward_s=float(d.block_backward_s), all_gather_s=d.block_all_gather_s,
-                      reduce_scatter_s=d.block_reduce_scatter_s)
+    layered = d.recipe.checkpoint.mode == "layer"
+    blocks = tuple(
+        UnitCosts(name=f"block{i}", forward_s=float(d.block_forward_s),
+                  backward_s=float(d.whole_backward_s if layered and d.recipe.checkpoint
+                                   .checkpointed(i) else d.block_backward_s),
+                  all_gather_s=d.block_all_gather_s, reduce_scatter_s=d.block_reduce_scatter_s)
+        for i in range(model.num_layers))
     root = UnitCosts(name="root", forward_s=float(d.root_forward_s),
                      backward_s=float(d.root_backward_s), all_gather_s=d.root_all_gather_s,
                      reduce_scatter_s=d.root_reduce_scatter_s)
-    return StepCosts.uniform(num_blocks=model.num_layers, block=block, root=root,
-                             optimizer_s=float(d.optimizer_s), recipe=d.recipe,
-                             overlap_slowdown=d.overlap_slowdown)
+    return StepCosts(units=(*blocks, root), optimizer_s=float(d.optimizer_s), recipe=d.recipe,
+                     overlap_slowdown=d.overlap_slowdown)
 
 
 def total_compute_s(costs: StepCosts, accum_steps: int) -> float:

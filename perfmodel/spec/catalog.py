@@ -13,10 +13,11 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from perfmodel.spec.arch import FAMILY_LAYOUT, ModelSpec, load_hf_config
+from perfmodel.spec.arch import FAMILY_LAYOUT, ModelSpec
 from perfmodel.spec.errors import CatalogError, unknown_name
 from perfmodel.spec.formulas import GIB
 from perfmodel.spec.hardware import GpuSpec, LinkSpec
+from perfmodel.spec.hf_config import load_hf_config
 from perfmodel.spec.paths import catalog_dir
 
 TIERS = ("on-demand", "spot", "community")

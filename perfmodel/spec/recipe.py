@@ -24,12 +24,15 @@ hint naming the allowed values.
 from __future__ import annotations
 
 import difflib
+import logging
 import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 from perfmodel.spec.errors import UserInputError
+
+logger = logging.getLogger(__name__)
 
 DTYPES = ("fp32", "bf16", "fp16")
 """Floating-point dtypes a parameter copy or a gradient reduction may use."""
@@ -38,8 +41,15 @@ PSEUDO_GRADIENT_DTYPES = ("fp32", "bf16", "int8", "fp4")
 ACCUM_MODES = ("reduce_scatter", "no_sync")
 """Gradient accumulation: reduce-scatter every micro-step (torchtitan) or only the last
 (no-sync)."""
-AC_MODES = ("none", "selective", "full")
-"""Activation checkpointing: none, op-level selective (torchtitan's policy), or whole blocks."""
+AC_MODES = ("none", "full", "op-sac", "attn", "layer:N")
+"""Activation checkpointing modes (`CheckpointPolicy`): none; full (every block's forward
+recomputed); op-sac (torchtitan's per-op selective AC); attn (Megatron / Korthikanti selective:
+the attention core recomputed); layer:N (every N-th block checkpointed whole, as torchtitan's
+layer SAC and fms-fsdp do; N a positive integer)."""
+AC_ALIASES = {"selective": "op-sac"}
+"""Names accepted on input for a canonical mode. `selective` meant torchtitan's per-op policy in
+the memory model and the torch workers, and the attention core in the time model, until the two
+were made one (CHANGELOG.md); it now reads as the torchtitan recipe's default, op-sac."""
 ATTENTION_KERNELS = ("sdpa", "eager")
 """sdpa: flash / memory-efficient SDPA (no S×S scores stored); eager: materialised softmax."""
 LOSS_MODES = ("unfused", "chunked", "fused")
@@ -69,6 +79,106 @@ def _check_float(name: str, value: Any, *, low: float, high: float) -> None:
     if not ok or not low <= float(value) <= high:
         raise UserInputError(f"TrainingRecipe.{name} is {value!r}",
                              hint=f"set {name} to a finite number in [{low}, {high}].")
+
+
+def canonical_ac(value: Any, *, where: str = "TrainingRecipe.ac") -> str:
+    """The canonical name of a checkpointing mode (aliases resolved, with a one-line notice);
+    UserInputError naming `where` for anything else."""
+    policy = CheckpointPolicy.parse(value, where=where)
+    return policy.name
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CheckpointPolicy:
+    """Which activations a block keeps for backward and which forward ops it recomputes: the one
+    definition that the time model (`ModelSpec.recompute_flops_per_token`), the memory model
+    (`perfmodel.costs.memory`) and the torch workers (`perfmodel.bench.recipe_wrap`) all read.
+
+    Claim, per mode (a block's forward runs its linears in the order q, k, v, o, then gate, up,
+    down — or up, down without a gate):
+      * none: everything saved, nothing recomputed;
+      * full: the block input saved, the whole forward recomputed in backward;
+      * op-sac: torchtitan's per-op policy — the attention kernel's outputs and the 1st, 3rd, 5th,
+        ... linear of the block saved (q, v, gate, down), the 2nd, 4th, ... recomputed (k, o,
+        up; without a gate: k, o, down) with every elementwise op;
+      * attn: only the attention core (QKᵀ, softmax, AV) recomputed;
+      * layer:N: the blocks whose 1-based index is a multiple of N checkpointed as full, the
+        others not checkpointed.
+    Why: these are the policies torchtitan (`_apply_op_sac`, layer SAC with `ac_freq`), Megatron
+    (selective recompute) and fms-fsdp run; a mode is data, so the three consumers cannot
+    disagree on what it means.
+    Checked by: tests/test_checkpoint_policy.py counts recomputed FLOPs with PyTorch's
+    FlopCounterMode on real checkpointed steps of every mode against
+    `ModelSpec.recompute_flops_per_token`, and tests/test_bench_memory.py compares the memory
+    model with FSDPMemTracker for every mode.
+    """
+
+    mode: str
+    """none, full, op-sac, attn or layer."""
+    every: int = 1
+    """layer mode: checkpoint every N-th block (1 elsewhere)."""
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("none", "full", "op-sac", "attn", "layer"):
+            raise UserInputError(f"CheckpointPolicy.mode is {self.mode!r}",
+                                 hint=f"use one of {', '.join(AC_MODES)}.")
+        _check_int("ac layer interval", self.every, 1)
+        if self.mode != "layer" and self.every != 1:
+            raise UserInputError(f"CheckpointPolicy.every is {self.every} for mode {self.mode}",
+                                 hint="only layer:N takes an interval.")
+
+    @property
+    def name(self) -> str:
+        """The canonical string (`layer:2`, `op-sac`, ...), as recipes, flags and outputs show."""
+        return f"layer:{self.every}" if self.mode == "layer" else self.mode
+
+    @classmethod
+    def parse(cls, value: Any, *, where: str = "TrainingRecipe.ac") -> CheckpointPolicy:
+        """A policy from its name (or an alias, with a one-line notice)."""
+        if isinstance(value, CheckpointPolicy):
+            return value
+        if not isinstance(value, str):
+            raise UserInputError(f"{where} is {value!r}",
+                                 hint=f"set it to one of {', '.join(AC_MODES)}.")
+        text = value.strip()
+        if text in AC_ALIASES:
+            _alias_notice(text)
+            text = AC_ALIASES[text]
+        if text.startswith("layer:"):
+            interval = text.partition(":")[2]
+            if not interval.isdigit() or int(interval) < 1:
+                raise UserInputError(f"{where} is {value!r}: the layer interval must be a "
+                                     "positive integer",
+                                     hint="write layer:N with N >= 1, e.g. layer:2.")
+            return cls(mode="layer", every=int(interval))
+        if text not in AC_MODES or text == "layer:N":
+            close = difflib.get_close_matches(text, [*AC_MODES, *AC_ALIASES], n=1)
+            raise UserInputError(f"{where} is {value!r}",
+                                 hint=("did you mean " + repr(close[0]) + "? " if close else "")
+                                 + f"use one of {', '.join(AC_MODES)}.")
+        return cls(mode=text)
+
+    def checkpointed(self, block_index: int) -> bool:
+        """Whether block `block_index` (0-based) is checkpointed whole (full and layer modes)."""
+        if self.mode == "full":
+            return True
+        return self.mode == "layer" and (block_index + 1) % self.every == 0
+
+    def checkpointed_blocks(self, num_layers: int) -> int:
+        """Blocks checkpointed whole."""
+        if self.mode == "full":
+            return num_layers
+        return num_layers // self.every if self.mode == "layer" else 0
+
+
+_NOTICED: set[str] = set()
+
+
+def _alias_notice(alias: str) -> None:
+    if alias not in _NOTICED:
+        _NOTICED.add(alias)
+        logger.warning("activation checkpointing %r is read as %r (renamed; see CHANGELOG.md)",
+                       alias, AC_ALIASES[alias])
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -138,8 +248,9 @@ class TrainingRecipe:
     """Gradient accumulation: `reduce_scatter` every micro-step (torchtitan; sharded fp32
     gradients accumulate) or `no_sync` (set_requires_gradient_sync(False) until the last
     micro-step; unsharded gradients of every unit stay resident)."""
-    ac: str = "selective"
-    """Activation checkpointing mode."""
+    ac: str = "op-sac"
+    """Activation checkpointing mode, a `CheckpointPolicy` name (op-sac: torchtitan's default;
+    `selective` is read as op-sac)."""
     attention: str = "sdpa"
     """Attention kernel."""
     loss: str = "unfused"
@@ -164,7 +275,7 @@ class TrainingRecipe:
                                      hint=f"set {name} to true or false.")
         _check_int("prefetch_depth", self.prefetch_depth, 0)
         _check_choice("accum_mode", self.accum_mode, ACCUM_MODES)
-        _check_choice("ac", self.ac, AC_MODES)
+        object.__setattr__(self, "ac", canonical_ac(self.ac))
         _check_choice("attention", self.attention, ATTENTION_KERNELS)
         _check_choice("loss", self.loss, LOSS_MODES)
         _check_int("loss_chunks", self.loss_chunks, 1)
@@ -188,6 +299,11 @@ class TrainingRecipe:
                                       f"{', '.join(recipe_field_names())}.")
         recipe = replace(self, **top) if top else self
         return replace(recipe, outer=replace(recipe.outer, **outer)) if outer else recipe
+
+    @property
+    def checkpoint(self) -> CheckpointPolicy:
+        """The checkpointing policy `ac` names."""
+        return CheckpointPolicy.parse(self.ac)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain mapping (YAML/JSON friendly) of every field, `outer` nested."""

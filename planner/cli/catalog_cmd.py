@@ -9,6 +9,7 @@ from typing import Any
 import click
 import pandas as pd
 
+from perfmodel.api.models import REPORT_SEQ_LEN, catalog_models, parameter_report
 from perfmodel.api.prices import ImportPricesRequest, import_prices
 from perfmodel.costs.memory import MemoryBreakdown, max_micro_batch, memory_breakdown
 from perfmodel.spec import catalog as cat
@@ -33,17 +34,24 @@ def _short(text: str, fmt: str) -> str:
 
 
 @catalog.command("models")
+@click.option("--config", "configs", multiple=True, metavar="PATH",
+              help="Report the parameters of this Hugging Face config.json (or catalog model) "
+                   "instead of listing the catalog: total and active parameters, family, "
+                   "components, FLOPs per token; mixture-of-experts models included. Repeatable.")
+@click.option("--seq-len", type=int, default=REPORT_SEQ_LEN, show_default=True,
+              help="Sequence length of the reported FLOPs per token (with --config).")
 @format_option()
-def models_cmd(fmt: str) -> None:
-    """Catalog models with their shapes and total parameter counts."""
-    records = []
-    for spec in cat.load_models().values():
-        record = spec.summary()
-        record["params_b"] = spec.total_params / 1e9
-        record["published_params_b"] = (spec.published_params / 1e9
-                                        if spec.published_params else None)
-        records.append(record)
-    emit_records(records, fmt, title="models")
+def models_cmd(configs: tuple[str, ...], seq_len: int, fmt: str) -> None:
+    """Catalog models with their shapes, total and active parameter counts and family; with
+    --config, the parameter report of each given config.json."""
+    if not configs:
+        emit_records(catalog_models(), fmt, title="models")
+        return
+    records = [parameter_report(path, seq_len=seq_len).record for path in configs]
+    if len(records) == 1:
+        emit_mapping(records[0], fmt, title=f"parameters of {records[0]['model']}")
+    else:
+        emit_records(records, fmt, title="parameters")
 
 
 @catalog.command("gpus")
@@ -140,17 +148,18 @@ def _check_positive(option: str, value: int) -> None:
                              hint=f"pass {option} 1 or more.")
 
 
-def _memory_payload(breakdown: MemoryBreakdown, *, model: str, gpu: Any, nodes: int,
-                    max_m: int, recipe: Any) -> dict[str, Any]:
+def _memory_payload(breakdown: MemoryBreakdown, *, model: str, counts: dict[str, Any], gpu: Any,
+                    nodes: int, max_m: int, recipe: Any) -> dict[str, Any]:
     gib = breakdown.as_gib()
     peak_gib = gib.pop("peak")
     return {
-        "model": model, "gpu": gpu.name, "nodes": nodes,
+        "model": model, **counts, "gpu": gpu.name, "nodes": nodes,
         "gpus_per_node": breakdown.num_gpus // nodes, "num_gpus": breakdown.num_gpus,
         "seq_len": breakdown.seq_len, "micro_batch": breakdown.micro_batch, "ac": breakdown.ac,
         "accum_steps": breakdown.accum_steps, "accum_mode": breakdown.accum_mode,
         "recipe": recipe.name, "peak_phase": breakdown.phase, "peak_gib": peak_gib,
         "tracked_gib": breakdown.tracked_bytes / GIB,
+        "reserve_gib": breakdown.reserve_bytes / GIB,
         "usable_memory_gib": gpu.usable_memory_bytes / GIB,
         "fits": breakdown.peak_bytes <= gpu.usable_memory_bytes, "max_micro_batch": max_m,
         "breakdown_gib": gib,
@@ -174,6 +183,10 @@ def _emit_memory(payload: dict[str, Any], fmt: str) -> None:
              f"m={payload['micro_batch']}, k={payload['accum_steps']} ({payload['accum_mode']}), "
              f"ac={payload['ac']}, recipe {payload['recipe']}; peak at {payload['peak_phase']}")
     click.echo(title)
+    click.echo(f"{payload['model_family']} layout: {payload['total_params']:,} parameters "
+               f"({payload['active_params']:,} active)"
+               + (f", the text model of a {payload['text_model_of']} checkpoint"
+                  if payload.get("text_model_of") else ""))
     emit_table(pd.DataFrame(rows))
     verdict = "fits" if payload["fits"] else "does NOT fit"
     click.echo(f"peak {payload['peak_gib']:.2f} GiB {verdict} in "
@@ -214,6 +227,6 @@ def memory(model_name: str, gpu_name: str, nodes: int, gpus_per_node: int, seq_l
                                  micro_batch=micro_batch, recipe=recipe, accum_steps=accum_steps)
     max_m = max_micro_batch(spec, gpu_memory_bytes=gpu.usable_memory_bytes, num_gpus=num_gpus,
                             seq_len=seq_len, recipe=recipe, accum_steps=accum_steps)
-    payload = _memory_payload(breakdown, model=spec.name, gpu=gpu, nodes=nodes, max_m=max_m,
-                              recipe=recipe)
+    payload = _memory_payload(breakdown, model=spec.name, counts=spec.parameter_counts(), gpu=gpu,
+                              nodes=nodes, max_m=max_m, recipe=recipe)
     _emit_memory(payload, fmt)

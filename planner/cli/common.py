@@ -24,7 +24,8 @@ from rich.console import Console
 from rich.table import Table
 
 from perfmodel.formatting import json_ready
-from perfmodel.spec.errors import did_you_mean
+from perfmodel.spec.errors import ShardMeterError, did_you_mean
+from perfmodel.spec.recipe import AC_MODES, canonical_ac
 
 FORMATS = ("table", "json", "csv")
 OUTPUT_PARAM_NAMES = frozenset({"output", "out", "plot", "plot_path", "trace_path", "timeline_path",
@@ -285,3 +286,19 @@ def verbose_bench_logs() -> None:
     logging.getLogger("perfmodel.bench").setLevel(logging.INFO)
     if not logging.getLogger().handlers:
         logging.basicConfig(format="%(levelname)s %(name)s: %(message)s")
+
+
+class CheckpointParam(click.ParamType):  # type: ignore[type-arg]  # click < 8.2 is not generic
+    """An activation checkpointing policy: none, full, op-sac, attn or layer:N (`selective` reads
+    as op-sac, with a notice); bad names fail with the allowed ones and a did-you-mean."""
+
+    name = "ac"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        try:
+            return canonical_ac(value, where="--ac")
+        except ShardMeterError as err:
+            self.fail(f"{err.message}. To fix: {err.hint}", param, ctx)
+
+    def get_metavar(self, param: click.Parameter, ctx: click.Context | None = None) -> str:
+        return "[" + "|".join(AC_MODES) + "]"

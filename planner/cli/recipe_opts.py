@@ -16,7 +16,6 @@ import yaml
 
 from perfmodel.spec.errors import UserInputError
 from perfmodel.spec.recipe import (
-    AC_MODES,
     ACCUM_MODES,
     ATTENTION_KERNELS,
     DTYPES,
@@ -25,6 +24,7 @@ from perfmodel.spec.recipe import (
     named_recipe,
     recipe_from_mapping,
 )
+from planner.cli.common import CheckpointParam
 
 RECIPE_FLAG_FIELDS = ("ac", "accum_mode", "param_dtype", "reduce_dtype", "attention", "loss")
 """Keyword names the options below pass to the command, in `TrainingRecipe` field names."""
@@ -48,7 +48,7 @@ def recipe_option_list(*, ac: bool = True) -> list[Callable[..., Any]]:
                      help="Loss computation (default: the recipe's)."),
     ]
     if ac:
-        options.insert(1, click.option("--ac", type=click.Choice(AC_MODES), default=None,
+        options.insert(1, click.option("--ac", type=CheckpointParam(), default=None,
                                        help="Activation checkpointing (default: the recipe's)."))
     return options
 

@@ -22,12 +22,17 @@ from perfmodel.api.workload import (
 )
 from perfmodel.sim import trace
 from perfmodel.spec.errors import UserInputError
-from perfmodel.spec.recipe import AC_MODES
-from planner.cli.common import emit_json, emit_mapping, emit_records, emit_table, format_option
+from planner.cli.common import (
+    CheckpointParam,
+    emit_json,
+    emit_mapping,
+    emit_records,
+    emit_table,
+    format_option,
+)
 from planner.cli.outer_opts import describe_outer, dtype_option, outer_option_list
 from planner.cli.recipe_opts import recipe_from_options, recipe_option_list
 
-AC_CHOICES = AC_MODES
 STRATEGIES = ("fsdp", "diloco", "streaming-diloco")
 _PATH = click.Path(dir_okay=False, path_type=Path)
 __all__ = ["EXAMPLE_ACCUM", "EXAMPLE_MICRO_BATCH", "EXAMPLE_SEQ_LEN", "MAX_PLOTTED_SPANS",
@@ -61,7 +66,7 @@ def _workload_option_list(*, examples: bool = False,
         click.option("--accum", type=int, default=None if examples else 1,
                      show_default=not examples,
                      help=f"Gradient-accumulation micro-steps k {sizes[2]}."),
-        click.option("--ac", type=click.Choice(AC_CHOICES), default=None if recipe else "none",
+        click.option("--ac", type=CheckpointParam(), default=None if recipe else "none",
                      show_default=not recipe,
                      help="Activation checkpointing"
                      + (" (default: the recipe's)." if recipe else ".")),
@@ -281,7 +286,7 @@ def _int_list(option: str, text: str) -> list[int]:
               help="Micro-batches: 1..32 (powers of two), 1-8 or 1,2,4.")
 @click.option("--accum", type=int, default=1, show_default=True,
               help="Gradient-accumulation micro-steps k.")
-@click.option("--ac", type=click.Choice(AC_CHOICES), default=None,
+@click.option("--ac", type=CheckpointParam(), default=None,
               help="Activation checkpointing (default: the recipe's).")
 @click.option("--profile", "profile_name", default=None, help="Hardware profile name or YAML path.")
 @click.option("--plot", "plot_path", type=_PATH, default=None,

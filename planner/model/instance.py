@@ -44,6 +44,7 @@ from perfmodel.spec.errors import (
     ShardMeterError,
     did_you_mean,
 )
+from perfmodel.tables import checkpoint_mode
 
 LOG = logging.getLogger(__name__)
 
@@ -51,7 +52,6 @@ Strategy = Literal["fsdp", "diloco", "streaming-diloco"]
 Tier = Literal["on-demand", "spot", "community"]
 CheckpointMode = Literal["sync", "async"]
 Dtype = Literal["fp32", "bf16", "int8", "fp4"]
-Checkpointing = Literal["none", "selective", "full"]
 
 
 class _Strict(BaseModel):
@@ -108,11 +108,21 @@ class Training(_Strict):
     strategy: Strategy = "diloco"
     inner_steps: int | None = Field(default=None, gt=0)  # H
     pseudo_gradient_dtype: Dtype = "fp32"
-    activation_checkpointing: Checkpointing = "selective"
+    activation_checkpointing: str = "op-sac"
+    """A checkpointing policy: none, full, op-sac, attn or layer:N (`selective` reads as op-sac)."""
     recipe: dict[str, Any] | None = None
     """Training recipe for the island tables: `base:` (torchtitan | paper) plus TrainingRecipe
     fields (`perfmodel.spec.recipe.recipe_from_mapping`); an explicit activation_checkpointing
     wins."""
+
+
+    @field_validator("activation_checkpointing", mode="before")
+    @classmethod
+    def _canonical_checkpointing(cls, value: Any) -> str:
+        try:
+            return checkpoint_mode(value)
+        except ShardMeterError as err:  # pydantic reports it with the field's path
+            raise ValueError(f"{err.message}; {err.hint}") from None
 
 
 class Alternative(_Strict):
