@@ -4,11 +4,12 @@ The planner reaches the performance model through `perfmodel.tables` (island tab
 catalog facts through this module: GPUs (names, memory, node size), model parameter counts, price
 lists, the energy facts (TDP, PUE, grid intensity), the reliability and billing facts (failure and
 Spot preemption rates, restart and checkpoint defaults, egress and billing per provider) with the
-failure model's closed forms (`perfmodel.spec.failure_model`), and the inter-node fabric a DiLoCo
-sync uses when every island shares one cluster. Every name here has its home in `perfmodel.spec`;
-this module
-only names the ones the planner may use, so the planner never reaches into `perfmodel.spec.catalog`
-and a change of the catalogs' internals stays inside the performance model.
+failure model's closed forms (`perfmodel.spec.failure_model`), the inter-node fabric a DiLoCo sync
+uses when every island shares one cluster, and the strict readers and documented limits every user
+file goes through (`perfmodel.spec.inputs`). Every name here has its home in `perfmodel.spec`;
+this module only names the ones the planner may use, so the planner never reaches into
+`perfmodel.spec.catalog` and a change of the catalogs' internals stays inside the performance
+model.
 """
 
 from __future__ import annotations
@@ -27,6 +28,15 @@ from perfmodel.spec.failure_model import (
     checkpointed_wall_factor,
     island_participation,
 )
+from perfmodel.spec.inputs import (
+    LIMITS,
+    cap_message,
+    check_limit,
+    load_yaml,
+    parse_yaml,
+    read_text,
+    short_repr,
+)
 from perfmodel.spec.reliability_catalog import (
     Billing,
     EgressPrice,
@@ -43,28 +53,35 @@ from perfmodel.spec.reliability_catalog import (
 )
 
 __all__ = [
-    "CHECKPOINT_MODES",
-    "Billing",
-    "EgressPrice",
-    "SourcedValue",
     "async_stall_fraction",
+    "Billing",
     "billing",
+    "cap_message",
     "carbon_intensity_g_per_kwh",
+    "check_limit",
     "checkpoint_bytes",
+    "CHECKPOINT_MODES",
     "checkpoint_write_gbit_s_per_node",
     "checkpointed_wall_factor",
-    "egress_price",
-    "failures_per_gpu_hour",
     "cluster_fabric",
+    "egress_price",
+    "EgressPrice",
+    "failures_per_gpu_hour",
     "get_gpu",
     "gpu_tdp_w",
     "island_participation",
+    "LIMITS",
+    "load_yaml",
     "model_parameters",
     "offer_billing",
+    "parse_yaml",
     "preemptions_per_node_hour",
     "price_rows",
     "price_usd_per_gpu_hour",
     "provider_pue",
+    "read_text",
     "restart_s",
+    "short_repr",
+    "SourcedValue",
     "spot_capacity_wait_s",
 ]

@@ -37,12 +37,20 @@ from perfmodel.sim.fsdp import resolve_recipe
 from perfmodel.spec.arch import ModelSpec
 from perfmodel.spec.catalog import get_gpu, get_model
 from perfmodel.spec.energy_catalog import gpu_tdp_w
+from perfmodel.spec.errors import UserInputError
 from perfmodel.spec.formulas import GIB
 from perfmodel.spec.hardware import ClusterSpec
-from perfmodel.spec.recipe import TrainingRecipe, canonical_ac, recipe_from_mapping
+from perfmodel.spec.inputs import LIMITS
+from perfmodel.spec.recipe import (
+    DEFAULT_RECIPE,
+    TrainingRecipe,
+    canonical_ac,
+    recipe_from_mapping,
+)
 
-__all__ = ["TABLE_COLUMNS", "ClusterRequest", "ModelTable", "build_island_table",
-           "checkpoint_mode", "island_table_for"]
+__all__ = ["IDENTITY_COLUMNS", "TABLE_COLUMNS", "ClusterRequest", "ModelTable", "TableIdentity",
+           "build_island_table", "checkpoint_mode", "island_table_for", "recipe_key",
+           "table_identity"]
 
 logger = logging.getLogger(__name__)
 
@@ -65,10 +73,15 @@ tdp_w is the GPU's datasheet TDP (NaN when the catalog gives none)."""
 def build_island_table(model: ModelSpec, *, seq_len: int, ac: str | None = None,
                        clusters: Sequence[ClusterSpec],
                        profiles: Mapping[str, HardwareProfile] | None = None,
-                       recipe: TrainingRecipe | None = None) -> pd.DataFrame:
+                       recipe: TrainingRecipe | None = None,
+                       global_batch_seqs: int | None = None) -> pd.DataFrame:
     """The island table of `model` over `clusters` (profiles keyed by GPU name; default: the GPU's
     default profile, measured beating prior) for `recipe` (default torchtitan; `ac` overrides its
-    checkpointing mode)."""
+    checkpointing mode).
+
+    With `global_batch_seqs` B, micro-batches m with m·n·g > B are left out: an island's
+    sequences per inner step are a share of the batch, so no plan can use them (exact). A table
+    above LIMITS['table_rows'] rows is refused while it is built (memory stays bounded)."""
 
     model.check_step_modelled("an island table")
     recipe = resolve_recipe(recipe, ac)
@@ -77,6 +90,7 @@ def build_island_table(model: ModelSpec, *, seq_len: int, ac: str | None = None,
         raise ValueError(f"seq_len must be >= 1, got {seq_len}")
     costs: list[FastCosts] = []
     meta: list[dict[str, Any]] = []
+    rows = 0
     for cluster in clusters:
         profile = _profile_for(cluster.gpu.name, profiles)
         for nodes in range(1, cluster.num_nodes + 1):
@@ -84,10 +98,21 @@ def build_island_table(model: ModelSpec, *, seq_len: int, ac: str | None = None,
                 gpus = nodes * gpn
                 largest = max_micro_batch(model, gpu_memory_bytes=cluster.gpu.usable_memory_bytes,
                                           num_gpus=gpus, seq_len=seq_len, recipe=recipe)
+                if global_batch_seqs is not None:
+                    largest = min(largest, global_batch_seqs // gpus)
                 if largest < 1:
-                    logger.info("%s %dx%d: not even micro-batch 1 fits; no rows", cluster.name,
-                                nodes, gpn)
+                    logger.info("%s %dx%d: not even micro-batch 1 fits (or the batch is smaller "
+                                "than the island); no rows", cluster.name, nodes, gpn)
                     continue
+                rows += largest
+                if rows > LIMITS["table_rows"].maximum:
+                    limit = LIMITS["table_rows"]
+                    raise UserInputError(
+                        f"the island table of {model.name} would have more than "
+                        f"{limit.maximum:,.0f} rows (every node count x GPUs per node x "
+                        f"micro-batch that fits; {limit.reason})",
+                        hint="lower the clusters' num_nodes or allowed_gpus_per_node, or "
+                             "global_batch_seqs (micro-batches above B/(n·g) are not tabulated).")
                 mb = np.arange(1, largest + 1)
                 costs.append(model_fast_costs(model, profile, cluster.island(nodes, gpn),
                                               seq_len=seq_len, micro_batches=mb, recipe=recipe))
@@ -167,12 +192,51 @@ class ModelTable:
     """Resolved model name."""
 
 
+IDENTITY_COLUMNS = ("model", "seq_len", "recipe")
+"""What an island table was built for (`table_identity`): a fixed table must say it, and the
+planner checks it against the instance it serves."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TableIdentity:
+    """The values of IDENTITY_COLUMNS a table for one training run carries."""
+
+    model: str
+    """Resolved model name (catalog name, or a config.json's name)."""
+    seq_len: int
+    """Tokens per sequence."""
+    recipe: str
+    """`recipe_key` of the training recipe."""
+
+
+def recipe_key(recipe: TrainingRecipe) -> str:
+    """A canonical, readable key of what a recipe changes in an island's step and memory: the
+    fields (outside `name` and `outer`) that differ from torchtitan's, as `field=value` joined by
+    ';' ('torchtitan' when none differ)."""
+    default, mine = DEFAULT_RECIPE.to_dict(), recipe.to_dict()
+    diffs = [f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in mine.items()
+             if k not in ("name", "outer") and v != default[k]]
+    return ";".join(diffs) or "torchtitan"
+
+
+def table_identity(model: str, *, seq_len: int, ac: str | None = None,
+                   recipe: TrainingRecipe | Mapping[str, Any] | None = None) -> TableIdentity:
+    """The identity a table built for this run carries (arguments as `island_table_for`)."""
+    if isinstance(recipe, Mapping):
+        recipe = recipe_from_mapping(recipe, source="training.recipe")
+    return TableIdentity(model=get_model(model).name, seq_len=seq_len,
+                         recipe=recipe_key(resolve_recipe(recipe, ac)))
+
+
 def island_table_for(model: str, *, seq_len: int, ac: str | None = None,
                      clusters: Sequence[ClusterRequest],
-                     recipe: TrainingRecipe | Mapping[str, Any] | None = None) -> ModelTable:
+                     recipe: TrainingRecipe | Mapping[str, Any] | None = None,
+                     global_batch_seqs: int | None = None) -> ModelTable:
     """Resolve catalog names and build the island table (catalog errors name the bad value);
     `recipe` (default torchtitan; a mapping is an instance's `training.recipe` section) is what
-    every island trains, `ac` overrides its checkpointing mode."""
+    every island trains, `ac` overrides its checkpointing mode, `global_batch_seqs` leaves out
+    micro-batches no plan can use (`build_island_table`). The table carries its identity
+    (IDENTITY_COLUMNS)."""
     if isinstance(recipe, Mapping):
         recipe = recipe_from_mapping(recipe, source="training.recipe")
     spec = get_model(model)
@@ -187,7 +251,10 @@ def island_table_for(model: str, *, seq_len: int, ac: str | None = None,
             intra_link=gpu.intra_node_link, inter_link=gpu.inter_node_link,
             nics_per_node=gpu.nics_per_node, wan_bw_bytes_per_s=c.wan_bw_bytes_per_s,
             wan_latency_s=c.wan_latency_s))
-    table = build_island_table(spec, seq_len=seq_len, ac=ac, clusters=specs, recipe=recipe)
+    table = build_island_table(spec, seq_len=seq_len, ac=ac, clusters=specs, recipe=recipe,
+                               global_batch_seqs=global_batch_seqs)
+    identity = table_identity(model, seq_len=seq_len, ac=ac, recipe=recipe)
+    table = table.assign(model=identity.model, seq_len=identity.seq_len, recipe=identity.recipe)
     return ModelTable(table=table, parameters=spec.total_params, model_name=spec.name)
 
 

@@ -20,6 +20,7 @@ from perfmodel.api.workload import (
     OuterSpec,
     Workload,
     WorkloadSpec,
+    check_simulated_steps,
     outer_optimizer_seconds,
     positive,
     resolve_outer,
@@ -136,7 +137,7 @@ def resolve_strategy(w: Workload, spec: OuterSpec) -> tuple[Workload, OuterRecip
                                 overlap_backward=spec.overlap_backward)
     else:
         if spec.inner_steps is not None:
-            positive("--inner-steps", spec.inner_steps)
+            positive("--inner-steps", spec.inner_steps, limit="inner_steps")
         defaults = {"inner_steps": DILOCO_DEFAULT_INNER_STEPS, "num_fragments": 1,
                     "delay_steps": 0}
         outer = resolve_outer(w.recipe, defaults=defaults, inner_steps=spec.inner_steps,
@@ -233,6 +234,8 @@ def _prediction(w: Workload, *, strategy: str, wan: WanLink, outer: OuterRecipe)
         per_param = outer_optimizer_seconds(w) / w.model.total_params
         config = StreamingConfig.from_recipe(outer)
         steps, first = utilisation_steps(config)
+        check_simulated_steps(steps, field="the steady state's 3H+τ+1 simulated steps "
+                                           "(--sync-every, --delay)")
         run = run_streaming(w.model, step_s=step.step_time_s, wan=wan, config=config,
                             num_steps=steps, seq_len=w.seq_len, opt_s_per_param=per_param)
         utilisation = run.utilisation(first)
@@ -296,6 +299,7 @@ def _diloco_spans(w: Workload, step: StepResult, wan: WanLink,
                   inner_steps: int) -> tuple[list[Any], dict[str, Any]]:
 
     positive("--steps", inner_steps)
+    check_simulated_steps(inner_steps, islands=wan.num_islands, field="--steps (default H)")
     sync = float(formulas.sync_time_s(wan.num_islands, pseudo_gradient_bytes(w.model, wan.dtype),
                                       wan.bw_bytes_per_s, wan.latency_s))
     opt = outer_optimizer_seconds(w)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -28,6 +29,7 @@ import numpy as np
 from perfmodel.bench.common import check_dtype_name, check_run_inputs
 from perfmodel.spec.catalog import get_link
 from perfmodel.spec.errors import ShardMeterError, UserInputError
+from perfmodel.spec.inputs import check_limit
 
 logger = logging.getLogger(__name__)
 
@@ -70,6 +72,7 @@ def payload_sizes(min_mib: float, max_mib: float, points: int, world_size: int,
             or points < 1:
         raise UserInputError(f"bad payload range {min_mib}-{max_mib} MiB with {points} points",
                              hint="use 0 < --min-mib <= --max-mib and --points >= 1.")
+    check_limit("mib", max_mib, field="--max-mib")
     unit = world_size * elem_bytes
     raw = np.geomspace(min_mib * MIB, max_mib * MIB, points) if points > 1 else [min_mib * MIB]
     return sorted({max(unit, int(round(b / unit)) * unit) for b in raw})
@@ -101,16 +104,39 @@ def torchrun_command(module: str, worker_args: Sequence[str], *, nproc: int,
             "-m", module, *worker_args]
 
 
-def launch(cmd: Sequence[str], *, threads: int, what: str) -> None:
-    """Run a torchrun command; a failing worker raises an error naming the command."""
+WORKER_LOG_SUFFIX = ".workers.log"
+"""The workers' whole output (tracebacks included) goes to `<out><suffix>`, never the terminal."""
+_RANK_PREFIX = re.compile(r"^\[(?:default)?rank\d+\]:\s?")
+_LOG_LINE = re.compile(r"^(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) ")
+_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit)\b:?.*$")
+
+
+def launch(cmd: Sequence[str], *, threads: int, what: str, log_path: str | Path) -> None:
+    """Run a torchrun command. The workers' log lines reach stderr; everything they print
+    (tracebacks, torchrun's failure report) is appended to `log_path`; a failure is one error
+    quoting the first exception a worker raised and naming the log."""
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), PYTHONUNBUFFERED="1")
     logger.info("launching: %s", shlex.join(cmd))
-    result = subprocess.run(list(cmd), env=env, check=False)
-    if result.returncode != 0:
+    log = Path(log_path)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    first_error: str | None = None
+    with log.open("a", encoding="utf-8") as sink, subprocess.Popen(
+            list(cmd), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            errors="replace") as proc:
+        for line in proc.stdout or ():  # stdout=PIPE: always a stream
+            sink.write(line)
+            text = _RANK_PREFIX.sub("", line.rstrip("\n"))
+            if _LOG_LINE.match(text):
+                sys.stderr.write(text + "\n")
+            elif (first_error is None and _EXCEPTION_LINE.match(text)
+                  and "ChildFailedError" not in text):
+                first_error = text.strip()
+        returncode = proc.wait()
+    if returncode != 0:
         raise ShardMeterError(
-            f"{what} workers failed (torchrun exit code {result.returncode}): {shlex.join(cmd)}",
-            hint="read the worker messages above; rerun the same command to resume (finished "
-                 "rows are kept).")
+            f"{what} workers failed (torchrun exit code {returncode}): "
+            f"{first_error or 'no exception message'}; the workers' whole output is in {log}",
+            hint=f"read {log}; rerun the same command to resume (finished rows are kept).")
 
 
 def check_launch(out_path: str | Path, settings: CommSettings, *, nproc: int) -> None:
@@ -136,4 +162,5 @@ def run_comm(out_path: str | Path, settings: CommSettings, *, nproc: int,
             "--threads", str(settings.threads), "--dtype", settings.dtype]
     launch(torchrun_command("perfmodel.bench.comm_worker", args, nproc=nproc,
                             torchrun_args=torchrun_args),
-           threads=settings.threads, what="collective benchmark")
+           threads=settings.threads, what="collective benchmark",
+           log_path=f"{out_path}{WORKER_LOG_SUFFIX}")

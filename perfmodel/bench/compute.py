@@ -327,8 +327,11 @@ def run_compute(configs: Sequence[BenchConfig], out_path: str | Path, settings: 
                 *, limit: int | None = None) -> dict[str, int]:
     """Measure every configuration not finished in `out_path` yet; returns dataset counts.
 
-    Finished configurations are listed (with why their sweep stopped) in `<out>.progress`;
-    finished (configuration, micro-batch) rows are never measured again.
+    Finished configurations are listed in `<out>.progress` as `id reason points` (why their
+    sweep stopped and how many micro-batches it measured); finished (configuration,
+    micro-batch) rows are never measured again. A configuration with fewer complete
+    micro-batches in the CSV than its progress line says (a CSV truncated or damaged behind an
+    intact progress file) is measured again, whatever the line's reason.
     """
 
     out = Path(out_path)
@@ -349,8 +352,9 @@ def run_compute(configs: Sequence[BenchConfig], out_path: str | Path, settings: 
         for cfg in pending:
             t0 = time.perf_counter()
             reason = run_config(cfg, log, measured, settings)
+            points = len(measured.get((cfg.config_id, cfg.seq_len), {}))
             with progress_file.open("a") as fh:
-                fh.write(f"{cfg.config_id} {reason}\n")
+                fh.write(f"{cfg.config_id} {reason} {points}\n")
             logger.info("%s (%s h=%d L=%d f=%d V=%d S=%d): %s after %.1f s", cfg.config_id,
                         cfg.spec.family, cfg.spec.hidden_size, cfg.spec.num_layers,
                         cfg.spec.intermediate_size, cfg.spec.vocab_size, cfg.seq_len, reason,
@@ -359,26 +363,44 @@ def run_compute(configs: Sequence[BenchConfig], out_path: str | Path, settings: 
     return summarise_rows(log.rows())
 
 
-def _finished_configs(progress_file: Path) -> dict[str, str]:
-    """Configuration -> why its sweep stopped, as listed in the progress file; an unterminated
-    last line (a killed run) does not count."""
+CAPPED = ("time-cap", "memory-cap")
+"""Reasons a sweep stops only after measuring at least one micro-batch (`_stop_reason`)."""
+
+
+def _finished_configs(progress_file: Path) -> dict[str, tuple[str, int | None]]:
+    """Configuration -> (why its sweep stopped, micro-batches it measured; None on lines written
+    before that was recorded), as listed in the progress file; an unterminated last line (a
+    killed run) does not count."""
     if not progress_file.is_file():
         return {}
     complete = progress_file.read_text(errors="replace").split("\n")[:-1]
-    return {parts[0]: parts[1] for parts in (line.split() for line in complete) if len(parts) >= 2}
+    out: dict[str, tuple[str, int | None]] = {}
+    for parts in (line.split() for line in complete):
+        if len(parts) >= 2:
+            points = int(parts[2]) if len(parts) >= 3 and parts[2].isdigit() else None
+            out[parts[0]] = (parts[1], points)
+    return out
 
 
-def _is_finished(cfg: BenchConfig, reasons: Mapping[str, str], written: Mapping[str, set[int]],
+def _is_finished(cfg: BenchConfig, reasons: Mapping[str, tuple[str, int | None]],
+                 written: Mapping[str, set[int]],
                  measured: Mapping[tuple[str, int], Mapping[int, float]]) -> bool:
-    """Listed as finished and its rows are all in the dataset: a row dropped from a damaged file
-    (a partial last line) sends the configuration back to measurement."""
-    reason = reasons.get(cfg.config_id)
-    if reason is None:
+    """Listed as finished and its rows are all in the dataset: a configuration with fewer
+    complete micro-batches than it should have (a row dropped from a damaged or truncated file)
+    goes back to measurement, whatever its progress line says."""
+    listed = reasons.get(cfg.config_id)
+    if listed is None:
         return False
+    reason, points = listed
     complete = set(measured.get((cfg.config_id, cfg.seq_len), {}))
     if written.get(cfg.config_id, set()) - complete:  # a micro-batch with some phases missing
         return False
-    return reason != "done" or set(cfg.micro_batches) <= complete
+    if reason == "done":
+        return set(cfg.micro_batches) <= complete
+    if points is not None:
+        # the sweep measures micro-batches in order: the first `points` must all be there
+        return set(cfg.micro_batches[:points]) <= complete
+    return reason not in CAPPED or cfg.micro_batches[0] in complete
 
 
 def _measured_steps(log: CsvLog) -> dict[tuple[str, int], dict[int, float]]:
@@ -416,7 +438,7 @@ def run_config(cfg: BenchConfig, log: CsvLog, measured: dict[tuple[str, int], di
     from perfmodel.bench.model import build_model
 
     start = time.perf_counter()
-    done = measured.get((cfg.config_id, cfg.seq_len), {})
+    done = measured.setdefault((cfg.config_id, cfg.seq_len), {})
     model = optimizer = None
     last: tuple[int, float] | None = None
     try:
@@ -437,6 +459,7 @@ def run_config(cfg: BenchConfig, log: CsvLog, measured: dict[tuple[str, int], di
                                "time_iqr_s": spreads[p].iqr_s}
                        for p in PHASES)
             last = (mb, sum(spreads[p].median_s for p in PHASES))
+            done[mb] = last[1]
         return "done"
     except (RuntimeError, torch.OutOfMemoryError) as err:
         if not is_oom(err):

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from perfmodel.bench.comm import launch, torchrun_command
+from perfmodel.bench.comm import WORKER_LOG_SUFFIX, launch, torchrun_command
 from perfmodel.bench.common import (
     check_run_inputs,
     positive_int,
@@ -172,5 +172,6 @@ def run_fsdp(cases: Sequence[FsdpCase], out_path: str | Path, settings: FsdpSett
             "--recipe", json.dumps(recipe_mapping(settings.recipe))]
     launch(torchrun_command("perfmodel.bench.fsdp_worker", args, nproc=nproc,
                             torchrun_args=torchrun_args),
-           threads=settings.threads, what="FSDP2 benchmark")
+           threads=settings.threads, what="FSDP2 benchmark",
+           log_path=f"{out_path}{WORKER_LOG_SUFFIX}")
     return plan

@@ -174,7 +174,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         append_environment(args.out, environment_record(
             device=device.type, threads=args.threads,
             extra={"benchmark": "fsdp", "backend": args.backend,
-                   "world_size": dist.get_world_size()}))
+                   "world_size": dist.get_world_size(), "dtype": args.dtype, "iters": args.iters,
+                   "warmup": args.warmup, "recipe": args.recipe or "torchtitan"}))
     for case in cases:
         key = log.key_of({"model": case.config_id, "seq_len": case.seq_len,
                           "micro_batch": case.micro_batch, "grad_accum": case.grad_accum,

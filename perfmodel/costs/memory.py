@@ -480,7 +480,8 @@ def _phases(spec: ModelSpec, seq_len: int, z: _Sizes, recipe: TrainingRecipe, k:
 
     out = [
         phase("forward_end", {"unsharded_params": root_kept + last_block,
-                              "all_gather": b * z.padded_block,
+                              "all_gather": b * z.padded_block
+                              * min(max(recipe.prefetch_depth, 1), max(L - 1, 1)),
                               "activations": rope, "temporaries": accumulated},
               {"activations": saved_upto(L - 1) + outside + fwd_logits}),
         phase("loss_backward", {"unsharded_params": root_kept + last_block,
@@ -500,7 +501,9 @@ def _phases(spec: ModelSpec, seq_len: int, z: _Sizes, recipe: TrainingRecipe, k:
         done = L - 1 - j
         sharded = states["sharded_grads"] or FP32 * z.shard_block * done
         undone = r * ((j + 1) * P_b + P_r) if no_sync else 0.0
-        prefetch = b * z.padded_block if j >= 1 else 0.0
+        # the all-gathers of up to prefetch_depth blocks ahead (below j) are live (depth 0 and
+        # 1 both hold one: FSDP2's implicit prefetch)
+        prefetch = b * z.padded_block * min(max(recipe.prefetch_depth, 1), j)
         previous_rs = r * z.padded_block if done >= 1 else 0.0
         out.append(phase(f"block_backward({j})", {
             "sharded_grads": sharded,

@@ -9,7 +9,9 @@ writes what this module reads.
 
 from __future__ import annotations
 
+import io
 import json
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -24,6 +26,7 @@ from perfmodel.sim.fsdp import simulate_step, step_costs
 from perfmodel.spec.catalog import get_gpu
 from perfmodel.spec.errors import UserInputError
 from perfmodel.spec.hardware import IslandSpec
+from perfmodel.spec.inputs import read_text
 from perfmodel.spec.recipe import TrainingRecipe, recipe_from_mapping
 
 SHAPE_COLUMNS = ("model", "family", "hidden_size", "num_hidden_layers", "num_attention_heads",
@@ -103,11 +106,44 @@ def read_fsdp_dataset(data: str | Path) -> pd.DataFrame:
     hint = "give a CSV written by `shardmeter bench fsdp`."
     if not Path(data).is_file():
         raise UserInputError(f"{data}: no such file", hint=hint)
-    frame = pd.read_csv(data, dtype=str, keep_default_na=False)
+    text = read_text(data, what="bench fsdp dataset", hint=hint)
+    try:
+        frame = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, ValueError) as err:
+        raise UserInputError(f"{data}: not a CSV table ({str(err)[:200]})", hint=hint) from None
     missing = [c for c in COLUMNS if c not in frame.columns and c != "recipe"]
     if missing:
         raise UserInputError(f"{data}: missing column(s) {', '.join(missing)}", hint=hint)
+    for position, (_, row) in enumerate(frame.iterrows()):
+        for column, (least, integer) in MEASURED_NUMBERS.items():
+            _measured_number(row[column], column, least=least, integer=integer,
+                             where=f"{data}, line {position + 2}")
     return frame
+
+
+MEASURED_NUMBERS: dict[str, tuple[float, bool]] = {
+    "world_size": (1, True), "seq_len": (1, True), "micro_batch": (1, True),
+    "grad_accum": (1, True), "step_time_s": (0.0, False), "peak_memory_bytes": (0.0, False),
+}
+"""Numeric columns `compare_fsdp` reads: (least value, integer?); step_time_s must be > 0."""
+
+
+def _measured_number(cell: str, column: str, *, least: float, integer: bool, where: str) -> float:
+    """A measured cell: finite, an integer where it counts, >= least (> 0 for step_time_s)."""
+    try:
+        value = float(cell)
+    except ValueError:
+        value = float("nan")
+    positive = column == "step_time_s"
+    bad = (not math.isfinite(value) or value < least or (positive and value <= 0)
+           or (integer and not value.is_integer()))
+    if bad:
+        kind = "an integer" if integer else "a finite number"
+        bound = "> 0" if positive else f">= {least:g}"
+        raise UserInputError(f"{where}: column {column!r} = {cell!r}: not {kind} {bound}",
+                             hint=f"fix line {where.rsplit(' ', 1)[-1]} (a measured {column} is "
+                                  f"{kind} {bound}), or rerun `shardmeter bench fsdp`.")
+    return value
 
 
 def compare_fsdp(data: str | Path, profile: HardwareProfile | str, *, hardware: str | None = None,

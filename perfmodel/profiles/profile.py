@@ -47,6 +47,7 @@ from perfmodel.spec.arch import ModelSpec
 from perfmodel.spec.catalog import get_gpu, get_link
 from perfmodel.spec.errors import CatalogError, ProfileError, did_you_mean
 from perfmodel.spec.hardware import IslandSpec
+from perfmodel.spec.inputs import load_yaml
 from perfmodel.spec.paths import profiles_dir
 
 logger = logging.getLogger(__name__)
@@ -354,11 +355,8 @@ def profile_from_dict(data: Any, *, source: str = "<profile>") -> HardwareProfil
 
 @functools.lru_cache(maxsize=256)
 def _load_file(path: str, mtime_ns: int) -> HardwareProfile:
-    try:
-        data = yaml.safe_load(Path(path).read_text())
-    except yaml.YAMLError as err:
-        raise ProfileError(f"{path}: not valid YAML ({err})",
-                           hint="fix the file or regenerate it.") from err
+    data = load_yaml(path, what="hardware profile", error=ProfileError,
+                     hint="fix the file or regenerate it.")
     return profile_from_dict(data, source=path)
 
 

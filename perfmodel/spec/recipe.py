@@ -31,6 +31,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 from perfmodel.spec.errors import UserInputError
+from perfmodel.spec.inputs import LIMITS, short_repr
 
 logger = logging.getLogger(__name__)
 
@@ -69,9 +70,10 @@ def _check_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
 
 
 def _check_int(name: str, value: Any, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise UserInputError(f"TrainingRecipe.{name} is {value!r}",
-                             hint=f"set {name} to an integer >= {minimum}.")
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum \
+            or value > LIMITS["flag_int"].maximum:
+        raise UserInputError(f"TrainingRecipe.{name} is {short_repr(value)}",
+                             hint=f"set {name} to an integer >= {minimum} (and at most 2^53).")
 
 
 def _check_float(name: str, value: Any, *, low: float, high: float) -> None:
@@ -352,14 +354,25 @@ def recipe_from_mapping(data: Mapping[str, Any], *, source: str = "<recipe>") ->
         raise UserInputError(f"{source}: recipe must be a mapping, got {type(data).__name__}",
                              hint="write the recipe as key: value pairs.")
     data = dict(data)
-    base = named_recipe(str(data.pop("base", "torchtitan")))
+    name = data.pop("base", "torchtitan")
+    try:
+        base = named_recipe(name if isinstance(name, str) else repr(name))
+    except UserInputError as exc:
+        raise UserInputError(f"{source}: field 'base' = {name!r}: {exc.message}",
+                             hint=exc.hint) from None
     outer = data.pop("outer", None) or {}
     if not isinstance(outer, Mapping):
-        raise UserInputError(f"{source}: recipe.outer must be a mapping", hint="nest outer keys.")
+        raise UserInputError(f"{source}: field 'outer' = {outer!r}: recipe.outer must be a "
+                             "mapping", hint="nest outer keys.")
     unknown_outer = set(outer) - {f.name for f in fields(OuterRecipe)}
     if unknown_outer:
         raise UserInputError(f"{source}: unknown recipe.outer field(s) {sorted(unknown_outer)}",
                              hint=f"use {', '.join(f.name for f in fields(OuterRecipe))}.")
+    empty = [k for k, v in data.items() if v is None] + [f"outer.{k}" for k, v in outer.items()
+                                                          if v is None]
+    if empty:  # `ac:` without a value is null in YAML: refused, not read as "keep the default"
+        raise UserInputError(f"{source}: field {empty[0]!r} has no value (null)",
+                             hint=f"give {empty[0]} a value, or drop the line.")
     try:
         return base.with_overrides(**data, **outer)
     except UserInputError as exc:

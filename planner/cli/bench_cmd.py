@@ -23,7 +23,13 @@ from perfmodel.profiles import fsdp_compare
 from perfmodel.profiles.fsdp_compare import compare_fsdp
 from perfmodel.spec.paths import catalog_dir
 from planner.cli.bench_memory_cmd import memory_cmd
-from planner.cli.common import emit_records, format_option, require_torch, verbose_bench_logs
+from planner.cli.common import (
+    emit_records,
+    format_option,
+    refuse_unused,
+    require_torch,
+    verbose_bench_logs,
+)
 from planner.cli.recipe_opts import recipe_from_options, recipe_options
 
 logger = logging.getLogger(__name__)
@@ -72,6 +78,9 @@ def compute_cmd(space: str, n: int, out: Path, device: str, dtype: str, seed: in
                 memory_cap_gib: float | None, named: bool, limit: int | None,
                 dry_run: bool) -> None:
     """Profile forward/backward/optimizer phases over a design space (Sobol sample or --named)."""
+    if named:
+        refuse_unused(("n",), why="with --named (the space's named models are measured, not a "
+                      "Sobol sample)", fix="drop -n, or drop --named.")
 
     plan = api_bench.plan_compute_bench(api_bench.ComputeBenchRequest(
         space_path=space, out_path=out, configs=n, device=device, dtype=dtype, seed=seed,

@@ -15,6 +15,7 @@ from perfmodel.costs.memory import MemoryBreakdown, max_micro_batch, memory_brea
 from perfmodel.spec import catalog as cat
 from perfmodel.spec.errors import UserInputError
 from perfmodel.spec.formulas import GIB
+from perfmodel.spec.inputs import check_limit
 from planner.cli.common import emit_json, emit_mapping, emit_records, emit_table, format_option
 from planner.cli.recipe_opts import recipe_from_options, recipe_options
 
@@ -142,10 +143,16 @@ def import_prices_cmd(vms_csv: Path, region: str | None, as_of: str | None, clou
 
 # ---- memory ---------------------------------------------------------------------------------
 
+_FLAG_LIMITS = {"--nodes": "nodes", "--gpus-per-node": "nodes", "--seq-len": "seq_len",
+                "--micro-batch": "micro_batch", "--accum": "accum"}
+"""The perfmodel.spec.inputs.LIMITS entry of each size flag of `memory`."""
+
+
 def _check_positive(option: str, value: int) -> None:
     if value <= 0:
         raise UserInputError(f"{option} {value}: must be a positive integer",
                              hint=f"pass {option} 1 or more.")
+    check_limit(_FLAG_LIMITS[option], value, field=option)
 
 
 def _memory_payload(breakdown: MemoryBreakdown, *, model: str, counts: dict[str, Any], gpu: Any,

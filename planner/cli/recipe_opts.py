@@ -7,14 +7,14 @@ overrides; the single-field flags override it. Unset flags keep the recipe's val
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import click
-import yaml
 
-from perfmodel.spec.errors import UserInputError
+from perfmodel.spec.inputs import load_yaml
 from perfmodel.spec.recipe import (
     ACCUM_MODES,
     ATTENTION_KERNELS,
@@ -61,18 +61,16 @@ def recipe_options(func: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def load_recipe(name_or_path: str) -> TrainingRecipe:
-    """A named recipe, or one read from a YAML file (exit 2 with file and field on errors)."""
+    """A named recipe, or one read from a YAML file (exit 2 with file and field on errors); a
+    value that names a path (a folder, a missing file, anything with a '/' or a YAML suffix) is
+    read as a file, never looked up as a recipe name."""
     path = Path(name_or_path)
-    if not (name_or_path.endswith((".yaml", ".yml")) or path.is_file()):
+    looks_like_path = (name_or_path.endswith((".yaml", ".yml")) or "/" in name_or_path
+                       or os.sep in name_or_path)
+    if not (looks_like_path or path.exists()):
         return named_recipe(name_or_path)
-    if not path.is_file():
-        raise UserInputError(f"recipe file {name_or_path} does not exist",
-                             hint="give an existing recipe YAML file, or torchtitan / paper.")
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise UserInputError(f"{path}: not valid YAML ({exc})",
-                             hint="fix the YAML syntax.") from None
+    data = load_yaml(path, what="recipe file",
+                     hint="give an existing recipe YAML file, or torchtitan / paper.")
     return recipe_from_mapping(data or {}, source=str(path))
 
 
