@@ -25,6 +25,8 @@ from perfmodel.formatting import markdown_table
 from perfmodel.sim.failures import Interruptions, simulate_checkpointed_run
 from perfmodel.spec import failure_model as formulas
 from perfmodel.spec.catalog import get_model
+from perfmodel.spec.errors import UserInputError
+from perfmodel.spec.inputs import LIMITS
 from perfmodel.spec.recipe import DEFAULT_RECIPE
 from perfmodel.spec.reliability_catalog import (
     checkpoint_write_gbit_s_per_node,
@@ -46,16 +48,17 @@ PAPER = ROOT / "instances" / "paper-case-study.yaml"
 MULTI = ROOT / "instances" / "multi-cloud.yaml"
 HOUR = 3600.0
 
-LLAMA = {"model_name": "Llama-3.1-405B", "gpu_name": "H100-SXM5-80GB", "nodes": 2048,
-         "gpus_per_node": 8, "seq_len": 8192, "micro_batch": 1, "accum": 16}
+LLAMA: dict[str, Any] = {"model_name": "Llama-3.1-405B", "gpu_name": "H100-SXM5-80GB",
+                         "nodes": 2048, "gpus_per_node": 8, "seq_len": 8192, "micro_batch": 1,
+                         "accum": 16}
 """The issue's 405B workload (FSDP over 16,384 GPUs; tensor/pipeline layouts do not exist yet)."""
 LLAMA_CLI = ("shardmeter predict Llama-3.1-405B --gpu H100-SXM5-80GB --nodes 2048 "
              "--gpus-per-node 8 --seq-len 8192 --micro-batch 1 --accum 16 --ac full --failures")
 RESTART_SWEEP_S = (60.0, 300.0, 600.0, 1200.0, 1800.0)
 """Restart times the sensitivity table shows (the default is the catalog's)."""
-MC_GRID = ((200.0, 1.0, 600.0), (200.0, 3.09, 2.4), (200.0, 6.0, 60.0), (500.0, 24.0, 600.0))
-"""(job hours, MTBF hours, checkpoint write s) of the Monte Carlo table; the 3.09 h row is the
-16k-GPU job's MTBF and write time."""
+MC_GRID = ((200.0, 1.0, 600.0), (200.0, 6.0, 60.0), (500.0, 24.0, 600.0))
+"""(job hours, MTBF hours, checkpoint write s) of the Monte Carlo table; the 16k-GPU job's MTBF and
+write time are added as a row of their own (`monte_carlo`)."""
 MC_RUNS = 200
 ISLAND_SPLITS = (1, 2, 8, 16, 64)
 """Island counts the 16,384 GPUs are split into for the DiLoCo comparison."""
@@ -72,41 +75,43 @@ def _pct(x: float) -> str:
 # ---- 1. the Llama 3 check --------------------------------------------------------------------
 
 
+def _job(restart: float | None = None, mode: str = "sync",
+         step_s: float | None = None) -> Any:
+    """The failure model `predict --failures` runs (`checkpointed_job`) for the 405B job."""
+    return checkpointed_job(spec=FailureSpec(restart_s=restart), gpu=LLAMA["gpu_name"],
+                            num_gpus=LLAMA["nodes"] * LLAMA["gpus_per_node"],
+                            num_nodes=LLAMA["nodes"],
+                            params=get_model(LLAMA["model_name"]).total_params,
+                            master_dtype="fp32", mode=mode, step_time_s=step_s)
+
+
 def llama_check() -> dict[str, Any]:
-    spec = api.WorkloadSpec(**LLAMA, recipe=DEFAULT_RECIPE.with_overrides(ac="full"))
-    prediction = api.predict(spec, api.OuterSpec(), FailureSpec())
-    record = prediction.record
+    recipe = DEFAULT_RECIPE.with_overrides(ac="full")
+    try:
+        api.predict(api.WorkloadSpec(**LLAMA, recipe=recipe), api.OuterSpec(), FailureSpec())
+        refusal = ""
+    except UserInputError as err:
+        refusal = err.message
+    demo_nodes = LIMITS["nodes"].maximum
+    demo = api.predict(api.WorkloadSpec(**{**LLAMA, "nodes": demo_nodes}, recipe=recipe),
+                       api.OuterSpec(), FailureSpec())
     params = get_model(LLAMA["model_name"]).total_params
     gpus = LLAMA["nodes"] * LLAMA["gpus_per_node"]
-    continuous = checkpointed_job(spec=FailureSpec(), gpu=LLAMA["gpu_name"], num_gpus=gpus,
-                                  num_nodes=LLAMA["nodes"], params=params, master_dtype="fp32",
-                                  mode="sync")
-    sweep = []
-    for restart in RESTART_SWEEP_S:
-        row = []
-        for step in (prediction.step_time_s, None):
-            job = checkpointed_job(spec=FailureSpec(restart_s=restart), gpu=LLAMA["gpu_name"],
-                                   num_gpus=gpus, num_nodes=LLAMA["nodes"], params=params,
-                                   master_dtype="fp32", mode="sync", step_time_s=step)
-            row.append(job.goodput)
-        sweep.append((restart, *row))
-    asynchronous = checkpointed_job(spec=FailureSpec(), gpu=LLAMA["gpu_name"], num_gpus=gpus,
-                                    num_nodes=LLAMA["nodes"], params=params, master_dtype="fp32",
-                                    mode="async")
-    spot = _spot_16k(params, gpus)
-    return {"record": record, "step_s": prediction.step_time_s, "continuous": continuous,
-            "sweep": sweep, "async": asynchronous, "spot": spot, "gpus": gpus}
+    return {"job": _job(), "sweep": [(r, _job(restart=r).goodput) for r in RESTART_SWEEP_S],
+            "async": _job(mode="async"), "spot": _spot_16k(params, gpus), "gpus": gpus,
+            "refusal": refusal, "demo": demo.record, "demo_nodes": demo_nodes}
 
 
 def _spot_16k(params: float, gpus: int) -> dict[str, float]:
     """The 16k-GPU job on spot nodes: failures plus preemptions (AWS H100 band), a preemption
     restarting after the restart and the capacity wait."""
     rate_f = failures_per_gpu_hour("H100-SXM5-80GB").value * gpus / HOUR
-    rate_p = preemptions_per_node_hour("AWS p5.48xlarge", "H100-SXM5-80GB").value * 2048 / HOUR
+    rate_p = (preemptions_per_node_hour("AWS p5.48xlarge", "H100-SXM5-80GB").value
+              * LLAMA["nodes"] / HOUR)
     restart = restart_s().value
     wait = spot_capacity_wait_s().value
     size = float(formulas.checkpoint_bytes(params))
-    write = size * 8 / (checkpoint_write_gbit_s_per_node().value * 1e9 * 2048)
+    write = size * 8 / (checkpoint_write_gbit_s_per_node().value * 1e9 * LLAMA["nodes"])
     rate = rate_f + rate_p
     factor, interval = formulas.checkpointed_wall_factor(
         rate_per_s=rate, stall_s=write, write_lag_s=0.0, restart_s=[restart, restart + wait],
@@ -116,68 +121,75 @@ def _spot_16k(params: float, gpus: int) -> dict[str, float]:
 
 
 def llama_section(r: dict[str, Any]) -> str:
-    rec, cont = r["record"], r["continuous"]
+    job, demo = r["job"], r["demo"]
     inputs = markdown_table(["input", "value", "source"], [
-        ["GPUs", f"{r['gpus']:,} H100-SXM5-80GB (2,048 nodes x 8)", "the issue's workload"],
-        ["interruptions per GPU-hour", f"{rec['failures_per_gpu_hour']:.4g} "
-         f"(job MTBF {rec['mtbf_s'] / HOUR:.2f} h)",
+        ["GPUs", f"{r['gpus']:,} H100-SXM5-80GB ({LLAMA['nodes']:,} nodes x 8)",
+         "the issue's workload"],
+        ["interruptions per GPU-hour", f"{job.failures_per_gpu_hour:.4g} "
+         f"(job MTBF {1 / job.interruptions_per_hour:.2f} h)",
          "Llama 3 report: 419 unexpected interruptions in 54 days on 16,384 GPUs"],
-        ["checkpoint", f"{rec['checkpoint_bytes'] / 1e12:.2f} TB (fp32 weights + AdamW moments)",
+        ["checkpoint", f"{job.checkpoint_bytes / 1e12:.2f} TB (fp32 weights + AdamW moments)",
          "12 B per parameter, `failure_model.checkpoint_bytes`"],
-        ["checkpoint write", f"{rec['checkpoint_write_s']:.2f} s at "
+        ["checkpoint write", f"{job.checkpoint_write_s:.2f} s at "
          f"{checkpoint_write_gbit_s_per_node().value:g} Gbit/s per node",
          "Llama 3 report: Tectonic 2 TB/s sustained"],
-        ["restart", f"{rec['restart_s']:g} s", "ML Systems (harvard-edge) mlsysim default; "
+        ["restart", f"{job.restart_s:g} s", "ML Systems (harvard-edge) mlsysim default; "
          "the Llama 3 report gives none"],
     ])
-    sweep = markdown_table(
-        ["restart (min)", f"goodput, checkpoint every step ({r['step_s']:,.0f} s)",
-         "goodput, Daly's continuous interval"],
-        [[f"{restart / 60:g}", _pct(a), _pct(b)] for restart, a, b in r["sweep"]])
-    consistent = rec["goodput"] > 0.9 and cont.goodput > 0.9
+    sweep = markdown_table(["restart (min)", "goodput"],
+                           [[f"{restart / 60:g}", _pct(g)] for restart, g in r["sweep"]])
+    consistent = job.goodput > 0.9
     spot = r["spot"]
+    refused = (f"Since issue 30 the CLI refuses that island (\"{r['refusal']}\"), so the figure "
+               "below is computed by the function `predict --failures` runs "
+               "(`perfmodel.costs.reliability.checkpointed_job`) for the 16,384 GPUs"
+               if r["refusal"] else "The command computes the figure below")
     return f"""## 1. Llama 3 405B on 16,384 H100: the published "more than 90 %"
 
-Command (FSDP only: tensor and pipeline parallelism do not exist yet, so the step time is not the
-point — the failure model is):
+The issue's check (FSDP only: tensor and pipeline parallelism do not exist yet, so the step time
+is not the point — the failure model is):
 
     {LLAMA_CLI}
 
-The inputs, each fixed from its source in `catalogs/reliability/` before the run:
+{refused}. The inputs, each fixed from its source in `catalogs/reliability/` before the run:
 
 {inputs}
 
-Predicted: a step of {r['step_s']:,.0f} s (FSDP alone over 16,384 GPUs; the report's 3-D layout
-steps in seconds). Checkpoints fall on step boundaries, so the best interval is
-{rec['checkpoint_interval_steps']:.0f} step ({rec['checkpoint_interval_s']:,.0f} s; Young's
-continuous interval would be {rec['young_interval_s']:,.0f} s, Daly's
-{cont.checkpoint_interval_s:,.0f} s): **effective training time (goodput)
-{_pct(rec['goodput'])}**; with steps short enough for Daly's continuous interval,
-{_pct(cont.goodput)}. Both are {'consistent with' if consistent else 'NOT consistent with'} the
-report's "higher than 90 % effective training time". Asynchronous checkpoints (`--checkpoint-mode
-async`: the sourced 6.3 s / 148.8 s stall, {r['async'].checkpoint_stall_s:.3g} s here, the write
-finishing in the background) allow a checkpoint every {r['async'].checkpoint_interval_s:,.0f} s of
-compute and keep {_pct(r['async'].goodput)} at the continuous interval: less work is lost per
-failure.
+With steps short against the checkpoint interval (the report's 3-D layout steps in seconds),
+checkpoints every {job.checkpoint_interval_s:,.0f} s of compute (Daly's exact optimum; Young's
+first-order interval: {job.young_interval_s:,.0f} s) give **effective training time (goodput)
+{_pct(job.goodput)}**: {'consistent with' if consistent else 'NOT consistent with'} the report's
+"higher than 90 % effective training time". Asynchronous checkpoints (`--checkpoint-mode async`:
+the sourced 6.3 s / 148.8 s stall, {r['async'].checkpoint_stall_s:.3g} s here, the write finishing
+in the background) allow a checkpoint every {r['async'].checkpoint_interval_s:,.0f} s and keep
+{_pct(r['async'].goodput)}: less work is lost per failure.
 
-What the restart time (the one input the report does not publish) does:
+The same command on the largest island the limits admit ({r['demo_nodes']:,} nodes x 8 =
+{r['demo_nodes'] * 8:,} GPUs, half the interruptions) predicts an FSDP step of
+{demo['step_time_s']:,.0f} s; checkpoints then fall on step boundaries (every
+{demo['checkpoint_interval_steps']:.0f} step, {demo['checkpoint_interval_s']:,.0f} s) and goodput is
+{_pct(demo['goodput'])}.
+
+What the restart time (the one input the report does not publish) does to the 16,384-GPU figure:
 
 {sweep}
 
 On spot capacity (the AWS H100 Spot band, {spot['preempt_per_h']:.2f} preemptions per hour over
-2,048 nodes, each costing the restart plus a {spot_capacity_wait_s().value / 60:g}-minute
-capacity wait) the same job would keep {_pct(spot['goodput'])}: a job that one interruption stops
-cannot use spot nodes unless the price is below that share of the on-demand price.
+{LLAMA['nodes']:,} nodes, each costing the restart plus a
+{spot_capacity_wait_s().value / 60:g}-minute capacity wait) the same job would keep
+{_pct(spot['goodput'])}: a job that one interruption stops cannot use spot nodes unless the price
+is below that share of the on-demand price.
 """
 
 
 # ---- 2. Monte Carlo ------------------------------------------------------------------------------
 
 
-def monte_carlo() -> list[list[str]]:
+def monte_carlo(job: Any) -> list[list[str]]:
     rows = []
     restarts, weights = (600.0, 3600.0), (0.7, 0.3)
-    for work_h, mtbf_h, write in MC_GRID:
+    grid = [*MC_GRID, (200.0, 1 / job.interruptions_per_hour, job.checkpoint_write_s)]
+    for work_h, mtbf_h, write in sorted(grid, key=lambda g: (g[0], g[1])):
         rate = 1 / (mtbf_h * HOUR)
         factor, interval = formulas.checkpointed_wall_factor(
             rate_per_s=rate, stall_s=write, write_lag_s=0.0, restart_s=list(restarts),
@@ -189,7 +201,7 @@ def monte_carlo() -> list[list[str]]:
         mean = sample.mean_wall_time_s
         first = work_h * HOUR * (1 + write / interval + rate * (interval / 2 + 0.7 * 600 + 0.3
                                                                 * 3600))
-        rows.append([f"{work_h:g}", f"{mtbf_h:g}", f"{write:g}", f"{interval / 60:.1f}",
+        rows.append([f"{work_h:g}", f"{mtbf_h:.3g}", f"{write:.3g}", f"{interval / 60:.1f}",
                      f"{mean / HOUR:.2f}", f"{work_h * factor:.2f}",
                      f"{100 * (work_h * HOUR * factor / mean - 1):+.2f} %",
                      f"{100 * (first / mean - 1):+.2f} %"])
@@ -222,7 +234,7 @@ def islands_table(r: dict[str, Any]) -> dict[str, Any]:
     rate_gpu = failures_per_gpu_hour("H100-SXM5-80GB").value / HOUR
     restart = restart_s().value
     rows, worse = [], []
-    one = r["continuous"].goodput
+    one = r["job"].goodput
     for m in ISLAND_SPLITS:
         cells = [str(m), f"{r['gpus'] // m:,}"]
         for period in ISLAND_PERIODS_S:
@@ -428,7 +440,7 @@ def build() -> str:
         "`perfmodel/sim/failures.py` (the simulation that checks the closed forms).",
         "",
         llama_section(llama),
-        mc_section(monte_carlo()),
+        mc_section(monte_carlo(llama["job"])),
         islands_section(islands_table(llama)),
         paper_section(),
         multi_section().replace("{spot_16k}", _pct(llama["spot"]["goodput"])),
