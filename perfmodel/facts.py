@@ -24,8 +24,10 @@ from perfmodel.spec.catalog import (
 from perfmodel.spec.energy_catalog import carbon_intensity_g_per_kwh, gpu_tdp_w, provider_pue
 from perfmodel.spec.failure_model import (
     CHECKPOINT_MODES,
+    FAILURE_LIMITS,
     checkpoint_bytes,
     checkpointed_wall_factor,
+    failure_limit_problem,
     island_participation,
 )
 from perfmodel.spec.inputs import (
@@ -65,6 +67,8 @@ __all__ = [
     "checkpointed_wall_factor",
     "cluster_fabric",
     "egress_price",
+    "FAILURE_LIMITS",
+    "failure_limit_problem",
     "EgressPrice",
     "failures_per_gpu_hour",
     "get_gpu",

@@ -161,3 +161,17 @@ def test_skypilot_import_errors_and_gpu_map(tmp_path: Path, run_cli) -> None:
     assert ok.code == 0, ok.err
     assert len(json.loads(ok.out)) == 4 and not math.isnan(
         pd.read_csv(tmp_path / "z.csv")["usd_per_gpu_hour"].sum())
+
+
+def test_failure_limits_are_the_readme_table_and_refuse_outside(run_cli) -> None:
+    from perfmodel.spec.failure_model import FAILURE_LIMITS
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    for key, (low, high, _) in FAILURE_LIMITS.items():
+        line = next(li for li in readme.splitlines() if li.startswith(f"| `{key}` |"))
+        assert [float(c) for c in line.split("|")[2:4]] == [low, high], key
+    base = ["predict", "tiny-llama", "--gpu", "H100-SXM5-80GB", "--seq-len", "128", "--failures"]
+    for flag, value in (("--failures-per-gpu-hour", "2"), ("--restart-s", "1e9"),
+                        ("--train-tokens", "1e20")):
+        result = run_cli(*base, flag, value)
+        assert result.code == 2 and "To fix:" in result.err, (flag, result.err)

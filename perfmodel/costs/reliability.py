@@ -31,8 +31,13 @@ from typing import Any
 
 from perfmodel.spec import failure_model
 from perfmodel.spec.errors import UserInputError
-from perfmodel.spec.failure_model import CHECKPOINT_MODES
+from perfmodel.spec.failure_model import (
+    CHECKPOINT_MODES,
+    FAILURE_LIMITS,
+    failure_limit_problem,
+)
 from perfmodel.spec.formulas import DTYPE_BYTES
+from perfmodel.spec.inputs import check_limit
 from perfmodel.spec.reliability_catalog import (
     async_stall_fraction,
     checkpoint_write_gbit_s_per_node,
@@ -53,6 +58,11 @@ def _optional_positive(name: str, value: float | None, *, zero_ok: bool = False)
         raise UserInputError(f"FailureSpec.{name} = {value!r}: must be a finite number {bound}",
                              hint=f"pass --{name.replace('_', '-')} with a value {bound}, or "
                                   "leave it out for the catalog default.")
+    problem = failure_limit_problem(name, float(value)) if name in FAILURE_LIMITS else ""
+    if problem:
+        raise UserInputError(f"FailureSpec.{name} = {value!r}: {problem}",
+                             hint=f"pass --{name.replace('_', '-')} within that range (README, "
+                                  "section Limits).")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -80,6 +90,11 @@ class FailureSpec:
                            self.checkpoint_write_gbit_s_per_node)
         _optional_positive("train_tokens", self.train_tokens)
         _optional_positive("usd_per_gpu_hour", self.usd_per_gpu_hour, zero_ok=True)
+        for name, key in (("train_tokens", "train_tokens"),
+                          ("usd_per_gpu_hour", "usd_per_gpu_hour")):
+            value = getattr(self, name)
+            if value is not None:
+                check_limit(key, value, field=f"--{name.replace('_', '-')}")
         if self.checkpoint_mode is not None and self.checkpoint_mode not in CHECKPOINT_MODES:
             raise UserInputError(f"FailureSpec.checkpoint_mode = {self.checkpoint_mode!r}",
                                  hint=f"use one of {', '.join(CHECKPOINT_MODES)}.")

@@ -22,6 +22,27 @@ CHECKPOINT_MODES = ("sync", "async")
 """Training checkpoints: synchronous (training stalls for the whole write) or asynchronous
 (training stalls for a snapshot; the write finishes in the background, torch DCP async_save)."""
 
+FAILURE_LIMITS: dict[str, tuple[float, float, str]] = {
+    "failures_per_gpu_hour": (0.0, 1.0, "one interruption per GPU-hour, 50,000x Llama 3's H100 "
+                                        "rate; beyond, every figure is zero goodput"),
+    "preemptions_per_node_hour": (0.0, 10.0, "a node reclaimed every six minutes; beyond, no "
+                                              "outer step completes"),
+    "restart_s": (0.0, 1e6, "eleven days"),
+    "spot_capacity_wait_s": (0.0, 1e6, "eleven days"),
+    "checkpoint_write_gbit_s_per_node": (1e-6, 1e6, "1 kbit/s to 1 Pbit/s per node"),
+    "egress_usd_per_gb": (0.0, 100.0, "a thousand times the dearest published egress rate"),
+}
+"""(least, most, why) of every failure-model input (README "Limits")."""
+
+
+def failure_limit_problem(name: str, value: float) -> str:
+    """Why `value` is outside FAILURE_LIMITS[name] (empty: inside)."""
+    low, high, why = FAILURE_LIMITS[name]
+    if not math.isfinite(value) or value < low or value > high:
+        return f"must be between {low:g} and {high:g} ({why})"
+    return ""
+
+
 CHECKPOINT_OPTIMIZER_STATES = 2
 """fp32 tensors per parameter besides the master weights that a checkpoint saves (AdamW's two
 moments)."""
@@ -49,14 +70,17 @@ def daly_interval_s(mtbf_s: Any, checkpoint_s: Any) -> Any:
     (monotone convergence); Young's sqrt(2δM) is its first-order term. Broadcasts."""
     m = np.asarray(mtbf_s, dtype=float)
     d = np.asarray(checkpoint_s, dtype=float) / m
-    y = np.minimum(np.sqrt(2.0 * d), -np.expm1(-(1.0 + d)))  # g(y0) >= 0: Newton stays right
-    for _ in range(100):
-        g = -np.log1p(-y) - y - d
-        step = g * (1.0 - y) / np.maximum(y, 1e-300)
-        y = y - step
-        if np.all(np.abs(step) <= 1e-15 * np.maximum(y, 1e-300)):
-            break
-    result = m * y
+    far = -np.expm1(-(1.0 + d))  # the root's limit 1 − e^{−(1+δ/M)} when δ/M is large
+    y = np.minimum(np.sqrt(2.0 * d), far)  # g(y0) >= 0: Newton stays right
+    with np.errstate(divide="ignore", invalid="ignore"):
+        for _ in range(100):
+            g = -np.log1p(-y) - y - d
+            step = g * (1.0 - y) / np.maximum(y, 1e-300)
+            y = np.where(np.isfinite(step), y - step, far)
+            if np.all(np.abs(step[np.isfinite(step)] if np.ndim(step) else step)
+                      <= 1e-15 * np.maximum(np.max(y), 1e-300)):
+                break
+    result = m * np.where((y > 0) & (y < 1), y, far)
     return float(result) if np.ndim(result) == 0 else result
 
 
@@ -67,7 +91,8 @@ def restart_factor(rate_per_s: Any, restart_s: Any, weights: Any) -> Any:
     lam = np.asarray(rate_per_s, dtype=float)
     r = np.atleast_1d(np.asarray(restart_s, dtype=float))
     w = np.atleast_1d(np.asarray(weights, dtype=float))
-    return 1.0 / float(np.sum(w * np.exp(-lam * r)))
+    survive = float(np.sum(w * np.exp(-lam * r)))
+    return 1.0 / survive if survive > 0 else math.inf  # inf: no restart ever completes
 
 
 def daly_wall_factor(rate_per_s: float, interval_s: float, checkpoint_s: float,
@@ -79,8 +104,9 @@ def daly_wall_factor(rate_per_s: float, interval_s: float, checkpoint_s: float,
     303–312, eq. 13)."""
     if rate_per_s <= 0.0:
         return 1.0 + checkpoint_s / interval_s
-    return float(restart_factor_value * np.expm1(rate_per_s * (interval_s + checkpoint_s))
-                 / (rate_per_s * interval_s))
+    with np.errstate(over="ignore"):  # an overflow is an infinite expected time
+        grow = float(np.expm1(rate_per_s * (interval_s + checkpoint_s)))
+    return restart_factor_value * grow / (rate_per_s * interval_s)
 
 
 def island_participation(rate_per_s: float, period_s: float, restart_s: Any,
@@ -105,8 +131,10 @@ def island_participation(rate_per_s: float, period_s: float, restart_s: Any,
                           np.atleast_1d(np.asarray(weights, dtype=float)).tolist(), strict=True):
         j = math.floor(r_total / period)
         r = r_total - j * period
-        expected_k += w * (j + 1 + p * math.expm1(lam * r) / q)
-    return p / (p + q * expected_k)
+        # (e^{−λ(T−r)} − e^{−λT})/(1 − e^{−λT}), by expm1 while λr is small (no cancellation)
+        late = (p * math.expm1(lam * r) if lam * r < 1.0 else math.exp(-lam * (period - r)) - p)
+        expected_k += w * (j + 1 + late / q)
+    return p / (p + q * expected_k) if p > 0 else 0.0
 
 
 def checkpointed_wall_factor(*, rate_per_s: float, stall_s: float, write_lag_s: float,

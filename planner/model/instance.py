@@ -32,6 +32,7 @@ from pydantic import (
 from perfmodel.facts import (
     carbon_intensity_g_per_kwh,
     check_limit,
+    failure_limit_problem,
     get_gpu,
     load_yaml,
     model_parameters,
@@ -154,7 +155,7 @@ class Alternative(_Strict):
 
     tier: Tier
     """The tier: on-demand, spot (preemptible) or community."""
-    price_usd_per_gpu_hour: float | None = Field(default=None, ge=0)
+    price_usd_per_gpu_hour: float | None = Field(default=None, gt=0)
     """Its price (default: the cluster's `price:` list at this tier, same provider and date)."""
     preemptions_per_node_hour: float | None = Field(default=None, ge=0)
     """Spot preemptions per node-hour (default: catalogs/reliability/preemption_rates.csv for a
@@ -621,6 +622,34 @@ def _check_limits(instance: Instance, path: Path) -> None:
                                 hint=f"give a PUE between 1 and {MAX_PUE}.")
     if instance.limits.max_gpus is not None:
         check("flag_int", instance.limits.max_gpus, "limits.max_gpus")
+    _check_failure_limits(instance, path)
+
+
+_FAILURE_FIELDS = ("failures_per_gpu_hour", "restart_s", "checkpoint_write_gbit_s_per_node",
+                   "preemptions_per_node_hour", "spot_capacity_wait_s", "egress_usd_per_gb")
+"""Failure-model fields of the failures: section, clusters and alternatives (FAILURE_LIMITS)."""
+
+
+def _check_failure_limits(instance: Instance, path: Path) -> None:
+    """The failure model's inputs within `perfmodel.spec.failure_model.FAILURE_LIMITS`, the
+    alternatives' prices within the price limit."""
+    places: list[tuple[str, Any]] = [("failures", instance.failures)]
+    for i, c in enumerate(instance.clusters):
+        places.append((f"clusters[{i}]", c))
+        places += [(f"clusters[{i}].alternatives[{j}]", a) for j, a in enumerate(c.alternatives)]
+        for j, alt in enumerate(c.alternatives):
+            if alt.price_usd_per_gpu_hour is not None:
+                check_limit("usd_per_gpu_hour", alt.price_usd_per_gpu_hour,
+                            field=f"clusters[{i}].alternatives[{j}].price_usd_per_gpu_hour",
+                            where=str(path), error=InstanceError)
+    for where, section in places:
+        for name in _FAILURE_FIELDS:
+            value = getattr(section, name, None)
+            problem = failure_limit_problem(name, float(value)) if value is not None else ""
+            if problem:
+                raise InstanceError(f"{path}: field '{where}.{name}' = {value!r}: {problem}",
+                                    hint=f"give {name} within that range (README, section "
+                                         "Limits), or drop it for the catalog default.")
 
 
 def _check_recipe_outer(instance: Instance, fail: Any) -> None:

@@ -213,13 +213,16 @@ def expected_point(problem: Problem, choices: Sequence[IslandChoice], inner_step
             write_lag_s=own.checkpoint_lag_s, restart_s=times, weights=weights,
             step_s=inner_step_s)
         expected_wall = wall_s * factor
-        goodput = 1.0 / factor
+        goodput = 1.0 / factor if math.isfinite(factor) else 0.0
     else:
         period = problem.inner_steps * inner_step_s + sync_s
         participation = tuple(1.0 - option_loss(problem, o, period) for o in options)
         seqs = [c.accum_steps * problem.pairs[c.pair_index].seqs_per_accum_step for c in choices]
         goodput = sum(a * b for a, b in zip(participation, seqs, strict=True)) / sum(seqs)
-        expected_wall = wall_s / goodput
+        expected_wall = wall_s / goodput if goodput > 0 else math.inf
+    if not (math.isfinite(expected_wall) and goodput > 0):  # no run ever finishes
+        return ExpectedPoint(wall_time_s=math.inf, cost_usd=math.inf, goodput=0.0, egress_usd=0.0,
+                             checkpoint_interval_s=interval, participation=participation)
     outer_steps = problem.inner_steps_total / problem.inner_steps / goodput
     egress = egress_usd(problem, len(choices),
                         [problem.options[o].cluster_index for o in options], outer_steps,
