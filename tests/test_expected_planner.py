@@ -219,3 +219,17 @@ def test_alternative_without_a_price_list_is_a_user_error(tmp_path: Path) -> Non
     doc["clusters"][0]["alternatives"] = [{"tier": "on-demand", "price_usd_per_gpu_hour": 5.0}]
     with pytest.raises(UserInputError, match="twice"):
         instance_from_mapping(doc, TWO)
+
+
+def test_deadline_and_budget_act_on_expected_values(run_cli) -> None:
+    records = json.loads(run_cli("pareto", str(TWO), "--failures", "--format", "json").out)
+    fastest_h = min(r["expected_wall_time_s"] for r in records) / 3600
+    cheapest = min(r["expected_cost_usd"] for r in records)
+    late = run_cli("plan", str(TWO), "--failures", "--deadline-hours", str(fastest_h * 0.999))
+    assert late.code == 1 and "deadline" in late.err and "To fix:" in late.err
+    poor = run_cli("plan", str(TWO), "--failures", "--objective", "cost", "--budget-usd",
+                   str(cheapest * 0.999))
+    assert poor.code == 1 and "budget" in poor.err
+    ok = run_cli("plan", str(TWO), "--failures", "--objective", "cost", "--deadline-hours",
+                 str(fastest_h * 1.001), "--format", "json")
+    assert json.loads(ok.out)["expected_wall_time_s"] <= fastest_h * 1.001 * 3600

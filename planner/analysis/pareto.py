@@ -165,6 +165,8 @@ def solve_instance(instance: Instance, table: pd.DataFrame, *, solver: str = "au
     if frontier.points:
         return problem, frontier
     exact_solver = "cpsat" if solver in ("heuristic", "dp", "auto") else solver
+    if problem.risk is not None and exact_solver == "cpsat":
+        exact_solver = "dp"  # expected values: the DP (and brute force) are the exact backends
     raise explain_infeasible(instance, table, problem, solver=exact_solver, threads=threads,
                              heuristic=solver == "heuristic", exact=frontier.proven_exact)
 
