@@ -238,7 +238,9 @@ def build_problem(instance: Instance, table: pd.DataFrame, *, relax: Collection[
     pairs: list[IslandPair] = []
     pair_rows: list[tuple[Any, str]] = []  # (table row, GPU type) per pair, for the power model
     by_size = size_prices(instance)
-    alt_prices = alternative_prices(instance)
+    # a cluster's other price tiers (`alternatives`) are options only under the failure model:
+    # without it a dearer tier of the same nodes is never better, and the problem stays main's
+    alt_prices = alternative_prices(instance) if instance.failures_on else {}
     groups: Any = table.groupby(OPTION_KEY, sort=True)  # keys and rows: untyped pandas values
     for (cluster, nodes, gpn), rows in groups:
         spec = instance.cluster(str(cluster))
