@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ from perfmodel.spec import failure_model as formulas
 from perfmodel.spec.catalog import get_model
 from perfmodel.spec.errors import UserInputError
 from perfmodel.spec.inputs import LIMITS
+from perfmodel.spec.layout import ParallelLayout
 from perfmodel.spec.recipe import DEFAULT_RECIPE
 from perfmodel.spec.reliability_catalog import (
     checkpoint_write_gbit_s_per_node,
@@ -51,9 +53,12 @@ HOUR = 3600.0
 LLAMA: dict[str, Any] = {"model_name": "Llama-3.1-405B", "gpu_name": "H100-SXM5-80GB",
                          "nodes": 2048, "gpus_per_node": 8, "seq_len": 8192, "micro_batch": 1,
                          "accum": 16}
-"""The issue's 405B workload (FSDP over 16,384 GPUs; tensor/pipeline layouts do not exist yet)."""
+"""The issue's 405B workload (16,384 GPUs)."""
+LLAMA_LAYOUT = ParallelLayout(tp=8, pp=16)
+"""Meta's published layout for it: TP 8 x PP 16 x DP 128 (dp_shard inferred)."""
 LLAMA_CLI = ("shardmeter predict Llama-3.1-405B --gpu H100-SXM5-80GB --nodes 2048 "
-             "--gpus-per-node 8 --seq-len 8192 --micro-batch 1 --accum 16 --ac full --failures")
+             "--gpus-per-node 8 --seq-len 8192 --micro-batch 1 --accum 16 --tp 8 --pp 16 "
+             "--ac full --failures")
 RESTART_SWEEP_S = (60.0, 300.0, 600.0, 1200.0, 1800.0)
 """Restart times the sensitivity table shows (the default is the catalog's)."""
 MC_GRID = ((200.0, 1.0, 600.0), (200.0, 6.0, 60.0), (500.0, 24.0, 600.0))
@@ -86,15 +91,17 @@ def _job(restart: float | None = None, mode: str = "sync",
 
 
 def llama_check() -> dict[str, Any]:
-    recipe = DEFAULT_RECIPE.with_overrides(ac="full")
+    recipe = replace(DEFAULT_RECIPE.with_overrides(ac="full"), parallel=LLAMA_LAYOUT)
+    demo_nodes = LLAMA["nodes"]
     try:
-        api.predict(api.WorkloadSpec(**LLAMA, recipe=recipe), api.OuterSpec(), FailureSpec())
+        demo = api.predict(api.WorkloadSpec(**LLAMA, recipe=recipe), api.OuterSpec(),
+                           FailureSpec())
         refusal = ""
     except UserInputError as err:
         refusal = err.message
-    demo_nodes = LIMITS["nodes"].maximum
-    demo = api.predict(api.WorkloadSpec(**{**LLAMA, "nodes": demo_nodes}, recipe=recipe),
-                       api.OuterSpec(), FailureSpec())
+        demo_nodes = int(LIMITS["step_nodes"].maximum)
+        demo = api.predict(api.WorkloadSpec(**{**LLAMA, "nodes": demo_nodes}, recipe=recipe),
+                           api.OuterSpec(), FailureSpec())
     params = get_model(LLAMA["model_name"]).total_params
     gpus = LLAMA["nodes"] * LLAMA["gpus_per_node"]
     return {"job": _job(), "sweep": [(r, _job(restart=r).goodput) for r in RESTART_SWEEP_S],
@@ -140,14 +147,21 @@ def llama_section(r: dict[str, Any]) -> str:
                            [[f"{restart / 60:g}", _pct(g)] for restart, g in r["sweep"]])
     consistent = job.goodput > 0.9
     spot = r["spot"]
-    refused = (f"Since issue 30 the CLI refuses that island (\"{r['refusal']}\"), so the figure "
+    refused = (f"The CLI refuses that island (\"{r['refusal']}\"), so the figure "
                "below is computed by the function `predict --failures` runs "
                "(`perfmodel.costs.reliability.checkpointed_job`) for the 16,384 GPUs"
                if r["refusal"] else "The command computes the figure below")
+    if r["refusal"]:
+        demo_text = (f"The same command on the largest island the limits admit "
+                     f"({r['demo_nodes']:,} nodes x 8 = {r['demo_nodes'] * 8:,} GPUs) predicts a "
+                     f"step of {demo['step_time_s']:,.1f} s")
+    else:
+        demo_text = (f"The command predicts a step of {demo['step_time_s']:,.1f} s on "
+                     f"{ParallelLayout(**demo['layout']).describe()}")
     return f"""## 1. Llama 3 405B on 16,384 H100: the published "more than 90 %"
 
-The issue's check (FSDP only: tensor and pipeline parallelism do not exist yet, so the step time
-is not the point — the failure model is):
+The issue's check, on Meta's layout (the step time enters only through the checkpoint interval;
+the failure model is the point):
 
     {LLAMA_CLI}
 
@@ -164,10 +178,8 @@ the sourced 6.3 s / 148.8 s stall, {r['async'].checkpoint_stall_s:.3g} s here, t
 in the background) allow a checkpoint every {r['async'].checkpoint_interval_s:,.0f} s and keep
 {_pct(r['async'].goodput)}: less work is lost per failure.
 
-The same command on the largest island the limits admit ({r['demo_nodes']:,} nodes x 8 =
-{r['demo_nodes'] * 8:,} GPUs, half the interruptions) predicts an FSDP step of
-{demo['step_time_s']:,.0f} s; checkpoints then fall on step boundaries (every
-{demo['checkpoint_interval_steps']:.0f} step, {demo['checkpoint_interval_s']:,.0f} s) and goodput is
+{demo_text}; checkpoints then fall on step boundaries (every
+{demo['checkpoint_interval_steps']:.0f} step{'' if demo['checkpoint_interval_steps'] == 1 else 's'}, {demo['checkpoint_interval_s']:,.0f} s) and goodput is
 {_pct(demo['goodput'])}.
 
 What the restart time (the one input the report does not publish) does to the 16,384-GPU figure:
