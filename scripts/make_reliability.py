@@ -151,6 +151,7 @@ def llama_section(r: dict[str, Any]) -> str:
                "below is computed by the function `predict --failures` runs "
                "(`perfmodel.costs.reliability.checkpointed_job`) for the 16,384 GPUs"
                if r["refusal"] else "The command computes the figure below")
+    plural = "" if demo["checkpoint_interval_steps"] == 1 else "s"
     if r["refusal"]:
         demo_text = (f"The same command on the largest island the limits admit "
                      f"({r['demo_nodes']:,} nodes x 8 = {r['demo_nodes'] * 8:,} GPUs) predicts a "
@@ -179,7 +180,7 @@ in the background) allow a checkpoint every {r['async'].checkpoint_interval_s:,.
 {_pct(r['async'].goodput)}: less work is lost per failure.
 
 {demo_text}; checkpoints then fall on step boundaries (every
-{demo['checkpoint_interval_steps']:.0f} step{'' if demo['checkpoint_interval_steps'] == 1 else 's'}, {demo['checkpoint_interval_s']:,.0f} s) and goodput is
+{demo['checkpoint_interval_steps']:.0f} step{plural}, {demo['checkpoint_interval_s']:,.0f} s) and goodput is
 {_pct(demo['goodput'])}.
 
 What the restart time (the one input the report does not publish) does to the 16,384-GPU figure:
