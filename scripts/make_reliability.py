@@ -180,8 +180,8 @@ in the background) allow a checkpoint every {r['async'].checkpoint_interval_s:,.
 {_pct(r['async'].goodput)}: less work is lost per failure.
 
 {demo_text}; checkpoints then fall on step boundaries (every
-{demo['checkpoint_interval_steps']:.0f} step{plural}, {demo['checkpoint_interval_s']:,.0f} s) and goodput is
-{_pct(demo['goodput'])}.
+{demo['checkpoint_interval_steps']:.0f} step{plural}, {demo['checkpoint_interval_s']:,.0f} s) and
+goodput is {_pct(demo['goodput'])}.
 
 What the restart time (the one input the report does not publish) does to the 16,384-GPU figure:
 
