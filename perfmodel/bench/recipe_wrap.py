@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any, TypeVar, cast
 
 import torch
@@ -167,10 +168,12 @@ def micro_step_syncs(accum_steps: int, accum_mode: str) -> list[bool]:
 def train_step(model: Any, optimizer: torch.optim.Optimizer,
                tokens: torch.Tensor | Sequence[torch.Tensor], *, accum_steps: int,
                recipe: TrainingRecipe,
-               before_micro_step: Callable[[], None] | None = None) -> torch.Tensor:
+               before_micro_step: Callable[[], None] | None = None,
+               context: Callable[[], AbstractContextManager[Any]] | None = None) -> torch.Tensor:
     """One optimizer step of `accum_steps` micro-steps in `recipe.accum_mode`; `tokens` is one
     batch reused by every micro-step or one batch per micro-step. `before_micro_step` runs before
-    each forward (the memory tracker resets its per-module stats there). Returns the summed
+    each forward (the memory tracker resets its per-module stats there); `context` wraps each
+    micro-step's forward and backward (tensor parallelism's `loss_parallel`). Returns the summed
     (1/k-scaled) loss, detached (no host sync, so it also works under FakeTensorMode)."""
     batches = [tokens] * accum_steps if isinstance(tokens, torch.Tensor) else list(tokens)
     if len(batches) != accum_steps:
@@ -180,8 +183,9 @@ def train_step(model: Any, optimizer: torch.optim.Optimizer,
         if before_micro_step is not None:
             before_micro_step()
         model.set_requires_gradient_sync(sync)
-        loss = model(batch) / accum_steps
-        loss.backward()
+        with (context or nullcontext)():
+            loss = model(batch) / accum_steps
+            loss.backward()
         total = loss.detach() if total is None else total + loss.detach()
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
