@@ -83,15 +83,24 @@ def main(argv: list[str] | None = None) -> int:
         print(summary(paths, args.rows))
         return 0
     # lazy: torch, the optional [bench] extra (--summary needs none)
-    from perfmodel.bench.memory_layouts import grid_cases, heldout_cases, run_layout_cases
+    from perfmodel.bench.memory_layouts import (
+        HELDOUT_SEED,
+        grid_cases,
+        heldout_cases,
+        run_layout_cases,
+    )
 
     if args.grid:
         cases = grid_cases(args.cases, seed=args.seed, steps=args.steps)
         out = args.out or dataset_path(LAYOUT_DATASET)
+        draw = {"cases": f"perfmodel.bench.memory_layouts.grid_cases({args.cases}, "
+                         f"seed={args.seed}, steps={args.steps})"}
     else:
         cases = heldout_cases(steps=args.steps)
         out = args.out or dataset_path(LAYOUT_HELDOUT)
-    counts = run_layout_cases(cases, out, jobs=args.jobs, limit=args.limit)
+        draw = {"cases": f"perfmodel.bench.memory_layouts.heldout_cases(steps={args.steps})",
+                "seed": HELDOUT_SEED}
+    counts = run_layout_cases(cases, out, jobs=args.jobs, limit=args.limit, draw=draw)
     print(f"{out}: {counts['measured']} tracked, {counts['skipped']} already there")
     return 0
 

@@ -283,9 +283,11 @@ def _worker(case: MemoryCase) -> dict[str, Any]:
 
 
 def run_layout_cases(cases: Sequence[MemoryCase], out_path: str | Path, *, jobs: int = 1,
-                     limit: int | None = None) -> dict[str, int]:
+                     limit: int | None = None,
+                     draw: dict[str, Any] | None = None) -> dict[str, int]:
     """Track every case not yet in `out_path` (resume), over `jobs` processes (each case in its
-    own fake process group); the parent appends each finished row."""
+    own fake process group); the parent appends each finished row. `draw`: how the cases were
+    drawn (recorded in the session's env.json)."""
     log = CsvLog(out_path, COLUMNS, KEY_COLUMNS)
     done = log.done_keys()
     todo = [c for c in cases if log.key_of(case_key(c)) not in done]
@@ -295,7 +297,7 @@ def run_layout_cases(cases: Sequence[MemoryCase], out_path: str | Path, *, jobs:
         device="fake", threads=1,
         extra={"benchmark": "memory-layouts", "jobs": jobs, "cases": len(todo),
                "tracked_steps": sorted({c.steps for c in todo}),
-               "ground_truth": GROUND_TRUTHS}))
+               "ground_truth": GROUND_TRUTHS, "draw": draw or {}}))
     if jobs <= 1:
         for case in todo:
             _log_row(log, run_layout_case(case))
