@@ -5,9 +5,9 @@
     .venv/bin/python -m scripts.make_memory_layouts --heldout --jobs 2  # the 20 held-out cases
     .venv/bin/python -m scripts.make_memory_layouts --summary           # model vs tracker
 
-`--grid` tracks `perfmodel.bench.memory_layouts.grid_cases(N, seed)` (default 96 cases, seed
-0) into catalogs/profiles/data/memory-tracker-layouts.csv, `--heldout` the 20 configurations
-`heldout_cases()` draws with `random.Random(HELDOUT_SEED)` into
+`--grid` tracks `perfmodel.bench.memory_layouts.grid_cases(N, seed)` (default GRID_CASES = 40
+cases, seed 0) into catalogs/profiles/data/memory-tracker-layouts.csv, `--heldout` the 20
+configurations `heldout_cases()` draws with `random.Random(HELDOUT_SEED)` into
 memory-tracker-layouts-heldout.csv: FSDPMemTracker under FakeTensorMode with the fake process
 group, one optimizer step tracked after the AdamW state exists (`--steps`). Both resume: a
 rerun tracks only the cases not yet in the file; each session is recorded in the CSV's
@@ -69,7 +69,8 @@ def main(argv: list[str] | None = None) -> int:
     what.add_argument("--summary", action="store_true", help="model vs tracker (no torch)")
     parser.add_argument("-o", "--out", type=Path, default=None,
                         help="CSV to append to (default: the shipped dataset)")
-    parser.add_argument("--cases", type=int, default=96, help="grid cases drawn")
+    parser.add_argument("--cases", type=int, default=40,
+                        help="grid cases drawn (memory_layouts.GRID_CASES)")
     parser.add_argument("--seed", type=int, default=0, help="grid sampling seed")
     parser.add_argument("--steps", type=int, default=1, help="optimizer steps tracked")
     parser.add_argument("--jobs", type=int, default=1, help="parallel processes")

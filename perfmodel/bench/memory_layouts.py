@@ -153,8 +153,14 @@ GRID_LAYOUTS: tuple[tuple[int, int, int], ...] = (
 )
 """Layouts of the grid as (world size, dp_replicate, tp); 512-rank layouts are for the
 405B-class model only."""
-HEAVY_CASES = {"llama-3.1-70b": 8, "llama-3.1-405b": 4}
+HEAVY_CASES = {"llama-3.1-70b": 4, "llama-3.1-405b": 2}
 """Grid cases of the large models (70B: about a minute each, 405B: several), drawn first."""
+GRID_CASES = 40
+"""Cases of the shipped grid. The grid was first drawn with 96 cases (8 of 70B, 4 of 405B);
+that generation could not finish in the time the issue had on a shared 2-core CPU (26 rows in
+about 25 minutes, the costliest still ahead), so before any error was looked at the definition
+was cut to 40 cases (4 of 70B, 2 of 405B): the same seeded shuffle and stratification, a
+shorter draw, so every case of the shorter grid was a case of the longer one."""
 
 
 def _layout_case(name: str, spec: ModelSpec, world: int, dp_replicate: int, tp: int, sp: bool,
@@ -178,7 +184,7 @@ def _buildable(spec: ModelSpec, world: int, dp_replicate: int, tp: int) -> bool:
     return True
 
 
-def grid_cases(n: int = 96, *, seed: int = 0, steps: int = 1) -> list[MemoryCase]:
+def grid_cases(n: int = GRID_CASES, *, seed: int = 0, steps: int = 1) -> list[MemoryCase]:
     """A seeded random subset of `n` grid cases, cheapest first: `HEAVY_CASES` of the large
     models, then the rest stratified so that every layout kind and AC mode appears about
     equally often."""
