@@ -169,10 +169,10 @@ def islands(request: IslandsRequest, *, notify: Notify = quiet) -> IslandsResult
     _, table = _load(request.instance_path)
     output = request.output_path
     if output is not None and output.suffix.lower() == ".json":
-        output.write_text(table.to_json(orient="records", indent=2) + "\n")
+        report.write_text_atomic(output, table.to_json(orient="records", indent=2) + "\n")
         notify(f"wrote {len(table)} rows (JSON) to {output}")
     elif output is not None:
-        table.to_csv(output, index=False)
+        report.write_text_atomic(output, table.to_csv(index=False))
         notify(f"wrote {len(table)} rows to {output}")
     return IslandsResult(table=table, written=output)
 
@@ -206,6 +206,9 @@ def frontier(request: FrontierRequest, *,
     if metric is None and request.scenarios:
 
         return frontier_study(request, notify=notify)
+    if request.plot_path is not None and metric is not None:  # every flag acts or is refused
+        raise UserInputError(f"--plot draws time-vs-cost frontiers only, not time-vs-{metric}",
+                             hint="drop --plot, or use --objectives time,cost.")
     path = request.instance_paths[0] if metric is None else _single(request.instance_paths,
                                                                     request.vary)
     solved = solve(SolveRequest(instance_path=path, metric=metric or "cost",
@@ -218,9 +221,7 @@ def frontier(request: FrontierRequest, *,
             record.pop("usd_per_hour_saved", None)
     if request.csv_path is not None:
         report.write_csv(records, request.csv_path)
-    if request.plot_path is not None and metric is not None:
-        notify("note: --plot draws time-vs-cost frontiers only; no plot written")
-    elif request.plot_path is not None:
+    if request.plot_path is not None:
         _plots(solved, request.plot_path, notify)
     return FrontierResult(solved=solved, records=records,
                           meta=report.frontier_meta(solved.frontier))
@@ -251,7 +252,8 @@ def query(request: QueryRequest) -> PlanAnswer | ScenarioStudy:
         solved = solve(SolveRequest(instance_path=_single(request.instance_paths, request.vary),
                                     metric=metric, max_co2_kg=request.max_co2_kg,
                                     max_energy_kwh=request.max_energy_kwh, options=request.options))
-        chosen, extra = energy_answer(solved, request.objective, has_cap=metric_cap(request))
+        chosen, extra = energy_answer(solved, request.objective, has_cap=metric_cap(request),
+                                      fraction=request.min_throughput_fraction)
     else:
         first_only = request.objective == "cost" and request.min_throughput_fraction is None
         solved = solve(SolveRequest(instance_path=request.instance_paths[0], first_only=first_only,
@@ -268,13 +270,36 @@ def metric_cap(request: QueryRequest) -> bool:
     return (request.max_co2_kg or request.max_energy_kwh) is not None
 
 
-def energy_answer(solved: Solved, objective: str, *, has_cap: bool) -> tuple[Plan, dict[str, Any]]:
-    """The query on a time-vs-energy/CO2 frontier: (chosen plan, what was asked)."""
+def energy_answer(solved: Solved, objective: str, *, has_cap: bool,
+                  fraction: float | None = None) -> tuple[Plan, dict[str, Any]]:
+    """The query on a time-vs-energy/CO2 frontier: (chosen plan, what was asked).
+
+    With `fraction` (objective co2 or energy): the least-metric plan whose tokens/s is at least
+    `fraction` of the fastest plan's. Exact: a throughput floor is a wall-time ceiling, and the
+    time-vs-metric frontier holds the least-metric plan of every wall-time ceiling
+    (tests/test_hostile_planner.py checks it against every frontier point)."""
 
     metric, points = solved.metric, solved.frontier.points
+    field_name = FIELD[metric]
+    if fraction is not None:
+        if objective != metric:
+            raise UserInputError(
+                f"--min-throughput-fraction with --objective {objective} and a {metric} cap asks "
+                "for the cheapest plan on a time-vs-" + metric + " frontier: a third objective",
+                hint=f"use --objective {metric} --min-throughput-fraction {fraction} (least "
+                     f"{metric} near the best throughput), or drop the {metric} cap.")
+        best = fastest(points)
+        floor = fraction * best.tokens_per_s
+        admitted = [p for p in points if p.tokens_per_s >= floor]
+        chosen = min(admitted, key=lambda p: (getattr(p, field_name), p.wall_time_s))
+        saved = getattr(best, field_name) - getattr(chosen, field_name)
+        total = getattr(best, field_name)
+        return chosen, {"query": f"least {metric} with tokens/s >= {fraction} x best"
+                        + (f" within the {metric} cap" if has_cap else ""),
+                        f"saving_pct_vs_fastest_{metric}": 100.0 * saved / total if total else 0.0,
+                        "fastest_tokens_per_s": best.tokens_per_s}
     if objective == "time":
         return fastest(points), {"query": f"fastest within the {metric} cap"}
-    field_name = FIELD[metric]
     chosen = min(points, key=lambda p: (getattr(p, field_name), p.wall_time_s))
     return chosen, {"query": f"least {metric}" + (f" within the {metric} cap" if has_cap else "")}
 

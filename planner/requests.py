@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from perfmodel.facts import check_limit
 from perfmodel.spec.errors import UserInputError
 from planner.solvers.registry import DEFAULT_TIME_LIMIT_S, MILP_BACKENDS, SOLVERS
 
@@ -30,19 +31,21 @@ def quiet(_: str) -> None:
     """The default `Notify`: say nothing."""
 
 
-def _positive(name: str, value: float | None, hint: str) -> None:
-    """None, or a finite number > 0 (booleans are not numbers)."""
+def _positive(name: str, value: float | None, hint: str, limit: str | None = None) -> None:
+    """None, or a finite number > 0 (booleans are not numbers) within LIMITS[limit]."""
     if value is None:
         return
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) \
             or value <= 0:
         raise UserInputError(f"{name} = {value!r}: must be a finite number > 0", hint=hint)
+    if limit is not None:
+        check_limit(limit, value, field=name)
 
 
 def _caps(request: FrontierRequest | QueryRequest | SolveRequest) -> None:
     """The run's CO2 and energy caps: None or a finite number > 0."""
-    _positive("max_energy_kwh", request.max_energy_kwh, "give the cap in kWh, or None.")
-    _positive("max_co2_kg", request.max_co2_kg, "give the cap in kg CO2e, or None.")
+    _positive("max_energy_kwh", request.max_energy_kwh, "give the cap in kWh, or None.", "kwh")
+    _positive("max_co2_kg", request.max_co2_kg, "give the cap in kg CO2e, or None.", "kg_co2")
 
 
 def _is_study(instance_paths: tuple[Path, ...], vary: tuple[str, ...]) -> bool:
@@ -87,10 +90,12 @@ class SolveOptions:
                                          or not isinstance(self.threads, int) or self.threads < 1):
             raise UserInputError(f"threads = {self.threads!r}: must be an integer >= 1",
                                  hint="set threads to 1 or more, or None for the CPU count.")
-        _positive("time_limit_s", self.time_limit_s, "give the solve time in seconds, e.g. 300.")
-        _positive("budget_usd", self.budget_usd, "give the budget in USD, or None for no cap.")
+        _positive("time_limit_s", self.time_limit_s, "give the solve time in seconds, e.g. 300.",
+                  "seconds")
+        _positive("budget_usd", self.budget_usd, "give the budget in USD, or None for no cap.",
+                  "usd")
         _positive("deadline_hours", self.deadline_hours,
-                  "give the deadline in hours, or None for no cap.")
+                  "give the deadline in hours, or None for no cap.", "hours")
 
     def kwargs(self) -> dict[str, Any]:
         """The keyword arguments of `planner.analysis.pareto.solve_instance` (and

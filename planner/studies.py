@@ -105,6 +105,8 @@ def summary_rows(results: Sequence[ScenarioResult]) -> list[dict[str, Any]]:
         row: dict[str, Any] = {"instance": Path(r.instance_path).name, "scenario": r.scenario.name}
         if r.frontier is None or not r.points:
             row.update({"points": 0, "note": r.error or "no plan"})
+            if r.skipped:
+                row["proven_exact"] = False
             rows.append(row)
             continue
         fast, cheap = fastest(r.points), cheapest(r.points)
@@ -186,7 +188,8 @@ def frontier_study(request: FrontierRequest, *, notify: Notify) -> ScenarioStudy
             notify(f"wrote {target}")
     if request.csv_path is not None:
         frames = [s.cross_table.assign(instance=s.instance) for s in sections]
-        pd.concat(frames, ignore_index=True).to_csv(request.csv_path, index=False)
+        report.write_text_atomic(request.csv_path,
+                                 pd.concat(frames, ignore_index=True).to_csv(index=False))
     return ScenarioStudy(summary=summary, sections=tuple(sections),
                          payload={"summary": summary, "instances": instances})
 
@@ -209,7 +212,8 @@ def query_study(request: QueryRequest) -> ScenarioStudy:
             if r.frontier is None or r.problem is None or not r.points:
                 answers.append(None)
                 admissible.append(_never)
-                summary.append({**row, "note": r.error or "no plan"})
+                summary.append({**row, "note": r.error or "no plan",
+                                **({"proven_exact": False} if r.skipped else {})})
                 continue
             chosen, extra = answer(r.problem, r.frontier, objective, fraction)
             answers.append(chosen)

@@ -27,27 +27,36 @@ Parts (each between `<!-- part:NAME -->` markers, regenerated and checked on its
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import re
 import shlex
 import subprocess
 import sys
+import textwrap
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
+import yaml
 
-from perfmodel.api.fit import ValidationRequest, validate_profile
+from perfmodel.api.fit import (
+    ComputeFitRequest,
+    ValidationRequest,
+    fit_compute,
+    validate_profile,
+)
 from perfmodel.costs.features import ALIGNED_WIDTH
 from perfmodel.formatting import json_ready
+from perfmodel.profiles.bounds import flag_text, near_bound
 from perfmodel.profiles.memory_validation import markdown_section, read_rows
 from perfmodel.profiles.memory_validation import tracker_agreement as agreement
 from perfmodel.profiles.overlap import fit_overlap_slowdown
 from perfmodel.profiles.profile import load_profile
 from perfmodel.spec.errors import ShardMeterError
-from scripts import validation_gpu
+from scripts import git_history, validation_gpu, validation_heldout
 from scripts.cache import cv_cache, set_cache_mode
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -58,6 +67,14 @@ PROFILE = "catalogs/profiles/cpu-x86-2core.yaml"
 COMPUTE, COMM, FSDP = f"{DATA}/cpu-compute.csv", f"{DATA}/cpu-comm.csv", f"{DATA}/cpu-fsdp.csv"
 FSDP_MEMORY = f"{DATA}/cpu-fsdp-memory.csv"
 WIDTH_PROBE = f"{DATA}/cpu-width-probe.csv"
+HOLDOUT, FSDP_AC = validation_heldout.HOLDOUT, validation_heldout.FSDP_AC
+"""Validation-only CPU datasets (no fit reads them), reported apart by `validation_heldout`."""
+SPACES = "catalogs/spaces"
+WIDE, ALIGNED = f"{SPACES}/cpu-wide.yaml", f"{SPACES}/cpu-aligned.yaml"
+BEFORE_ALIGNED = "52c2105"
+"""The last commit whose CPU profile was fitted without the cpu-aligned.yaml shapes and the
+aligned-width feature: its docs/VALIDATION.md reports the named models' backward error before
+them (`before_aligned_errors` checks that its compute data has no aligned rows)."""
 NAMED = {
     "SmolLM-360M": "SmolLM", "Llama-3.2-1B": "Llama 3.2", "Phi-1.5": "Phi-1.5", "Gemma-2B": "Gemma",
     "Yi-6B": "Yi-1.5",
@@ -71,46 +88,153 @@ PAPER = {"SmolLM-360M": ((5.29, 10.44, 4.03), (15.22, 28.74, 4.83)),
 PAPER_COMM = {"all_gather": 14.99, "reduce_scatter": 13.1, "all_reduce": 2.14}
 GOAL_PCT = 10.0
 STEP_GOAL_PCT, STEP_CASE_LIMIT_PCT = 15.0, 25.0
-COLLECTED = """### How the data were collected
+def _yaml(path: str) -> Any:
+    return yaml.safe_load((ROOT / path).read_text())
 
-`scripts/collect_cpu_data.sh` measured every timing dataset below on one machine, on jemalloc set
-never to return freed pages (`LD_PRELOAD=libjemalloc.so.2
-MALLOC_CONF=dirty_decay_ms:-1,muzzy_decay_ms:-1`): glibc's malloc unmaps every large freed
-tensor, so each step's fresh gradients and optimizer temporaries fault their pages in again, at a
-cost that swings with the VM's huge-page supply, while a GPU's caching allocator reuses warm
-memory. Compute: `catalogs/spaces/cpu-wide.yaml` (150 scrambled-Sobol shapes, hidden 64-4096,
-vocabulary 512-262144, llama/gemma/phi layouts, 1-4 layers, micro-batch sweep 1, 2, 4, ... to 16
-under a 15 s and 12 GiB cap; `--named`: the five held-out models' real shapes with two layers,
-sequence 64, micro-batches 1 and 2), then `catalogs/spaces/cpu-aligned.yaml` (64 more Sobol
-shapes, rows `aligned-NNNN`, widths 1024, 2048, 3072 or 4096 and FFNs up to 16384, as the
-named models have and the cpu-wide shapes almost never do) and the width probe, in a second quiet
-run on the same machine (each session's date is in the sidecar); fp32, AdamW, one thread, phase
-times from the profiler's `record_function` ranges (median of the profiled steps, IQR per row).
-Collectives: gloo over TCP loopback, 2 ranks, slowest rank per repetition, median. FSDP2:
-`catalogs/spaces/fsdp-cpu.yaml`, `fully_shard` per block and root, 2 ranks, torchtitan's recipe in
-fp32. FSDP2 peak memory: the same configurations as real-tensor 2-rank gloo runs, the CPU
-allocator's live bytes of the training thread at their peak (`perfmodel/bench/alloc_trace.py`)
-beside FSDPMemTracker on the same step. Each dataset's commands, as its `*.env.json` sidecar
-records them:
 
-"""
+def _session(name: str, key: str) -> Any:
+    """A setting every session of a dataset's sidecar agrees on ('?' when they differ)."""
+    values = {json.dumps(s.get(key)) for s in _sessions(name) if key in s}
+    return json.loads(values.pop()) if len(values) == 1 else "?"
 
-NOTES = """### Caveats
 
-- Widths that are multiples of 1024: every named model but SmolLM has one (2048 or 4096), and
-  their backward passes run slower than the cpu-wide shapes' features predict (width probe
-  above). The profile fitted before the `cpu-aligned.yaml` shapes, which show the regression such
-  widths, and the `aligned_weight_grads` candidate predicted the four 20-27 % too fast (git
-  history of this file). This is a property
-  of this CPU's fp32 kernels; the GPU profiles do not carry the feature, and a GPU measured with
-  `scripts/gpu_bench.sh` would get it only if its own data select it.
-- Two ranks and gloo's threads share the two cores, so a collective takes CPU time from the
-  compute it overlaps (`overlap_slowdown`), and FSDP2's copies around each collective (all-gather
-  copy-in and copy-out, reduce-scatter chunk-cat) run in the training thread
-  (`fsdp_copy_s_per_byte`); both are fitted on the FSDP2 steps, hence the held-out column.
-- The datasets measured before this collection (AMD EPYC, glibc's malloc with huge pages) are in
-  the git history; they are not mixed with these: the CPU, the malloc and the named models'
-  layer count all differ."""
+def _words(n: int) -> str:
+    return {1: "one", 2: "two", 3: "three", 4: "four", 5: "five"}.get(n, str(n))
+
+
+def collected_text() -> str:
+    """How the timing data were collected: every figure read from the design spaces, the data
+    and the datasets' sidecars."""
+    wide, aligned = _yaml(WIDE), _yaml(ALIGNED)
+    models = pd.read_csv(ROOT / COMPUTE, usecols=["model"])["model"].unique()
+    sobol = sum(str(m).startswith("sobol-") for m in models)
+    extra = sum(str(m).startswith(f"{aligned.get('id_prefix', 'aligned')}-") for m in models)
+    named = wide["named"]
+    sweep = ", ".join(str(2**i) for i in range(3))
+    limits = wide["limits"]
+    dtype = _session(COMPUTE, "dtype")
+    threads = _session(COMPUTE, "threads")
+    comm_world = _session(COMM, "world_size")
+    ranks = _ranks()
+    widths = ", ".join(str(w) for w in aligned["hidden_size"][:-1])
+    thread_text = (f"{_words(threads)} thread{'' if threads == 1 else 's'}"
+                   if isinstance(threads, int) else f"{threads} threads")
+    paragraph = (
+        "`scripts/collect_cpu_data.sh` measured every timing dataset below on one machine, on "
+        "jemalloc set never to return freed pages (`LD_PRELOAD=libjemalloc.so.2 "
+        "MALLOC_CONF=dirty_decay_ms:-1,muzzy_decay_ms:-1`): glibc's malloc unmaps every large "
+        "freed tensor, so each step's fresh gradients and optimizer temporaries fault their pages "
+        "in again, at a cost that swings with the VM's huge-page supply, while a GPU's caching "
+        f"allocator reuses warm memory. Compute: `{WIDE}` ({sobol} scrambled-Sobol shapes in the "
+        f"data, hidden {wide['hidden_size']['min']}-{wide['hidden_size']['max']}, vocabulary "
+        f"{wide['vocab_size']['min']}-{wide['vocab_size']['max']}, "
+        f"{'/'.join(wide['families'])} layouts, {wide['num_hidden_layers']['min']}-"
+        f"{wide['num_hidden_layers']['max']} layers, micro-batch sweep {sweep}, ... to "
+        f"{wide['max_micro_batch']} under a {limits['time_per_config_s']} s and "
+        f"{limits['memory_gib']} GiB cap; `--named`: the {_words(len(named['models']))} held-out "
+        f"models' real shapes with {_words(named['num_hidden_layers'])} layers, sequence "
+        f"{named['seq_len']}, micro-batches "
+        f"{' and '.join(str(m) for m in named['micro_batches'])}), then `{ALIGNED}` ({extra} "
+        f"more Sobol shapes, rows `{aligned.get('id_prefix', 'aligned')}-NNNN`, widths {widths} "
+        f"or {aligned['hidden_size'][-1]} and FFNs up to {aligned['intermediate_size']['max']}, "
+        "as the named models have and the cpu-wide shapes almost never do) and the width probe, "
+        "in a second quiet run on the same machine (each session's date is in the sidecar); "
+        f"{dtype}, AdamW, {thread_text}, phase times from the profiler's `record_function` "
+        "ranges (median of the profiled steps, IQR per row). Collectives: gloo over TCP "
+        f"loopback, {comm_world} ranks, slowest rank per repetition, median. FSDP2: "
+        f"`catalogs/spaces/fsdp-cpu.yaml`, `fully_shard` per block and root, {ranks} ranks, "
+        f"torchtitan's recipe in {dtype}. FSDP2 peak memory: the same configurations as "
+        f"real-tensor {ranks}-rank gloo runs, the CPU allocator's live bytes of the training "
+        "thread at their peak (`perfmodel/bench/alloc_trace.py`) beside FSDPMemTracker on the "
+        "same step. Each dataset's commands, as its `*.env.json` sidecar records them:")
+    return f"### How the data were collected\n\n{_wrap_text(paragraph)}\n\n"
+
+
+def _wrap_text(text: str, bullet: bool = False) -> str:
+    """A paragraph (or a bullet) wrapped at the docs' line length."""
+    return textwrap.fill(text, width=99, break_on_hyphens=False, break_long_words=False,
+                         initial_indent="- " if bullet else "",
+                         subsequent_indent="  " if bullet else "")
+
+
+def _table_column(doc: str, first_cell: str, column: int) -> float | None:
+    """The number in `column` of the markdown table row whose first cell starts with
+    `first_cell` (None when there is no such row)."""
+    for line in doc.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if cells and cells[0].startswith(first_cell) and len(cells) > column:
+            try:
+                return float(cells[column])
+            except ValueError:
+                return None
+    return None
+
+
+def _named_widths() -> dict[str, int]:
+    """Hidden size of each named model in the compute data."""
+    frame = pd.read_csv(ROOT / COMPUTE, usecols=["model", "hidden_size"])
+    first = frame.groupby("model")["hidden_size"].first()
+    return {str(n): int(first[n]) for n in NAMED if n in first.index}
+
+
+def before_aligned_errors() -> dict[str, float] | None:
+    """Backward leave-one-architecture-out MAPE of each named model at a width that is a multiple
+    of ALIGNED_WIDTH, as docs/VALIDATION.md reported it at BEFORE_ALIGNED (None without git)."""
+    data = git_history.show(BEFORE_ALIGNED, COMPUTE)
+    doc = git_history.show(BEFORE_ALIGNED, DOC)
+    if data is None or doc is None:
+        return None
+    if "\naligned-" in data:
+        raise SystemExit(f"{BEFORE_ALIGNED}:{COMPUTE} has aligned rows: BEFORE_ALIGNED is wrong")
+    widths = _named_widths()
+    out = {}
+    for name, short in NAMED.items():
+        if name in widths and widths[name] % ALIGNED_WIDTH == 0:
+            value = _table_column(doc, f"{short} ({name}", 2)
+            if value is not None:
+                out[name] = value
+    return out
+
+
+def notes_text() -> str:
+    """The caveats, every figure read (the named models' widths from the data, their errors
+    before the aligned-width feature from git)."""
+    named = _named_widths()
+    at = {n: w for n, w in named.items() if w % ALIGNED_WIDTH == 0}
+    others = [n for n in named if n not in at]
+    before = before_aligned_errors()
+    ranks = _ranks()
+    ranks = _words(int(ranks)).capitalize() if ranks.isdigit() else ranks
+    if before:
+        errors = (f"had backward leave-one-architecture-out MAPE "
+                  f"{f(min(before.values()))}-{f(max(before.values()))} % on these "
+                  f"{_words(len(before))} (docs/VALIDATION.md at commit {BEFORE_ALIGNED})")
+    else:
+        errors = f"reported their backward error in docs/VALIDATION.md at commit {BEFORE_ALIGNED}"
+    bullets = [
+        f"Widths that are multiples of {ALIGNED_WIDTH}: every named model but "
+        f"{', '.join(NAMED[n] for n in others)} has one "
+        f"({' or '.join(str(w) for w in sorted(set(at.values())))}), and their backward passes "
+        "run slower than the cpu-wide shapes' features predict (width probe above). The profile "
+        "fitted before the `cpu-aligned.yaml` shapes, which show the regression such widths, and "
+        f"the `aligned_weight_grads` candidate {errors}. The feature and those shapes were "
+        "designed after seeing these errors, so the named models' backward figures above are no "
+        "longer an untouched held-out estimate (the width probe is evidence in its own right); "
+        "the fresh holdout above, frozen before it was measured, is. "
+        "This is a property of this CPU's fp32 kernels; the GPU profiles do not carry the "
+        "feature, and a GPU measured with `scripts/gpu_bench.sh` would get it only if its own "
+        "data select it.",
+        f"{ranks} ranks and gloo's threads share the {_words(_session(COMPUTE, 'cpu_count'))} "
+        "cores, so a collective takes CPU time from the compute it overlaps (`overlap_slowdown`), "
+        "and FSDP2's copies around each collective "
+        "(all-gather copy-in and copy-out, reduce-scatter chunk-cat) run in the training thread "
+        "(`fsdp_copy_s_per_byte`); both are fitted on the FSDP2 steps, hence the held-out column, "
+        "and both are effective: they absorb the step model's other errors (their history "
+        "above).",
+        "The datasets measured before this collection (AMD EPYC, glibc's malloc with huge pages) "
+        "are in the git history; they are not mixed with these: the CPU, the malloc and the named "
+        "models' layer count all differ."]
+    return "### Caveats\n\n" + "\n".join(_wrap_text(b, bullet=True) for b in bullets)
 
 
 def shardmeter(*args: str) -> str:
@@ -137,9 +261,15 @@ COMPARE = ("bench", "fsdp-compare", FSDP, "--profile", PROFILE, "--memory", FSDP
 
 
 def fit() -> None:
-    """Refit the CPU profile from scratch (prior of the CPU device, then compute, then comm)."""
+    """Refit the CPU profile from scratch (prior of the CPU device, then compute, then comm, then
+    the FSDP-side pair). The compute fit runs through the API, as its command would, so that its
+    nested leave-one-architecture-out CV lands in the cache `validate` reads (one computation)."""
     (ROOT / PROFILE).unlink(missing_ok=True)
-    for cmd in FIT_COMMANDS:
+    compute, *others = FIT_COMMANDS
+    with contextlib.chdir(ROOT):  # the command's relative paths, as the CLI run from ROOT has
+        fit_compute(ComputeFitRequest(data_path=compute[2], output_path=compute[4],
+                                      hardware=compute[6], backend=compute[8], cache=cv_cache()))
+    for cmd in others:
         shardmeter(*cmd)
 
 
@@ -199,8 +329,28 @@ def compute_section(rows: list[dict[str, Any]], mode: str) -> str:
             f"Goal (forward and backward <= {GOAL_PCT:.0f} % per named model): forward met for "
             f"{fwd_ok.count('yes')}/{len(fwd_ok)}, backward met for "
             f"{bwd_ok.count('yes')}/{len(bwd_ok)}.",
+            profile_cv_line(),
         ]
     )
+
+
+def profile_cv_line() -> str:
+    """The profile's two CV figures per phase, each named for what it is."""
+    compute = load_profile(str(ROOT / PROFILE)).compute
+    phases = [p for p in ("forward", "backward", "optimizer") if p in compute]
+
+    def figures(values: list[float | None]) -> str:
+        if all(v is None for v in values):
+            return "not recorded (a profile fitted before it was)"
+        return " / ".join(f(float("nan") if v is None else v) for v in values) + " %"
+
+    selection = figures([compute[p].selection_cv_mape_pct for p in phases])
+    nested = figures([compute[p].nested_cv_mape_pct for p in phases])
+    return (f"The profile records per phase ({' / '.join(phases)}) the CV MAPE that chose its "
+            f"features, `selection_cv_mape_pct` {selection} (the best over the candidate "
+            "subsets, so optimistic: a selection score), and the nested one, "
+            f"`nested_cv_mape_pct` {nested} (selection redone without each model: the "
+            "out-of-sample figure, over the configurations like the table above).")
 
 
 def width_section() -> str:
@@ -222,14 +372,14 @@ def width_section() -> str:
         f"### Width probe: widths that are multiples of {ALIGNED_WIDTH}",
         f"One {shape['family']} shape ({shape['num_hidden_layers']} layers, "
         f"{shape['num_attention_heads']} heads, FFN {shape['intermediate_size']}, vocabulary "
-        f"{shape['vocab_size']}, sequence {shape['seq_len']}) at eight widths "
+        f"{shape['vocab_size']}, sequence {shape['seq_len']}) at {_words(len(ratio.index))} widths "
         "(`catalogs/spaces/cpu-width-probe.yaml`). A backward pass does about twice a forward's "
         "FLOPs at any width.",
         table(["hidden", f"multiple of {ALIGNED_WIDTH}", "fwd s (m=1)", "bwd s (m=1)",
                *(f"bwd/fwd (m={m})" for m in ratio.columns)], body),
         f"Mean backward/forward ratio: {f(np.nanmean(ratio[aligned].to_numpy()))} at multiples of "
         f"{ALIGNED_WIDTH}, {f(np.nanmean(ratio[~aligned].to_numpy()))} at the other widths ('-': "
-        "micro-batch 2 not reached under the probe's time cap). The "
+        f"micro-batch {max(ratio.columns)} not reached under the probe's time cap). The "
         "regression's backward candidate `aligned_weight_grads` (weight-gradient elements per "
         f"pass in matrices whose rows are a multiple of {ALIGNED_WIDTH} long) lets the fit price "
         f"that; the fitted profile {price}.",
@@ -242,7 +392,8 @@ def comm_section(rows: list[dict[str, Any]], mode: str) -> str:
             for r in rows]
     return "\n\n".join(
         [
-            f"### Collectives (gloo, 2 ranks)\n\nValidation mode: {mode}.",
+            f"### Collectives (gloo, {_session(COMM, 'world_size')} ranks)\n\nValidation mode: "
+            f"{mode}.",
             table(["op", "link", "rows", "MAPE %", "paper MAPE %", f"<= {GOAL_PCT:.0f} %"], body),
         ]
     )
@@ -255,13 +406,75 @@ def tracker_agreement() -> str:
 
 def held_out_errors() -> tuple[list[float], dict[str, Any]]:
     """Step errors with each FSDP case's shape held out of the FSDP-side fit (overlap_slowdown,
-    fsdp_copy_s_per_byte), and the pair fitted on every row."""
+    fsdp_copy_s_per_byte), and the pair fitted on every row with its grid-edge flags."""
     result = fit_overlap_slowdown(load_profile(str(ROOT / PROFILE)), ROOT / FSDP,
                                   cache=cv_cache())
+    flags = {flag.parameter: flag_text(flag) for flag in result.at_bound()}
+    slowdowns = [g[0] for g in result.grid]
     return [float(e) for e in result.cv_errors_pct()], {
         "overlap_slowdown": result.overlap_slowdown,
         "fsdp_copy_s_per_byte": result.fsdp_copy_s_per_byte,
-        "fitted_mape_pct": result.mape_pct(result.best)}
+        "fitted_mape_pct": result.mape_pct(result.best), "flags": flags,
+        "grid": (min(slowdowns), max(slowdowns))}
+
+
+def _overlap_record(text: str) -> tuple[Any, ...] | None:
+    """What one version of the CPU profile records about its FSDP-side fit (None before it had
+    one): the contention factor, the copy cost, the factor's grid, the FSDP2 and compute
+    datasets' sha256 and the whole record (so a refit that moves only the errors counts)."""
+    doc = yaml.safe_load(text) or {}
+    detail = doc.get("provenance_detail") or {}
+    fit = detail.get("overlap_fit")
+    if not isinstance(fit, dict):
+        return None
+    grid = fit.get("grid_overlap_slowdown") or fit.get("grid") or [None, None]
+    shas = {d.get("kind"): str(d.get("sha256", ""))[:12] for d in detail.get("datasets", [])}
+    return (float(doc.get("overlap_slowdown") or fit.get("overlap_slowdown") or 1.0),
+            fit.get("fsdp_copy_s_per_byte"), (grid[0], grid[-1]), shas.get("fsdp", ""),
+            shas.get("compute", ""), json.dumps(fit, sort_keys=True))
+
+
+def contention_history() -> str:
+    """The contention factor of every recorded fit of the CPU profile (read from git) beside the
+    current one, and its spread: it is effective, so it moves when the data under it do."""
+    current = _overlap_record((ROOT / PROFILE).read_text())
+    history = git_history.recorded(PROFILE, _overlap_record)
+    if current is None:
+        return ""
+    if not history:
+        return ("The contention factor's earlier fits are recorded in git history, which this "
+                "checkout lacks.")
+    earlier = git_history.earlier_than_current(history, current)
+    rows = [(r.short, r.date, r.value) for r in earlier] + [("this checkout", "", current)]
+    body, interior = [], []
+    for commit, date, (slowdown, copy, grid, fsdp_sha, compute_sha, _) in rows:
+        edge = None not in grid and near_bound(slowdown, grid[0], grid[1]) is not None
+        if not edge:
+            interior.append((slowdown, fsdp_sha))
+        body.append([commit, date, f(slowdown), "-" if copy is None else f(copy * 1e9),
+                     f"{f(grid[0])}-{f(grid[1])}", "yes" if edge else "no", f"`{fsdp_sha}`",
+                     f"`{compute_sha}`"])
+    values = [r[2][0] for r in rows]
+    same = [v for v, sha in interior if sha == current[3]]
+    summary = (f"Across the {len(values)} recorded fits it ranged {f(min(values))}-"
+               f"{f(max(values))}; {len(values) - len(interior)} of them ended on an edge of their "
+               "grid, where the search wanted a value beyond it (no fit at all).")
+    if interior:
+        summary += (f" The {len(interior)} interior fit(s) ranged {f(min(v for v, _ in interior))}"
+                    f"-{f(max(v for v, _ in interior))} (max/min "
+                    f"{f(max(v for v, _ in interior) / min(v for v, _ in interior))})")
+        summary += (f", {len(same)} of them on the current FSDP2 steps ({f(min(same))}-"
+                    f"{f(max(same))}), moved by the compute data and model under it."
+                    if same else ".")
+    summary += (" It is an effective parameter, not a measured property of the machine: read "
+                "its spread as the uncertainty of the value.")
+    return "\n\n".join([
+        "#### The contention factor across refits (effective)",
+        "`overlap_slowdown` as every commit that refitted it recorded it "
+        f"(`git log -p {PROFILE}`), and now:",
+        table(["commit", "date", "overlap_slowdown", "fsdp_copy ns/B", "grid", "at grid edge",
+               "FSDP2 steps sha256", "compute data sha256"], body),
+        _wrap_text(summary)])
 
 
 def fsdp_section(rows: list[dict[str, Any]]) -> str:
@@ -283,10 +496,12 @@ def fsdp_section(rows: list[dict[str, Any]]) -> str:
     signs = sum(e < 0 for e in held)
     return "\n\n".join(
         [
-            "### FSDP2 end-to-end (2 ranks, gloo) and the memory model",
+            f"### FSDP2 end-to-end ({_ranks()} ranks, gloo) and the memory model",
             "The profile's two FSDP-side parameters are fitted on these steps (`fit overlap`: "
-            f"overlap_slowdown {f(fitted['overlap_slowdown'])}, fsdp_copy_s_per_byte "
-            f"{fitted['fsdp_copy_s_per_byte'] * 1e9:.2f} ns/B; in-sample step MAPE "
+            f"overlap_slowdown {f(fitted['overlap_slowdown'])}"
+            f"{_flagged(fitted, 'overlap_slowdown')}, fsdp_copy_s_per_byte "
+            f"{fitted['fsdp_copy_s_per_byte'] * 1e9:.2f} ns/B"
+            f"{_flagged(fitted, 'fsdp_copy_s_per_byte')}; both effective; in-sample step MAPE "
             f"{f(fitted['fitted_mape_pct'])} %), so the goal is judged on the held-out column: "
             "each case predicted with the pair fitted on the other model shapes' rows.",
             table(
@@ -305,8 +520,20 @@ def fsdp_section(rows: list[dict[str, Any]]) -> str:
             f"{f(sum(mem) / max(len(mem), 1))} % (goal <= {GOAL_PCT:.0f} %: "
             f"{mark(sum(mem) / max(len(mem), 1))}) against the allocator peaks of "
             f"`cpu-fsdp-memory.csv`. " + tracker_agreement(),
+            contention_history(),
         ]
     )
+
+
+def _ranks() -> str:
+    worlds = sorted(pd.read_csv(ROOT / FSDP, usecols=["world_size"])["world_size"].unique())
+    return "/".join(str(w) for w in worlds)
+
+
+def _flagged(fitted: dict[str, Any], name: str) -> str:
+    """' (at upper bound 16 of the grid)' for a value on a grid edge, else ''."""
+    text = fitted["flags"].get(name)
+    return f" ({text} of the grid)" if text else ""
 
 
 def _sessions(name: str) -> list[dict[str, Any]]:
@@ -340,7 +567,8 @@ def _command(line: str) -> str:
 def collection() -> str:
     """Each dataset's benchmark commands, malloc and machine load, from its env.json sidecar."""
     lines = []
-    for name in (COMPUTE, WIDTH_PROBE, COMM, FSDP, FSDP_MEMORY):
+    extra = [name for name in (HOLDOUT, FSDP_AC) if (ROOT / name).is_file()]
+    for name in (COMPUTE, WIDTH_PROBE, COMM, FSDP, FSDP_MEMORY, *extra):
         sessions = _sessions(name)
         commands = dict.fromkeys(_command(s["command"]) for s in sessions)
         mallocs = sorted({str(s.get("malloc_library", "glibc")) for s in sessions})
@@ -368,12 +596,15 @@ def part_measured() -> str:
     if (ROOT / DATA / "memory-tracker.csv").is_file():  # memory model vs FSDPMemTracker (issue 9)
         sections.append(markdown_section())
         commands.append("shardmeter validate cpu-x86-2core --memory")
+    # validation only, reported apart (issue 22): the fresh holdout, checkpointing on FSDP2
+    sections += [validation_heldout.holdout_section(), validation_heldout.ac_section()]
     intro = "\n".join(
         [
             "## (a) This machine, measured",
             "",
-            f"Machine: {machines()}; `catalogs/gpus_local.csv` CPU-x86-2core, a 2-core KVM "
-            "guest, one rank per core, torch.set_num_threads(1). The software, CPU and date of "
+            f"Machine: {machines()}; `catalogs/gpus_local.csv` CPU-x86-2core, a "
+            f"{_session(COMPUTE, 'cpu_count')}-core KVM guest, one rank per core, "
+            f"torch.set_num_threads({_session(COMPUTE, 'threads')}). The software, CPU and date of "
             "each dataset, its malloc and the machine's load when it started are in its "
             f"`*.env.json` sidecar (listed below). The profile `{PROFILE}` is fitted by the "
             f"first {len(FIT_COMMANDS)} "
@@ -385,7 +616,7 @@ def part_measured() -> str:
             "```",
         ]
     )
-    return "\n\n".join([intro, *sections, COLLECTED + collection(), NOTES])
+    return "\n\n".join([intro, *sections, collected_text() + collection(), notes_text()])
 
 
 PARTS: dict[str, Callable[[], str]] = {

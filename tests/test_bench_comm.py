@@ -75,3 +75,27 @@ def test_bench_comm_bad_input_exits_2(run_cli, tmp_path: Path) -> None:
     result = run_cli("bench", "comm", "-o", out, "--ops", "all_to_all")
     assert result.code == 2 and "To fix:" in result.err
     assert not Path(out).exists()
+
+
+def test_send_recv_payloads_are_any_element_multiple_and_need_two_ranks(run_cli,
+                                                                        tmp_path: Path) -> None:
+    sizes = comm.payload_sizes(0.015625, 1, 4, world_size=1, elem_bytes=4)
+    assert sizes[0] == 16384 and all(s % 4 == 0 for s in sizes)
+    out = str(tmp_path / "p.csv")
+    result = run_cli("bench", "comm", "-o", out, "--ops", "send_recv", "--nproc", "1")
+    assert result.code == 2 and "two ranks" in result.err and "To fix:" in result.err
+    assert not Path(out).exists()
+
+
+@pytest.mark.slow
+def test_bench_comm_send_recv_on_two_gloo_ranks(run_cli, tmp_path: Path) -> None:
+    out = tmp_path / "p2p.csv"
+    result = run_cli("bench", "comm", "--nproc", "2", "-o", str(out), "--ops", "send_recv",
+                     "--min-mib", "0.0625", "--max-mib", "1", "--points", "3", "--iters", "3",
+                     "--warmup", "1")
+    assert result.code == 0, result.err
+    rows = _rows(out)
+    assert [r["op"] for r in rows] == ["send_recv"] * 3
+    assert {r["world_size"] for r in rows} == {"2"}
+    assert [int(r["payload_bytes"]) for r in rows] == [65536, 262144, 1048576]
+    assert all(float(r["time_s"]) > 0 for r in rows)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ pytestmark = pytest.mark.torch
 from perfmodel.bench import fsdp  # noqa: E402
 from perfmodel.profiles import fsdp_compare  # noqa: E402
 from perfmodel.spec.catalog import get_model  # noqa: E402
+from perfmodel.spec.layout import ParallelLayout  # noqa: E402
 from perfmodel.spec.paths import catalog_dir  # noqa: E402
 from perfmodel.spec.recipe import DEFAULT_RECIPE, PAPER_RECIPE  # noqa: E402
 
@@ -79,6 +81,8 @@ def test_bench_fsdp_gloo_two_ranks_runs_and_resumes(run_cli, tmp_path: Path) -> 
     assert first.code == 0, first.err
     rows = _rows(out)
     assert list(rows[0]) == list(fsdp_compare.COLUMNS) and len(rows) == 3
+    # the CUDA allocator statistics (reserve_validation) are written on CUDA only
+    assert not Path(f"{out}.allocator.csv").exists()
     for r in rows:
         assert r["world_size"] == "2" and r["backend"] == "gloo" and r["link"] == "gloo-loopback"
         assert float(r["step_time_s"]) > 0
@@ -135,6 +139,17 @@ def test_fsdp_compare_against_the_simulator(run_cli, tmp_path: Path) -> None:
     (paper_row,) = fsdp_compare.compare_fsdp(paper, str(profile))
     assert paper_row["recipe"] == "paper"
     assert paper_row["predicted_comm_s"] != rows[0]["predicted_comm_s"]  # bf16 params, fp32 grads
+    # a row that trained a parallel layout is predicted with it: TP = 2 halves each rank's
+    # matmuls and adds inline collectives
+    tp = tmp_path / "tp.csv"
+    tp_recipe = replace(DEFAULT_RECIPE, parallel=ParallelLayout(dp_shard=1, tp=2))
+    with tp.open("w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=fsdp_compare.COLUMNS)
+        writer.writeheader()
+        writer.writerow({**row, "recipe": fsdp_compare.recipe_cell(tp_recipe)})
+    (tp_row,) = fsdp_compare.compare_fsdp(tp, str(profile))
+    assert tp_row["layout"] == "tp 2, sequence parallel" and rows[0]["layout"] == "dp_shard 2"
+    assert tp_row["predicted_compute_s"] < rows[0]["predicted_compute_s"]
     bad = tmp_path / "bad.csv"
     bad.write_text("model,step_time_s\nx,1\n")
     result = run_cli("bench", "fsdp-compare", str(bad), "--profile", str(profile))
@@ -164,3 +179,70 @@ def test_fsdp_compare_takes_measured_peaks_from_a_real_memory_dataset(tmp_path: 
     partial.write_text("\n".join(lines[:-1]) + "\n")
     with pytest.raises(UserInputError, match="no row for"):
         fsdp_compare.compare_fsdp(data, profile, memory_data=partial)
+
+
+TP_SPACE = """
+seq_len: 16
+micro_batches: [1]
+grad_accum: [1, 2]
+shapes:
+  - {name: t-llama, family: llama, hidden_size: 64, num_hidden_layers: 2,
+     num_attention_heads: 4, num_key_value_heads: 2, intermediate_size: 128, vocab_size: 256}
+"""
+
+
+@pytest.mark.parametrize(("flags", "message"), [
+    (["--tp", "3"], "cannot be split"),
+    (["--tp", "2", "--dp-replicate", "2", "--nproc", "4"], "plain DDP"),
+    (["--tp", "0"], "ParallelLayout.tp is 0"),
+])
+def test_bench_fsdp_refuses_layouts_it_cannot_train(run_cli, tmp_path: Path, flags: list[str],
+                                                    message: str) -> None:
+    """Checked before any rank starts: exit 2 naming the rule, with a fix."""
+    space = tmp_path / "f.yaml"
+    space.write_text(TP_SPACE)
+    args = ["bench", "fsdp", "--space", str(space), "-o", str(tmp_path / "o.csv"), *flags]
+    if "--nproc" not in flags:
+        args += ["--nproc", "2"]
+    result = run_cli(*args)
+    assert result.code == 2 and message in result.err and "To fix:" in result.err
+    assert not (tmp_path / "o.csv").exists()
+
+
+def test_bench_fsdp_refuses_tied_embeddings_under_tp(tmp_path: Path) -> None:
+    cases = fsdp.load_cases(catalog_dir() / "spaces" / "fsdp-cpu.yaml")
+    tied = [c for c in cases if c.spec.tie_word_embeddings]
+    with pytest.raises(UserInputError, match="tied embeddings"):
+        fsdp.check_layout(tied, ParallelLayout(tp=2), world_size=2)
+    uneven = fsdp.load_cases(catalog_dir() / "spaces" / "fsdp-cpu-layouts.yaml")
+    fsdp.check_layout(uneven, ParallelLayout(tp=2), world_size=4)  # the shipped plan trains
+    with pytest.raises(UserInputError, match="sequence"):
+        fsdp.check_layout([replace(uneven[0], seq_len=127)], ParallelLayout(tp=2), world_size=2)
+
+
+@pytest.mark.slow
+def test_bench_fsdp_tensor_parallel_runs_and_is_predicted(run_cli, tmp_path: Path) -> None:
+    """`bench fsdp --tp 2` on 2 gloo ranks: rows name the layout resolved on the ranks (pure TP:
+    dp_shard 1), resume, and fsdp-compare predicts them with that layout."""
+    space = tmp_path / "f.yaml"
+    space.write_text(TP_SPACE)
+    out = tmp_path / "tp.csv"
+    args = ["bench", "fsdp", "--space", str(space), "--nproc", "2", "--tp", "2", "-o", str(out),
+            "--iters", "2", "--warmup", "1", "--param-dtype", "fp32", "--reduce-dtype", "fp32",
+            "--ac", "none"]
+    first = run_cli(*args)
+    assert first.code == 0, first.err
+    rows = _rows(out)
+    assert len(rows) == 2
+    for r in rows:
+        recipe = fsdp_compare.row_recipe(r, "tp.csv")
+        assert recipe.parallel == ParallelLayout(dp_shard=1, tp=2)
+        assert float(r["step_time_s"]) > 0
+    assert run_cli(*args).code == 0 and len(_rows(out)) == 2  # resumed: nothing measured again
+    from perfmodel.profiles.profile import make_prior_profile, save_profile
+
+    profile = tmp_path / "cpu-prior.yaml"
+    save_profile(make_prior_profile("CPU-x86-2core"), profile)
+    predicted = fsdp_compare.compare_fsdp(out, str(profile))
+    assert [p["layout"] for p in predicted] == ["tp 2, sequence parallel"] * 2
+    assert all(p["predicted_step_s"] > 0 for p in predicted)

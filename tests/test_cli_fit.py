@@ -69,7 +69,15 @@ def test_fit_then_validate_end_to_end(run_cli, tmp_path: Path,
     detail = doc["provenance_detail"]
     assert [d["kind"] for d in detail["datasets"]] == ["compute", "comm"]
     assert all(len(d["sha256"]) == 64 for d in detail["datasets"])
-    assert {"forward", "backward", "all_gather/nvlink3"} <= set(detail["cv_mape_pct"])
+    # the collectives' k-fold CV; the phases' selection score and nested CV under their own names
+    assert set(detail["cv_mape_pct"]) == {"all_gather/nvlink3", "all_reduce/nvlink3"}
+    assert set(detail["selection_cv_mape_pct"]) == set(detail["nested_cv_mape_pct"]) == {
+        "forward", "backward"}
+    for phase in ("forward", "backward"):
+        entry = doc["compute"][phase]
+        assert entry["selection_cv_mape_pct"] == detail["selection_cv_mape_pct"][phase]
+        assert entry["nested_cv_mape_pct"] == pytest.approx(detail["nested_cv_mape_pct"][phase])
+        assert 0 < entry["nested_cv_mape_pct"] < 5 and "cv_mape_pct" not in entry
     assert detail["commands"][0].startswith("shardmeter fit compute") and detail["fit_date"]
 
     code, stdout, stderr = run(
@@ -101,25 +109,42 @@ def test_validate_prior_reports_plain_prediction_error(run_cli) -> None:
     assert frame["forward_mape_pct"].notna().all()
 
 
-def test_validate_comm_on_other_data_is_plain(run_cli,
-                                              tmp_path: Path) -> None:
-    out = tmp_path / "cpu.yaml"
-    code, _, stderr = run(run_cli, "fit", "comm", DATA / "comm_small.csv", "-o", out,
-                          "--hardware", "xeon-local")
-    assert code == 0, stderr
-    other = tmp_path / "comm_other.csv"
+def test_validate_comm_decides_in_sample_by_row_overlap(run_cli, tmp_path: Path) -> None:
+    """In-sample or not is decided by the rows, not the file: a copy, a re-measurement of the
+    fitted configurations or a superset is scored against the fitting data's k-fold; rows of
+    configurations the fit never saw are plain prediction error."""
     frame = pd.read_csv(DATA / "comm_small.csv")
-    frame.assign(time_s=frame["time_s"] * 1.1).to_csv(other, index=False)  # 10% slower
-    code, stdout, stderr = run(run_cli, "validate", out, "--comm", other, "--format", "json")
+    fitted = tmp_path / "comm_fit.csv"
+    frame[frame["payload_bytes"] != 4096].to_csv(fitted, index=False)
+    out = tmp_path / "cpu.yaml"
+    code, _, stderr = run(run_cli, "fit", "comm", fitted, "-o", out, "--hardware", "xeon-local")
     assert code == 0, stderr
-    report = json.loads(stdout)
-    assert report["comm"]["mode"].startswith("prediction error")
-    overall = [r for r in report["comm"]["rows"] if r["link"] == "all"]
+
+    def mode_and_rows(path: Path) -> tuple[str, list[dict]]:
+        code, stdout, stderr = run(run_cli, "validate", out, "--comm", path, "--format", "json")
+        assert code == 0, stderr
+        comm = json.loads(stdout)["comm"]
+        return comm["mode"], comm["rows"]
+
+    mode, _ = mode_and_rows(fitted)  # the fitting file itself
+    assert mode == "5-fold cross-validation (refit per op and link)"
+    new = tmp_path / "comm_new.csv"
+    frame[frame["payload_bytes"] == 4096].to_csv(new, index=False)  # configurations never fitted
+    mode, _ = mode_and_rows(new)
+    assert mode.startswith("prediction error (no row of this dataset is in the profile's fitting")
+    remeasured = tmp_path / "comm_again.csv"  # the fitted configurations, measured 10% slower
+    again = frame[frame["payload_bytes"] != 4096]
+    again.assign(time_s=again["time_s"] * 1.1).to_csv(remeasured, index=False)
+    mode, rows = mode_and_rows(remeasured)
+    assert mode.startswith("5-fold cross-validation on fitting dataset") and "12 of 12 rows" in mode
+    overall = [r for r in rows if r["link"] == "all"]
     assert len(overall) == 3 and all(5 < r["mape_pct"] < 15 for r in overall)
-    code, stdout, _ = run(
-        run_cli, "validate", out, "--comm", DATA / "comm_small.csv", "--format", "json"
-    )
-    assert json.loads(stdout)["comm"]["mode"].startswith("5-fold")
+    mode, _ = mode_and_rows(DATA / "comm_small.csv")  # a superset: 12 rows fitted, 6 new
+    assert "12 of 18 rows in it" in mode and "prediction error for the 6 others" in mode
+    # without the fitting file at its recorded path the overlap is unknown, and said so
+    fitted.unlink()
+    mode, _ = mode_and_rows(DATA / "comm_small.csv")
+    assert mode.startswith("prediction error (its fitting dataset") and "unknown" in mode
 
 
 def test_fit_unknown_hardware_without_base(run_cli, tmp_path: Path) -> None:

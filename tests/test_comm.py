@@ -6,16 +6,21 @@ import numpy as np
 import pytest
 
 from perfmodel.costs.comm import (
+    OPS,
+    RING_OPS,
     CommModel,
     LinkCoefficients,
     comm_mape_table,
     fit_comm,
+    load_comm_dataset,
     ring_time_s,
     synthetic_comm_dataset,
 )
+from perfmodel.profiles.fit import with_comm_fit
+from perfmodel.profiles.profile import make_prior_profile
 from perfmodel.spec.catalog import get_gpu, get_link
 from perfmodel.spec.errors import ProfileError
-from perfmodel.spec.formulas import sync_time_s
+from perfmodel.spec.formulas import ring_terms, sync_time_s
 from perfmodel.spec.hardware import IslandSpec
 
 FAST = LinkCoefficients(latency_s=5e-6, bandwidth_bytes_per_s=300e9, provenance="measured")
@@ -132,3 +137,93 @@ def test_fit_recovers_coefficients_per_op() -> None:
         "all_reduce",
     }
     assert (table["mape_pct"] < 3).all()
+
+
+# ---- point-to-point (pipeline stage boundaries) -------------------------------------------------
+
+def test_send_recv_is_one_step_of_the_whole_payload_at_any_world_size() -> None:
+    # 2 MiB between two ranks over 25 GB/s with 20 us: 20e-6 + 2^21 / 25e9 = 1.0389e-4 s
+    m = CommModel(backend="nccl", coefficients={("send_recv", "slow"): SLOW})
+    for world in (2, 3, 8, 16384):
+        t = m.time_s("send_recv", ["slow"], world, 2**21)
+        assert t == pytest.approx(20e-6 + 2**21 / 25e9)
+        assert t == pytest.approx(1.0389e-4, rel=1e-4)
+    assert ring_time_s("send_recv", 1, 2**21, 20e-6, 25e9) == 0.0
+    assert list(ring_time_s("send_recv", np.array([1, 2, 4]), 1e6, 1e-5, 1e9)) == \
+        pytest.approx([0.0, 1e-5 + 1e-3, 1e-5 + 1e-3])
+    steps, moved = ring_terms("send_recv", np.array([1, 2, 64]), 1e6)
+    assert list(steps) == [0, 1, 1] and list(moved) == [0, 1e6, 1e6]
+
+
+def test_the_ring_collectives_are_unchanged_by_send_recv() -> None:
+    """k_op·(P−1)·(α + D/(P·B)) for the three collectives, bit for bit (the formula written out
+    independently)."""
+    P, D, lat, bw = np.array([1.0, 2.0, 3.0, 8.0, 512.0]), 3.3e7, 1.7e-5, 4.4e10
+    for op, k in (("all_gather", 1.0), ("reduce_scatter", 1.0), ("all_reduce", 2.0)):
+        expected = k * np.maximum(P - 1.0, 0.0) * (lat + D / (np.maximum(P, 1.0) * bw))
+        assert np.array_equal(ring_time_s(op, P, D, lat, bw), expected)
+        steps, moved = ring_terms(op, P, D)
+        assert np.array_equal(steps, k * np.maximum(P - 1.0, 0.0))
+        assert np.array_equal(moved, steps / np.maximum(P, 1.0) * D)
+
+
+def test_send_recv_prior_is_the_links_catalog_figures() -> None:
+    link = get_link("gloo-loopback")
+    m = CommModel(backend="gloo")
+    assert m.provenance("send_recv", ["gloo-loopback"]) == "prior"
+    assert m.time_s("send_recv", ["gloo-loopback"], 2, 1e6) == pytest.approx(
+        link.latency_s + 1e6 / link.busbw_bytes_per_s)
+    # prior profiles list the ring collectives only: send_recv reads the same catalog figures
+    prior = make_prior_profile("H100-SXM5-80GB")
+    assert {op for op, _ in prior.comm.coefficients} == set(RING_OPS)
+    assert prior.comm_time_s("send_recv", ["ib-ndr400"], 2, 1e8) == pytest.approx(
+        get_link("ib-ndr400").latency_s + 1e8 / get_link("ib-ndr400").busbw_bytes_per_s)
+
+
+def test_fit_recovers_send_recv_through_ring_terms(tmp_path) -> None:
+    true = {("send_recv", "gloo-loopback"): LinkCoefficients(latency_s=60e-6,
+                                                             bandwidth_bytes_per_s=1.5e9)}
+    frame = synthetic_comm_dataset(true, backend="gloo", world_sizes=(2,),
+                                   payloads_bytes=(2**14, 2**17, 2**20, 2**23, 2**26),
+                                   noise=0.01, seed=2)
+    path = tmp_path / "p2p.csv"
+    frame.to_csv(path, index=False)
+    loaded = load_comm_dataset(str(path))  # the dataset reader accepts the op
+    fitted, _ = fit_comm(loaded, n_splits=5)
+    c = fitted[("send_recv", "gloo-loopback")]
+    assert c.latency_s == pytest.approx(60e-6, rel=0.1)
+    assert c.bandwidth_bytes_per_s == pytest.approx(1.5e9, rel=0.05)
+
+
+def test_a_second_comm_fit_keeps_the_first_datasets_provenance() -> None:
+    """Fitting send_recv from its own dataset (cpu-p2p.csv) after the collectives (cpu-comm.csv)
+    adds coefficients and a cited dataset; refitting a file replaces its own entry only."""
+    ring = LinkCoefficients(latency_s=5e-5, bandwidth_bytes_per_s=1e9, provenance="measured",
+                            cv_mape_pct=8.0, rows=36)
+    p2p = LinkCoefficients(latency_s=4e-5, bandwidth_bytes_per_s=2e9, provenance="measured",
+                           cv_mape_pct=5.0, rows=12)
+
+    def fit(base, coefs, path):
+        flags = [{"fit": "comm", "parameter": f"{op}/{link}.latency_s", "value": 0.0}
+                 for op, link in coefs]
+        return with_comm_fit(base, name="cpu", hardware="CPU-x86-2core", backend="gloo",
+                             coefficients=coefs,
+                             dataset={"kind": "comm", "path": path, "sha256": "0" * 64,
+                                      "rows": 1},
+                             command=f"fit comm {path}", fit_date="2026-12-02",
+                             at_bound=flags, repeats={"rows": len(coefs)})
+
+    first = fit(None, {(op, "gloo-loopback"): ring for op in RING_OPS}, "comm.csv")
+    both = fit(first, {("send_recv", "gloo-loopback"): p2p}, "p2p.csv")
+    detail = both.provenance_detail
+    assert [(d["path"], d["fits"]) for d in detail["datasets"]] == [
+        ("comm.csv", sorted(f"{op}/gloo-loopback" for op in RING_OPS)),
+        ("p2p.csv", ["send_recv/gloo-loopback"])]
+    assert set(detail["cv_mape_pct"]) == {f"{op}/gloo-loopback" for op in OPS}
+    assert sorted(f["parameter"] for f in detail["at_bound"]) == sorted(
+        f"{op}/gloo-loopback.latency_s" for op in OPS)
+    assert detail["repeats"] == {"comm": {"rows": 3}, "comm:p2p.csv": {"rows": 1}}
+    assert both.comm.resolve("all_gather", "gloo-loopback") == ring
+    assert both.comm.resolve("send_recv", "gloo-loopback") == p2p
+    again = fit(both, {(op, "gloo-loopback"): ring for op in RING_OPS}, "comm.csv")
+    assert [d["path"] for d in again.provenance_detail["datasets"]] == ["p2p.csv", "comm.csv"]

@@ -142,6 +142,16 @@ def test_leave_one_model_out_table_one() -> None:
         mape_table(frame, fixed).iloc[-1]["forward_mape_pct"], rel=1e-9)
 
 
+def test_held_out_model_predictions_equal_leave_one_model_out_on_one_frame() -> None:
+    """`validate`'s refit against the fitting data is the nested CV when both frames are one."""
+    from perfmodel.costs.compute import held_out_model_predictions
+
+    frame = synthetic_compute_dataset(random_models(5, 3), TRUE, seq_lens=(256, 1024),
+                                      micro_batches=(1, 4), noise=0.02, seed=2)
+    np.testing.assert_array_equal(held_out_model_predictions(frame, frame),
+                                  leave_one_model_out(frame))
+
+
 def test_mape_pct() -> None:
     assert mape_pct(np.array([1.0, 2.0]), np.array([1.1, 1.0])) == pytest.approx(30.0)
 

@@ -185,7 +185,8 @@ def test_per_instance_size_prices_use_the_listed_size(tmp_path) -> None:
     }
     assert {1, 8} <= set(listed)
     base = price_usd_per_gpu_hour("Lambda", gpu, "on-demand")
-    rows = [dict(_row("a", 1, g, 1, 1.0, round(base * g, 6)), gpu_type=gpu) for g in (1, 2, 8)]
+    rows = [dict(_row("a", 1, g, 1, 1.0, round(base * g, 6)), gpu_type=gpu, model="Llama-3.2-1B",
+                 seq_len=100, recipe="torchtitan") for g in (1, 2, 8)]
     pd.DataFrame(rows).to_csv(tmp_path / "t.csv", index=False)
     (tmp_path / "i.yaml").write_text(
         "name: sizes\nmodel: Llama-3.2-1B\nparameters: 1000\nislands_table: t.csv\n"

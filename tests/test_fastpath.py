@@ -3,6 +3,7 @@ simulator."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -19,6 +20,7 @@ from perfmodel.sim.fsdp import StepCosts, UnitCosts, simulate_step, step_costs, 
 from perfmodel.spec.arch import ModelSpec
 from perfmodel.spec.catalog import get_gpu
 from perfmodel.spec.hardware import IslandSpec
+from perfmodel.spec.layout import ParallelLayout
 from perfmodel.spec.recipe import ACCUM_MODES, DEFAULT_RECIPE, PAPER_RECIPE, TrainingRecipe
 
 N_CONFIGS = 1200
@@ -38,14 +40,18 @@ class LinearProfile:
 
     def compute_time_s(
         self, phase: str, model: Any, seq_len: int, micro_batch: Any, unit: str = "model",
-        num_shards: int = 1,
+        num_shards: int = 1, shard: Any = None,
     ) -> Any:
         scale = {"forward": 1.0, "backward": 2.0, "optimizer": 0.5}[phase]
         per_unit = {"block": 1.0, "root": 3.0, "model": 10.0 / num_shards}[unit]
-        return scale * per_unit * self.block_s * micro_batch
+        tp = 1 if shard is None else shard.tp
+        return scale * per_unit * self.block_s * micro_batch / tp
 
     def island_comm_time_s(self, op: str, island: IslandSpec, payload_bytes: Any) -> Any:
         return payload_bytes / self.bw
+
+    def group_comm_time_s(self, op: str, group: Any, payload_bytes: Any) -> Any:
+        return 1e-5 * (group.size - 1) + payload_bytes / self.bw
 
 
 def _random_recipe(rng: np.random.Generator) -> TrainingRecipe:
@@ -106,6 +112,83 @@ def test_fast_path_equals_graph_on_random_configurations() -> None:
     assert checked == N_CONFIGS
     assert contended > 100  # contention really changed many of the compared schedules
     assert len({key[2].accum_mode for key in groups}) == 2
+
+
+LAYOUTS = (ParallelLayout(tp=2), ParallelLayout(tp=2, sequence_parallel=False),
+           ParallelLayout(tp=4, dp_shard=1), ParallelLayout(tp=2, dp_shard=1,
+                                                            sequence_parallel=False),
+           ParallelLayout(dp_replicate=2), ParallelLayout(tp=2, dp_replicate=2),
+           ParallelLayout(tp=2, cp=2))
+
+
+def _layout_costs(rng: np.random.Generator, num_units: int, recipe: TrainingRecipe) -> StepCosts:
+    """Random durations for every task the plan of a parallel layout has (inline collectives of
+    each unit, the embedding's, the optimizer's, HSDP's all-reduces)."""
+    plan = step_plan(num_units, recipe=recipe, accum_steps=2)
+
+    def count(cost: str, unit: int | None) -> int:
+        return max((t.index + 1 for t in plan if t.cost == cost and t.unit == unit), default=0)
+
+    def dur(scale: float) -> float:
+        return 0.0 if rng.random() < 0.1 else float(rng.exponential(scale))
+
+    def durs(scale: float, cost: str, unit: int | None) -> tuple[float, ...]:
+        return tuple(dur(scale) for _ in range(count(cost, unit)))
+
+    units = tuple(UnitCosts(
+        name=f"u{i}", forward_s=dur(1.0), backward_s=dur(2.0), all_gather_s=dur(0.5),
+        reduce_scatter_s=dur(1.0), replicate_s=dur(1.0),
+        forward_inline_s=durs(0.2, "forward_inline_s", i),
+        backward_inline_s=durs(0.2, "backward_inline_s", i)) for i in range(num_units))
+    return StepCosts(units=units, optimizer_s=dur(0.5), recipe=recipe,
+                     overlap_slowdown=1.0 if rng.random() < 0.5 else 1.5,
+                     prologue_s=durs(0.2, "prologue_s", None),
+                     epilogue_s=durs(0.2, "epilogue_s", None),
+                     optimizer_inline_s=durs(0.1, "optimizer_inline_s", None))
+
+
+@pytest.mark.parametrize("layout", LAYOUTS, ids=lambda lay: lay.describe() if lay.dp_shard > 0
+                         else "inferred dp_shard, " + replace(lay, dp_shard=1).describe())
+def test_fast_path_equals_graph_for_parallel_layouts(layout: ParallelLayout) -> None:
+    """Inline TP/CP collectives, post-backward and optimizer collectives, HSDP all-reduces:
+    every checkpointing and accumulation mode, k = 1..4, step time and both busy times."""
+    rng = np.random.default_rng(23)
+    for ac in ("none", "op-sac", "full", "layer:2", "attn"):
+        for mode in ACCUM_MODES:
+            recipe = replace(DEFAULT_RECIPE.with_overrides(ac=ac, accum_mode=mode),
+                             parallel=layout)
+            configs = [_layout_costs(rng, 4, recipe) for _ in range(6)]
+            fast = fast_step(FastCosts.from_step_costs(configs))
+            for i, costs in enumerate(configs):
+                for k in (1, 2, 3, 4):
+                    graph = simulate_step(costs, accum_steps=k)
+                    assert fast.step_time_s(k)[i] == pytest.approx(graph.step_time_s, rel=1e-9)
+                    assert fast.comm_busy_s(k)[i] == pytest.approx(graph.comm_busy_s, rel=1e-9)
+                    assert fast.compute_busy_s(k)[i] == pytest.approx(graph.compute_busy_s,
+                                                                      rel=1e-9)
+
+
+def test_model_fast_costs_match_step_costs_for_layouts() -> None:
+    """The per-place inline durations reach the same tasks in both (layer:N's whole blocks
+    included)."""
+    prof = LinearProfile(block_s=0.003, bw=5e8)
+    island = IslandSpec(gpu=get_gpu("H100-SXM5-80GB"), num_nodes=2, gpus_per_node=4,
+                        intra_link="nvlink4", inter_link="ib-ndr400")
+    mbs = np.array([1, 2, 5])
+    for layout in (ParallelLayout(tp=2), ParallelLayout(tp=4, dp_shard=2),
+                   ParallelLayout(tp=2, dp_replicate=2, sequence_parallel=False)):
+        for ac, mode in (("layer:2", "no_sync"), ("op-sac", "reduce_scatter")):
+            recipe = replace(DEFAULT_RECIPE.with_overrides(ac=ac, accum_mode=mode),
+                             parallel=layout)
+            fast = fast_step(model_fast_costs(TINY, prof, island, seq_len=128,
+                                              micro_batches=mbs, recipe=recipe))
+            for i, m in enumerate(mbs):
+                costs = step_costs(TINY, prof, island, seq_len=128, micro_batch=int(m),
+                                   recipe=recipe)
+                for k in (1, 3):
+                    graph = simulate_step(costs, accum_steps=k)
+                    assert fast.step_time_s(k)[i] == pytest.approx(graph.step_time_s, rel=1e-9)
+                    assert fast.comm_busy_s(k)[i] == pytest.approx(graph.comm_busy_s, rel=1e-9)
 
 
 def test_compiled_graph_is_the_plan() -> None:

@@ -12,9 +12,9 @@ from planner.model.island_table import TABLE_COLUMNS, load_island_table
 
 GOOD_TABLE = (
     "cluster,gpu_type,nodes,gpus_per_node,micro_batch,microstep_s,step_fixed_s,usd_per_hour,"
-    "memory_gib,bound\n"
-    "A,H200-SXM-141GB,1,8,1,1.2,0.3,28.72,60,compute\n"
-    "A,H200-SXM-141GB,1,8,2,2.3,0.3,28.72,80,compute\n"
+    "memory_gib,bound,model,seq_len,recipe\n"
+    "A,H200-SXM-141GB,1,8,1,1.2,0.3,28.72,60,compute,Llama-3-8B,8192,torchtitan\n"
+    "A,H200-SXM-141GB,1,8,2,2.3,0.3,28.72,80,compute,Llama-3-8B,8192,torchtitan\n"
 )
 
 GOOD_YAML = """name: t
@@ -161,7 +161,9 @@ def test_missing_instance_file(tmp_path: Path, run_cli) -> None:
 def test_yaml_dates_and_floats_parse(tmp_path: Path) -> None:
     instance = load_instance(write(tmp_path))
     assert instance.training.train_tokens == 1e9 and instance.parameters == 8030261248
-    assert list(load_island_table(instance).columns) == list(TABLE_COLUMNS)
+    # the table keeps what it was built for (issue 30: model, seq_len, recipe)
+    assert list(load_island_table(instance).columns) == [*TABLE_COLUMNS, "model", "seq_len",
+                                                         "recipe"]
 
 
 PRICE_REF_YAML = GOOD_YAML.replace(

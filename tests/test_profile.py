@@ -107,7 +107,7 @@ def _measured(tmp_path: Path):
     from perfmodel.profiles.fit import dataset_record
 
     phases = {p: PhaseCoefficients(coefficients=r.coefficients, provenance="measured",
-                                   cv_mape_pct=r.cv_mape_, cv_scheme=r.cv_scheme_)
+                                   selection_cv_mape_pct=r.cv_mape_, cv_scheme=r.cv_scheme_)
               for p, r in regs.items()}
     base = make_prior_profile("H100-SXM5-80GB")
     prof = with_compute_fit(base, name="h100-lab", hardware="H100-SXM5-80GB", backend="nccl",
@@ -142,7 +142,8 @@ def test_round_trip_gives_equal_predictions(tmp_path: Path) -> None:
     detail = back.provenance_detail
     assert [d["kind"] for d in detail["datasets"]] == ["compute", "comm"]
     assert detail["commands"] == ["test", "test2"] and detail["base"] == "H100-SXM5-80GB-prior"
-    assert set(detail["cv_mape_pct"]) == {"forward", "all_gather/nvlink4"}
+    assert set(detail["cv_mape_pct"]) == {"all_gather/nvlink4"}  # the collectives' k-fold CV
+    assert set(detail["selection_cv_mape_pct"]) == {"forward"}  # the score that chose features
 
 
 def test_default_profile_prefers_measured(tmp_catalogs: Path, tmp_path: Path) -> None:

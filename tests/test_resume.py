@@ -18,6 +18,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+import yaml
 
 from perfmodel.bench.common import CsvLog
 from perfmodel.spec.errors import DatasetError
@@ -141,14 +142,22 @@ def _dataset(tmp_path: Path) -> tuple[Path, list[str]]:
     return path, lines
 
 
-def test_fit_rejects_duplicate_rows(run_cli, tmp_path: Path) -> None:
+def test_fit_takes_a_repeated_row_as_a_repeat(run_cli, tmp_path: Path) -> None:
+    """A line written twice is a repeat of one configuration (issue 22: repeats measure noise):
+    the fit takes their median, once, and the profile records the repeat."""
     path, lines = _dataset(tmp_path)
     path.write_text("\n".join([*lines, lines[3]]) + "\n")
-    result = run_cli(
-        "fit", "compute", str(path), "-o", str(tmp_path / "p.yaml"), "--hardware", "CPU-x86-2core"
-    )
-    assert result.code == 2 and "To fix:" in result.err
-    assert f"{path}, lines [4, {len(lines) + 1}]: duplicate rows" in result.err
+    out = tmp_path / "p.yaml"
+    result = run_cli("fit", "compute", str(path), "-o", str(out), "--hardware", "CPU-x86-2core",
+                     "--no-nested-cv")
+    assert result.code == 0, result.err
+    detail = yaml.safe_load(out.read_text())["provenance_detail"]
+    repeats = detail["repeats"]["compute"]
+    assert repeats["rows"] == len(lines) and repeats["configurations"] == len(lines) - 1
+    assert repeats["repeated_configurations"] == 1 and repeats["by_configuration"][0]["n"] == 2
+    assert repeats["by_configuration"][0]["std_s"] == 0.0  # the same line twice
+    assert detail["nested_cv_mape_pct"] == {"forward": None, "backward": None,
+                                            "optimizer": None}  # --no-nested-cv
 
 
 def test_fit_rejects_nan_rows(run_cli, tmp_path: Path) -> None:

@@ -35,6 +35,8 @@ from planner.analysis.scenarios import (
 )
 
 HOURS = 3600.0
+IDENTITY = {"model": "Llama-3.2-1B", "seq_len": 100, "recipe": "torchtitan"}
+"""What the hand-made tables below were built for (a fixed table must say it, issue 30)."""
 
 
 def _write(tmp_path: Path, *, price_b: float = 0.5, extra_cluster: dict | None = None) -> Path:
@@ -42,12 +44,12 @@ def _write(tmp_path: Path, *, price_b: float = 0.5, extra_cluster: dict | None =
         {
             "cluster": "A", "gpu_type": "H100-SXM5-80GB", "nodes": 1, "gpus_per_node": 1,
             "micro_batch": 1, "microstep_s": 1.0, "step_fixed_s": 0.0, "usd_per_hour": 2.0,
-            "memory_gib": 1.0, "bound": "compute",
+            "memory_gib": 1.0, "bound": "compute", **IDENTITY,
         },
         {
             "cluster": "B", "gpu_type": "A100-SXM4-80GB", "nodes": 1, "gpus_per_node": 1,
             "micro_batch": 1, "microstep_s": 2.0, "step_fixed_s": 0.0, "usd_per_hour": price_b,
-            "memory_gib": 1.0, "bound": "compute",
+            "memory_gib": 1.0, "bound": "compute", **IDENTITY,
         },
     ]
     pd.DataFrame(rows).to_csv(tmp_path / "two.csv", index=False)

@@ -19,10 +19,12 @@ from __future__ import annotations
 from perfmodel.api.models import ParameterReport, catalog_models, parameter_report
 from perfmodel.api.predict import (
     MemoryFit,
+    MemoryReport,
     Prediction,
     Simulation,
     Sweep,
     memory,
+    memory_report,
     predict,
     simulate,
     sweep,
@@ -38,6 +40,7 @@ from perfmodel.api.workload import OuterSpec, Workload, WorkloadSpec
 __all__ = [
     "BandwidthTable",
     "MemoryFit",
+    "MemoryReport",
     "OuterSpec",
     "ParameterReport",
     "Prediction",
@@ -49,6 +52,7 @@ __all__ = [
     "bandwidth_for_utilisation",
     "catalog_models",
     "memory",
+    "memory_report",
     "parameter_report",
     "predict",
     "simulate",

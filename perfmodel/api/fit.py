@@ -8,6 +8,10 @@ prints; the CLI (`planner.cli.fit_cmd`) only parses options and formats.
 Where a fit starts from: `base_path` when given, else the output file when it exists (so
 `fit compute` then `fit comm` into one file merges both), else the catalog prior of `hardware`.
 Fitted phases / (op, link) pairs replace the base's; the rest is kept with its own provenance.
+
+Repeated rows of one configuration (benchmarks repeat to measure noise) are fitted as their
+median, each configuration once (`perfmodel.costs.datasets.configurations` says why), and the
+profile keeps their spread per configuration (`provenance_detail.repeats`).
 """
 
 from __future__ import annotations
@@ -22,17 +26,31 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from perfmodel.costs.comm import BACKENDS, comm_mape_table, load_comm_dataset, predict_comm_dataset
+from perfmodel.costs.comm import (
+    BACKENDS,
+    COMM_KEY,
+    LinkCoefficients,
+    comm_mape_table,
+    load_comm_dataset,
+    predict_comm_dataset,
+)
 from perfmodel.costs.comm import fit_comm as fit_links
 from perfmodel.costs.compute import (
+    COMPUTE_KEY,
+    PhaseRegressor,
+    compute_configurations,
     fit_phases,
+    held_out_model_predictions,
     leave_one_model_out,
     load_compute_dataset,
     mape_table,
 )
+from perfmodel.costs.datasets import configurations, mape_pct, repeat_spread
+from perfmodel.profiles.bounds import BoundFlag, bound_flags, flag_records, flag_text
 from perfmodel.profiles.cache import ResultCache, cache_key
 from perfmodel.profiles.fit import (
     dataset_record,
+    merge_flags,
     predict_compute_dataset,
     with_comm_fit,
     with_compute_fit,
@@ -47,6 +65,7 @@ from perfmodel.profiles.profile import (
 )
 from perfmodel.spec.catalog import get_gpu
 from perfmodel.spec.errors import CatalogError, DatasetError, UserInputError
+from perfmodel.spec.paths import REPO_ROOT
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -57,11 +76,9 @@ logger = logging.getLogger(__name__)
 
 SELECTIONS = ("auto", "exhaustive", "forward", "none")
 """Feature-selection modes of `fit compute` (`perfmodel.costs.compute.fit_phases`)."""
-COMPUTE_KEY = ("model", "seq_len", "micro_batch", "phase", "unit", "num_shards", "device", "dtype",
-               "threads")
-"""Columns naming one compute measurement (those present in the file are compared)."""
-COMM_KEY = ("backend", "op", "link", "world_size", "payload_bytes", "nics_per_node")
-"""Columns naming one collective measurement."""
+NESTED_CV_CACHE = "compute-loao"
+"""Cache name of the nested leave-one-architecture-out predictions (`fit compute` and
+`validate` share them: the same rows, settings and code give the same predictions)."""
 SHIPPED_MEMORY_DATASET = "shipped"
 """`ValidationRequest.memory_data` value naming catalogs/profiles/data/memory-tracker.csv."""
 
@@ -101,6 +118,13 @@ class ComputeFitRequest(_ProfileFitTarget):
     tolerance: float = 0.05
     """Keep the smallest feature set whose CV MAPE is within one standard error, and at least
     this fraction, of the best (>= 0)."""
+    nested_cv: bool = True
+    """Also run the nested leave-one-architecture-out CV (feature selection redone without each
+    model; one refit per model and phase) and record it as `nested_cv_mape_pct`; False leaves
+    it null (the selection score is always recorded)."""
+    cache: ResultCache | None = None
+    """Where the nested CV's predictions may come from (`perfmodel.profiles.cache`; None:
+    always recompute)."""
 
     def __post_init__(self) -> None:
         _check_backend(self.backend)
@@ -220,28 +244,81 @@ def fit_compute(request: ComputeFitRequest) -> FitResult:
 
     r = request
     frame = load_compute_dataset(r.data_path)
-    reject_duplicate_rows(frame, r.data_path, COMPUTE_KEY)
     base_profile, hw = _base_and_hardware(r.base, r.output_path, r.hardware)
     settings = {"selection": r.selection, "tolerance": r.tolerance}
     regs = fit_phases(frame, **settings)
+    nested = _nested_cv_mape(frame, r.data_path, settings, r.cache) if r.nested_cv else {}
     phases = {p: PhaseCoefficients(coefficients=reg.coefficients, provenance="measured",
-                                   cv_mape_pct=reg.cv_mape_, cv_scheme=reg.cv_scheme_)
+                                   selection_cv_mape_pct=reg.cv_mape_,
+                                   nested_cv_mape_pct=nested.get(p), cv_scheme=reg.cv_scheme_)
               for p, reg in regs.items()}
+    configs, _ = compute_configurations(frame)
     profile = with_compute_fit(
         base_profile, name=r.name or Path(r.output_path).stem, hardware=hw,
         backend=r.backend or (base_profile.backend if base_profile else default_backend(hw)),
-        phases=phases, dataset=dataset_record(r.data_path, "compute", len(frame)),
-        fit_date=_today(), settings=settings,
+        phases=phases, dataset={**dataset_record(r.data_path, "compute", len(frame)),
+                                "configurations": len(configs)},
+        fit_date=_today(), settings={**settings, "nested_cv": r.nested_cv},
         command=_command("compute", r.data_path, r.output_path, hardware=r.hardware, base=r.base,
                          name=r.name, backend=r.backend, selection=r.selection,
-                         tolerance=r.tolerance))
+                         tolerance=r.tolerance, no_nested_cv=None if r.nested_cv else True),
+        at_bound=flag_records(_compute_flags(regs)),
+        repeats=repeat_spread(frame, COMPUTE_KEY))
     save_profile(profile, r.output_path)
-    rows = [{"phase": p, "rows": int((frame["phase"] == p).sum()), "cv_scheme": reg.cv_scheme_,
-             "cv_mape_pct": reg.cv_mape_, "train_mape_pct": reg.train_mape_,
+    rows = [{"phase": p, "rows": int((frame["phase"] == p).sum()),
+             "configurations": int((configs["phase"] == p).sum()), "cv_scheme": reg.cv_scheme_,
+             "cv_mape_pct": reg.cv_mape_, "selection_cv_mape_pct": reg.cv_mape_,
+             "nested_cv_mape_pct": nested.get(p), "train_mape_pct": reg.train_mape_,
              "features": " ".join(reg.selected_features_),
              "coefficients_s": " ".join(f"{k}={v:.4g}" for k, v in reg.coefficients.items())}
             for p, reg in regs.items()]
     return FitResult(profile=profile, fitted=tuple(regs), records=rows)
+
+
+def _nested_predictions(frame: pd.DataFrame, data: str, settings: dict[str, Any],
+                        cache: ResultCache | None) -> np.ndarray:
+    """Nested leave-one-architecture-out predictions of every row (from `cache` when its key,
+    the dataset, the compute code and the settings, holds)."""
+    if cache is None:
+        return leave_one_model_out(frame, **settings)
+    key = cache_key([data], ["perfmodel.costs.compute"], settings)
+    return np.array(cache.get(NESTED_CV_CACHE, key,
+                              lambda: leave_one_model_out(frame, **settings).tolist()),
+                    dtype=float)
+
+
+def _nested_cv_mape(frame: pd.DataFrame, data: str, settings: dict[str, Any],
+                    cache: ResultCache | None) -> dict[str, float | None]:
+    """Per phase, the MAPE (percent) of the nested leave-one-architecture-out predictions over
+    the configurations (repeats as their median, like the fit); None for a phase with one
+    model (nothing to hold it out against)."""
+    pred = _nested_predictions(frame, data, settings, cache)
+    configs, ids = compute_configurations(frame)
+    first = np.unique(ids, return_index=True)[1]
+    pred_conf = pred[first]
+    out: dict[str, float | None] = {}
+    for phase in dict.fromkeys(configs["phase"]):
+        mine = (configs["phase"] == phase).to_numpy() & ~np.isnan(pred_conf)
+        out[str(phase)] = (mape_pct(configs["time_s"].to_numpy(float)[mine], pred_conf[mine])
+                           if mine.any() else None)
+    return out
+
+
+def _compute_flags(regs: dict[str, PhaseRegressor]) -> list[BoundFlag]:
+    """Selected coefficients the non-negative fit left at its bound, zero."""
+    return [flag for phase, reg in regs.items()
+            for flag in bound_flags("compute", {f"{phase}.{n}": v
+                                                for n, v in reg.coefficients.items()},
+                                    {f"{phase}.{n}": (0.0, math.inf) for n in reg.coefficients})]
+
+
+def _comm_flags(coefs: dict[tuple[str, str], LinkCoefficients]) -> list[BoundFlag]:
+    """Latencies and inverse bandwidths the non-negative fit left at zero."""
+    values = {}
+    for (op, link), c in coefs.items():
+        values[f"{op}/{link}.latency_s"] = c.latency_s
+        values[f"{op}/{link}.inverse_bandwidth_s_per_byte"] = 1.0 / c.bandwidth_bytes_per_s
+    return bound_flags("comm", values, {name: (0.0, math.inf) for name in values})
 
 
 def fit_comm(request: CommFitRequest) -> FitResult:
@@ -249,20 +326,24 @@ def fit_comm(request: CommFitRequest) -> FitResult:
 
     r = request
     frame = one_backend(load_comm_dataset(r.data_path), r.backend, r.data_path)
-    reject_duplicate_rows(frame, r.data_path, COMM_KEY)
     base_profile, hw = _base_and_hardware(r.base, r.output_path, r.hardware)
     coefs, _ = fit_links(frame)
     if not coefs:
         raise UserInputError(f"{r.data_path}: no rows with world_size > 1 to fit",
                              hint="measure collectives over at least 2 ranks.")
+    configs, _ = configurations(frame, COMM_KEY)
     profile = with_comm_fit(
         base_profile, name=r.name or Path(r.output_path).stem, hardware=hw,
         backend=str(frame["backend"].iloc[0]), coefficients=coefs,
-        dataset=dataset_record(r.data_path, "comm", len(frame)), fit_date=_today(),
+        dataset={**dataset_record(r.data_path, "comm", len(frame)),
+                 "configurations": len(configs)}, fit_date=_today(),
         command=_command("comm", r.data_path, r.output_path, hardware=r.hardware, base=r.base,
-                         name=r.name, backend=r.backend))
+                         name=r.name, backend=r.backend),
+        at_bound=flag_records(_comm_flags(coefs)), repeats=repeat_spread(frame, COMM_KEY))
     save_profile(profile, r.output_path)
-    rows = [{"op": op, "link": link, "rows": c.rows, "latency_s": c.latency_s,
+    per_link = configs.groupby(["op", "link"], sort=False).size()
+    rows = [{"op": op, "link": link, "rows": c.rows,
+             "configurations": int(per_link.get((op, link), 0)), "latency_s": c.latency_s,
              "bandwidth_bytes_per_s": c.bandwidth_bytes_per_s, "per_nic": c.per_nic,
              "cv_mape_pct": c.cv_mape_pct} for (op, link), c in coefs.items()]
     return FitResult(profile=profile, fitted=tuple(f"{op}/{link}" for op, link in coefs),
@@ -289,24 +370,19 @@ def fit_overlap(request: OverlapFitRequest) -> FitResult:
         "grid_fsdp_copy_s_per_byte": [result.grid[0][1], result.grid[-1][1]],
         "step_mape_pct_without": round(result.mape_pct((1.0, 0.0)), 3),
         "step_mape_pct_fitted": round(result.mape_pct(result.best), 3),
-        "step_mape_pct_shape_held_out": round(result.cv_mape_pct(), 3)}
+        "step_mape_pct_shape_held_out": round(result.cv_mape_pct(), 3),
+        "effective": "both values are effective: fitted end to end on these steps, they absorb "
+                     "the step model's error, not only contention and copies",
+        "at_bound": "; ".join(f"{f.parameter} {flag_text(f)}" for f in result.at_bound())
+                    or "none"}
+    detail["at_bound"] = merge_flags(detail.get("at_bound", []), "overlap",
+                                     flag_records(result.at_bound()))
     detail["commands"] = [*detail.get("commands", []), f"shardmeter fit overlap {data} -o {output}"]
     fitted = replace(profile, overlap_slowdown=result.overlap_slowdown,
                      fsdp_copy_s_per_byte=result.fsdp_copy_s_per_byte, provenance_detail=detail)
     save_profile(fitted, output)
     return FitResult(profile=fitted, fitted=("overlap_slowdown", "fsdp_copy_s_per_byte"),
                      records=[detail["overlap_fit"]])
-
-
-def reject_duplicate_rows(frame: pd.DataFrame, path: str, key: tuple[str, ...]) -> None:
-    """Two rows measuring the same thing would weigh it twice in the fit: refuse them."""
-    columns = [c for c in key if c in frame.columns]
-    dupes = frame.duplicated(subset=columns, keep=False)
-    if dupes.any():
-        lines = [int(i) + 2 for i in frame.index[dupes]][:6]
-        raise DatasetError(f"{path}, lines {lines}: duplicate rows (same {', '.join(columns)})",
-                           hint=f"keep one row per measurement in {path} (delete the "
-                                "repeated lines).")
 
 
 def default_backend(hardware: str) -> str:
@@ -361,7 +437,9 @@ def _command(kind: str, data: str, output: str, **opts: Any) -> str:
     """The `shardmeter fit` command line recorded in the profile's provenance."""
     parts = ["shardmeter", "fit", kind, data, "-o", output]
     for key, value in opts.items():
-        if value is not None:
+        if value is True:
+            parts.append(f"--{key.replace('_', '-')}")
+        elif value is not None:
             parts += [f"--{key.replace('_', '-')}", str(value)]
     return " ".join(parts)
 
@@ -376,10 +454,15 @@ def validate_profile(request: ValidationRequest) -> ValidationReport:
     """MAPE of a profile on a compute dataset (Table I form), a comm dataset (per op) and/or
     the memory model against PyTorch's FSDP2 memory tracker.
 
-    When the profile is measured and the dataset is the one it was fitted on (same sha256),
-    every model is predicted by a refit without that model's rows (leave-one-architecture-out)
-    and comm rows by a k-fold refit; otherwise the profile's plain prediction error is reported.
-    Each table's `mode` says which.
+    In-sample or out-of-sample is decided ROW BY ROW, by overlap with the rows the profile was
+    fitted on (its recorded dataset, found at the recorded path with the recorded sha256; a row
+    overlaps when its configuration, `COMPUTE_KEY` / `COMM_KEY`, is among them), not by the
+    file: a subset or a copy of the fitting data is in sample. When rows overlap, every model of
+    the fitting data is predicted by a refit without that model's fitting rows
+    (leave-one-architecture-out, feature selection nested) and collective rows by their k-fold
+    out-of-fold prediction on the fitting data; rows that do not overlap are predicted by the
+    profile (plain prediction error). Rows that can be neither (a model alone in its phase of
+    the fitting data) are left out of the table. Each table's `mode` says which, with counts.
     """
 
     profile = load_profile(request.profile_name)
@@ -392,14 +475,44 @@ def validate_profile(request: ValidationRequest) -> ValidationReport:
                             memory=_validate_memory(request.memory_data))
 
 
-def _fitted_on(profile: HardwareProfile, path: str, kind: str) -> bool:
+def _locate(recorded: str) -> Path | None:
+    """A recorded dataset path (relative to the repository or the working directory when it was
+    written, else absolute) on this machine, or None."""
+    path = Path(recorded)
+    for candidate in ([path] if path.is_absolute() else [REPO_ROOT / path, Path.cwd() / path]):
+        if candidate.is_file():
+            return candidate
+    return None
 
-    if profile.provenance != "measured":
-        return False
-    sha = dataset_record(path, kind, 0)["sha256"]
+
+def _fitting_rows(profile: HardwareProfile, kind: str, data: str, frame: pd.DataFrame,
+                 loader: Any) -> tuple[pd.DataFrame | None, str]:
+    """The rows the profile's `kind` part ('compute' or 'comm') was fitted on — `frame` itself
+    when `data` is that dataset (same sha256), else the recorded file read with `loader` — and
+    where they came from; (None, why) when the profile names no such dataset or the file is not
+    at hand with its recorded sha256."""
     datasets = profile.provenance_detail.get("datasets", [])
-    return isinstance(datasets, list) and any(
-        isinstance(d, dict) and d.get("kind") == kind and d.get("sha256") == sha for d in datasets)
+    records = [d for d in (datasets if isinstance(datasets, list) else [])
+               if isinstance(d, dict) and d.get("kind") == kind]
+    if profile.provenance != "measured" or not records:
+        return None, f"the profile's {kind} part was not fitted on measured rows"
+    record = records[-1]
+    if dataset_record(data, kind, 0)["sha256"] == record.get("sha256"):
+        return frame, "the dataset the profile was fitted on"
+    path = _locate(str(record.get("path", "")))
+    if path is None or dataset_record(path, kind, 0)["sha256"] != record.get("sha256"):
+        return None, (f"its fitting dataset {record.get('path')} is not at hand with the recorded "
+                      "sha256, so the overlap is unknown")
+    return loader(str(path)), f"fitting dataset {record.get('path')}"
+
+
+def _overlap(frame: pd.DataFrame, fit: pd.DataFrame, key: tuple[str, ...]) -> np.ndarray:
+    """For every row of `frame`: is its configuration (the `key` columns both frames have) among
+    the rows of `fit`?"""
+    columns = [c for c in key if c in frame.columns and c in fit.columns]
+    seen = pd.MultiIndex.from_frame(fit[columns].astype(str))
+    result: np.ndarray = pd.MultiIndex.from_frame(frame[columns].astype(str)).isin(seen)
+    return result
 
 
 def _compute_fit_settings(profile: HardwareProfile) -> dict[str, Any]:
@@ -408,6 +521,7 @@ def _compute_fit_settings(profile: HardwareProfile) -> dict[str, Any]:
     recorded = profile.provenance_detail.get("fit_settings", {})
     recorded = recorded.get("compute", {}) if isinstance(recorded, dict) else {}
     recorded = recorded if isinstance(recorded, dict) else {}
+    recorded = {k: v for k, v in recorded.items() if k != "nested_cv"}
     out: dict[str, Any] = {}
     if recorded.get("selection") in SELECTIONS:
         out["selection"] = recorded["selection"]
@@ -421,39 +535,73 @@ def _compute_fit_settings(profile: HardwareProfile) -> dict[str, Any]:
     return out
 
 
+def _plain(source: str) -> str:
+    return f"prediction error ({source})"
+
+
 def _validate_compute(profile: HardwareProfile, data: str,
                       cache: ResultCache | None) -> ValidationTable:
     frame = load_compute_dataset(data)
-    if _fitted_on(profile, data, "compute") and frame["model"].nunique() >= 2:
+    fit, source = _fitting_rows(profile, "compute", data, frame, load_compute_dataset)
+    in_fit = None if fit is None else _overlap(frame, fit, COMPUTE_KEY)
+    if fit is None or in_fit is None or not in_fit.any():
+        if fit is None and "unknown" in source:
+            logger.warning("profile %s: %s", profile.name, source)
+        why = source if fit is None else "no row of this dataset is in the profile's fitting data"
+        pred, mode = predict_compute_dataset(profile, frame), _plain(why)
+    elif fit is frame:
         settings = _compute_fit_settings(profile)
-        if cache is None:
-            pred = leave_one_model_out(frame, **settings)
+        if frame["model"].nunique() >= 2:
+            pred = _nested_predictions(frame, data, settings, cache)
+            mode = "leave-one-architecture-out (refit without each model's rows)"
         else:
-            key = cache_key([data], ["perfmodel.costs.compute"], settings)
-            pred = np.array(cache.get("compute-loao", key,
-                                      lambda: leave_one_model_out(frame, **settings).tolist()),
-                            dtype=float)
-        mode = "leave-one-architecture-out (refit without each model's rows)"
+            pred = np.full(len(frame), np.nan)
+            mode = ("none: every row is in the fitting data and it has one model, so none can be "
+                    "held out (no rows reported)")
     else:
-        pred = predict_compute_dataset(profile, frame)
-        mode = "prediction error (profile not fitted on this dataset)"
+        held = held_out_model_predictions(fit, frame, **_compute_fit_settings(profile))
+        known = frame["model"].isin(fit["model"]).to_numpy()
+        pred = np.where(known, held, predict_compute_dataset(profile, frame))
+        dropped = int((known & np.isnan(held)).sum())
+        models = int(frame.loc[known, "model"].nunique())
+        mode = (f"leave-one-architecture-out against {source}: {int(in_fit.sum())} of "
+                f"{len(frame)} rows are in it; the rows of its {models} model(s) predicted by "
+                "a refit without that model's fitting rows, "
+                f"the other {int((~known).sum())} by the profile (prediction error)"
+                + (f"; {dropped} row(s) of a model alone in its phase left out" if dropped
+                   else ""))
     return ValidationTable(table=mape_table(frame, pred), mode=mode, dataset_path=data)
 
 
 def _validate_comm(profile: HardwareProfile, data: str) -> ValidationTable:
 
     frame = load_comm_dataset(data)
-    if _fitted_on(profile, data, "comm"):
-        frame = frame[frame["backend"] == profile.backend].reset_index(drop=True)
-        _, pred = fit_links(frame)
-        mode = "5-fold cross-validation (refit per op and link)"
-    else:
+    fit, source = _fitting_rows(profile, "comm", data, frame, load_comm_dataset)
+    in_fit = None if fit is None else _overlap(frame, fit, COMM_KEY)
+    if fit is None or in_fit is None or not in_fit.any():
+        if fit is None and "unknown" in source:
+            logger.warning("profile %s: %s", profile.name, source)
         other = sorted(set(frame["backend"]) - {profile.backend})
         if other:
             logger.warning("rows of backend(s) %s compared with a %s profile", other,
                            profile.backend)
-        pred = predict_comm_dataset(profile.comm, frame)
-        mode = "prediction error (profile not fitted on this dataset)"
+        why = source if fit is None else "no row of this dataset is in the profile's fitting data"
+        pred, mode = predict_comm_dataset(profile.comm, frame), _plain(why)
+    elif fit is frame:
+        frame = frame[frame["backend"] == profile.backend].reset_index(drop=True)
+        _, pred = fit_links(frame)
+        mode = "5-fold cross-validation (refit per op and link)"
+    else:
+        fit = fit[fit["backend"] == profile.backend].reset_index(drop=True)
+        _, fit_oof = fit_links(fit)
+        columns = [c for c in COMM_KEY if c in frame.columns and c in fit.columns]
+        by_config = pd.Series(fit_oof, index=pd.MultiIndex.from_frame(fit[columns].astype(str)))
+        by_config = by_config[~by_config.index.duplicated()]
+        oof = by_config.reindex(pd.MultiIndex.from_frame(frame[columns].astype(str))).to_numpy()
+        pred = np.where(in_fit, oof, predict_comm_dataset(profile.comm, frame))
+        mode = (f"5-fold cross-validation on {source} for the {int(in_fit.sum())} of "
+                f"{len(frame)} rows in it (refit per op and link); prediction error for the "
+                f"{int((~in_fit).sum())} others")
     return ValidationTable(table=comm_mape_table(frame, pred), mode=mode, dataset_path=data)
 
 

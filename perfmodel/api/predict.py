@@ -20,16 +20,19 @@ from perfmodel.api.workload import (
     OuterSpec,
     Workload,
     WorkloadSpec,
+    check_simulated_steps,
     outer_optimizer_seconds,
     positive,
     resolve_outer,
+    resolve_placement,
     resolve_workload,
     simulate_inner_step,
+    simulate_pipeline_step,
     strategy_islands,
     streaming_outer,
     sync_link,
 )
-from perfmodel.costs.memory import max_micro_batch, memory_breakdown
+from perfmodel.costs.memory import MemoryBreakdown, max_micro_batch, memory_breakdown
 from perfmodel.diloco.fragments import StreamingConfig, utilisation_steps
 from perfmodel.diloco.graph import pseudo_gradient_bytes, simulate_diloco
 from perfmodel.diloco.tuner import run_streaming
@@ -41,6 +44,7 @@ from perfmodel.sim.analysis import (
     regime_changes,
     transition_micro_batch,
 )
+from perfmodel.sim.pipeline import step_result
 from perfmodel.spec import formulas
 from perfmodel.spec.formulas import GIB
 from perfmodel.spec.recipe import OuterRecipe, TrainingRecipe
@@ -118,6 +122,48 @@ def memory(w: Workload) -> MemoryFit:
                      fits=peak <= w.gpu.usable_memory_bytes, max_micro_batch=largest)
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class MemoryReport:
+    """The per-GPU memory of one training configuration (`shardmeter memory`)."""
+
+    breakdown: MemoryBreakdown
+    """Per-rank bytes by component at the peak phase."""
+    max_micro_batch: int
+    """Largest micro-batch that fits the GPU's usable memory (0: none)."""
+    record: dict[str, Any] = field(repr=False)
+    """Every reported quantity, in output order (`breakdown_gib` nested)."""
+
+
+def memory_report(spec: WorkloadSpec) -> MemoryReport:
+    """Per-GPU memory of training `spec` as its recipe trains it (layout included), at its k
+    micro-steps, and the largest micro-batch that fits."""
+    model, gpu, island, recipe = resolve_placement(
+        spec.model_name, gpu_name=spec.gpu_name, nodes=spec.nodes,
+        gpus_per_node=spec.gpus_per_node, seq_len=spec.seq_len, micro_batch=spec.micro_batch,
+        accum=spec.accum, recipe=spec.recipe)
+    gpus = island.num_gpus
+    breakdown = memory_breakdown(model, num_gpus=gpus, seq_len=spec.seq_len,
+                                 micro_batch=spec.micro_batch, recipe=recipe,
+                                 accum_steps=spec.accum)
+    largest = max_micro_batch(model, gpu_memory_bytes=gpu.usable_memory_bytes, num_gpus=gpus,
+                              seq_len=spec.seq_len, recipe=recipe, accum_steps=spec.accum)
+    gib = breakdown.as_gib()
+    peak_gib = gib.pop("peak")
+    record = {
+        "model": model.name, **model.parameter_counts(), "gpu": gpu.name,
+        "nodes": island.num_nodes, "gpus_per_node": island.gpus_per_node, "num_gpus": gpus,
+        "seq_len": spec.seq_len, "micro_batch": spec.micro_batch, "ac": breakdown.ac,
+        "accum_steps": breakdown.accum_steps, "accum_mode": breakdown.accum_mode,
+        "recipe": recipe.name, "layout": recipe.parallel.to_dict(),
+        "peak_phase": breakdown.phase, "peak_gib": peak_gib,
+        "tracked_gib": breakdown.tracked_bytes / GIB, "reserve_gib": breakdown.reserve_bytes / GIB,
+        "usable_memory_gib": gpu.usable_memory_bytes / GIB,
+        "fits": breakdown.peak_bytes <= gpu.usable_memory_bytes, "max_micro_batch": largest,
+        "breakdown_gib": gib,
+    }
+    return MemoryReport(breakdown=breakdown, max_micro_batch=largest, record=record)
+
+
 def resolve_strategy(w: Workload, spec: OuterSpec) -> tuple[Workload, OuterRecipe, WanLink]:
     """`w` training with the outer settings of `spec`, those settings, and the sync link."""
     if spec.strategy == "streaming-diloco":
@@ -128,7 +174,7 @@ def resolve_strategy(w: Workload, spec: OuterSpec) -> tuple[Workload, OuterRecip
                                 overlap_backward=spec.overlap_backward)
     else:
         if spec.inner_steps is not None:
-            positive("--inner-steps", spec.inner_steps)
+            positive("--inner-steps", spec.inner_steps, limit="inner_steps")
         defaults = {"inner_steps": DILOCO_DEFAULT_INNER_STEPS, "num_fragments": 1,
                     "delay_steps": 0}
         outer = resolve_outer(w.recipe, defaults=defaults, inner_steps=spec.inner_steps,
@@ -163,7 +209,8 @@ def predict(workload: WorkloadSpec, outer: OuterSpec | None = None) -> Predictio
 
 def _prediction(w: Workload, *, strategy: str, wan: WanLink, outer: OuterRecipe) -> Prediction:
 
-    step = simulate_inner_step(w)
+    pipe = simulate_pipeline_step(w) if w.recipe.parallel.pp > 1 else None
+    step = step_result(pipe) if pipe is not None else simulate_inner_step(w)
     info = analyse_step(step)
     islands = wan.num_islands if strategy != "fsdp" else 1
     # m sequences per data-parallel rank per micro-step; model-parallel ranks share them
@@ -175,6 +222,12 @@ def _prediction(w: Workload, *, strategy: str, wan: WanLink, outer: OuterRecipe)
                            "micro_batch": w.micro_batch, "accum": w.accum, "ac": w.ac,
                            "layout": w.recipe.parallel.to_dict(),
                            "inner_step_time_s": step.step_time_s}
+    prior_only = w.recipe.parallel.prior_only
+    if prior_only:
+        out["layout_prior_only"] = list(prior_only)
+    if pipe is not None:
+        out.update(worst_stage=pipe.worst_stage, bubble_s=pipe.bubble_s,
+                   bubble_fraction=pipe.bubble_s / pipe.step_time_s)
     step_s, comm_s = step.step_time_s, step.comm_busy_s
     if strategy == "diloco":
         h = outer.inner_steps
@@ -189,6 +242,8 @@ def _prediction(w: Workload, *, strategy: str, wan: WanLink, outer: OuterRecipe)
         per_param = outer_optimizer_seconds(w) / w.model.total_params
         config = StreamingConfig.from_recipe(outer)
         steps, first = utilisation_steps(config)
+        check_simulated_steps(steps, field="the steady state's 3H+τ+1 simulated steps "
+                                           "(--sync-every, --delay)")
         run = run_streaming(w.model, step_s=step.step_time_s, wan=wan, config=config,
                             num_steps=steps, seq_len=w.seq_len, opt_s_per_param=per_param)
         utilisation = run.utilisation(first)
@@ -223,9 +278,13 @@ def simulate(workload: WorkloadSpec, outer: OuterSpec | None = None, *,
 
     spec = outer or OuterSpec()
     w, settings, link = resolve_strategy(workload.resolve(), spec)
-    step = simulate_inner_step(w)
+    pipe = simulate_pipeline_step(w) if w.recipe.parallel.pp > 1 else None
+    step = step_result(pipe) if pipe is not None else simulate_inner_step(w)
     if spec.strategy == "fsdp":
         spans, summary = trace.schedule_spans(step.schedule), step_summary(step)
+        if pipe is not None:  # one trace process per pipeline rank (and one for its sends)
+            summary.update(worst_stage=pipe.worst_stage, bubble_s=pipe.bubble_s,
+                           bubble_fraction=pipe.bubble_s / pipe.step_time_s)
     elif spec.strategy == "diloco":
         spans, summary = _diloco_spans(w, step, link,
                                        settings.inner_steps if steps is None else steps)
@@ -252,6 +311,7 @@ def _diloco_spans(w: Workload, step: StepResult, wan: WanLink,
                   inner_steps: int) -> tuple[list[Any], dict[str, Any]]:
 
     positive("--steps", inner_steps)
+    check_simulated_steps(inner_steps, islands=wan.num_islands, field="--steps (default H)")
     sync = float(formulas.sync_time_s(wan.num_islands, pseudo_gradient_bytes(w.model, wan.dtype),
                                       wan.bw_bytes_per_s, wan.latency_s))
     opt = outer_optimizer_seconds(w)

@@ -14,6 +14,7 @@ from perfmodel.api.workload import (
     MAX_PLOTTED_SPANS,
     OuterSpec,
     Workload,
+    check_simulated_steps,
     describe_outer,
     positive,
     resolve_workload,
@@ -23,19 +24,24 @@ from perfmodel.api.workload import (
 )
 from perfmodel.diloco import examples as ex
 from perfmodel.diloco import tuner as st
-from perfmodel.diloco.fragments import DEFAULT_SEQ_LEN, StreamingConfig
+from perfmodel.diloco.fragments import DEFAULT_SEQ_LEN, StreamingConfig, utilisation_steps
 from perfmodel.diloco.published import PublishedCell, load_published_cells
 from perfmodel.diloco.streaming import COMPUTE_STREAM, TRAIN_ISLAND
 from perfmodel.diloco.tuner import run_streaming
 from perfmodel.sim import trace
 from perfmodel.spec import catalog
 from perfmodel.spec.errors import UserInputError
+from perfmodel.spec.inputs import check_limit
 from perfmodel.spec.recipe import DEFAULT_RECIPE, OuterRecipe, TrainingRecipe
 
 if TYPE_CHECKING:
     from perfmodel.diloco.tuner import WanLink
     from perfmodel.sim.fsdp import StepResult
 
+MAX_UTILISATION_TARGETS = 20
+"""Most utilisation targets of one --bandwidth-for-utilisation run (each is a bisection)."""
+BISECTION_PROBES = 60
+"""Simulations one bisection may run (two bracket ends, then log2(1e15 / 1e3 / 1e-4) halvings)."""
 EXAMPLE_SEQ_LEN, EXAMPLE_MICRO_BATCH, EXAMPLE_ACCUM = 2048, 2, 8
 """Workload of the examples unless overridden: long enough inner steps (several seconds) that the
 derived 'slow WAN' is a plausible inter-site bandwidth."""
@@ -81,6 +87,12 @@ def streaming(model_name: str | None, outer: OuterSpec, *, gpu_name: str | None,
                                       profile_name=profile_name, recipe=recipe, example=example)
     records, panels, spans_all = [], [], []
     for label, (wan, config, note) in cases.items():
+        worst_delay = st.DEFAULT_MAX_DELAY_STEPS if max_delay_steps is None else max_delay_steps
+        h = min(config.sync_every, max_sync_every or max(st.DEFAULT_MAX_SYNC_EVERY,
+                                                         config.sync_every))
+        check_limit("tuner_steps", (worst_delay + 1) * w.model.num_layers
+                    * (2 * h + worst_delay + 1),
+                    field="--max-delay-steps, --sync-every and the model's layers")
         tuning = st.tune_streaming(
             w.model, step_s=step.step_time_s, wan=wan, current=config,
             max_delay_steps=(st.DEFAULT_MAX_DELAY_STEPS if max_delay_steps is None
@@ -182,7 +194,15 @@ def bandwidth_for_utilisation(model_name: str | None, outer: OuterSpec, *, targe
     if model_name is None or (gpu_name is None and step_time_s is None):
         raise _needs_step_source()
     if step_time_s is not None:
-        positive("--step-time-s", step_time_s)
+        positive("--step-time-s", step_time_s, limit="step_time_s")
+    if outer.islands is not None and outer.islands < 2:
+        raise UserInputError(f"--islands {outer.islands}: a single island exchanges nothing, so "
+                             "every link reaches every utilisation",
+                             hint="pass --islands 2 or more.")
+    if len(targets) > MAX_UTILISATION_TARGETS:
+        raise UserInputError(f"--utilisation: {len(targets)} targets, at most "
+                             f"{MAX_UTILISATION_TARGETS} (each is a bisection on the simulator)",
+                             hint="ask for fewer targets per run.")
     model, gpu, island, opt_per_param = catalog.get_model(model_name), None, None, 0.0
     model.check_step_modelled("a Streaming DiLoCo schedule")
     length = seq_len or DEFAULT_SEQ_LEN
@@ -209,14 +229,18 @@ def bandwidth_for_utilisation(model_name: str | None, outer: OuterSpec, *, targe
     link = sync_link(island, islands=2 if outer.islands is None else outer.islands,
                      wan_gbit_s=outer.wan_gbit_s, wan_latency_ms=outer.wan_latency_ms,
                      dtype=settings.pseudo_gradient_dtype, same_cluster=outer.islands_same_cluster)
-    rows = st.bandwidth_for_utilisation(model, step_s=step_time_s, wan=link,
-                                        config=StreamingConfig.from_recipe(settings),
+    config = StreamingConfig.from_recipe(settings)
+    probe_steps = utilisation_steps(config)[0]
+    check_limit("bisection_steps", probe_steps * len(targets) * BISECTION_PROBES,
+                field="--sync-every, --delay and --utilisation")
+    rows = st.bandwidth_for_utilisation(model, step_s=step_time_s, wan=link, config=config,
                                         targets=targets, seq_len=length,
                                         opt_s_per_param=opt_per_param)
-    records = [{"model": model.name, "utilisation": r.target, "gbit_s": r.gbit_s,
-                "reached_utilisation": r.utilisation,
-                "note": ("" if r.bw_bytes_per_s is not None
-                         else "unreachable: latency or outer step too long")}
+    floor = st.BANDWIDTH_RANGE_BYTES_PER_S[0]
+    records = [{"model": model.name, "utilisation": r.target,
+                "gbit_s": None if r.bw_bytes_per_s is not None and r.bw_bytes_per_s <= floor
+                else r.gbit_s,
+                "reached_utilisation": r.utilisation, "note": _bandwidth_note(r, floor)}
                for r in rows]
     header = {
         "model": model.name, "params": model.total_params, "step_time_s": step_time_s,
@@ -231,14 +255,28 @@ def bandwidth_for_utilisation(model_name: str | None, outer: OuterSpec, *, targe
                           step_time_s=step_time_s)
 
 
+def _bandwidth_note(row: Any, floor_bytes_per_s: float) -> str:
+    """Why a bandwidth row has no number: unreachable, or reached already at the search floor
+    (the smallest bandwidth lies below it, so the floor is no answer)."""
+    if row.bw_bytes_per_s is None:
+        return "unreachable: latency or outer step too long"
+    if row.bw_bytes_per_s <= floor_bytes_per_s:
+        return (f"reached by any link of at least {floor_bytes_per_s * 8 / 1e9:.3g} Gbit/s (the "
+                "search floor); the smallest bandwidth lies below it")
+    return ""
+
+
 def streaming_spans(model: Any, step: StepResult, wan: WanLink, config: Any,
                     steps: int | None) -> tuple[list[Any], dict[str, Any]]:
     """Timeline spans and summary of `steps` (default H+τ+1) Streaming DiLoCo inner steps."""
 
     if steps is not None:
         positive("--steps", steps)
+    num_steps = steps or config.sync_every + config.delay_steps + 1
+    check_simulated_steps(num_steps, field="--steps" if steps else "the H+τ+1 simulated steps "
+                                                                   "(--sync-every, --delay)")
     run = run_streaming(model, step_s=step.step_time_s, wan=wan, config=config,
-                        num_steps=steps or config.sync_every + config.delay_steps + 1)
+                        num_steps=num_steps)
     # steps cut at exchange points (backward overlap) are drawn whole-step, without FSDP detail
     detailed = (not run.split_steps
                 and len(step.schedule.intervals) * run.num_steps <= MAX_PLOTTED_SPANS)

@@ -19,9 +19,11 @@ from perfmodel.diloco.graph import outer_optimizer_s
 from perfmodel.diloco.tuner import WanLink, fabric_link
 from perfmodel.profiles.profile import default_profile, load_profile
 from perfmodel.sim.fsdp import resolve_recipe, simulate_step, step_costs
+from perfmodel.sim.pipeline import PipelineResult, pipeline_costs, simulate_pipeline, step_result
 from perfmodel.spec import catalog
 from perfmodel.spec.errors import UserInputError
 from perfmodel.spec.hardware import IslandSpec
+from perfmodel.spec.inputs import check_limit
 from perfmodel.spec.recipe import OuterRecipe, TrainingRecipe
 
 if TYPE_CHECKING:
@@ -69,12 +71,22 @@ class Workload:
         return str(self.recipe.ac)
 
 
-def positive(option: str, value: float, *, zero_ok: bool = False) -> None:
-    """Raise a UserInputError naming `option` unless `value` > 0 (>= 0 with `zero_ok`)."""
+def positive(option: str, value: float, *, zero_ok: bool = False, limit: str | None = None) -> None:
+    """Raise a UserInputError naming `option` unless `value` > 0 (>= 0 with `zero_ok`) and, with
+    `limit`, within that entry of `perfmodel.spec.inputs.LIMITS`."""
     if value < 0 or (value == 0 and not zero_ok):
         bound = ">= 0" if zero_ok else "> 0"
         raise UserInputError(f"{option} {value}: must be {bound}",
                              hint=f"pass {option} with a value {bound}.")
+    if limit is not None:
+        check_limit(limit, value, field=option)
+
+
+def check_simulated_steps(steps: int, *, islands: int = 1, field: str) -> None:
+    """A simulation of `steps` inner steps on `islands` islands stays within LIMITS['sim_steps']
+    (every island-step is a set of tasks in memory)."""
+    check_limit("sim_steps", steps * max(islands, 1),
+                field=field if islands <= 1 else f"{field} x islands")
 
 
 def resolve_workload(model_name: str, *, gpu_name: str, nodes: int, gpus_per_node: int,
@@ -83,11 +95,30 @@ def resolve_workload(model_name: str, *, gpu_name: str, nodes: int, gpus_per_nod
                      recipe: TrainingRecipe | None = None) -> Workload:
     """The catalog model and GPU, the island and the profile; `recipe` defaults to torchtitan and
     `ac` (when set) overrides its checkpointing mode."""
+    model, gpu, island, recipe = resolve_placement(
+        model_name, gpu_name=gpu_name, nodes=nodes, gpus_per_node=gpus_per_node, seq_len=seq_len,
+        micro_batch=micro_batch, accum=accum, ac=ac, recipe=recipe)
+    profile = load_profile(profile_name) if profile_name else default_profile(gpu.name)
+    if profile.hardware.lower() != gpu.name.lower():
+        logger.warning("profile %s was fitted on %s, not %s", profile.name, profile.hardware,
+                       gpu.name)
+    return Workload(model=model, gpu=gpu, island=island, profile=profile, seq_len=seq_len,
+                    micro_batch=micro_batch, accum=accum, recipe=recipe)
 
-    for option, value in (("--nodes", nodes), ("--gpus-per-node", gpus_per_node),
-                          ("--seq-len", seq_len), ("--micro-batch", micro_batch),
-                          ("--accum", accum)):
-        positive(option, value)
+
+def resolve_placement(model_name: str, *, gpu_name: str, nodes: int, gpus_per_node: int,
+                      seq_len: int, micro_batch: int, accum: int, ac: str | None = None,
+                      recipe: TrainingRecipe | None = None
+                      ) -> tuple[ModelSpec, GpuSpec, IslandSpec, TrainingRecipe]:
+    """The catalog model and GPU, the island, and the recipe with its layout resolved against
+    the island and checked against the model (UserInputError naming the rule and a valid
+    layout); everything a step needs but the cost profile."""
+    for option, value, limit in (("--nodes", nodes, "step_nodes"),
+                                 ("--gpus-per-node", gpus_per_node, "nodes"),
+                                 ("--seq-len", seq_len, "seq_len"),
+                                 ("--micro-batch", micro_batch, "micro_batch"),
+                                 ("--accum", accum, "accum")):
+        positive(option, value, limit=limit)
     model = catalog.get_model(model_name)
     model.check_step_modelled("a training step")
     gpu = catalog.get_gpu(gpu_name)
@@ -96,10 +127,6 @@ def resolve_workload(model_name: str, *, gpu_name: str, nodes: int, gpus_per_nod
                              f"{gpu.max_gpus_per_node} GPUs",
                              hint=f"pass --gpus-per-node {gpu.max_gpus_per_node} or fewer and add "
                                   "--nodes instead.")
-    profile = load_profile(profile_name) if profile_name else default_profile(gpu.name)
-    if profile.hardware.lower() != gpu.name.lower():
-        logger.warning("profile %s was fitted on %s, not %s", profile.name, profile.hardware,
-                       gpu.name)
     island = IslandSpec(gpu=gpu, num_nodes=nodes, gpus_per_node=gpus_per_node,
                         intra_link=gpu.intra_node_link, inter_link=gpu.inter_node_link,
                         nics_per_node=gpu.nics_per_node)
@@ -108,13 +135,21 @@ def resolve_workload(model_name: str, *, gpu_name: str, nodes: int, gpus_per_nod
     layout.check_model(num_layers=model.num_layers, num_heads=model.num_heads,
                        num_kv_heads=model.num_kv_heads, intermediate_size=model.intermediate_size,
                        seq_len=seq_len)
-    return Workload(model=model, gpu=gpu, island=island, profile=profile, seq_len=seq_len,
-                    micro_batch=micro_batch, accum=accum,
-                    recipe=replace(recipe, parallel=layout))
+    return model, gpu, island, replace(recipe, parallel=layout)
+
+
+def simulate_pipeline_step(w: Workload) -> PipelineResult:
+    """The graph simulation of one pipeline step of `w` (pp > 1): k = --accum micro-batches."""
+    costs = pipeline_costs(w.model, w.profile, w.island, seq_len=w.seq_len,
+                           micro_batch=w.micro_batch, recipe=w.recipe)
+    return simulate_pipeline(costs, micro_batches=w.accum)
 
 
 def simulate_inner_step(w: Workload) -> StepResult:
-    """The graph simulation of one FSDP step of `w` (closed-form beyond SIMULATED_ACCUM_MAX)."""
+    """The graph simulation of one step of `w` (FSDP: closed-form beyond SIMULATED_ACCUM_MAX;
+    pipelines: `simulate_pipeline_step`)."""
+    if w.recipe.parallel.pp > 1:
+        return step_result(simulate_pipeline_step(w))
 
     costs = step_costs(w.model, w.profile, w.island, seq_len=w.seq_len, micro_batch=w.micro_batch,
                        recipe=w.recipe)
@@ -153,7 +188,7 @@ def strategy_islands(strategy: str, islands: int | None) -> int:
                                       "for several islands.")
         return 1
     m = 2 if islands is None else islands
-    positive("--islands", m)
+    positive("--islands", m, limit="islands")
     return m
 
 
@@ -185,17 +220,31 @@ def streaming_outer(recipe: TrainingRecipe, *, model: Any, fragments: int | None
     outer = resolve_outer(recipe, defaults=dict(STREAMING_DEFAULTS), num_fragments=fragments,
                           delay_steps=delay, pseudo_gradient_dtype=dtype,
                           fragment_pattern=fragment_pattern, overlap_backward=overlap_backward)
-    if outer.num_fragments > model.num_layers:
-        raise UserInputError(
-            f"--fragments {outer.num_fragments}: {model.name} has only {model.num_layers} layers",
-            hint=f"pass --fragments {model.num_layers} or fewer (a fragment is a layer group).",
-        )
     if sync_every is not None:
         h = sync_every
     elif recipe.outer.inner_steps != OuterRecipe().inner_steps:
         h = recipe.outer.inner_steps
     else:
         h = outer.num_fragments * max(outer.delay_steps, 1)
+
+    def origin(flag: str, value: int | None, field: str, default: int | None) -> str:
+        """Who set a value: the flag, the recipe, or the command's default (for messages)."""
+        if value is not None:
+            return flag
+        if getattr(recipe.outer, field) != getattr(OuterRecipe(), field):
+            return f"the recipe's outer.{field}"
+        return f"the default {flag} (" + ("F·max(τ, 1)" if default is None else str(default)) + ")"
+
+    if outer.num_fragments > model.num_layers:
+        where = origin("--fragments", fragments, "num_fragments",
+                       STREAMING_DEFAULTS["num_fragments"])
+        raise UserInputError(
+            f"{where} {outer.num_fragments}: {model.name} has only {model.num_layers} layers",
+            hint=f"pass --fragments {model.num_layers} or fewer (a fragment is a layer group).",
+        )
+    check_limit("delay_steps", outer.delay_steps,
+                field=origin("--delay", delay, "delay_steps", STREAMING_DEFAULTS["delay_steps"]))
+    check_limit("inner_steps", h, field=origin("--sync-every", sync_every, "inner_steps", None))
     return replace(outer, inner_steps=h)
 
 
@@ -206,11 +255,13 @@ def sync_link(island: Any, *, islands: int, wan_gbit_s: float, wan_latency_ms: f
     if islands < 1:
         raise UserInputError(f"--islands {islands}: must be > 0",
                              hint="pass --islands with a value > 0.")
+    check_limit("islands", islands, field="--islands")
     if same_cluster:
         return fabric_link(island.gpu.name, num_islands=islands, dtype=dtype)
-    for option, value, zero_ok in (("--wan-gbit-s", wan_gbit_s, False),
-                                   ("--wan-latency-ms", wan_latency_ms, True)):
-        positive(option, value, zero_ok=zero_ok)
+    for option, value, zero_ok, limit in (("--wan-gbit-s", wan_gbit_s, False, "wan_gbit_s"),
+                                          ("--wan-latency-ms", wan_latency_ms, True,
+                                           "latency_ms")):
+        positive(option, value, zero_ok=zero_ok, limit=limit)
     return WanLink(num_islands=islands, bw_bytes_per_s=wan_gbit_s * 1e9 / 8,
                    latency_s=wan_latency_ms / 1e3, dtype=dtype)
 

@@ -9,6 +9,7 @@ Importing this module does not import torch.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +26,7 @@ from perfmodel.bench.space import load_space
 from perfmodel.spec.catalog import get_model
 from perfmodel.spec.errors import UserInputError
 from perfmodel.spec.formulas import GIB
+from perfmodel.spec.inputs import check_limit
 from perfmodel.spec.recipe import named_recipe
 
 if TYPE_CHECKING:
@@ -79,6 +81,23 @@ class ComputeBenchRequest:
         if self.device not in DEVICES:
             raise UserInputError(f"unknown device {self.device!r}",
                                  hint=f"use one of {', '.join(DEVICES)}.")
+        for flag, value, limit in (("--max-time-s", self.max_time_s, "seconds"),
+                                   ("--memory-cap-gib", self.memory_cap_gib, "memory_gib")):
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int | float) \
+                    or not math.isfinite(value) or value <= 0:
+                raise UserInputError(f"{flag} {value!r}: must be a finite number > 0",
+                                     hint=f"pass {flag} with a value > 0, or leave it out for "
+                                          "the space's.")
+            check_limit(limit, value, field=flag)
+        for flag, count, least in (("-n", self.configs, 1), ("--limit", self.limit, 1),
+                                   ("--seed", self.seed, 0)):
+            if count is not None and (isinstance(count, bool) or not isinstance(count, int)
+                                      or count < least):
+                raise UserInputError(f"{flag} {count!r}: must be an integer >= {least}",
+                                     hint=f"pass {flag} {max(least, 1)} or more.")
+        check_limit("bench_configs", self.configs, field="-n")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -5,6 +5,11 @@ The CLI side: it builds the payload plan and launches `torchrun ... -m perfmodel
 full unsharded size D in bytes (all_gather output, reduce_scatter input, all_reduce tensor),
 log-spaced between --min-mib and --max-mib as in the paper (1-150 MiB).
 
+Point-to-point (`--ops send_recv`, not in the default list): rank 0 sends a D-byte buffer to
+the last rank, which receives it (`dist.send` / `dist.recv`, what a pipeline stage boundary
+carries); the other ranks wait. The row's world_size is 2 (the pair) and its link the link
+between those two ranks; payloads are any multiple of the element size.
+
 Multi-node: pass torchrun's own rendezvous flags with --torchrun-args instead of the default
 `--standalone`, e.g. `--torchrun-args "--nnodes 2 --node-rank 0 --rdzv-backend c10d
 --rdzv-endpoint host0:29500"` on every node (node-rank differing), and --link naming the slowest
@@ -16,6 +21,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -28,10 +34,15 @@ import numpy as np
 from perfmodel.bench.common import check_dtype_name, check_run_inputs
 from perfmodel.spec.catalog import get_link
 from perfmodel.spec.errors import ShardMeterError, UserInputError
+from perfmodel.spec.inputs import check_limit
 
 logger = logging.getLogger(__name__)
 
 OPS = ("all_gather", "reduce_scatter", "all_reduce")
+"""The collectives (the default --ops)."""
+P2P_OPS = ("send_recv",)
+"""Point-to-point operations (asked for by name)."""
+ALL_OPS = OPS + P2P_OPS
 COLUMNS = ("backend", "op", "link", "world_size", "payload_bytes", "time_s", "time_iqr_s", "iters")
 KEY_COLUMNS = ("backend", "op", "link", "world_size", "payload_bytes")
 MIB = 1024**2
@@ -70,6 +81,7 @@ def payload_sizes(min_mib: float, max_mib: float, points: int, world_size: int,
             or points < 1:
         raise UserInputError(f"bad payload range {min_mib}-{max_mib} MiB with {points} points",
                              hint="use 0 < --min-mib <= --max-mib and --points >= 1.")
+    check_limit("mib", max_mib, field="--max-mib")
     unit = world_size * elem_bytes
     raw = np.geomspace(min_mib * MIB, max_mib * MIB, points) if points > 1 else [min_mib * MIB]
     return sorted({max(unit, int(round(b / unit)) * unit) for b in raw})
@@ -78,9 +90,10 @@ def payload_sizes(min_mib: float, max_mib: float, points: int, world_size: int,
 def check_settings(s: CommSettings) -> None:
     """Reject unknown ops, backends and links with a clear message."""
 
-    bad = [op for op in s.ops if op not in OPS]
+    bad = [op for op in s.ops if op not in ALL_OPS]
     if bad:
-        raise UserInputError(f"unknown collective(s) {bad}", hint=f"use some of {', '.join(OPS)}.")
+        raise UserInputError(f"unknown collective(s) {bad}",
+                             hint=f"use some of {', '.join(ALL_OPS)}.")
     if s.backend not in ("gloo", "nccl"):
         raise UserInputError(f"unknown backend {s.backend!r}",
                              hint="use --backend gloo (CPU) or nccl (CUDA).")
@@ -101,19 +114,43 @@ def torchrun_command(module: str, worker_args: Sequence[str], *, nproc: int,
             "-m", module, *worker_args]
 
 
-def launch(cmd: Sequence[str], *, threads: int, what: str) -> None:
-    """Run a torchrun command; a failing worker raises an error naming the command."""
+WORKER_LOG_SUFFIX = ".workers.log"
+"""The workers' whole output (tracebacks included) goes to `<out><suffix>`, never the terminal."""
+_RANK_PREFIX = re.compile(r"^\[(?:default)?rank\d+\]:\s?")
+_LOG_LINE = re.compile(r"^(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) ")
+_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit)\b:?.*$")
+
+
+def launch(cmd: Sequence[str], *, threads: int, what: str, log_path: str | Path) -> None:
+    """Run a torchrun command. The workers' log lines reach stderr; everything they print
+    (tracebacks, torchrun's failure report) is appended to `log_path`; a failure is one error
+    quoting the first exception a worker raised and naming the log."""
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), PYTHONUNBUFFERED="1")
     logger.info("launching: %s", shlex.join(cmd))
-    result = subprocess.run(list(cmd), env=env, check=False)
-    if result.returncode != 0:
+    log = Path(log_path)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    first_error: str | None = None
+    with log.open("a", encoding="utf-8") as sink, subprocess.Popen(
+            list(cmd), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            errors="replace") as proc:
+        for line in proc.stdout or ():  # stdout=PIPE: always a stream
+            sink.write(line)
+            text = _RANK_PREFIX.sub("", line.rstrip("\n"))
+            if _LOG_LINE.match(text):
+                sys.stderr.write(text + "\n")
+            elif (first_error is None and _EXCEPTION_LINE.match(text)
+                  and "ChildFailedError" not in text):
+                first_error = text.strip()
+        returncode = proc.wait()
+    if returncode != 0:
         raise ShardMeterError(
-            f"{what} workers failed (torchrun exit code {result.returncode}): {shlex.join(cmd)}",
-            hint="read the worker messages above; rerun the same command to resume (finished "
-                 "rows are kept).")
+            f"{what} workers failed (torchrun exit code {returncode}): "
+            f"{first_error or 'no exception message'}; the workers' whole output is in {log}",
+            hint=f"read {log}; rerun the same command to resume (finished rows are kept).")
 
 
-def check_launch(out_path: str | Path, settings: CommSettings, *, nproc: int) -> None:
+def check_launch(out_path: str | Path, settings: CommSettings, *, nproc: int,
+                 torchrun_args: str | None = None) -> None:
     """Every check of a collective sweep that can run before torchrun (so a mistake is one clean
     message, not one traceback per rank)."""
 
@@ -121,6 +158,10 @@ def check_launch(out_path: str | Path, settings: CommSettings, *, nproc: int) ->
     check_run_inputs(out=out_path, columns=COLUMNS, key_columns=KEY_COLUMNS, dtype=settings.dtype,
                      threads=settings.threads, nproc=nproc, iters=settings.iters,
                      warmup=settings.warmup)
+    if nproc < 2 and any(op in P2P_OPS for op in settings.ops) and not (
+            torchrun_args and "--nnodes" in torchrun_args):
+        raise UserInputError(f"--ops send_recv with --nproc {nproc}: a transfer needs two ranks",
+                             hint="pass --nproc 2.")
     payload_sizes(settings.min_mib, settings.max_mib, settings.points, nproc,
                   check_dtype_name(settings.dtype))
 
@@ -128,7 +169,7 @@ def check_launch(out_path: str | Path, settings: CommSettings, *, nproc: int) ->
 def run_comm(out_path: str | Path, settings: CommSettings, *, nproc: int,
              torchrun_args: str | None = None) -> None:
     """Launch the collective sweep under torchrun; rows go to out_path (resumable)."""
-    check_launch(out_path, settings, nproc=nproc)
+    check_launch(out_path, settings, nproc=nproc, torchrun_args=torchrun_args)
     args = ["--out", str(out_path), "--backend", settings.backend, "--link", settings.link,
             "--ops", ",".join(settings.ops), "--min-mib", str(settings.min_mib),
             "--max-mib", str(settings.max_mib), "--points", str(settings.points),
@@ -136,4 +177,5 @@ def run_comm(out_path: str | Path, settings: CommSettings, *, nproc: int,
             "--threads", str(settings.threads), "--dtype", settings.dtype]
     launch(torchrun_command("perfmodel.bench.comm_worker", args, nproc=nproc,
                             torchrun_args=torchrun_args),
-           threads=settings.threads, what="collective benchmark")
+           threads=settings.threads, what="collective benchmark",
+           log_path=f"{out_path}{WORKER_LOG_SUFFIX}")

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 import torch
 import torch.distributed as dist
 
-from perfmodel.bench.comm import COLUMNS, KEY_COLUMNS, payload_sizes
+from perfmodel.bench.comm import COLUMNS, KEY_COLUMNS, P2P_OPS, payload_sizes
 from perfmodel.bench.common import CsvLog, median_iqr, resolve_dtype
 from perfmodel.bench.environment import append_environment, environment_record
 
@@ -29,7 +29,8 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--out", required=True)
     p.add_argument("--backend", default="gloo")
     p.add_argument("--link", default="gloo-loopback")
-    p.add_argument("--ops", default="all_gather,reduce_scatter,all_reduce")
+    p.add_argument("--ops", default="all_gather,reduce_scatter,all_reduce",
+                   help="comma list of all_gather, reduce_scatter, all_reduce, send_recv")
     p.add_argument("--min-mib", type=float, default=1.0)
     p.add_argument("--max-mib", type=float, default=150.0)
     p.add_argument("--points", type=int, default=12)
@@ -56,6 +57,23 @@ def collective(op: str, payload_elems: int, world: int, device: torch.device,
         return lambda: scatter(out, inp)
     buf = torch.ones(payload_elems, device=device, dtype=dtype)
     return lambda: dist.all_reduce(buf)
+
+
+def point_to_point(payload_elems: int, world: int, device: torch.device,
+                   dtype: torch.dtype) -> Callable[[], None]:
+    """A closure running one transfer of the payload from rank 0 to the last rank (module doc of
+    `perfmodel.bench.comm`); the other ranks do nothing."""
+    if world < 2:
+        raise ValueError("send_recv needs at least two ranks")
+    buf = torch.ones(payload_elems, device=device, dtype=dtype)
+    rank, last = dist.get_rank(), world - 1
+    if rank == 0:
+        return lambda: dist.send(buf, dst=last)
+    if rank == last:
+        def receive() -> None:
+            dist.recv(buf, src=0)
+        return receive
+    return lambda: None
 
 
 def time_collective(run: Callable[[], None], *, iters: int, warmup: int,
@@ -113,13 +131,16 @@ def main(argv: Sequence[str] | None = None) -> None:
             extra={"benchmark": "comm", "backend": args.backend, "world_size": world,
                    "link": args.link}))
     for op in args.ops.split(","):
-        for size in payload_sizes(args.min_mib, args.max_mib, args.points, world, elem):
-            row = {"backend": args.backend, "op": op, "link": args.link, "world_size": world,
-                   "payload_bytes": size, "iters": args.iters}
+        p2p = op in P2P_OPS
+        for size in payload_sizes(args.min_mib, args.max_mib, args.points, 1 if p2p else world,
+                                  elem):
+            row = {"backend": args.backend, "op": op, "link": args.link,
+                   "world_size": 2 if p2p else world, "payload_bytes": size, "iters": args.iters}
             if log.key_of(row) in done:
                 continue
-            times = time_collective(collective(op, size // elem, world, device, dtype),
-                                    iters=args.iters, warmup=args.warmup, device=device)
+            run = (point_to_point(size // elem, world, device, dtype) if p2p
+                   else collective(op, size // elem, world, device, dtype))
+            times = time_collective(run, iters=args.iters, warmup=args.warmup, device=device)
             spread = median_iqr(times)
             if rank == 0:
                 log.append([row | {"time_s": spread.median_s, "time_iqr_s": spread.iqr_s}])

@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
 from rich.console import Console
 from rich.progress import (
     BarColumn,
@@ -34,6 +33,7 @@ from rich.progress import (
 
 from perfmodel.spec.errors import DatasetError, UserInputError, did_you_mean
 from perfmodel.spec.formulas import dtype_bytes
+from perfmodel.spec.inputs import load_yaml
 
 logger = logging.getLogger(__name__)
 
@@ -332,17 +332,8 @@ def make_progress() -> Any:
 def read_space_yaml(path: Path, *, what: str, example: str) -> Any:
     """Parse a design-space YAML file; a missing or malformed file is a UserInputError."""
 
-    if path.is_dir():
-        raise UserInputError(f"{what} {path} is a directory, not a YAML file",
-                             hint=f"pass --space {example} or another YAML file.")
-    try:
-        return yaml.safe_load(path.read_text())
-    except FileNotFoundError as err:
-        raise UserInputError(f"{what} {path} not found",
-                             hint=f"pass --space {example} or another existing file.") from err
-    except yaml.YAMLError as err:
-        raise UserInputError(f"{path}: not valid YAML ({err})",
-                             hint=f"fix {path} (see {example} for the format).") from err
+    return load_yaml(path, what=what, hint=f"pass --space {example} or another existing, valid "
+                     "YAML file.")
 
 
 def reject_unknown_keys(path: Path, where: str, raw: Mapping[str, Any], known: Sequence[str], *,

@@ -114,6 +114,10 @@ def sample_configs(space: DesignSpace, n: int, seed: int) -> list[BenchConfig]:
 
     if n < 1:
         raise UserInputError(f"-n must be >= 1, got {n}", hint="pass -n 150 (the CPU default).")
+    if not space.ranges:
+        raise UserInputError(f"design space {space.name!r} lists named models only: it has no "
+                             "dimensions to sample",
+                             hint="run it with --named.")
     sobol = qmc.Sobol(d=len(_DIMS), scramble=True, rng=seed)
     points = sobol.random_base2(int(math.ceil(math.log2(8 * n))))
     out: list[BenchConfig] = []
@@ -130,18 +134,33 @@ def sample_configs(space: DesignSpace, n: int, seed: int) -> list[BenchConfig]:
 
 
 def named_configs(space: DesignSpace) -> list[BenchConfig]:
-    """The held-out named models, layer count reduced as the space's `named` section says."""
+    """The held-out named models (catalog names or config.json files), layer count reduced as the
+    space's `named` section says: one configuration per model and sequence length, models in the
+    file's order, each model's sequence lengths in theirs. The dataset's `model` column is the
+    model's name (a config.json's folder name), the same at every sequence length."""
 
     if space.named is None:
         raise UserInputError(f"design space {space.name!r} has no 'named' section",
                              hint="add named: {models, num_hidden_layers, seq_len, micro_batches}.")
-    out = []
+    out: list[BenchConfig] = []
     for name in space.named.models:
         spec = get_model(name)
         if space.named.num_hidden_layers:
             spec = replace(spec, num_layers=space.named.num_hidden_layers)
-        out.append(BenchConfig(spec.name, spec, space.named.seq_len, space.named.micro_batches))
+        out.extend(BenchConfig(spec.name, spec, seq, space.named.micro_batches)
+                   for seq in space.named.seq_lens)
     return out
+
+
+def progress_keys(configs: Sequence[BenchConfig]) -> dict[tuple[str, int], str]:
+    """(configuration id, sequence length) -> its name in the `.progress` file: the id alone when
+    the id has one sequence length in `configs` (every sampled shape, and the files written
+    before named models could list several), else `<id>@S<seq_len>`."""
+    seqs: dict[str, set[int]] = {}
+    for c in configs:
+        seqs.setdefault(c.config_id, set()).add(c.seq_len)
+    return {(c.config_id, c.seq_len): (c.config_id if len(seqs[c.config_id]) == 1
+                                       else f"{c.config_id}@S{c.seq_len}") for c in configs}
 
 
 def _step_gflop(spec: ModelSpec, seq_len: int, micro_batch: int) -> float:
@@ -280,14 +299,19 @@ def shape_row(cfg: BenchConfig) -> dict[str, Any]:
 
 
 def check_existing(log: CsvLog, configs: Sequence[BenchConfig]) -> None:
-    """Refuse to resume into a file whose rows describe other shapes under the same ids."""
-    expected = {c.config_id: {k: str(v).lower() for k, v in shape_row(c).items()} for c in configs}
+    """Refuse to resume into a file whose rows describe other shapes under the same ids (an id
+    may stand for one shape at several sequence lengths)."""
+    expected: dict[str, list[dict[str, str]]] = {}
+    for c in configs:
+        expected.setdefault(c.config_id, []).append(
+            {k: str(v).lower() for k, v in shape_row(c).items()})
     for row in log.rows():
-        want = expected.get(row["model"])
-        if want is None:
+        wants = expected.get(row["model"])
+        if wants is None:
             continue
-        got = {k: row[k].lower() for k in want}
-        if got != want:
+        got = {k: row[k].lower() for k in wants[0]}
+        if got not in wants:
+            want = wants[0] if len(wants) == 1 else wants
             raise DatasetError(
                 f"{log.path}: rows for {row['model']!r} describe another shape ({got} != {want})",
                 hint="resume with the same --space/--seed, or write to a new output file (-o).")
@@ -327,8 +351,11 @@ def run_compute(configs: Sequence[BenchConfig], out_path: str | Path, settings: 
                 *, limit: int | None = None) -> dict[str, int]:
     """Measure every configuration not finished in `out_path` yet; returns dataset counts.
 
-    Finished configurations are listed (with why their sweep stopped) in `<out>.progress`;
-    finished (configuration, micro-batch) rows are never measured again.
+    Finished configurations are listed in `<out>.progress` as `id reason points` (why their
+    sweep stopped and how many micro-batches it measured); finished (configuration,
+    micro-batch) rows are never measured again. A configuration with fewer complete
+    micro-batches in the CSV than its progress line says (a CSV truncated or damaged behind an
+    intact progress file) is measured again, whatever the line's reason.
     """
 
     out = Path(out_path)
@@ -337,11 +364,14 @@ def run_compute(configs: Sequence[BenchConfig], out_path: str | Path, settings: 
     progress_file = Path(f"{out}.progress")
     measured = _measured_steps(log)
     reasons = _finished_configs(progress_file)
-    written: dict[str, set[int]] = {}
+    keys = progress_keys(configs)
+    written: dict[tuple[str, int], set[int]] = {}
     for r in log.rows():
-        written.setdefault(r["model"], set()).add(int(r["micro_batch"]))
-    finished = {c.config_id for c in configs if _is_finished(c, reasons, written, measured)}
-    pending = [c for c in configs if c.config_id not in finished][:limit]  # limit None: all
+        written.setdefault((r["model"], int(r["seq_len"])), set()).add(int(r["micro_batch"]))
+    finished = {keys[c.config_id, c.seq_len] for c in configs
+                if _is_finished(c, reasons.get(keys[c.config_id, c.seq_len]), written, measured)}
+    pending = [c for c in configs
+               if keys[c.config_id, c.seq_len] not in finished][:limit]  # limit None: all
     logger.info("%d configurations, %d already finished, %d to run now",
                 len(configs), len(finished), len(pending))
     with make_progress() as bar:
@@ -349,8 +379,9 @@ def run_compute(configs: Sequence[BenchConfig], out_path: str | Path, settings: 
         for cfg in pending:
             t0 = time.perf_counter()
             reason = run_config(cfg, log, measured, settings)
+            points = len(measured.get((cfg.config_id, cfg.seq_len), {}))
             with progress_file.open("a") as fh:
-                fh.write(f"{cfg.config_id} {reason}\n")
+                fh.write(f"{keys[cfg.config_id, cfg.seq_len]} {reason} {points}\n")
             logger.info("%s (%s h=%d L=%d f=%d V=%d S=%d): %s after %.1f s", cfg.config_id,
                         cfg.spec.family, cfg.spec.hidden_size, cfg.spec.num_layers,
                         cfg.spec.intermediate_size, cfg.spec.vocab_size, cfg.seq_len, reason,
@@ -359,26 +390,44 @@ def run_compute(configs: Sequence[BenchConfig], out_path: str | Path, settings: 
     return summarise_rows(log.rows())
 
 
-def _finished_configs(progress_file: Path) -> dict[str, str]:
-    """Configuration -> why its sweep stopped, as listed in the progress file; an unterminated
-    last line (a killed run) does not count."""
+CAPPED = ("time-cap", "memory-cap")
+"""Reasons a sweep stops only after measuring at least one micro-batch (`_stop_reason`)."""
+
+
+def _finished_configs(progress_file: Path) -> dict[str, tuple[str, int | None]]:
+    """Configuration -> (why its sweep stopped, micro-batches it measured; None on lines written
+    before that was recorded), as listed in the progress file; an unterminated last line (a
+    killed run) does not count."""
     if not progress_file.is_file():
         return {}
     complete = progress_file.read_text(errors="replace").split("\n")[:-1]
-    return {parts[0]: parts[1] for parts in (line.split() for line in complete) if len(parts) >= 2}
+    out: dict[str, tuple[str, int | None]] = {}
+    for parts in (line.split() for line in complete):
+        if len(parts) >= 2:
+            points = int(parts[2]) if len(parts) >= 3 and parts[2].isdigit() else None
+            out[parts[0]] = (parts[1], points)
+    return out
 
 
-def _is_finished(cfg: BenchConfig, reasons: Mapping[str, str], written: Mapping[str, set[int]],
+def _is_finished(cfg: BenchConfig, listed: tuple[str, int | None] | None,
+                 written: Mapping[tuple[str, int], set[int]],
                  measured: Mapping[tuple[str, int], Mapping[int, float]]) -> bool:
-    """Listed as finished and its rows are all in the dataset: a row dropped from a damaged file
-    (a partial last line) sends the configuration back to measurement."""
-    reason = reasons.get(cfg.config_id)
-    if reason is None:
+    """Listed as finished (`listed`: the reason and point count of its progress line) and its
+    rows are all in the dataset: a configuration with fewer complete micro-batches than it
+    should have (a row dropped from a damaged or truncated file) goes back to measurement,
+    whatever its progress line says."""
+    if listed is None:
         return False
+    reason, points = listed
     complete = set(measured.get((cfg.config_id, cfg.seq_len), {}))
-    if written.get(cfg.config_id, set()) - complete:  # a micro-batch with some phases missing
+    if written.get((cfg.config_id, cfg.seq_len), set()) - complete:  # phases missing
         return False
-    return reason != "done" or set(cfg.micro_batches) <= complete
+    if reason == "done":
+        return set(cfg.micro_batches) <= complete
+    if points is not None:
+        # the sweep measures micro-batches in order: the first `points` must all be there
+        return set(cfg.micro_batches[:points]) <= complete
+    return reason not in CAPPED or cfg.micro_batches[0] in complete
 
 
 def _measured_steps(log: CsvLog) -> dict[tuple[str, int], dict[int, float]]:
@@ -416,7 +465,7 @@ def run_config(cfg: BenchConfig, log: CsvLog, measured: dict[tuple[str, int], di
     from perfmodel.bench.model import build_model
 
     start = time.perf_counter()
-    done = measured.get((cfg.config_id, cfg.seq_len), {})
+    done = measured.setdefault((cfg.config_id, cfg.seq_len), {})
     model = optimizer = None
     last: tuple[int, float] | None = None
     try:
@@ -437,6 +486,7 @@ def run_config(cfg: BenchConfig, log: CsvLog, measured: dict[tuple[str, int], di
                                "time_iqr_s": spreads[p].iqr_s}
                        for p in PHASES)
             last = (mb, sum(spreads[p].median_s for p in PHASES))
+            done[mb] = last[1]
         return "done"
     except (RuntimeError, torch.OutOfMemoryError) as err:
         if not is_oom(err):

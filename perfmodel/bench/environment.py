@@ -222,6 +222,30 @@ def _record_energy_at_exit(path: Path, index: int, start: Mapping[str, Any],
         logger.warning("could not record the session's measured energy in %s: %s", path, err)
 
 
+RESUME_KEYS = ("benchmark", "torch", "python", "threads", "device", "device_name", "cpu_model",
+               "malloc_library", "space", "named", "seed", "dtype", "iters", "warmup", "backend",
+               "link", "world_size", "nproc", "recipe", "time_per_config_s", "memory_cap_bytes")
+"""Environment fields whose change between the sessions of one dataset makes its rows measure
+different things (`warn_changed_environment`)."""
+
+
+def warn_changed_environment(csv_path: str | Path, previous: Mapping[str, Any],
+                             record: Mapping[str, Any]) -> list[str]:
+    """Warn when a session resumes a dataset whose last session ran under another environment
+    (another torch, thread count, space, ...): rows of both end up in one file. Returns the
+    changed fields as `key: old -> new`."""
+    csv = Path(csv_path)
+    if not csv.is_file() or csv.stat().st_size == 0:
+        return []
+    changed = [f"{key}: {previous[key]!r} -> {record[key]!r}" for key in RESUME_KEYS
+               if key in previous and key in record and previous[key] != record[key]]
+    if changed:
+        logger.warning("%s: resuming a dataset measured under another environment (%s); its rows "
+                       "will mix both. To fix: resume under the same settings, or write to a new "
+                       "output file (-o).", csv, "; ".join(changed))
+    return changed
+
+
 def append_environment(csv_path: str | Path, record: Mapping[str, Any]) -> Path:
     """Append one session record to `<csv>.env.json` (a JSON object with a `sessions` list).
 
@@ -238,6 +262,9 @@ def append_environment(csv_path: str | Path, record: Mapping[str, Any]) -> Path:
         except json.JSONDecodeError:
             logger.warning("%s is not valid JSON; starting a new environment record", path)
             payload = {"sessions": []}
+    sessions = payload.get("sessions")
+    if isinstance(sessions, list) and sessions and isinstance(sessions[-1], dict):
+        warn_changed_environment(csv_path, sessions[-1], record)
     payload.setdefault("sessions", []).append(dict(record))
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")

@@ -6,9 +6,13 @@ next to the output and launches `torchrun ... -m perfmodel.bench.fsdp_worker`. E
 exactly the run's `TrainingRecipe` (`--recipe`, default torchtitan) through
 `perfmodel.bench.recipe_wrap`: activation checkpointing, `fully_shard` per block then the root with
 the recipe's `MixedPrecisionPolicy` and resharding, its accumulation mode (reduce-scatter every
-micro-step, or `set_requires_gradient_sync(False)` until the last), AdamW. Rank 0 writes the
-median step time (max over ranks per step), the peak memory per rank and the recipe (JSON), row
-by row; rerunning resumes. `compare_fsdp` predicts every row with the recipe it trained.
+micro-step, or `set_requires_gradient_sync(False)` until the last), AdamW. With `--tp`,
+`--dp-replicate` and `--[no-]sequence-parallel` the recipe carries a parallel layout (checked
+against every case and the rank count before any rank starts): torchtitan's tensor-parallel plan,
+then FSDP2 or HSDP over what the layout leaves. Rank 0 writes the median step time (max over
+ranks per step), the peak memory per rank and the recipe (JSON, the layout resolved on the
+ranks), row by row; rerunning resumes. `compare_fsdp` predicts every row with the recipe (and
+layout) it trained.
 """
 
 from __future__ import annotations
@@ -20,17 +24,19 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from perfmodel.bench.comm import launch, torchrun_command
+from perfmodel.bench.comm import WORKER_LOG_SUFFIX, launch, torchrun_command
 from perfmodel.bench.common import (
     check_run_inputs,
     positive_int,
     read_space_yaml,
     reject_unknown_keys,
 )
+from perfmodel.bench.parallel import check_benchmarkable
 from perfmodel.profiles.fsdp_compare import COLUMNS, KEY_COLUMNS, recipe_mapping
 from perfmodel.spec.arch import FAMILY_LAYOUT, ModelSpec
 from perfmodel.spec.catalog import get_link, get_model
 from perfmodel.spec.errors import ConfigError, UserInputError
+from perfmodel.spec.layout import ParallelLayout
 from perfmodel.spec.recipe import DEFAULT_RECIPE, TrainingRecipe
 
 if TYPE_CHECKING:
@@ -38,7 +44,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-_SPEC_KEYS = {"hidden_size": "hidden_size", "num_hidden_layers": "num_layers",
+SPEC_KEYS = {"hidden_size": "hidden_size", "num_hidden_layers": "num_layers",
               "num_attention_heads": "num_heads", "num_key_value_heads": "num_kv_heads",
               "intermediate_size": "intermediate_size", "vocab_size": "vocab_size",
               "head_dim": "head_dim", "tie_word_embeddings": "tie_word_embeddings"}
@@ -89,9 +95,9 @@ class FsdpSettings:
     """Training recipe the workers train (MixedPrecisionPolicy, resharding, accumulation, AC)."""
 
 
-def _case_spec(path: Path, raw: Mapping[str, Any]) -> ModelSpec:
+def case_spec(path: Path, raw: Mapping[str, Any]) -> ModelSpec:
 
-    overrides = {_SPEC_KEYS[k]: v for k, v in raw.items() if k in _SPEC_KEYS}
+    overrides = {SPEC_KEYS[k]: v for k, v in raw.items() if k in SPEC_KEYS}
     try:
         if "model" in raw:
             return replace(get_model(str(raw["model"])), name=str(raw.get("name", raw["model"])),
@@ -127,9 +133,9 @@ def load_cases(path: str | Path) -> list[FsdpCase]:
             raise UserInputError(f"{p}: shapes[{i}] = {shape!r} is not a mapping",
                                  hint="write each shape as `- {model: NAME, ...}`.")
         reject_unknown_keys(p, f"shapes[{i}]", shape,
-                            ("model", "name", "family", *_SPEC_KEYS, "seq_len",
+                            ("model", "name", "family", *SPEC_KEYS, "seq_len",
                              "micro_batches", "grad_accum"), example=example)
-        spec = _case_spec(p, shape)
+        spec = case_spec(p, shape)
         seq_len = positive_int(p, f"shapes[{i}].seq_len",
                                shape.get("seq_len", raw.get("seq_len", 128)))
         lists: dict[str, list[Any]] = {}
@@ -148,6 +154,32 @@ def load_cases(path: str | Path) -> list[FsdpCase]:
     return cases
 
 
+def check_layout(cases: Sequence[FsdpCase], layout: ParallelLayout, *,
+                 world_size: int | None) -> None:
+    """UserInputError (before any rank starts) naming the first case or rank count the parallel
+    layout cannot train: the layout's rules (`ParallelLayout.resolve`, `check_model`) and the
+    benchmark's (`perfmodel.bench.parallel.check_benchmarkable`); `world_size` None (a
+    multi-node launch): the ranks are not known here, their check is the workers'."""
+    if layout.is_default:
+        return
+    resolved = layout.resolve(world_size) if world_size is not None else layout
+    for case in cases:
+        check_benchmarkable(case.spec, resolved)
+        try:
+            resolved.check_model(num_layers=case.spec.num_layers, num_heads=case.spec.num_heads,
+                                 num_kv_heads=case.spec.num_kv_heads,
+                                 intermediate_size=case.spec.intermediate_size,
+                                 seq_len=case.seq_len)
+        except UserInputError as err:
+            raise UserInputError(f"case {case.config_id}: {err.message}", hint=err.hint) from None
+        if resolved.tp > 1 and resolved.sequence_parallel and case.seq_len % resolved.tp:
+            raise UserInputError(
+                f"case {case.config_id}: sequence parallelism splits the sequence "
+                f"{case.seq_len} over tp {resolved.tp} ranks unevenly",
+                hint=f"use a seq_len that is a multiple of {resolved.tp}, or "
+                     "--no-sequence-parallel.")
+
+
 def run_fsdp(cases: Sequence[FsdpCase], out_path: str | Path, settings: FsdpSettings, *, nproc: int,
              torchrun_args: str | None = None) -> Path:
     """Write the case plan next to the output and launch the FSDP2 workers; returns the plan
@@ -160,6 +192,8 @@ def run_fsdp(cases: Sequence[FsdpCase], out_path: str | Path, settings: FsdpSett
                              hint="e.g. --iters 5 --warmup 2.")
     if not cases:  # checked here too: torchrun must not start for nothing
         raise UserInputError("no FSDP cases to run", hint="list shapes in the --space file.")
+    check_layout(cases, settings.recipe.parallel, world_size=nproc if torchrun_args is None
+                 else None)
     check_run_inputs(out=out_path, columns=COLUMNS, key_columns=KEY_COLUMNS, dtype=settings.dtype,
                      threads=settings.threads, nproc=nproc, iters=settings.iters,
                      warmup=settings.warmup)
@@ -172,5 +206,6 @@ def run_fsdp(cases: Sequence[FsdpCase], out_path: str | Path, settings: FsdpSett
             "--recipe", json.dumps(recipe_mapping(settings.recipe))]
     launch(torchrun_command("perfmodel.bench.fsdp_worker", args, nproc=nproc,
                             torchrun_args=torchrun_args),
-           threads=settings.threads, what="FSDP2 benchmark")
+           threads=settings.threads, what="FSDP2 benchmark",
+           log_path=f"{out_path}{WORKER_LOG_SUFFIX}")
     return plan

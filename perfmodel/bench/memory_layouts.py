@@ -2,7 +2,8 @@
 
 Each case trains the bench model (`perfmodel.bench.model`) under a `ParallelLayout` (the case
 recipe's `parallel`): tensor parallelism with torchtitan's Llama plan, with or without sequence
-parallelism (`perfmodel.bench.tp`), then FSDP2 over dp_shard, or HSDP over
+parallelism (`perfmodel.bench.parallel`, with a vocabulary-parallel loss; meshes and fake-mode
+workarounds in `perfmodel.bench.tp`), then FSDP2 over dp_shard, or HSDP over
 (dp_replicate, dp_shard), with the recipe's mixed precision, checkpointing and accumulation
 (`perfmodel.bench.recipe_wrap`). A layout with dp_shard = 1 (pure tensor parallelism) is still
 wrapped by `fully_shard` over its one-rank data-parallel mesh: that is how the recipe's
@@ -83,12 +84,14 @@ def build_parallel_model(case: MemoryCase, layout: ParallelLayout, mesh: Any) ->
     or HSDP over `fsdp_mesh`); inside whatever tensor mode the caller runs."""
     # lazy: torch, the optional [bench] extra
     from perfmodel.bench.model import build_model
+    from perfmodel.bench.parallel import apply_tensor_parallel
     from perfmodel.bench.recipe_wrap import shard_with_recipe
-    from perfmodel.bench.tp import apply_tensor_parallel, fsdp_mesh
+    from perfmodel.bench.tp import fsdp_mesh
 
     model = build_model(case.spec, dtype=resolve_dtype(case.recipe.master_dtype))
     if layout.tp > 1:
-        apply_tensor_parallel(model, mesh["tp"], sequence_parallel=layout.sequence_parallel)
+        apply_tensor_parallel(model, mesh["tp"], sequence_parallel=layout.sequence_parallel,
+                              loss_parallel=True)
     return shard_with_recipe(model, case.recipe, mesh=fsdp_mesh(mesh, layout))
 
 

@@ -78,8 +78,9 @@ class Attention(nn.Module):
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         b, s, _ = x.shape
-        # -1 heads: under tensor parallelism (perfmodel.bench.tp) the projections return this
-        # rank's heads only; x may then be a replicated DTensor whose shape is the global one.
+        # -1 heads: under tensor parallelism (perfmodel.bench.parallel) the column-parallel
+        # projections return this rank's heads only (x is then a replicated DTensor whose shape
+        # is the global one)
         q = self.q_proj(x).view(b, s, -1, self.head_dim).transpose(1, 2)
         k = self.k_proj(x).view(b, s, -1, self.head_dim).transpose(1, 2)
         v = self.v_proj(x).view(b, s, -1, self.head_dim).transpose(1, 2)

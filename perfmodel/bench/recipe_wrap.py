@@ -15,21 +15,34 @@ functions, so what is measured is the recipe the performance model predicts:
   ``no_sync``: `set_requires_gradient_sync(False)` on all but the last), each loss scaled by 1/k,
   then `optimizer.step()` and `zero_grad(set_to_none=True)`.
 
+* `parallelize_with_recipe(model, recipe, mesh)`: the recipe's parallel layout first
+  (`perfmodel.bench.parallel`: torchtitan's tensor-parallel plan on the mesh's tp dimension),
+  then `shard_with_recipe` over its data-parallel mesh (dp_shard, or (dp_replicate, dp_shard)
+  for HSDP), or only the checkpointing when the layout has no data parallelism (pure TP).
+
 The model is expected to be `perfmodel.bench.model.Transformer` (a `layers` ModuleList of
-blocks whose forward takes ``(x, cos, sin)``), built in the recipe's master dtype.
+blocks whose forward takes ``(x, cos, sin)``), built in the recipe's master dtype. Under a
+layout with vocabulary-parallel loss (`perfmodel.bench.parallel.uses_loss_parallel`) the
+micro-steps run inside `loss_parallel()`.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager
 from typing import Any, TypeVar, cast
 
 import torch
 from torch import nn
 
 from perfmodel.bench.common import resolve_dtype
+from perfmodel.bench.parallel import (
+    apply_tensor_parallel,
+    check_benchmarkable,
+    data_mesh,
+    loss_context,
+)
 from perfmodel.spec.recipe import CheckpointPolicy, TrainingRecipe
 
 ModuleT = TypeVar("ModuleT", bound=nn.Module)
@@ -94,19 +107,21 @@ def _blocks(model: nn.Module) -> nn.ModuleList:
     return cast(nn.ModuleList, model.layers)
 
 
-def apply_activation_checkpointing(model: ModuleT, ac: str) -> ModuleT:
+def apply_activation_checkpointing(model: ModuleT, ac: str, *, first_block: int = 0) -> ModuleT:
     """Apply the `CheckpointPolicy` named `ac` to the blocks of `model.layers`, in place: full
     and layer:N wrap whole blocks, op-sac wraps every block with the op-level policy (both with
     `checkpoint_wrapper` and early_stop off, as torchtitan runs them: every op not saved is
     recomputed, even one whose output backward does not need — a plain MLP's down projection),
-    attn checkpoints each block's attention core (`Attention.checkpoint_core`)."""
+    attn checkpoints each block's attention core (`Attention.checkpoint_core`).
+    `first_block`: the global index of `model.layers[0]` (a pipeline stage's first block), so
+    that layer:N counts blocks across the whole model."""
     # lazy: torch, the optional [bench] extra
     from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
 
     policy = CheckpointPolicy.parse(ac)
     layers = _blocks(model)
     for i, block in enumerate(layers):
-        if policy.checkpointed(i):
+        if policy.checkpointed(first_block + i):
             layers[i] = checkpoint_wrapper(block, preserve_rng_state=False, early_stop=False)
         elif policy.mode == "op-sac":
             layers[i] = checkpoint_wrapper(block, preserve_rng_state=False, early_stop=False,
@@ -145,6 +160,22 @@ def shard_with_recipe(model: ModuleT, recipe: TrainingRecipe, *, mesh: Any = Non
     return model
 
 
+def parallelize_with_recipe(model: ModuleT, recipe: TrainingRecipe, mesh: Any) -> ModuleT:
+    """`model` trained as `recipe` on `mesh` (`perfmodel.bench.parallel.layout_mesh` of the
+    recipe's resolved layout, None for one rank): tensor parallelism when tp > 1, then the
+    checkpointing and FSDP2 / HSDP of `shard_with_recipe`, as torchtitan orders them; returns
+    it."""
+    layout = recipe.parallel
+    check_benchmarkable(getattr(model, "spec"), layout)  # noqa: B009  (nn.Module typing)
+    if layout.tp > 1:
+        apply_tensor_parallel(model, mesh["tp"] if mesh.ndim > 1 else mesh,
+                              sequence_parallel=layout.sequence_parallel)
+    dp = data_mesh(layout, mesh)
+    if dp is None:
+        return apply_activation_checkpointing(model, recipe.ac)
+    return shard_with_recipe(model, recipe, mesh=dp)
+
+
 def _explicit_prefetch(blocks: Sequence[Any], depth: int) -> None:
     # FSDP2 already prefetches one unit ahead; deeper prefetch needs explicit lists.
     if depth <= 1:
@@ -173,17 +204,20 @@ def train_step(model: Any, optimizer: torch.optim.Optimizer,
     """One optimizer step of `accum_steps` micro-steps in `recipe.accum_mode`; `tokens` is one
     batch reused by every micro-step or one batch per micro-step. `before_micro_step` runs before
     each forward (the memory tracker resets its per-module stats there); `context` wraps each
-    micro-step's forward and backward (tensor parallelism's `loss_parallel`). Returns the summed
+    micro-step's forward and backward (default: `loss_context` of the recipe's layout, i.e.
+    `loss_parallel()` when its loss is vocabulary-parallel). Returns the summed
     (1/k-scaled) loss, detached (no host sync, so it also works under FakeTensorMode)."""
     batches = [tokens] * accum_steps if isinstance(tokens, torch.Tensor) else list(tokens)
     if len(batches) != accum_steps:
         raise ValueError(f"got {len(batches)} batches for {accum_steps} micro-steps")
     total = None
+    sharded = hasattr(model, "set_requires_gradient_sync")  # FSDP2; pure TP has no FSDP
     for sync, batch in zip(micro_step_syncs(accum_steps, recipe.accum_mode), batches, strict=True):
         if before_micro_step is not None:
             before_micro_step()
-        model.set_requires_gradient_sync(sync)
-        with (context or nullcontext)():
+        if sharded:
+            model.set_requires_gradient_sync(sync)
+        with context() if context is not None else loss_context(recipe.parallel):
             loss = model(batch) / accum_steps
             loss.backward()
         total = loss.detach() if total is None else total + loss.detach()
@@ -201,7 +235,19 @@ def make_optimizer(model: nn.Module, recipe: TrainingRecipe, *, lr: float = 1e-4
         raise ValueError(f"unsupported optimizer {recipe.optimizer!r}")
     # fused=True: torchtitan's default AdamW implementation (one kernel per parameter group, no
     # multi-tensor temporaries); torch has fused AdamW kernels for CUDA and CPU.
-    return torch.optim.AdamW(model.parameters(), lr=lr, fused=True)
+    return torch.optim.AdamW(parameter_groups(model), lr=lr, fused=True)
+
+
+def parameter_groups(model: nn.Module) -> list[dict[str, Any]]:
+    """One parameter group per kind of parameter tensor: plain tensors, and DTensors per device
+    mesh. A fused kernel runs per group and refuses to mix kinds, which a tensor-parallel model
+    without sequence parallelism and without FSDP has (plain norm weights beside sharded
+    linears); a model of one kind (every FSDP2 model) keeps one group, as before."""
+    groups: dict[Any, list[nn.Parameter]] = {}
+    for param in model.parameters():
+        mesh = getattr(param, "device_mesh", None)
+        groups.setdefault(None if mesh is None else id(mesh), []).append(param)
+    return [{"params": params} for params in groups.values()]
 
 
 def init_optimizer_state(model: nn.Module, optimizer: torch.optim.Optimizer) -> None:

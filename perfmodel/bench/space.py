@@ -4,6 +4,11 @@ A space names the families, integer ranges and sequence lengths that `perfmodel.
 samples shapes from, the micro-batch sweep's caps, and the held-out named models. Every key is
 checked: an unknown key (a typo), a boolean or NaN where a number belongs, or a kv-heads range
 above the heads range is a UserInputError naming the file and field.
+
+The `named` section lists models by catalog name or by a Hugging Face config.json path (relative
+to the space file's folder), at one sequence length or a list of them. A space may consist of a
+`named` section alone (catalogs/spaces/cpu-holdout.yaml): it has nothing to sample and runs with
+`--named` only.
 """
 
 from __future__ import annotations
@@ -17,7 +22,8 @@ from typing import Any
 
 from perfmodel.bench.common import positive_int, read_space_yaml, reject_unknown_keys
 from perfmodel.spec.arch import FAMILY_LAYOUT
-from perfmodel.spec.errors import UserInputError
+from perfmodel.spec.catalog import get_model
+from perfmodel.spec.errors import ShardMeterError, UserInputError
 
 DIMS = ("family", "tie_word_embeddings", "hidden_size", "num_hidden_layers", "num_attention_heads",
         "num_key_value_heads", "intermediate_size", "vocab_size", "seq_len")
@@ -54,13 +60,15 @@ class NamedSettings:
     """How the held-out named models are shrunk to fit the machine."""
 
     models: tuple[str, ...]
-    """Catalog names of the named models."""
+    """The named models: catalog names, or config.json paths (absolute, resolved against the
+    space file's folder when written relative)."""
     num_hidden_layers: int | None
     """Layer count used (None: the catalog's)."""
-    seq_len: int
-    """Sequence length."""
+    seq_lens: tuple[int, ...]
+    """Sequence lengths, each measured at every micro-batch (the file's `seq_len`: one value or
+    a list)."""
     micro_batches: tuple[int, ...]
-    """Micro-batches measured per model."""
+    """Micro-batches measured per model and sequence length."""
     iters: int | None = None
     """Profiled iterations (None: the --iters default)."""
 
@@ -72,14 +80,14 @@ class DesignSpace:
     name: str
     """Space name."""
     families: tuple[str, ...]
-    """Family layouts sampled (arch.FAMILY_LAYOUT keys)."""
+    """Family layouts sampled (arch.FAMILY_LAYOUT keys; empty in a named-only space)."""
     tie_choices: tuple[bool, ...]
-    """Tied-embedding choices."""
+    """Tied-embedding choices (empty in a named-only space)."""
     ranges: Mapping[str, IntRange]
     """Integer dimensions: hidden_size, num_hidden_layers, num_attention_heads,
-    num_key_value_heads, intermediate_size, vocab_size."""
+    num_key_value_heads, intermediate_size, vocab_size (empty in a named-only space)."""
     seq_lens: tuple[int, ...]
-    """Sequence-length choices."""
+    """Sequence-length choices (empty in a named-only space)."""
     max_micro_batch: int
     """Largest micro-batch of the doubling sweep."""
     time_per_config_s: float
@@ -106,6 +114,8 @@ SPACE_KEYS = ("name", "id_prefix", "families", "tie_word_embeddings", *DIMS[2:8]
 _RANGE_KEYS = ("min", "max", "scale", "multiple_of")
 _LIMIT_KEYS = ("time_per_config_s", "memory_gib", "max_step_gflop")
 _NAMED_KEYS = ("models", "num_hidden_layers", "seq_len", "micro_batches", "iters")
+_SAMPLED_KEYS = ("families", "tie_word_embeddings", *DIMS[2:8], "seq_len")
+"""The keys of the sampled part of a space: a space without any of them is named-only."""
 
 
 def _no_unknown_keys(path: Path, where: str, raw: Mapping[str, Any], known: Sequence[str]) -> None:
@@ -146,6 +156,8 @@ def load_space(path: str | Path) -> DesignSpace:
     if not isinstance(raw, dict):
         raise _fail(p, "expected a mapping at the top level")
     _no_unknown_keys(p, "", raw, SPACE_KEYS)
+    if raw.get("named") is not None and not any(k in raw for k in _SAMPLED_KEYS):
+        return _named_only(p, raw)
     ranges = {k: _int_range(p, k, raw.get(k)) for k in DIMS[2:8]}
     kv, heads = ranges["num_key_value_heads"], ranges["num_attention_heads"]
     if kv.high > heads.high:
@@ -163,10 +175,7 @@ def load_space(path: str | Path) -> DesignSpace:
     if not isinstance(seq, list) or not seq or not all(
             isinstance(s, int) and not isinstance(s, bool) and s > 1 for s in seq):
         raise _fail(p, f"'seq_len' must be a list of integers > 1, got {seq!r}")
-    limits = raw.get("limits", {}) or {}
-    if not isinstance(limits, dict):
-        raise _fail(p, f"'limits' = {limits!r}: must be a mapping")
-    _no_unknown_keys(p, "limits", limits, _LIMIT_KEYS)
+    limits = _limits(p, raw)
     return DesignSpace(
         name=str(raw.get("name", p.stem)), families=tuple(families), tie_choices=tuple(ties),
         ranges=ranges, seq_lens=tuple(seq),
@@ -175,6 +184,28 @@ def load_space(path: str | Path) -> DesignSpace:
         memory_cap_bytes=_limit(p, limits, "memory_gib") * 1024**3,
         max_step_gflop=_limit(p, limits, "max_step_gflop"),
         named=_named(p, raw.get("named")), id_prefix=_id_prefix(p, raw.get("id_prefix", "sobol")))
+
+
+def _limits(path: Path, raw: Mapping[str, Any]) -> Mapping[str, Any]:
+    limits = raw.get("limits", {}) or {}
+    if not isinstance(limits, dict):
+        raise _fail(path, f"'limits' = {limits!r}: must be a mapping")
+    _no_unknown_keys(path, "limits", limits, _LIMIT_KEYS)
+    return limits
+
+
+def _named_only(path: Path, raw: Mapping[str, Any]) -> DesignSpace:
+    """A space of named models only (no sampled dimensions): `--named` is its one use."""
+    limits = _limits(path, raw)
+    return DesignSpace(
+        name=str(raw.get("name", path.stem)), families=(), tie_choices=(), ranges={},
+        seq_lens=(),
+        max_micro_batch=positive_int(path, "max_micro_batch", raw.get("max_micro_batch", 64)),
+        time_per_config_s=_limit(path, limits, "time_per_config_s"),
+        memory_cap_bytes=_limit(path, limits, "memory_gib") * 1024**3,
+        max_step_gflop=_limit(path, limits, "max_step_gflop"),
+        named=_named(path, raw["named"]),
+        id_prefix=_id_prefix(path, raw.get("id_prefix", "sobol")))
 
 
 def _id_prefix(path: Path, raw: Any) -> str:
@@ -197,11 +228,52 @@ def _named(path: Path, raw: Any) -> NamedSettings | None:
         raise _fail(path, "'named.models' and 'named.micro_batches' must be non-empty lists")
     layers, iters = raw.get("num_hidden_layers"), raw.get("iters")
     return NamedSettings(
-        models=tuple(str(m) for m in models),
+        models=tuple(_named_model(path, i, m) for i, m in enumerate(models)),
         num_hidden_layers=(None if layers is None
                            else positive_int(path, "named.num_hidden_layers", layers)),
-        seq_len=positive_int(path, "named.seq_len", raw["seq_len"]),
+        seq_lens=_named_seq_lens(path, raw["seq_len"]),
         micro_batches=tuple(positive_int(path, "named.micro_batches", m) for m in micro_batches),
         iters=None if iters is None else positive_int(path, "named.iters", iters))
+
+
+def is_config_path(entry: str) -> bool:
+    """Whether a `named.models` entry is a config.json path rather than a catalog name (catalog
+    names contain no '/' and do not end in .json)."""
+    return entry.endswith(".json") or "/" in entry
+
+
+def _named_model(path: Path, index: int, raw: Any) -> str:
+    """A `named.models` entry, checked now (an unknown model or a bad config.json must fail
+    before any measurement): a catalog name as written, a config.json path made absolute against
+    the space file's folder."""
+    if not isinstance(raw, str) or not raw.strip():
+        raise _fail(path, f"'named.models[{index}]' = {raw!r}: must be a catalog model name or "
+                          "a config.json path")
+    entry = raw.strip()
+    if is_config_path(entry):
+        resolved = Path(entry) if Path(entry).is_absolute() else path.parent / entry
+        if not resolved.is_file():
+            raise UserInputError(
+                f"{path}: 'named.models[{index}]' = {entry!r}: no such config.json "
+                f"({resolved})",
+                hint=f"give a path relative to {path.parent} or a catalog model name.")
+        entry = str(resolved.resolve())
+    try:
+        get_model(entry)
+    except ShardMeterError as err:
+        raise UserInputError(f"{path}: 'named.models[{index}]' = {raw!r}: {err.message}",
+                             hint=err.hint) from err
+    return entry
+
+
+def _named_seq_lens(path: Path, raw: Any) -> tuple[int, ...]:
+    """`named.seq_len`: one positive integer or a non-empty list of distinct ones."""
+    values = raw if isinstance(raw, list) else [raw]
+    if not values:
+        raise _fail(path, "'named.seq_len' is an empty list: give one or more sequence lengths")
+    out = tuple(positive_int(path, "named.seq_len", v) for v in values)
+    if len(set(out)) != len(out):
+        raise _fail(path, f"'named.seq_len' = {raw!r} repeats a value")
+    return out
 
 

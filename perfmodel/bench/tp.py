@@ -1,27 +1,23 @@
-"""Tensor parallelism and HSDP on the bench model, as torchtitan applies them to Llama.
+"""Tensor parallelism and HSDP of the memory bench: meshes, checks and fake-mode workarounds.
 
-`apply_tensor_parallel(model, tp_mesh, sequence_parallel=...)` applies torchtitan's Llama plan
-(`torchtitan/models/llama3/infra/parallelize.py::apply_tp`, read, not copied) to
-`perfmodel.bench.model.Transformer`, whose modules are named differently:
+The tensor-parallel plan itself has one home, `perfmodel.bench.parallel.apply_tensor_parallel`
+(torchtitan's Llama plan on `perfmodel.bench.model.Transformer`: ColwiseParallel q/k/v, gate and
+up, RowwiseParallel o and down, the embedding RowwiseParallel over the vocabulary, the LM head
+ColwiseParallel; under sequence parallelism SequenceParallel norms and PrepareModuleInput). The
+memory bench calls it with `loss_parallel=True` with and without sequence parallelism (the
+logits stay vocabulary-sharded and the loss runs under `loss_parallel()`, torchtitan's default
+loss), which is what `perfmodel.costs.memory.RankView` prices.
 
-* token embedding `embed`: RowwiseParallel (the vocabulary sharded over tp), its output
-  Shard(1) under sequence parallelism, Replicate without;
-* q/k/v, gate and up projections: ColwiseParallel; o and down projections: RowwiseParallel
-  (output Shard(1) under sequence parallelism: a reduce-scatter instead of an all-reduce);
-* under sequence parallelism the norms (`attn_norm`, `mlp_norm`, `final_norm`) run
-  SequenceParallel and the attention and MLP inputs are all-gathered by PrepareModuleInput
-  (Shard(1) -> Replicate); without it the norms stay plain modules (replicated weights, full
-  sequence on every tp rank);
-* LM head `lm_head`: ColwiseParallel with loss parallelism (logits stay vocabulary-sharded,
-  the cross-entropy runs under `loss_parallel()`, torchtitan's default).
-
-`layout_mesh(layout)` builds the device mesh (dp_replicate, dp_shard, tp) of a layout in
-torchtitan's order; `fsdp_mesh` is what `fully_shard` gets (2-D for HSDP). `fake_tracking()` is
-the two private-torch workarounds a tracker run under FakeTensorMode needs when DTensors are
-built inside the fake mode (/tmp spike of issue 23, REPORT section 1): `DeviceMesh._concatenate`
-(FSDP2 on a tp-sharded parameter) run outside the fake mode, and DTensor's sharding propagation
-kept in a private fake mode, so its global-shape temporaries are not counted as memory. A real
-run never allocates them; `tests/test_memory_layouts.py` pins both against real gloo tensors.
+`layout_mesh(layout)` builds the 3-D device mesh (dp_replicate, dp_shard, tp) of a layout in
+torchtitan's order, keeping dimensions of size 1 (unlike `perfmodel.bench.parallel.layout_mesh`):
+a pure tensor-parallel layout is still wrapped by `fully_shard` over its one-rank dp_shard mesh,
+which is how the recipe's mixed-precision policy reaches the model. `fsdp_mesh` is what
+`fully_shard` gets (2-D for HSDP). `fake_tracking()` is the two private-torch workarounds a
+tracker run under FakeTensorMode needs when DTensors are built inside the fake mode (/tmp spike
+of issue 23, REPORT section 1): `DeviceMesh._concatenate` (FSDP2 on a tp-sharded parameter) run
+outside the fake mode, and DTensor's sharding propagation kept in a private fake mode, so its
+global-shape temporaries are not counted as memory. A real run never allocates them;
+`tests/test_memory_layouts.py` pins both against real gloo tensors.
 
 Context parallelism (ring attention, CUDA only) and pipeline stages are not built here.
 """
@@ -34,6 +30,7 @@ from typing import Any
 
 from torch import nn
 
+from perfmodel.bench.parallel import loss_context
 from perfmodel.spec.arch import ModelSpec
 from perfmodel.spec.errors import UserInputError
 from perfmodel.spec.layout import ParallelLayout
@@ -85,67 +82,12 @@ def fsdp_mesh(mesh: Any, layout: ParallelLayout) -> Any:
     return mesh["dp_replicate", "dp_shard"] if layout.dp_replicate > 1 else mesh["dp_shard"]
 
 
-def tp_plan(sequence_parallel: bool) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(root plan, per-block plan) of torchtitan's Llama TP with loss parallelism, on the bench
-    model's module names."""
-    # lazy: torch.distributed, only where a process group exists
-    from torch.distributed.tensor import Replicate, Shard
-    from torch.distributed.tensor.parallel import (
-        ColwiseParallel,
-        PrepareModuleInput,
-        RowwiseParallel,
-        SequenceParallel,
-    )
-
-    sp_out = Shard(1) if sequence_parallel else Replicate()
-    root: dict[str, Any] = {
-        "embed": RowwiseParallel(input_layouts=Replicate(), output_layouts=sp_out),
-        "lm_head": ColwiseParallel(input_layouts=sp_out, output_layouts=Shard(-1),
-                                   use_local_output=False),
-    }
-    block: dict[str, Any] = {
-        "attn.q_proj": ColwiseParallel(), "attn.k_proj": ColwiseParallel(),
-        "attn.v_proj": ColwiseParallel(), "attn.o_proj": RowwiseParallel(output_layouts=sp_out),
-        "mlp.gate": ColwiseParallel(), "mlp.up": ColwiseParallel(),
-        "mlp.down": RowwiseParallel(output_layouts=sp_out),
-    }
-    if sequence_parallel:
-        root["final_norm"] = SequenceParallel()
-        block |= {
-            "attn_norm": SequenceParallel(), "mlp_norm": SequenceParallel(),
-            # the block passes (x, cos, sin): only x is a sequence-sharded activation
-            "attn": PrepareModuleInput(input_layouts=(Shard(1), None, None),
-                                       desired_input_layouts=(Replicate(), None, None)),
-            "mlp": PrepareModuleInput(input_layouts=(Shard(1),),
-                                      desired_input_layouts=(Replicate(),)),
-        }
-    return root, block
-
-
-def apply_tensor_parallel(model: nn.Module, tp_mesh: Any, *, sequence_parallel: bool) -> None:
-    """Parallelize the bench `Transformer` over `tp_mesh` in place (module docstring)."""
-    # lazy: torch.distributed, only where a process group exists
-    from torch.distributed.tensor.parallel import parallelize_module
-
-    root, block = tp_plan(sequence_parallel)
-    layers = model.layers
-    if not isinstance(layers, nn.ModuleList):
-        raise TypeError("the bench model keeps its blocks in a ModuleList")
-    parallelize_module(model, tp_mesh, root)
-    for layer in layers:
-        if getattr(layer.mlp, "gate", None) is None:
-            block.pop("mlp.gate", None)  # a plain MLP (up/down only)
-        parallelize_module(layer, tp_mesh, block)
-
-
 def step_context(layout: ParallelLayout) -> Callable[[], contextlib.AbstractContextManager[Any]]:
-    """What each micro-step's forward and backward run inside: `loss_parallel()` under tp."""
+    """What each micro-step's forward and backward run inside: `loss_parallel()` under tp (the
+    memory bench keeps the loss vocabulary-parallel with and without sequence parallelism)."""
     if layout.tp == 1:
         return contextlib.nullcontext
-    # lazy: torch.distributed, only where a process group exists
-    from torch.distributed.tensor.parallel import loss_parallel
-
-    return loss_parallel
+    return lambda: loss_context(layout, vocab_parallel=True)
 
 
 @contextlib.contextmanager

@@ -17,6 +17,12 @@ min(NICs per node, GPUs per node) (NCCL runs one ring channel per NIC, rail-matc
 each). This reproduces the 84.8 GB/s busbw of 3 nodes x 8 A100 with 4 HDR-200 NICs
 (shared/data/collectives.csv) from 21.2 GB/s per NIC.
 
+Point-to-point (op `send_recv`, a pipeline stage boundary): one transfer of D bytes between two
+ranks, T = α + D / B, whatever the size of the job (no ring: one step of the whole payload). Its
+prior is the link's catalog latency and bus bandwidth, as for the collectives; its fit runs
+through the same `fit_link` (the design columns of `formulas.ring_terms` are 1 and D), on the
+`send_recv` rows of `shardmeter bench comm --ops send_recv`.
+
 The ring formula itself lives in `perfmodel.spec.formulas` (one home, shared with the planner):
 `ring_time_s` times a collective, `ring_terms` is its linear form the fit uses.
 """
@@ -26,14 +32,14 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import pandas as pd
 from sklearn.model_selection import KFold
 
-from perfmodel.costs.datasets import mape_pct, numeric_column, read_dataset_csv
+from perfmodel.costs.datasets import configurations, mape_pct, numeric_column, read_dataset_csv
 from perfmodel.costs.nnls import relative_nnls
 from perfmodel.spec.catalog import get_link, load_links
 from perfmodel.spec.errors import CatalogError, DatasetError, ProfileError
@@ -46,10 +52,17 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 OPS = tuple(OP_MULTIPLIER)
-"""Collectives the model times (k_op of each: `perfmodel.spec.formulas.OP_MULTIPLIER`)."""
+"""Operations the model times: the ring collectives and send_recv (k_op of each:
+`perfmodel.spec.formulas.OP_MULTIPLIER`)."""
+RING_OPS = tuple(op for op in OPS if op != "send_recv")
+"""The ring collectives (all_gather, reduce_scatter, all_reduce): what a prior profile lists per
+link. A profile without send_recv coefficients for a link times it with the link's catalog prior
+(`CommModel.resolve`), the same figures a prior profile would list."""
 BACKENDS = ("nccl", "gloo", "rccl")
 COMM_COLUMNS = ("backend", "op", "link", "world_size", "payload_bytes", "time_s")
 """Required columns of a communication dataset (optional: nics_per_node)."""
+COMM_KEY = ("backend", "op", "link", "world_size", "payload_bytes", "nics_per_node")
+"""Columns naming one configuration of a collective: rows equal on them are repeats."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -65,9 +78,10 @@ class LinkCoefficients:
     provenance: str = "prior"
     """'measured' (fitted from a dataset) or 'prior' (catalog datasheet figure)."""
     cv_mape_pct: float | None = None
-    """Cross-validated MAPE of the fit, percent (measured only)."""
+    """Cross-validated MAPE of the fit, percent (measured only): k-fold over configurations
+    (repeats of one configuration enter as their median, on one side of each split)."""
     rows: int = 0
-    """Measurements the fit used."""
+    """Measurements the fit used (every repeat counted)."""
 
     def __post_init__(self) -> None:
         if not self.latency_s >= 0 or not self.bandwidth_bytes_per_s > 0:
@@ -228,8 +242,11 @@ def fit_link(op: str, frame: pd.DataFrame, *, per_nic: bool = False, n_splits: i
 def fit_comm(frame: pd.DataFrame, *,
              n_splits: int = 5) -> tuple[dict[tuple[str, str], LinkCoefficients], np.ndarray]:
     """Fit every (op, link) of a one-backend dataset. Rows with world_size 1 are skipped (the
-    model predicts 0 s for them). Returns coefficients and out-of-fold predictions (NaN where
-    skipped). Per-NIC links are those marked per_nic in the catalog."""
+    model predicts 0 s for them). Repeated rows of one configuration (`COMM_KEY`) enter as their
+    median (`perfmodel.costs.datasets.configurations`: each configuration once, its repeats on
+    one side of every CV split); each row's out-of-fold prediction is its configuration's.
+    Returns coefficients and out-of-fold predictions (NaN where skipped). Per-NIC links are those
+    marked per_nic in the catalog."""
 
     links = load_links()
     out: dict[tuple[str, str], LinkCoefficients] = {}
@@ -240,8 +257,9 @@ def fit_comm(frame: pd.DataFrame, *,
     for op, link, idx in _op_link_groups(frame[usable]):
         rows = np.flatnonzero(usable)[idx]
         per_nic = bool(links[link.lower()].per_nic) if link.lower() in links else False
-        out[(op, link)], oof[rows] = fit_link(op, frame.iloc[rows], per_nic=per_nic,
-                                              n_splits=n_splits)
+        configs, ids = configurations(frame.iloc[rows], COMM_KEY)
+        coefs, config_oof = fit_link(op, configs, per_nic=per_nic, n_splits=n_splits)
+        out[(op, link)], oof[rows] = replace(coefs, rows=len(rows)), config_oof[ids]
         logger.info("%s over %s: latency %.3g s, bandwidth %.3g B/s, CV MAPE %.2f%%", op, link,
                     out[(op, link)].latency_s, out[(op, link)].bandwidth_bytes_per_s,
                     out[(op, link)].cv_mape_pct)

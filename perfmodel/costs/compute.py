@@ -7,6 +7,17 @@ are grouped by model name (the paper's "unseen models"), k-fold otherwise. Among
 subsets (exhaustive when few, greedy forward otherwise) the smallest whose CV MAPE is within
 one standard error (over the folds) of the best wins. All MAPE figures are in percent.
 PhaseRegressor is a scikit-learn estimator; folds come from sklearn.model_selection.
+
+The CV MAPE that chose the features (`PhaseRegressor.cv_mape_`) is a SELECTION score: the
+minimum over the candidate subsets, so optimistic. The out-of-sample figure is the nested one,
+`leave_one_model_out`: every held-out model predicted by a fit, feature selection included, that
+never saw its rows.
+Claim: a held-out model's out-of-fold predictions do not depend on its own measured times.
+Why: each fold's regressor (column scaling, feature search and NNLS) is fitted on the other
+models' rows only, and repeats of one configuration are collapsed before the split, so no repeat
+of a held-out configuration sits in a training fold.
+Checked by: tests/test_leakage.py (perturbing one model's times leaves its predictions
+bit-identical while the other models' move).
 """
 
 from __future__ import annotations
@@ -22,7 +33,13 @@ import pandas as pd
 from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.model_selection import KFold, LeaveOneGroupOut, cross_val_predict
 
-from perfmodel.costs.datasets import mape_pct, numeric_column, read_dataset_csv, reject_first
+from perfmodel.costs.datasets import (
+    configurations,
+    mape_pct,
+    numeric_column,
+    read_dataset_csv,
+    reject_first,
+)
 from perfmodel.costs.features import (
     PHASES,
     REGRESSION_CANDIDATES,
@@ -43,6 +60,10 @@ COMPUTE_COLUMNS = ("model", "hidden_size", "num_hidden_layers", "num_attention_h
                    "num_key_value_heads", "intermediate_size", "vocab_size", "seq_len",
                    "micro_batch", "phase", "time_s")
 """Required columns of a compute dataset (extra columns are allowed)."""
+COMPUTE_KEY = (*SHAPE_COLUMNS, "seq_len", "micro_batch", "phase", "unit", "num_shards", "device",
+               "dtype", "threads")
+"""Columns naming one compute configuration (those present are compared): rows equal on them
+are repeats of one measurement."""
 
 _INT_COLUMNS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
                 "intermediate_size", "vocab_size", "seq_len", "micro_batch")
@@ -247,8 +268,16 @@ def _cv_score(rel: np.ndarray, subset: tuple[int, ...],
 
 # ---- whole datasets ------------------------------------------------------------------------
 
+def compute_configurations(frame: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray]:
+    """One row per configuration (`COMPUTE_KEY`; repeats enter as their median) and each row's
+    configuration (`perfmodel.costs.datasets.configurations`)."""
+    return configurations(frame, COMPUTE_KEY)
+
+
 def fit_phases(frame: pd.DataFrame, **hyper: Any) -> dict[str, PhaseRegressor]:
-    """One fitted PhaseRegressor per phase present in `frame` (groups = model names)."""
+    """One fitted PhaseRegressor per phase present in `frame` (groups = model names); repeated
+    rows of one configuration enter as their median (`compute_configurations`)."""
+    frame, _ = compute_configurations(frame)
     out = {}
     for phase in PHASES:
         rows = frame[frame["phase"] == phase]
@@ -264,8 +293,17 @@ def fit_phases(frame: pd.DataFrame, **hyper: Any) -> dict[str, PhaseRegressor]:
 
 def leave_one_model_out(frame: pd.DataFrame, **hyper: Any) -> np.ndarray:
     """Out-of-sample predictions: each row predicted by a model refitted without its model's rows
-    (feature selection included, nested). Models alone in the data cannot be held out: NaN."""
+    (feature selection included, nested). Models alone in the data cannot be held out: NaN.
+    Repeats of one configuration are fitted as their median and share its prediction."""
 
+    configs, ids = compute_configurations(frame)
+    if configs is not frame:
+        spread: np.ndarray = _leave_one_model_out(configs, **hyper)[ids]
+        return spread
+    return _leave_one_model_out(frame, **hyper)
+
+
+def _leave_one_model_out(frame: pd.DataFrame, **hyper: Any) -> np.ndarray:
     pred = np.full(len(frame), np.nan)
     for phase in PHASES:
         in_phase = frame["phase"].to_numpy() == phase
@@ -280,6 +318,37 @@ def leave_one_model_out(frame: pd.DataFrame, **hyper: Any) -> np.ndarray:
             PhaseRegressor(REGRESSION_CANDIDATES[phase], **hyper), X,
             rows["time_s"].to_numpy(float), groups=models, cv=LeaveOneGroupOut(),
             params={"groups": models})
+    return pred
+
+
+def held_out_model_predictions(fit: pd.DataFrame, evaluate: pd.DataFrame,
+                               **hyper: Any) -> np.ndarray:
+    """Predictions of `evaluate`'s rows, each by a regressor fitted on `fit` without the rows of
+    the row's model (feature selection nested, as in `leave_one_model_out`, which this equals
+    when both frames are one): how `shardmeter validate` scores rows of models the profile was
+    fitted on. NaN for rows whose model is not in `fit` (the caller predicts them with the
+    profile: they are out of sample already) or whose phase in `fit` has no other model."""
+    fit, _ = compute_configurations(fit)
+    pred = np.full(len(evaluate), np.nan)
+    for phase in PHASES:
+        train_rows = fit[fit["phase"] == phase]
+        mine = evaluate["phase"].to_numpy() == phase
+        if train_rows.empty or not mine.any():
+            continue
+        X_fit = dataset_features(train_rows, phase)[:, candidate_columns(phase)]
+        X_eval = dataset_features(evaluate[mine], phase)[:, candidate_columns(phase)]
+        y_fit = train_rows["time_s"].to_numpy(float)
+        fit_models = train_rows["model"].to_numpy()
+        eval_models = evaluate["model"].to_numpy()[mine]
+        positions = np.flatnonzero(mine)
+        for model in dict.fromkeys(eval_models):
+            keep = fit_models != model
+            if keep.all() or not keep.any():  # not in the fitting data, or nothing else there
+                continue
+            reg = PhaseRegressor(REGRESSION_CANDIDATES[phase], **hyper)
+            reg.fit(X_fit[keep], y_fit[keep], groups=fit_models[keep])
+            rows = eval_models == model
+            pred[positions[rows]] = reg.predict(X_eval[rows])
     return pred
 
 

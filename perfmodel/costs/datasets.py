@@ -78,3 +78,69 @@ def numeric_column(frame: pd.DataFrame, col: str, path: str, *, integer: bool) -
     reject_first(frame, col, bad, path, f"must be {kind}",
             f"fix column {col!r} of that line in {path}, or drop the row.")
     return values.astype(int) if integer else values.astype(float)
+
+
+# ---- repeated measurements of one configuration ----------------------------------------------
+
+REPEAT_STATISTIC = "median"
+"""How repeats of one configuration enter a fit: their median, each configuration once."""
+
+
+def configurations(frame: pd.DataFrame, key: Sequence[str],
+                   value: str = "time_s") -> tuple[pd.DataFrame, np.ndarray]:
+    """One row per configuration (the rows equal on the `key` columns present in `frame`), and for
+    every row of `frame` the position of its configuration.
+
+    Claim: a fit on the returned frame weighs every configuration once, whatever its number of
+    repeats, and a dataset without repeats comes back unchanged (the very same frame).
+    Why: a configuration's row is its first row with `value` replaced by the median of its
+    repeats (a `repeats` column counts them), in order of first appearance. The median, not the
+    mean, because benchmark noise has a heavy upper tail (a repeat that shared the machine); each
+    configuration once, not weighted by its repeats, because the fits' error is model error
+    across configurations, which a configuration measured more often does not reduce, and
+    because folds of configurations keep every repeat of one on the same side of a
+    cross-validation split (repeats straddling it would leak).
+    Checked by: tests/test_repeats.py.
+    """
+    columns = [c for c in key if c in frame.columns]
+    ids = frame.groupby(columns, sort=False, dropna=False).ngroup().to_numpy()
+    if len(np.unique(ids)) == len(frame):
+        return frame, np.arange(len(frame))
+    grouped = frame[value].groupby(ids)
+    first = frame.groupby(ids, sort=True).head(1)
+    out = first.assign(**{value: grouped.median().to_numpy(),
+                          "repeats": grouped.size().to_numpy()}).reset_index(drop=True)
+    out.attrs = dict(frame.attrs)
+    return out, ids
+
+
+def repeat_spread(frame: pd.DataFrame, key: Sequence[str], value: str = "time_s",
+                  *, limit: int = 500) -> dict[str, Any]:
+    """The spread of repeated measurements per configuration (JSON values, for a profile's
+    provenance): counts, the median over configurations of the relative standard deviation, and
+    for each repeated configuration (at most `limit`, in order of first appearance) its key,
+    repeats `n`, `median_s`, `min_s`, `max_s` and `std_s` (sample standard deviation)."""
+    columns = [c for c in key if c in frame.columns]
+    groups = frame.groupby(columns, sort=False, dropna=False)
+    stats = groups[value].agg(["size", "median", "min", "max", "std"]).reset_index()
+    repeated = stats[stats["size"] > 1]
+    rel_std = (repeated["std"] / repeated["median"] * 100.0).to_numpy()
+    records = []
+    for row in repeated.head(limit).to_dict("records"):
+        entry = {c: _plain(row[c]) for c in columns}
+        entry.update({"n": int(row["size"]), "median_s": float(row["median"]),
+                      "min_s": float(row["min"]), "max_s": float(row["max"]),
+                      "std_s": float(row["std"])})
+        records.append(entry)
+    return {"rows": int(len(frame)), "configurations": int(len(stats)),
+            "repeated_configurations": int(len(repeated)), "statistic": REPEAT_STATISTIC,
+            "key": columns,
+            "median_rel_std_pct": float(np.median(rel_std)) if len(rel_std) else None,
+            "max_rel_std_pct": float(np.max(rel_std)) if len(rel_std) else None,
+            "by_configuration": records,
+            **({"by_configuration_truncated_at": limit} if len(repeated) > limit else {})}
+
+
+def _plain(value: Any) -> Any:
+    """A pandas / numpy scalar as a plain Python value (YAML-safe)."""
+    return value.item() if isinstance(value, np.generic) else value

@@ -63,7 +63,12 @@ as recomputed, and under tp > 1 the loss-parallel logits, the whole-vocabulary e
 gradient, the MLP norm's and the final norm's fp32 backward and the end of a recomputed block
 (`_tp_block_moments`, `_tp_final_norm_backward`). Checked by: tests/test_memory_layouts.py
 (model vs FSDPMemTracker on catalogs/profiles/data/memory-tracker-layouts*.csv). Pipeline stages
-(pp > 1) are refused here.
+(pp > 1) are `pipeline_memory`'s, on the same `RankView` of one pipeline rank's GPUs.
+
+Pipeline ranks (pp > 1): `pipeline_memory` walks each pipeline rank's schedule through the
+moments torch's pipeline runtime allocates (its docstring) and returns a `RankMemory` per rank,
+naming its stages and blocks (the in-stage shard is `rank_view`'s); `memory_breakdown`,
+`memory_coefficients` and `max_micro_batch` answer for the worst rank.
 
 Types. `MemoryConfig` holds the model's constants the recipe does not set (allocator reserve,
 RMSNorm
@@ -79,12 +84,13 @@ import itertools
 import logging
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 import numpy as np
 
 from perfmodel.costs.features import local_model
+from perfmodel.spec import pipeline
 from perfmodel.spec.arch import ModelSpec
 from perfmodel.spec.errors import UserInputError
 from perfmodel.spec.formulas import DTYPE_BYTES, GIB, dtype_bytes
@@ -359,6 +365,18 @@ def norm_saved_bytes(spec: ModelSpec, b: float, config: MemoryConfig = DEFAULT_C
     return b * h + FP32
 
 
+def norm_backward_bytes(spec: ModelSpec, b: float, config: MemoryConfig = DEFAULT_CONFIG) -> float:
+    """Bytes per token a block's first norm holds at the widest op of its backward (the last of
+    the block's backward, when all of its weight gradients exist): its saves and the gradient
+    flowing in, and for RMSNorm as torch composes it (fp32 saves) four fp32 gradient buffers of
+    the upcast tensors (the decomposition's to_copy / mul / mul / pow backward, FSDPMemTracker
+    timelines of pipeline stages)."""
+    h = spec.hidden_size
+    if spec.norm == "rms" and config.rms_norm_fp32_saves:
+        return norm_saved_bytes(spec, b, config) + 4 * FP32 * h + b * h
+    return norm_saved_bytes(spec, b, config) + 2 * b * h
+
+
 def block_saved_none(spec: ModelSpec, seq_len: int, b: float, attention: str,
                      config: MemoryConfig = DEFAULT_CONFIG, *, share: float = 1.0) -> float:
     """Bytes per token one block saves without checkpointing. `share`: the fraction of each
@@ -534,7 +552,8 @@ def _phases(spec: ModelSpec, seq_len: int, z: _Sizes, recipe: TrainingRecipe, k:
 
     out = [
         phase("forward_end", {"unsharded_params": root_kept + last_block,
-                              "all_gather": b * z.padded_block,
+                              "all_gather": b * z.padded_block
+                              * min(max(recipe.prefetch_depth, 1), max(L - 1, 1)),
                               "activations": rope, "temporaries": accumulated},
               {"activations": saved_upto(L - 1) + outside + fwd_logits}),
         phase("loss_backward", {"unsharded_params": root_kept + last_block,
@@ -559,7 +578,9 @@ def _phases(spec: ModelSpec, seq_len: int, z: _Sizes, recipe: TrainingRecipe, k:
         done = L - 1 - j
         sharded = states["sharded_grads"] or FP32 * z.shard_block * done
         undone = r * ((j + 1) * P_b + P_r) + kept_embed if no_sync else 0.0
-        prefetch = b * z.padded_block if j >= 1 else 0.0
+        # the all-gathers of up to prefetch_depth blocks ahead (below j) are live (depth 0 and
+        # 1 both hold one: FSDP2's implicit prefetch)
+        prefetch = b * z.padded_block * min(max(recipe.prefetch_depth, 1), j)
         previous_rs = r * z.padded_block if done >= 1 else 0.0
         backward_tokens = {"activations": saved_upto(j), "temporaries": work_by_kind[whole[j]]}
         if z.layout_phases and policy.mode == "op-sac" and not whole[j]:
@@ -726,11 +747,11 @@ class RankView:
     input a full checkpoint keeps) holds 1/tp of the tokens while every linear still saves its
     whole, all-gathered input; the logits stay vocabulary-sharded (loss parallelism) at the cost
     of one more fp32 row in the loss; the embedding's gradient is made for the whole vocabulary.
-    Why: torchtitan's plan (`perfmodel.bench.tp`) makes q/k/v, gate and up ColwiseParallel (the
-    output width split, the input replicated), o and down RowwiseParallel (the input width
-    split), the embedding RowwiseParallel over the vocabulary and the LM head ColwiseParallel;
-    FSDP2 then shards each rank's local tensor on dim 0 over the dp_shard · cp mesh (HSDP
-    replicas hold the same shard: dp_replicate does not divide anything). The embedding's
+    Why: torchtitan's plan (`perfmodel.bench.parallel`) makes q/k/v, gate and up
+    ColwiseParallel (the output width split, the input replicated), o and down RowwiseParallel
+    (the input width split), the embedding RowwiseParallel over the vocabulary and the LM head
+    ColwiseParallel; FSDP2 then shards each rank's local tensor on dim 0 over the dp_shard · cp
+    mesh (HSDP replicas hold the same shard: dp_replicate does not divide anything). The embedding's
     backward on replicated ids and gradients produces a replicated (vocab x hidden) gradient of
     which the rank's shard is a view. Context parallelism splits every sequence over cp ranks.
     Checked by: tests/test_memory_layouts.py (model vs FSDPMemTracker on the shipped layout
@@ -803,6 +824,10 @@ def memory_breakdown(model: ModelSpec, *, num_gpus: int, seq_len: int, micro_bat
     _positive("micro_batch", micro_batch)
     _positive("accum_steps", accum_steps)
     recipe = resolve_memory_recipe(recipe, ac, accum_mode)
+    if recipe.parallel.pp > 1:   # the worst pipeline rank
+        return pipeline_memory(model, num_gpus=num_gpus, seq_len=seq_len,
+                               micro_batch=micro_batch, recipe=recipe, accum_steps=accum_steps,
+                               outer_states=outer_states, config=config).worst
     view = rank_view(model, num_gpus, seq_len, recipe)
     model, num_gpus, seq_len = view.model, view.num_shards, view.seq_len
     z = _sizes(view, recipe, config)
@@ -830,6 +855,9 @@ def memory_coefficients(model: ModelSpec, *, num_gpus: int, seq_len: int, ac: st
     _positive("seq_len", seq_len)
     _positive("accum_steps", accum_steps)
     recipe = resolve_memory_recipe(recipe, ac, accum_mode)
+    if recipe.parallel.pp > 1:   # every moment of every pipeline rank
+        return _pipeline_coefficients(model, num_gpus, seq_len, recipe, accum_steps, config,
+                                      outer_states)
     view = rank_view(model, num_gpus, seq_len, recipe)
     model, seq_len = view.model, view.seq_len
     z = _sizes(view, recipe, config)
@@ -865,3 +893,489 @@ def max_micro_batch(model: ModelSpec, *, gpu_memory_bytes: int, num_gpus: int, s
     while fits(m + 1):
         m += 1
     return m
+
+
+# ---- pipeline ranks (pp > 1) ---------------------------------------------------------------------
+# The model of a pipeline rank's memory is documented (claim, why, test) on `pipeline_memory`.
+
+@dataclass(frozen=True, slots=True)
+class _Unit:
+    """One FSDP unit of a stage (torchtitan's wrapping under PP: the embedding, each block, the
+    final norm with the LM head)."""
+
+    order: tuple[int, ...]   # parameter sizes (elements) in registration order
+    shard: float             # padded elements per FSDP rank
+    padded: float            # all-gather / reduce-scatter buffer elements (FSDP ranks x shard)
+
+    @property
+    def params(self) -> float:
+        return float(sum(self.order))
+
+    @property
+    def tensors(self) -> int:
+        return len(self.order)
+
+    def post_backward_bytes(self, b: float, r: float, first: bool) -> float:
+        """Gradient bytes alive at the unit's post-backward in a pipeline backward (no
+        reduce-scatter until the step's last one): every b-byte gradient, folded one parameter
+        at a time into the r-byte accumulated gradient (FSDP2's accumulate / to_accumulated
+        _grad_if_needed); on the unit's first backward of the step each gradient is copied to
+        the reduce dtype before its b-byte original is freed, so the peak is the largest over
+        the parameters p of the copies up to p plus the originals from p on."""
+        if not first or r == b:
+            return b * self.params
+        peak, done, rest = 0.0, 0.0, self.params
+        for n in self.order:
+            peak = max(peak, r * (done + n) + b * rest)
+            done, rest = done + n, rest - n
+        return peak
+
+
+@dataclass(frozen=True, slots=True)
+class _Stage:
+    """What one global stage holds and saves, per token of a micro-batch."""
+
+    index: int
+    first_block: int
+    blocks: int
+    first: bool
+    last: bool
+    units: tuple[_Unit, ...]      # forward order
+    saved_upto: tuple[float, ...]  # bytes per token saved by local blocks 0..j
+    work: tuple[float, ...]        # backward working set of local block j, per token
+    held: float                   # bytes per token one micro-batch holds from F to B
+
+    @property
+    def params(self) -> float:
+        return sum(u.params for u in self.units)
+
+    @property
+    def padded(self) -> float:
+        return sum(u.padded for u in self.units)
+
+    @property
+    def shard(self) -> float:
+        return sum(u.shard for u in self.units)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RankMemory:
+    """The predicted peak of one pipeline rank and what the rank holds."""
+
+    rank: int
+    """Pipeline rank (rank 0 holds the embedding)."""
+    stages: tuple[int, ...]
+    """Global stages the rank runs (loop placement: rank, rank + pp, ...)."""
+    blocks: tuple[tuple[int, int], ...]
+    """Per stage, its global blocks [first, last + 1)."""
+    num_stages: int
+    """Stages of the whole pipeline (pp · virtual stages)."""
+    in_flight: tuple[int, ...]
+    """Per stage, the most micro-batches held between their forward and their backward."""
+    breakdown: MemoryBreakdown
+    """The rank's peak by component; `phase` names the moment (stage, micro-batch, block)."""
+
+    def describe(self) -> str:
+        """e.g. 'pipeline rank 0: stage 0 (blocks 0-6, embedding)'."""
+        parts = []
+        for stage, (lo, hi) in zip(self.stages, self.blocks, strict=True):
+            ends = ", embedding" if stage == 0 else ""
+            ends += ", LM head" if stage == self.num_stages - 1 else ""
+            parts.append(f"stage {stage} (blocks {lo}-{hi - 1}{ends})")
+        return f"pipeline rank {self.rank}: " + ", ".join(parts)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PipelineMemory:
+    """Per pipeline rank the predicted peak; the worst rank sets the memory the job needs."""
+
+    layout: ParallelLayout
+    """The resolved layout."""
+    ranks: tuple[RankMemory, ...]
+    """One entry per pipeline rank, in rank order."""
+
+    @property
+    def worst_rank(self) -> int:
+        """The pipeline rank with the highest predicted peak (the lowest such rank on a tie)."""
+        peaks = [r.breakdown.peak_bytes for r in self.ranks]
+        return peaks.index(max(peaks))
+
+    @property
+    def worst(self) -> MemoryBreakdown:
+        """The worst rank's breakdown."""
+        return self.ranks[self.worst_rank].breakdown
+
+
+def _block_order(spec: ModelSpec) -> list[tuple[int, int]]:
+    """(dim0, numel) of one block's parameters in registration order (the bench model's
+    `Block`: norms, then q, k, v, o with their biases, then the MLP's up, gate and down; q/k
+    norms and attention sinks, which it does not build, after the attention)."""
+    h, q, kv, f = spec.hidden_size, spec.q_dim, spec.kv_dim, spec.intermediate_size
+    norm = [(h, h)] * (2 if spec.norm == "layer" else 1)
+
+    def linear(out: int, inp: int, bias: bool) -> list[tuple[int, int]]:
+        return [(out, out * inp)] + ([(out, out)] if bias else [])
+
+    order = norm * spec.norms_per_block
+    order += (linear(q, h, spec.qkv_bias) + linear(kv, h, spec.qkv_bias)
+              + linear(kv, h, spec.qkv_bias) + linear(h, q, spec.out_bias))
+    if spec.qk_norm == "head":
+        order += [(spec.d, spec.d)] * 2
+    elif spec.qk_norm == "full":
+        order += [(q, q), (kv, kv)]
+    if spec.attention_sinks:
+        order.append((spec.num_heads, spec.num_heads))
+    order += linear(f, h, spec.mlp_bias) * (2 if spec.gated_mlp else 1) + \
+        linear(h, f, spec.mlp_bias)
+    return order
+
+
+def _stage_units(spec: ModelSpec, world: int, blocks: int, first: bool,
+                 last: bool) -> tuple[_Unit, ...]:
+    h, V = spec.hidden_size, spec.vocab_size
+    norm = [(h, h)] * (2 if spec.norm == "layer" else 1)
+    embed = [(V, V * h)] + ([(spec.position_embeddings, spec.position_embeddings * h)]
+                            if spec.position_embeddings else [])
+    # Tied weights cannot be shared across stages: the last stage holds its own LM head.
+    head = [*norm, (V, V * h)] + ([(V, V)] if spec.lm_head_bias else [])
+
+    def unit(params: list[tuple[int, int]]) -> _Unit:
+        shard = _shard(params, world)
+        return _Unit(tuple(n for _, n in params), shard, world * shard)
+
+    return ((unit(embed),) if first else ()) + (unit(_block_order(spec)),) * blocks + \
+        ((unit(head),) if last else ())
+
+
+def _pipeline_stages(spec: ModelSpec, world: int, seq_len: int, recipe: TrainingRecipe,
+                     config: MemoryConfig, b: float, boundary: float) -> list[_Stage]:
+    layout = recipe.parallel
+    cuts = pipeline.stage_blocks(spec.num_layers, layout.pp, layout.virtual_stages)
+    policy = recipe.checkpoint
+    saved = {w: block_saved(spec, seq_len, b, recipe, config, whole=w) for w in (False, True)}
+    work = {w: _block_working_set(spec, seq_len, b, recipe, config, whole=w)
+            for w in (False, True)}
+    # A norm that keeps its input as it is (LayerNorm; RMSNorm when its fp32 upcast is the input
+    # itself) keeps, when recomputed, the block input the checkpoint already holds. Of op-sac's
+    # saves, the down projection's output is consumed by the recompute and freed (no backward
+    # node keeps it), and the SDPA output is the cached one the recomputed graph reuses, not a
+    # second copy. (`_block_working_set`, the FSDP model's, counts all three; FSDPMemTracker
+    # timelines of pipeline stages show them once or not at all.)
+    norm_keeps_input = spec.norm == "layer" or b >= FP32
+    duplicate_input = b * spec.hidden_size if norm_keeps_input else 0.0
+    work[True] -= duplicate_input
+    if policy.mode == "op-sac":
+        work[False] -= duplicate_input + b * spec.q_dim + (
+            b * spec.hidden_size if spec.gated_mlp else 0.0)
+    _, held_logits, _ = logits_bytes_per_token(spec, b, recipe)
+    # The last stage's output (the logits) stays referenced for its backward; a fused loss
+    # takes the hidden states and the LM head's weight instead of logits.
+    logits_out = 0.0 if recipe.loss == "fused" else b * spec.vocab_size
+    out = []
+    first_block = 0
+    for s, n in enumerate(cuts):
+        whole = [policy.checkpointed(first_block + j) for j in range(n)]
+        first, last = s == 0, s == len(cuts) - 1
+        # A checkpointed block keeps its input, and so does a LayerNorm (an RMSNorm keeps its
+        # fp32 upcast, the input itself when that is already fp32); a later stage's first
+        # block's input is the receive buffer, counted apart.
+        keeps_input = whole[0] or policy.mode == "op-sac" or norm_keeps_input
+        shared = b * spec.hidden_size if not first and keeps_input else 0.0
+        upto = tuple(x - shared for x in itertools.accumulate(saved[w] for w in whole))
+        held = upto[-1] + (norm_saved_bytes(spec, b, config) + b * spec.hidden_size
+                           + logits_out + held_logits if last else boundary)
+        out.append(_Stage(index=s, first_block=first_block, blocks=n, first=first, last=last,
+                          units=_stage_units(spec, world, n, first, last), saved_upto=upto,
+                          work=tuple(work[w] for w in whole), held=held))
+        first_block += n
+    return out
+
+
+def _rank_phases(stages: list[_Stage], rank: int, spec: ModelSpec, seq_len: int,
+                 recipe: TrainingRecipe, k: int, z: _Sizes, boundary: float, outer: bool,
+                 config: MemoryConfig) -> tuple[list[_Phase], dict[int, int]]:
+    """Every candidate peak moment of pipeline rank `rank` over one step (section comment)."""
+    layout = recipe.parallel
+    b, r = z.b, z.r
+    local = [stages[s] for s in pipeline.stage_of_rank(rank, layout.pp, layout.virtual_stages)]
+    by_index = {st.index: st for st in local}
+    shard = sum(st.shard for st in local)
+    tensors = sum(u.tensors for st in local for u in st.units)
+    states = {"sharded_params": z.m * shard,
+              "optimizer_states": ADAM_STATE_BYTES * shard + FP32 * tensors,
+              "outer_states": OUTER_STATE_BYTES * shard if outer else 0.0}
+    # Held the whole step: token ids / labels of all k micro-batches, the receive buffers.
+    persistent = 8.0 * k * (any(st.first for st in local) + any(st.last for st in local))
+    persistent += k * boundary * sum((not st.first) + (not st.last) for st in local)
+    rope = 2.0 * seq_len * spec.d * b * len(local)
+    fwd_logits, _, bwd_logits = logits_bytes_per_token(spec, b, recipe)
+    loss_transient = fwd_logits - logits_bytes_per_token(spec, b, recipe)[1] - (
+        0.0 if recipe.loss == "fused" else b * spec.vocab_size)
+    w_down = b * spec.hidden_size * spec.intermediate_size
+    norm_backward = norm_backward_bytes(spec, b, config)
+
+    # The input gradient a backward sends stays referenced by the schedule's send ops: in 1F1B
+    # until the next backward's (a local variable of torch's loop), in GPipe until the next
+    # backward's receive ops replace them (so only the last one, after the last backward); the
+    # interleaved runtime keeps only the posted work, which holds nothing.
+    keeps_dx = layout.pp_schedule == "1f1b"
+    dx_at_reduce = layout.pp_schedule in ("1f1b", "gpipe")
+
+    def output_bytes(st: _Stage) -> float:
+        """Per token: a stage's output (the logits on the last stage)."""
+        if st.last:
+            return 0.0 if recipe.loss == "fused" else b * spec.vocab_size
+        return boundary
+
+    held = dict.fromkeys(by_index, 0)
+    peak_held = dict.fromkeys(by_index, 0)
+    gathered: set[int] = set()
+    accumulated: set[int] = set()
+    reduced: set[int] = set()
+    phases: list[_Phase] = []
+    seen: set[Any] = set()
+    last_forward: tuple[int, int] | None = None   # still referenced by the schedule's loop
+    stale = False                                  # ... after its micro-batch's backward
+
+    def add(name: str, key: Any, fixed: dict[str, float], per_token: dict[str, float],
+            minus_held: float = 0.0) -> None:
+        """One moment: states, gathered / accumulated / reduced stages and held micro-batches
+        plus the moment's own terms."""
+        full_key = (key, tuple(sorted(held.items())), frozenset(gathered),
+                    frozenset(accumulated), frozenset(reduced), stale)
+        if full_key in seen:
+            return
+        seen.add(full_key)
+        base = {"unsharded_params": b * sum(by_index[s].padded for s in gathered),
+                "sharded_grads": FP32 * sum(by_index[s].shard for s in reduced),
+                "activations": rope}
+        acc = r * sum(by_index[s].params for s in accumulated)
+        held_bytes = sum(n * by_index[s].held for s, n in held.items()) - minus_held
+        if stale and last_forward is not None:
+            held_bytes += output_bytes(by_index[last_forward[0]])
+        # the previous backward's input gradient, referenced by its send ops
+        dx = boundary * sum(1 for s in accumulated if keeps_dx and not by_index[s].first)
+        per = {"activations": persistent + held_bytes, "temporaries": dx}
+        tot_fixed = {**states, **base}
+        tot_fixed["temporaries"] = acc
+        for c, v in fixed.items():
+            tot_fixed[c] = tot_fixed.get(c, 0.0) + v
+        for c, v in per_token.items():
+            per[c] = per.get(c, 0.0) + v
+        phases.append(_Phase(name, tot_fixed, per))
+
+    for action in pipeline.rank_order(layout.pp_schedule, layout.pp, layout.virtual_stages, k,
+                                      rank):
+        st = by_index[action.stage]
+        s, i = action.stage, action.micro
+        where = f"stage {s}, micro-batch {i}"
+        if action.pass_ == "F":
+            last_forward, stale = (s, i), False
+            gathering = s not in gathered
+            gathered.add(s)
+            held[s] += 1
+            peak_held[s] = max(peak_held[s], held[s])
+            add(f"forward_end({where})", ("F", s, gathering),
+                {"all_gather": b * st.units[-1].padded if gathering else 0.0},
+                {"temporaries": loss_transient if st.last else 0.0})
+            continue
+        first_bwd = s not in accumulated
+        block_unit = _block_unit(st)
+        block = block_unit.params
+        # The stage output stays referenced through its backward (the boundary activation, or
+        # on the last stage the logits); the rest of the micro-batch is freed block by block.
+        output = output_bytes(st)
+        n = st.blocks
+        if st.last:
+            add(f"loss_backward({where})", ("L", s, first_bwd), {}, {"temporaries": bwd_logits})
+            # the LM head's post-backward: the loss is freed, the blocks' saves are not
+            add(f"head_reduce({where})", ("H", s, first_bwd),
+                {"unsharded_grads": st.units[-1].post_backward_bytes(b, r, first_bwd)},
+                {"activations": st.saved_upto[n - 1] + output,
+                 "temporaries": b * spec.hidden_size}, minus_held=st.held)
+        for j in reversed(sorted({0, 1, n - 2, n - 1} & set(range(n)))):
+            # first backward: the units above j accumulated so far (else all, in the base)
+            upper = ((st.units[-1].params if st.last else 0.0) + (n - 1 - j) * block
+                     if first_bwd else 0.0)
+            # a non-last stage's output gradient is its receive buffer, already counted
+            work = st.work[j] - (b * spec.hidden_size if j == n - 1 and not st.last else 0.0)
+            name = f"{where}, block {st.first_block + j}"
+            add(f"block_backward({name})", ("BB", s, j, first_bwd),
+                {"temporaries": r * upper + w_down},
+                {"activations": st.saved_upto[j] + output, "temporaries": work},
+                minus_held=st.held)
+            # the block's first norm back-propagated last: every gradient of the block exists
+            add(f"block_end({name})", ("BE", s, j, first_bwd),
+                {"unsharded_grads": b * block, "temporaries": r * upper},
+                {"activations": (st.saved_upto[j - 1] if j else 0.0) + output,
+                 "temporaries": norm_backward},
+                minus_held=st.held)
+            add(f"block_reduce({name})", ("BR", s, j, first_bwd),
+                {"unsharded_grads": block_unit.post_backward_bytes(b, r, first_bwd),
+                 "temporaries": r * upper},
+                {"activations": (st.saved_upto[j - 1] if j else 0.0) + output},
+                minus_held=st.held)
+        if st.first:
+            embed = st.units[0].params
+            add(f"embedding_backward({where})", ("E", s, first_bwd),
+                {"unsharded_grads": st.units[0].post_backward_bytes(b, r, first_bwd),
+                 "temporaries": r * (st.params - embed) if first_bwd else 0.0},
+                {"temporaries": boundary}, minus_held=st.held)
+        held[s] -= 1
+        accumulated.add(s)
+        stale = stale or last_forward == (s, i)
+        if i == k - 1:
+            # REDUCE_GRAD: the units reduce-scatter in forward order. The first one's parameters
+            # are resharded, its reduce-scatter input is filled from its accumulated gradients,
+            # which are then freed but for the last parameter's: over more than one rank torch
+            # 2.13's foreach_reduce still references it from a loop variable when it allocates
+            # the reduce-scatter output.
+            u = st.units[0]
+            kept = u.order[-1] if u.padded > u.shard else 0
+            dx_last = {"temporaries": boundary} if (
+                dx_at_reduce and not keeps_dx and not st.first) else {}
+            add(f"reduce({where})", ("R", s),
+                {"reduce_scatter": r * u.padded, "unsharded_params": -b * u.padded}, dx_last)
+            add(f"reduce_output({where})", ("RO", s),
+                {"reduce_scatter": r * u.padded + r * u.shard, "unsharded_params": -b * u.padded,
+                 "temporaries": -r * (u.params - kept)}, dx_last)
+            gathered.discard(s)
+            accumulated.discard(s)
+            reduced.add(s)
+    add("optimizer_step", ("O",), {}, {})
+    return phases, peak_held
+
+
+def _block_unit(st: _Stage) -> _Unit:
+    return st.units[1 if st.first else 0]
+
+
+def _pipeline_view(model: ModelSpec, num_gpus: int, seq_len: int, recipe: TrainingRecipe,
+                   config: MemoryConfig) -> tuple[ModelSpec, int, int, ParallelLayout, _Sizes,
+                                                  float]:
+    """(in-stage model shard, FSDP ranks, tokens per sequence, resolved layout, element sizes,
+    bytes per token of a stage-boundary tensor). The in-stage part is `rank_view`'s, on the
+    GPUs of one pipeline rank; a boundary tensor is the hidden width in the param dtype, on
+    1/tp of the tokens under sequence parallelism."""
+    layout = recipe.parallel.resolve(num_gpus)
+    layout.check_model(num_layers=model.num_layers, num_heads=model.num_heads,
+                       num_kv_heads=model.num_kv_heads,
+                       intermediate_size=model.intermediate_size, seq_len=seq_len)
+    inner = replace(recipe, parallel=replace(layout, pp=1, virtual_stages=1, pp_schedule="1f1b"))
+    view = rank_view(model, num_gpus // layout.pp, seq_len, inner)
+    spec, world, tokens = view.model, view.num_shards, view.seq_len
+    z = _sizes(view, recipe, config)
+    sp = layout.tp if layout.tp > 1 and layout.sequence_parallel else 1
+    return spec, world, tokens, layout, z, z.b * spec.hidden_size / sp
+
+
+def _pipeline_ranks(model: ModelSpec, num_gpus: int, seq_len: int, recipe: TrainingRecipe,
+                    accum_steps: int, config: MemoryConfig, outer_states: bool
+                    ) -> tuple[ParallelLayout, int, int, list[tuple[list[_Phase], dict[int, int],
+                                                                    list[_Stage]]]]:
+    spec, world, tokens_per_seq, layout, z, boundary = _pipeline_view(model, num_gpus, seq_len,
+                                                                      recipe, config)
+    pipeline.check_schedule(layout.pp_schedule, layout.pp, layout.virtual_stages, accum_steps)
+    recipe = replace(recipe, parallel=layout)
+    stages = _pipeline_stages(spec, world, tokens_per_seq, recipe, config, z.b, boundary)
+    out = []
+    for rank in range(layout.pp):
+        phases, held = _rank_phases(stages, rank, spec, tokens_per_seq, recipe, accum_steps, z,
+                                    boundary, outer_states, config)
+        local = [stages[s] for s in pipeline.stage_of_rank(rank, layout.pp,
+                                                           layout.virtual_stages)]
+        out.append((phases, held, local))
+    return layout, world, tokens_per_seq, out
+
+
+def pipeline_memory(model: ModelSpec, *, num_gpus: int, seq_len: int, micro_batch: int,
+                    recipe: TrainingRecipe | None = None, accum_steps: int = 1,
+                    ac: str | None = None, outer_states: bool = False,
+                    config: MemoryConfig = DEFAULT_CONFIG) -> PipelineMemory:
+    """Predicted peak of every pipeline rank of the recipe's layout on `num_gpus` GPUs, with
+    k = `accum_steps` micro-batches of `micro_batch` sequences per step (the schedule's
+    micro-batches); pp = 1 is the FSDP model's one rank (`memory_breakdown`).
+
+    Claim: a pipeline rank's peak is the largest of the moments of its schedule, walked along the
+    actions it executes (`perfmodel.spec.pipeline.rank_order`), each a sum of the tensors alive:
+      * all step long: master shards and AdamW moments of the rank's stages (FSDP2 over
+        dp_shard · cp on `rank_view`'s in-stage shard), the step's token ids (first stage) and
+        labels (last stage), torch's receive buffers (one activation buffer per micro-batch on
+        every stage but the first, one gradient buffer on every stage but the last; a boundary
+        tensor is m·S·h in the param dtype, on 1/tp of the tokens under sequence parallelism),
+        each stage module's RoPE tables;
+      * from a stage's first forward to its REDUCE_GRAD: its unsharded parameters (torchtitan's
+        apply_fsdp passes reshard_after_forward=False under PP, torch's runtime sets
+        reshard_after_backward(False)); from its first backward: its gradients accumulated in the
+        reduce dtype (requires_gradient_sync(False) on every backward);
+      * per micro-batch between its forward and its backward (the schedule's in-flight count:
+        GPipe k, 1F1B pp - rank, interleaved more): the stage's blocks' saves (`block_saved`,
+        the policy by global block index; a later stage's first block shares its input with
+        the receive buffer when it keeps it), the stage output (the boundary activation; on the
+        last stage the final norm's saves, the logits and the loss's log-softmax);
+      * the moment's transients: the loss's fp32 logits copy and its fp32 gradients, a block's
+        backward working set (`_block_working_set` less what torch does not hold twice), the
+        end of a block's backward (all its gradients with its first norm's working set,
+        `norm_backward_bytes`), a unit's post-backward (its first converts the gradients to the
+        reduce dtype one parameter at a time), the LM head's and the embedding's, the last
+        forward's output still referenced after its backward, the input gradient 1F1B's send
+        ops hold, and REDUCE_GRAD (the first unit resharded, its reduce-scatter input filled
+        from the accumulated gradients; over more than one rank its last gradient is still
+        referenced when the output is allocated).
+    Why: this is what torch 2.13's pipeline runtime and FSDP2 allocate, read from their code and
+    from FSDPMemTracker timelines of every action (`perfmodel.bench.pipeline_memory`).
+    Checked by: tests/test_memory_pipeline.py (catalogs/profiles/data/memory-tracker-pipeline.csv
+    and its 20 held-out configurations: MAPE <= 3 %, no row beyond 8 %; the in-flight counts
+    torch's runtime held; a live tracker run; the per-micro-batch arithmetic)."""
+    _positive("num_gpus", num_gpus)
+    _positive("seq_len", seq_len)
+    _positive("micro_batch", micro_batch)
+    _positive("accum_steps", accum_steps)
+    recipe = resolve_memory_recipe(recipe, ac)
+    if recipe.parallel.pp == 1:
+        layout = recipe.parallel.resolve(num_gpus)
+        single = memory_breakdown(model, num_gpus=num_gpus, seq_len=seq_len,
+                                  micro_batch=micro_batch, recipe=recipe,
+                                  accum_steps=accum_steps, outer_states=outer_states,
+                                  config=config)
+        return PipelineMemory(layout=layout, ranks=(RankMemory(
+            rank=0, stages=(0,), blocks=((0, model.num_layers),), num_stages=1, in_flight=(1,),
+            breakdown=single),))
+    layout, world, tokens_per_seq, ranks = _pipeline_ranks(model, num_gpus, seq_len, recipe,
+                                                           accum_steps, config, outer_states)
+    tokens = micro_batch * tokens_per_seq
+    out = []
+    for rank, (phases, held, local) in enumerate(ranks):
+        totals = [sum(_component_bytes(p, tokens).values()) for p in phases]
+        peak = phases[int(np.argmax(totals))]
+        parts = {f"{c}_bytes": int(v) for c, v in _component_bytes(peak, tokens).items()}
+        tracked = sum(parts.values())
+        breakdown = MemoryBreakdown(
+            num_gpus=world, seq_len=tokens_per_seq, micro_batch=micro_batch,
+            accum_steps=accum_steps, ac=recipe.ac, accum_mode="no_sync", phase=peak.name,
+            **parts, reserve_bytes=config.reserve_bytes + int(config.reserve_fraction * tracked))
+        out.append(RankMemory(
+            rank=rank, stages=tuple(st.index for st in local),
+            blocks=tuple((st.first_block, st.first_block + st.blocks) for st in local),
+            num_stages=layout.pp * layout.virtual_stages,
+            in_flight=tuple(held[st.index] for st in local), breakdown=breakdown))
+    result = PipelineMemory(layout=layout, ranks=tuple(out))
+    logger.debug("%s %s S=%d m=%d k=%d: worst %s, %.3f GiB at %s", model.name, layout.describe(),
+                 seq_len, micro_batch, accum_steps, result.ranks[result.worst_rank].describe(),
+                 result.worst.peak_bytes / GIB, result.worst.phase)
+    return result
+
+
+def _pipeline_coefficients(model: ModelSpec, num_gpus: int, seq_len: int,
+                           recipe: TrainingRecipe, accum_steps: int, config: MemoryConfig,
+                           outer_states: bool) -> MemoryCoefficients:
+    """Every moment of every pipeline rank as an affine function of the micro-batch: their
+    maximum is the worst rank's peak."""
+    _, _, tokens_per_seq, ranks = _pipeline_ranks(model, num_gpus, seq_len, recipe, accum_steps,
+                                                  config, outer_states)
+    phases = [p for rank_phases, _, _ in ranks for p in rank_phases]
+    fixed = tuple(float(sum(_component_bytes(p, 0).values())) for p in phases)
+    per_seq = tuple(float(sum(p.per_token.values())) * tokens_per_seq for p in phases)
+    return MemoryCoefficients(fixed_bytes=fixed, per_sequence_bytes=per_seq,
+                              reserve_bytes=config.reserve_bytes,
+                              reserve_fraction=config.reserve_fraction)

@@ -1,6 +1,8 @@
 """GPU profiles calibrated on published FSDP throughput runs (catalogs/published/).
 
-A calibrated profile has FEW physically meaningful coefficients per GPU (`CalibrationParams`):
+A calibrated profile has FEW coefficients per GPU (`CalibrationParams`), each named after the
+physics it stands for but EFFECTIVE: fitted end to end on tokens/s, each also absorbs whatever
+the step model misprices (a value at a bound is flagged, `perfmodel.profiles.bounds`):
 
 * matmul efficiency that saturates with GEMM size g = tokens per micro-batch x width:
   e(g) = e_max · g / (g + g_half). A GEMM then takes FLOPs/(peak·e_max) plus a fixed
@@ -23,6 +25,14 @@ The parameters are fitted per GPU by non-linear least squares on log(predicted/p
 scored by leave-one-model-size-out cross-validation (scikit-learn's LeaveOneGroupOut).
 A measured (CPU) profile's contention is fitted on its own FSDP2 steps instead
 (`perfmodel.profiles.overlap`).
+
+Claim: the cross-validated predictions of a held-out model size do not depend on that size's
+published throughput.
+Why: every fold's fit is cold-started from `START`, exactly as the all-runs fit is, with the same
+evaluation budget (`MAX_NFEV`), so a fold sees nothing but its training runs; a fold started from
+the all-runs fit (as before issue 22) would carry the held-out size's runs into its start.
+Checked by: tests/test_leakage.py (perturbing a held-out size's published tokens/s leaves its
+cross-validated predictions bit-identical while the all-runs fit moves).
 """
 
 from __future__ import annotations
@@ -48,6 +58,7 @@ from perfmodel.costs.compute import (
     prior_compute_coefficients,
 )
 from perfmodel.costs.datasets import mape_pct
+from perfmodel.profiles.bounds import BoundFlag, bound_flags, flag_records
 from perfmodel.profiles.cache import ResultCache, cache_key
 from perfmodel.profiles.profile import (
     HardwareProfile,
@@ -188,18 +199,25 @@ def _gbps(text: str) -> float:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class CalibrationParams:
-    """The fitted coefficients of one GPU."""
+    """The fitted coefficients of one GPU. All are EFFECTIVE: fitted end to end on published
+    tokens/s/GPU, each absorbs the step model's error in the runs it moves, beside the physics
+    it is named after."""
 
     matmul_efficiency: float
-    """e_max: fraction of dense bf16 peak that large GEMMs reach."""
+    """Effective e_max: fraction of dense bf16 peak that large GEMMs reach (also absorbs the
+    per-kernel overheads the features do not price)."""
     gemm_half_size: float
-    """g_half: GEMM size (tokens per micro-batch x width, elements) at half of e_max."""
+    """Effective g_half: GEMM size (tokens per micro-batch x width, elements) at half of
+    e_max."""
     attention_efficiency: float
-    """Fraction of dense bf16 peak that (causal) flash attention reaches."""
+    """Effective fraction of dense bf16 peak that (causal) flash attention reaches."""
     recompute_factor: float
-    """Recompute time / forward time of what is recomputed (activation checkpointing)."""
+    """Effective recompute time / forward time of what is recomputed (activation checkpointing):
+    it absorbs any difference between the recompute the time model charges and the one the runs
+    did, so a value well below 1 is not a recompute faster than the forward pass."""
     overlap_slowdown: float
-    """Compute slowdown while a collective runs on the island (>= 1)."""
+    """Effective compute slowdown while a collective runs on the island (>= 1): it absorbs the
+    communication model's multi-node error as well as the SMs NCCL takes."""
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -224,7 +242,15 @@ _LOG_PARAMS = ("gemm_half_size",)
 """Parameters fitted on a log scale (they span decades)."""
 START = CalibrationParams(matmul_efficiency=0.6, gemm_half_size=1e6, attention_efficiency=0.35,
                           recompute_factor=0.8, overlap_slowdown=1.1)
-"""Starting point of every fit."""
+"""Starting point of every fit: the all-runs fit and each cross-validation fold (cold starts)."""
+MAX_NFEV = 200
+"""Residual evaluations allowed to every fit, the all-runs fit and each fold alike (scipy's 'trf'
+does not count the finite-difference Jacobian's). The fits end on scipy's tolerances (ftol, xtol,
+gtol 1e-8) far inside it: from START every all-runs fit and cold fold of the shipped data stops
+within a tenth of it (each fit's count is recorded in the profile, `fits`, and docs/VALIDATION.md
+prints their range), so the budget only guards against a fit that wanders; a fit that stops on
+it is logged and recorded as not converged, never passed off as a fit. The cap of 60 before
+issue 22 was set for folds warm-started from the all-runs fit."""
 
 
 def calibrated_coefficients(gpu: GpuSpec, params: CalibrationParams,
@@ -244,14 +270,16 @@ def calibrated_coefficients(gpu: GpuSpec, params: CalibrationParams,
 
 def calibrated_profile(gpu_name: str, params: CalibrationParams, *, provenance: str = "calibrated",
                        name: str | None = None, detail: Mapping[str, Any] | None = None,
-                       cv_mape_pct: float | None = None) -> Any:
-    """A HardwareProfile of `gpu_name` with the calibrated compute model and catalog link priors."""
+                       nested_cv_mape_pct: float | None = None) -> Any:
+    """A HardwareProfile of `gpu_name` with the calibrated compute model and catalog link priors
+    (`nested_cv_mape_pct`: the cross-validated tokens/s/GPU MAPE, on every phase)."""
 
     gpu = get_gpu(gpu_name)
     base = make_prior_profile(gpu.name)
     compute = {phase: PhaseCoefficients(coefficients=c, provenance=provenance,
-                                        cv_mape_pct=cv_mape_pct,
-                                        cv_scheme=CV_SCHEME if cv_mape_pct is not None else "")
+                                        nested_cv_mape_pct=nested_cv_mape_pct,
+                                        cv_scheme=CV_SCHEME if nested_cv_mape_pct is not None
+                                        else "")
                for phase, c in calibrated_coefficients(gpu, params).items()}
     suffix = "calibrated" if provenance == "calibrated" else "prior"
     return HardwareProfile(name=name or f"{gpu.name}-{suffix}", hardware=gpu.name,
@@ -321,8 +349,15 @@ def free_parameters(runs: pd.DataFrame) -> tuple[str, ...]:
 
 
 def fit_params(runs: pd.DataFrame, gpu_name: str, *, start: CalibrationParams = START,
-               max_nfev: int = 60) -> CalibrationParams:
+               max_nfev: int = MAX_NFEV) -> CalibrationParams:
     """Least-squares fit of the parameters to log(predicted / published tokens/s/GPU)."""
+    return fit_params_reported(runs, gpu_name, start=start, max_nfev=max_nfev)[0]
+
+
+def fit_params_reported(runs: pd.DataFrame, gpu_name: str, *, start: CalibrationParams = START,
+                        max_nfev: int = MAX_NFEV) -> tuple[CalibrationParams, dict[str, Any]]:
+    """`fit_params` and how the fit ended (JSON values): residual evaluations `nfev`, scipy's
+    `status` and `converged` (False when it stopped on the `max_nfev` budget)."""
 
     names = free_parameters(runs)
     measured = runs["tokens_per_s_per_gpu"].to_numpy(dtype=float)
@@ -339,7 +374,9 @@ def fit_params(runs: pd.DataFrame, gpu_name: str, *, start: CalibrationParams = 
     x0 = np.clip(_to_vector(start, names), np.array(lows) + 1e-9, np.array(highs) - 1e-9)
     result = least_squares(residuals, x0, bounds=(lows, highs), diff_step=1e-3, max_nfev=max_nfev,
                            x_scale="jac")
-    return _from_vector(result.x, names, start)
+    report = {"nfev": int(result.nfev), "status": int(result.status),
+              "converged": bool(result.status > 0)}
+    return _from_vector(result.x, names, start), report
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -353,6 +390,28 @@ class GpuCalibration:
     runs: pd.DataFrame
     """The GPU's runs with `cv_pred` (leave-one-model-size-out), `fit_pred` (all runs) and
     `prior_pred` (the uncalibrated prior profile) tokens/s/GPU columns."""
+    folds: Mapping[str, CalibrationParams]
+    """Held-out model size -> the parameters fitted without its runs."""
+    fits: Mapping[str, Any]
+    """How every fit ended (`fit_params_reported`): {'all': report, 'folds': {size: report}};
+    empty for fits cached before the reports existed."""
+
+    def at_bound(self) -> list[BoundFlag]:
+        """The all-runs parameters at (or within 1 % of) a bound of PARAM_BOUNDS."""
+        return params_at_bound(self.params)
+
+    def folds_at_bound(self) -> dict[str, list[str]]:
+        """Parameter -> the held-out sizes whose fold fit ended at one of its bounds."""
+        out: dict[str, list[str]] = {}
+        for size, params in self.folds.items():
+            for flag in params_at_bound(params):
+                out.setdefault(flag.parameter, []).append(size)
+        return out
+
+    def not_converged(self) -> list[str]:
+        """Fits that stopped on the evaluation budget ('all' or a held-out size)."""
+        reports = {"all": self.fits.get("all", {}), **dict(self.fits.get("folds", {}))}
+        return [name for name, r in reports.items() if r and not r.get("converged", True)]
 
     def mape_pct(self, column: str = "cv_pred", ac: str | None = None) -> float:
         rows = self.runs if ac is None else self.runs[self.runs["activation_checkpointing"] == ac]
@@ -369,43 +428,58 @@ class GpuCalibration:
                                          for m in modes}}
 
 
-def fit_calibration(rows: pd.DataFrame, gpu_name: str) -> dict[str, Any]:
+def fit_calibration(rows: pd.DataFrame, gpu_name: str, *,
+                    max_nfev: int = MAX_NFEV) -> dict[str, Any]:
     """The slow part of a calibration, as JSON values: the parameters fitted on all of a GPU's
-    runs (`params`) and, per model size, on the runs of the other sizes (`folds`)."""
-    params = fit_params(rows, gpu_name)
-    folds = {}
+    runs (`params`) and, per model size, on the runs of the other sizes (`folds`), every fit
+    cold-started from START with the same budget (so a fold sees nothing of its held-out size),
+    and how each fit ended (`fits`)."""
+    params, report = fit_params_reported(rows, gpu_name, max_nfev=max_nfev)
+    folds, reports = {}, {}
     for train, test in LeaveOneGroupOut().split(rows, groups=rows["model"]):
         held_out = str(rows["model"].iloc[test[0]])
-        folds[held_out] = fit_params(rows.iloc[train], gpu_name, start=params).as_dict()
-    return {"params": params.as_dict(), "folds": folds}
+        fold, reports[held_out] = fit_params_reported(rows.iloc[train], gpu_name,
+                                                      max_nfev=max_nfev)
+        folds[held_out] = fold.as_dict()
+    return {"params": params.as_dict(), "folds": folds,
+            "fits": {"all": report, "folds": reports}}
 
 
-def calibrate_gpu(runs: pd.DataFrame, gpu_name: str, *,
-                  cache: ResultCache | None = None) -> GpuCalibration:
+def calibrate_gpu(runs: pd.DataFrame, gpu_name: str, *, cache: ResultCache | None = None,
+                  max_nfev: int = MAX_NFEV) -> GpuCalibration:
     """Fit on all of a GPU's runs, cross-validate leaving one model size out at a time (the fits
-    from `cache` when its key — the runs file, this code, the GPU — holds)."""
+    from `cache` when its key — the runs file, this code, the GPU, the budget — holds)."""
     rows = runs[runs["gpu"] == gpu_name].reset_index(drop=True)
     if rows.empty:
         raise DatasetError(f"no published runs for {gpu_name}",
                            hint="calibrate a GPU that has rows in catalogs/published/.")
     if cache is None:
-        fits = fit_calibration(rows, gpu_name)
+        fits = fit_calibration(rows, gpu_name, max_nfev=max_nfev)
     else:
         source = runs.attrs.get("path", LLM_FOUNDRY_CSV)
-        key = cache_key([source], [__name__], {"gpu": gpu_name})
-        fits = cache.get(f"calibration-{gpu_name}", key, lambda: fit_calibration(rows, gpu_name))
+        key = cache_key([source], [__name__], {"gpu": gpu_name, "max_nfev": max_nfev})
+        fits = cache.get(f"calibration-{gpu_name}", key,
+                         lambda: fit_calibration(rows, gpu_name, max_nfev=max_nfev))
     params = CalibrationParams(**fits["params"])
+    folds = {size: CalibrationParams(**p) for size, p in fits["folds"].items()}
     cv = np.empty(len(rows))
     for _, test in LeaveOneGroupOut().split(rows, groups=rows["model"]):
-        fold = CalibrationParams(**fits["folds"][str(rows["model"].iloc[test[0]])])
+        fold = folds[str(rows["model"].iloc[test[0]])]
         cv[test] = predict_tokens_per_s_per_gpu(calibrated_profile(gpu_name, fold), rows.iloc[test])
     out = rows.assign(
         cv_pred=cv,
         fit_pred=predict_tokens_per_s_per_gpu(calibrated_profile(gpu_name, params), rows),
         prior_pred=predict_tokens_per_s_per_gpu(make_prior_profile(gpu_name), rows))
-    calib = GpuCalibration(gpu=gpu_name, params=params, runs=out)
+    calib = GpuCalibration(gpu=gpu_name, params=params, runs=out, folds=folds,
+                           fits=fits.get("fits", {}))
     logger.info("%s: CV MAPE %.2f %% (prior %.2f %%), %s", gpu_name, calib.mape_pct(),
                 calib.mape_pct("prior_pred"), params)
+    for flag in calib.at_bound():
+        logger.warning("%s: %s = %.6g is at its %s bound %g (effective, not physical)", gpu_name,
+                       flag.parameter, flag.value, flag.side, flag.bound)
+    if calib.not_converged():
+        logger.warning("%s: fits that stopped on the budget of %d evaluations: %s", gpu_name,
+                       max_nfev, ", ".join(calib.not_converged()))
     return calib
 
 
@@ -434,8 +508,22 @@ def calibration_detail(calib: GpuCalibration, dataset: Mapping[str, Any]) -> dic
         "errors": calib.summary(),
         "method": "tokens/s/GPU of each published run simulated by the FSDP step graph with this "
                   "profile; least squares on log(predicted/published); "
-                  "CV leaves one model size out.",
+                  "CV leaves one model size out, every fold cold-started from the all-runs fit's "
+                  "start with the same budget.",
+        "effective": "every parameter is effective: fitted end to end on tokens/s, it absorbs "
+                     "the step model's error beside the physics it is named after",
+        "fit_budget": {"start": START.as_dict(), "max_nfev": MAX_NFEV,
+                       "cv_start": "cold: each fold starts from `start`, as the all-runs fit"},
+        "fits": json_fits(calib.fits),
+        "at_bound": flag_records(calib.at_bound()),
+        "folds_at_bound": calib.folds_at_bound(),
     }
+
+
+def json_fits(fits: Mapping[str, Any]) -> dict[str, Any]:
+    """The fit reports as plain YAML values (evaluations and convergence per fit)."""
+    return {"all": dict(fits.get("all", {})),
+            "folds": {k: dict(v) for k, v in dict(fits.get("folds", {})).items()}}
 
 
 def _param_notes() -> dict[str, str]:
@@ -454,7 +542,12 @@ def params_of(profile: Any) -> CalibrationParams:
 def profile_from_calibration(calib: GpuCalibration, dataset: Mapping[str, Any]) -> Any:
     """The calibrated HardwareProfile of a GPU (CV MAPE on every phase)."""
     return calibrated_profile(calib.gpu, calib.params, detail=calibration_detail(calib, dataset),
-                              cv_mape_pct=round(calib.mape_pct(), 3))
+                              nested_cv_mape_pct=round(calib.mape_pct(), 3))
+
+
+def params_at_bound(params: CalibrationParams, fit: str = "calibration") -> list[BoundFlag]:
+    """Parameters at (or within 1 % of) a bound of PARAM_BOUNDS."""
+    return bound_flags(fit, params.as_dict(), PARAM_BOUNDS)
 
 
 def scaled_prior_profile(target_gpu: str, reference: Any) -> Any:
@@ -474,10 +567,12 @@ def scaled_prior_profile(target_gpu: str, reference: Any) -> Any:
                         "hbm_bytes_per_s": ref_gpu.hbm_bytes_per_s},
         "params": params.as_dict(),
         "param_notes": _param_notes(),
+        "at_bound": flag_records(params_at_bound(params, f"calibration of {reference.name}")),
         "datasheet": datasheet["datasheet"],
         "assumptions": assumptions,
         "method": "PRIOR, not calibrated: no published runs for this GPU. Efficiencies, recompute "
-                  "and contention of the calibrated reference; GEMM half-saturation size scaled by "
+                  "and contention of the calibrated reference (effective parameters there; a "
+                  "value at a bound is flagged in at_bound); GEMM half-saturation size scaled by "
                   "the dense bf16 peak ratio; this GPU's own peak and HBM bandwidth (datasheet); "
                   "elementwise and optimizer work at HBM bandwidth x hbm_efficiency (assumptions).",
     }

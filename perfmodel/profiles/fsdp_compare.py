@@ -9,7 +9,9 @@ writes what this module reads.
 
 from __future__ import annotations
 
+import io
 import json
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -24,6 +26,7 @@ from perfmodel.sim.fsdp import simulate_step, step_costs
 from perfmodel.spec.catalog import get_gpu
 from perfmodel.spec.errors import UserInputError
 from perfmodel.spec.hardware import IslandSpec
+from perfmodel.spec.inputs import read_text
 from perfmodel.spec.layout import ParallelLayout
 from perfmodel.spec.recipe import TrainingRecipe, recipe_from_mapping
 
@@ -107,19 +110,54 @@ def read_fsdp_dataset(data: str | Path) -> pd.DataFrame:
     hint = "give a CSV written by `shardmeter bench fsdp`."
     if not Path(data).is_file():
         raise UserInputError(f"{data}: no such file", hint=hint)
-    frame = pd.read_csv(data, dtype=str, keep_default_na=False)
+    text = read_text(data, what="bench fsdp dataset", hint=hint)
+    try:
+        frame = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, ValueError) as err:
+        raise UserInputError(f"{data}: not a CSV table ({str(err)[:200]})", hint=hint) from None
     missing = [c for c in COLUMNS if c not in frame.columns and c != "recipe"]
     if missing:
         raise UserInputError(f"{data}: missing column(s) {', '.join(missing)}", hint=hint)
+    for position, (_, row) in enumerate(frame.iterrows()):
+        for column, (least, integer) in MEASURED_NUMBERS.items():
+            _measured_number(row[column], column, least=least, integer=integer,
+                             where=f"{data}, line {position + 2}")
     return frame
+
+
+MEASURED_NUMBERS: dict[str, tuple[float, bool]] = {
+    "world_size": (1, True), "seq_len": (1, True), "micro_batch": (1, True),
+    "grad_accum": (1, True), "step_time_s": (0.0, False), "peak_memory_bytes": (0.0, False),
+}
+"""Numeric columns `compare_fsdp` reads: (least value, integer?); step_time_s must be > 0."""
+
+
+def _measured_number(cell: str, column: str, *, least: float, integer: bool, where: str) -> float:
+    """A measured cell: finite, an integer where it counts, >= least (> 0 for step_time_s)."""
+    try:
+        value = float(cell)
+    except ValueError:
+        value = float("nan")
+    positive = column == "step_time_s"
+    bad = (not math.isfinite(value) or value < least or (positive and value <= 0)
+           or (integer and not value.is_integer()))
+    if bad:
+        kind = "an integer" if integer else "a finite number"
+        bound = "> 0" if positive else f">= {least:g}"
+        raise UserInputError(f"{where}: column {column!r} = {cell!r}: not {kind} {bound}",
+                             hint=f"fix line {where.rsplit(' ', 1)[-1]} (a measured {column} is "
+                                  f"{kind} {bound}), or rerun `shardmeter bench fsdp`.")
+    return value
 
 
 def compare_fsdp(data: str | Path, profile: HardwareProfile | str, *, hardware: str | None = None,
                  memory_data: str | Path | None = None) -> list[dict[str, Any]]:
     """Measured FSDP2 steps beside the simulator's prediction (perfmodel.sim.fsdp.simulate_step over
-    the profile's compute and comm coefficients) and the memory model's peak, per row. The
-    measured peak is the row's own, or with `memory_data` (`bench memory --real --like DATA`)
-    the real-tensor allocator peak of the same configuration."""
+    the profile's compute and comm coefficients) and the memory model's peak, per row, each
+    predicted with the recipe and parallel layout the row trained (`layout`: its degrees, e.g.
+    'tp 2, sequence parallel'; world_size ranks on one node of the row's link). The measured
+    peak is the row's own, or with `memory_data` (`bench memory --real --like DATA`) the
+    real-tensor allocator peak of the same configuration."""
 
     profile = load_profile(profile) if isinstance(profile, str) else profile
     gpu = get_gpu(hardware or profile.hardware)
@@ -148,7 +186,9 @@ def compare_fsdp(data: str | Path, profile: HardwareProfile | str, *, hardware: 
                                  hint=f"run `shardmeter bench memory --real --like {data} "
                                       f"-o {memory_data}` (it resumes).")
         measured_mem = peaks[key] if peaks else float(row["peak_memory_bytes"])
+        layout = recipe.parallel.resolve(world)
         out.append({"model": row["model"], "recipe": recipe.name, "accum_mode": recipe.accum_mode,
+                    "layout": layout.describe(),
                     "seq_len": seq, "micro_batch": mb, "grad_accum": ga,
                     "world_size": world, "measured_step_s": measured,
                     "predicted_step_s": sim.step_time_s,

@@ -30,6 +30,7 @@ from perfmodel import __version__
 from perfmodel.costs.comm import (
     BACKENDS,
     OPS,
+    RING_OPS,
     CommModel,
     LinkCoefficients,
     island_nics,
@@ -48,6 +49,7 @@ from perfmodel.spec.arch import ModelSpec
 from perfmodel.spec.catalog import get_gpu, get_link
 from perfmodel.spec.errors import CatalogError, ProfileError, did_you_mean
 from perfmodel.spec.hardware import IslandSpec
+from perfmodel.spec.inputs import load_yaml
 from perfmodel.spec.layout import CommGroup
 from perfmodel.spec.paths import profiles_dir
 
@@ -73,10 +75,17 @@ class PhaseCoefficients:
     """Feature name -> seconds per unit of the feature."""
     provenance: str
     """'measured', 'calibrated' or 'prior'."""
-    cv_mape_pct: float | None = None
-    """Cross-validated MAPE of the fit, percent (measured and calibrated)."""
+    selection_cv_mape_pct: float | None = None
+    """Measured: the cross-validated MAPE (percent) that CHOSE the features — the best score over
+    the candidate subsets, so optimistic: a selection score, not an out-of-sample error (YAML
+    files before issue 22 call it `cv_mape_pct`)."""
+    nested_cv_mape_pct: float | None = None
+    """Out-of-sample MAPE (percent) of the whole fitting procedure: each held-out group predicted
+    by a fit made from scratch without it (measured: feature selection redone inside every
+    fold, `perfmodel.costs.compute.leave_one_model_out`; calibrated: the cold-started
+    leave-one-model-size-out tokens/s/GPU CV). None when not computed."""
     cv_scheme: str = ""
-    """How the CV MAPE was obtained (leave-one-model-out, k-fold)."""
+    """How the folds were made (leave-one-model-out, k-fold, leave-one-model-size-out)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -202,6 +211,23 @@ class HardwareProfile:
     def island_comm_provenance(self, op: str, island: IslandSpec) -> str:
         return self.comm.provenance(op, island.ring_links)
 
+    def effective_parameters(self) -> dict[str, str]:
+        """The profile's scalar parameters that were fitted end to end (so absorb model error),
+        each with how: `fit overlap` on FSDP2 steps, the calibration on published runs, or
+        copied from a calibrated reference (a scaled prior)."""
+        detail = self.provenance_detail
+        out: dict[str, str] = {}
+        if isinstance(detail.get("overlap_fit"), dict):
+            for name in ("overlap_slowdown", "fsdp_copy_s_per_byte"):
+                out[name] = "fitted end to end on FSDP2 steps (shardmeter fit overlap)"
+        if isinstance(detail.get("params"), dict):
+            scaled = detail.get("scaled_from")
+            how = (f"copied from {scaled.get('profile')}, where it was fitted end to end"
+                   if isinstance(scaled, dict) else "fitted end to end on published runs")
+            for name in ("overlap_slowdown", "recompute_factor"):
+                out[name] = how
+        return out
+
     def provenance_summary(self) -> dict[str, Any]:
         """Which parts are measured and which prior (for prediction outputs)."""
         return {"profile": self.name, "hardware": self.hardware, "provenance": self.provenance,
@@ -209,6 +235,8 @@ class HardwareProfile:
                 "overlap_slowdown": self.overlap_slowdown,
                 "recompute_factor": self.recompute_factor,
                 "fsdp_copy_s_per_byte": self.fsdp_copy_s_per_byte,
+                "effective_parameters": self.effective_parameters(),
+                "at_bound": list(self.provenance_detail.get("at_bound", [])),
                 "comm": {f"{op}/{link}": c.provenance
                          for (op, link), c in self.comm.coefficients.items()},
                 "comm_fallback": "catalog prior (catalogs/links.csv) for links not listed"}
@@ -222,7 +250,9 @@ class HardwareProfile:
             "recompute_factor": float(self.recompute_factor),
             **({"fsdp_copy_s_per_byte": float(self.fsdp_copy_s_per_byte)}
                if self.fsdp_copy_s_per_byte else {}),
-            "compute": {phase: {"provenance": c.provenance, "cv_mape_pct": c.cv_mape_pct,
+            "compute": {phase: {"provenance": c.provenance,
+                                "selection_cv_mape_pct": c.selection_cv_mape_pct,
+                                "nested_cv_mape_pct": c.nested_cv_mape_pct,
                                 "cv_scheme": c.cv_scheme,
                                 "coefficients_s": {k: float(v) for k, v in c.coefficients.items()}}
                         for phase, c in self.compute.items()},
@@ -243,9 +273,24 @@ class _Strict(BaseModel):
 
 class _PhaseDoc(_Strict):
     provenance: str = Field(pattern=_PROVENANCE_RE)
+    selection_cv_mape_pct: float | None = None
+    nested_cv_mape_pct: float | None = None
     cv_mape_pct: float | None = None
+    """Files before issue 22: the feature-selection score of a measured phase, the cross-validated
+    MAPE of a calibrated one (read into the fields that say so)."""
     cv_scheme: str = ""
     coefficients_s: dict[str, float]
+
+    def cv_figures(self) -> tuple[float | None, float | None]:
+        """(selection_cv_mape_pct, nested_cv_mape_pct), a legacy `cv_mape_pct` read as what it
+        was: the selection score of a measured phase, the CV of a calibrated one."""
+        selection, nested = self.selection_cv_mape_pct, self.nested_cv_mape_pct
+        if self.cv_mape_pct is not None and selection is None and nested is None:
+            if self.provenance == "calibrated":
+                nested = self.cv_mape_pct
+            else:
+                selection = self.cv_mape_pct
+        return selection, nested
 
 
 class _CommDoc(_Strict):
@@ -306,9 +351,11 @@ def profile_from_dict(data: Any, *, source: str = "<profile>") -> HardwareProfil
         if any(v < 0 for v in ph.coefficients_s.values()):
             raise ProfileError(f"{source}: compute.{phase}: coefficients must be >= 0",
                                hint="refit the profile (the fit keeps coefficients non-negative).")
+        selection, nested = ph.cv_figures()
         compute[phase] = PhaseCoefficients(coefficients=dict(ph.coefficients_s),
-                                           provenance=ph.provenance, cv_mape_pct=ph.cv_mape_pct,
-                                           cv_scheme=ph.cv_scheme)
+                                           provenance=ph.provenance,
+                                           selection_cv_mape_pct=selection,
+                                           nested_cv_mape_pct=nested, cv_scheme=ph.cv_scheme)
     comm = {(c.op, c.link): LinkCoefficients(
         latency_s=c.latency_s, bandwidth_bytes_per_s=c.bandwidth_bytes_per_s, per_nic=c.per_nic,
         provenance=c.provenance, cv_mape_pct=c.cv_mape_pct, rows=c.rows) for c in doc.comm}
@@ -322,11 +369,8 @@ def profile_from_dict(data: Any, *, source: str = "<profile>") -> HardwareProfil
 
 @functools.lru_cache(maxsize=256)
 def _load_file(path: str, mtime_ns: int) -> HardwareProfile:
-    try:
-        data = yaml.safe_load(Path(path).read_text())
-    except yaml.YAMLError as err:
-        raise ProfileError(f"{path}: not valid YAML ({err})",
-                           hint="fix the file or regenerate it.") from err
+    data = load_yaml(path, what="hardware profile", error=ProfileError,
+                     hint="fix the file or regenerate it.")
     return profile_from_dict(data, source=path)
 
 
@@ -410,7 +454,8 @@ def make_prior_profile(gpu_name: str, assumptions: Any = None) -> HardwareProfil
     assume = assumptions or PriorAssumptions()
     coefs = prior_compute_coefficients(gpu, assume)
     link_names = list(dict.fromkeys((gpu.intra_node_link, gpu.inter_node_link)))
-    comm = {(op, get_link(n).name): prior_link_coefficients(n) for op in OPS for n in link_names}
+    comm = {(op, get_link(n).name): prior_link_coefficients(n) for op in RING_OPS
+            for n in link_names}
     notes = _field_docs(PriorAssumptions)
     detail = {
         "kind": "prior",

@@ -108,7 +108,10 @@ def batch_sweep(model: ModelSpec, profile: CostModel, island: IslandSpec, *, seq
     fast = fast_step(model_fast_costs(model, profile, island, seq_len=seq_len, micro_batches=mb,
                                       recipe=recipe, ac=ac))
     step = fast.step_time_s(accum_steps)
-    tokens = accum_steps * mb * seq_len * island.num_gpus
+    # m sequences per data-parallel rank: model-parallel ranks (tp, cp, pp) share them
+    dp = (recipe.parallel.resolve(island.num_gpus).dp if recipe is not None
+          else island.num_gpus)
+    tokens = accum_steps * mb * seq_len * dp
     compute, comm = fast.compute_busy_s(accum_steps), fast.comm_busy_s(accum_steps)
     return pd.DataFrame({
         "model": model.name, "gpus": island.num_gpus, "nodes": island.num_nodes,

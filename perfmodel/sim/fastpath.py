@@ -32,6 +32,7 @@ from perfmodel.costs.model import CostModel
 from perfmodel.sim.fsdp import (
     COST_FIELDS,
     StepCosts,
+    TaskSpec,
     step_plan,
     unit_durations,
 )
@@ -69,7 +70,8 @@ class FastCosts:
     extra: Mapping[tuple[str, int, int], np.ndarray] = field(default_factory=dict)
     """The other durations of parallel layouts, each an (N,) array keyed by (cost name, unit
     type or -1, index or -1): inline collectives (`forward_inline_s`, `backward_inline_s`,
-    `prologue_s`, `epilogue_s`) and the HSDP all-reduce (`replicate_s`)."""
+    `prologue_s`, `epilogue_s`, `optimizer_inline_s`) and the HSDP all-reduce
+    (`replicate_s`)."""
     block_norms: int = 2
     """Normalisation layers per block (the plan's norm-gradient all-reduces)."""
 
@@ -119,7 +121,7 @@ class FastCosts:
             if recipe.parallel.dp_replicate > 1:
                 extra[("replicate_s", row, -1)] = np.array(
                     [c.units[row].replicate_s for c in costs], dtype=float)
-        for name in ("prologue_s", "epilogue_s"):
+        for name in ("prologue_s", "epilogue_s", "optimizer_inline_s"):
             for i in range(len(getattr(costs[0], name))):
                 extra[(name, -1, i)] = np.array([getattr(c, name)[i] for c in costs], dtype=float)
         return cls(forward_s=grid("forward_s"), backward_s=grid("backward_s"),
@@ -223,6 +225,12 @@ class CompiledStep:
     """First-micro-step tasks no other first-micro-step task waits for (its end)."""
 
 
+def _once_per_step(spec: TaskSpec) -> bool:
+    """The optimizer and the collectives inside it: once per step, not part of a micro-step
+    (the embedding's inline collectives, without a unit, are)."""
+    return spec.cost in ("optimizer_s", "optimizer_inline_s")
+
+
 @lru_cache(maxsize=128)
 def compile_step(num_units: int, has_root: bool, recipe: TrainingRecipe, accum_steps: int,
                  unit_types: tuple[int, ...], block_norms: int = 2) -> CompiledStep:
@@ -248,7 +256,7 @@ def compile_step(num_units: int, has_root: bool, recipe: TrainingRecipe, accum_s
         if not is_compute:
             comm_so_far.append(i)
     waited = {p for pred in preds for p in pred}
-    first = tuple(s.micro_step == 0 and s.unit is not None for s in plan)
+    first = tuple(s.micro_step == 0 and not _once_per_step(s) for s in plan)
     waited_first = {p for i, pred in enumerate(preds) if first[i] for p in pred}
     return CompiledStep(
         preds=tuple(preds),
@@ -328,7 +336,8 @@ def steps_to_compile(num_units: int, has_root: bool, recipe: TrainingRecipe,
                      block_norms=block_norms)
 
     def shape(micro: int) -> list[tuple[Any, ...]]:
-        tasks = [(i, s) for i, s in enumerate(plan) if s.micro_step == micro and s.unit is not None]
+        tasks = [(i, s) for i, s in enumerate(plan)
+                 if s.micro_step == micro and not _once_per_step(s)]
         base = tasks[0][0]
         return [(s.stream, s.kind, s.unit, s.cost, s.index,
                  tuple(d - base for d in s.deps if d >= base)) for _, s in tasks]
@@ -381,14 +390,23 @@ def model_fast_costs(model: ModelSpec, profile: CostModel, island: IslandSpec, *
 
     block_rows = (0, 2) if any(whole) else (0,)
     extra: dict[tuple[str, int, int], np.ndarray] = {}
-    for where, name, rows in (("block_forward", "forward_inline_s", block_rows),
-                              ("block_backward", "backward_inline_s", block_rows),
-                              ("root_forward", "forward_inline_s", (1,)),
-                              ("root_backward", "backward_inline_s", (1,)),
-                              ("embed_forward", "prologue_s", (-1,)),
-                              ("embed_backward", "epilogue_s", (-1,))):
-        for i, value in enumerate(d.inline.get(where, ())):
-            for row in rows:
+
+    def inline(*places: str) -> tuple[Any, ...]:
+        return tuple(v for where in places for v in d.inline.get(where, ()))
+
+    # a unit's backward collectives, then its post-backward's (one tuple, as in StepCosts)
+    for name, row, values in (
+            ("forward_inline_s", 0, inline("block_forward")),
+            ("forward_inline_s", 2, inline("block_forward")),
+            ("backward_inline_s", 0, inline("block_backward", "block_post_backward")),
+            ("backward_inline_s", 2, inline("block_backward_whole", "block_post_backward")),
+            ("forward_inline_s", 1, inline("root_forward")),
+            ("backward_inline_s", 1, inline("root_backward", "root_post_backward")),
+            ("prologue_s", -1, inline("embed_forward")),
+            ("epilogue_s", -1, inline("embed_backward")),
+            ("optimizer_inline_s", -1, inline("optimizer"))):
+        if row in (*block_rows, 1, -1):
+            for i, value in enumerate(values):
                 extra[(name, row, i)] = vector(value)
     if d.recipe.parallel.dp_replicate > 1:
         for row in block_rows:

@@ -21,7 +21,12 @@ test `tests/test_fsdp_order.py` records it from a real 2-rank gloo run and compa
   post-backward callback, after the whole backward — fully exposed;
 * `accum_mode`: ``reduce_scatter`` reduce-scatters every micro-step (torchtitan), ``no_sync``
   only on the last (`set_requires_gradient_sync(False)` before); the sharded optimizer step runs
-  on the compute stream after the last reduce_scatter.
+  on the compute stream after the last reduce_scatter;
+* parallel layouts (`inline_collectives`): tensor- and context-parallel collectives run on the
+  compute stream after their unit's compute, a unit's post-backward ones before its
+  reduce_scatter (the root's after the embedding's backward), HSDP's all-reduce of each reduced
+  shard right after its reduce_scatter; `tests/test_layout_order.py` records TP (with and
+  without sequence parallelism), FSDP2 x TP and HSDP steps on gloo and compares every stream.
 
 Timing rules (`step_plan` is the only place they live; the fast path compiles its output):
 
@@ -47,7 +52,7 @@ profile's `recompute_factor`. The root unit is not checkpointed.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any
@@ -89,8 +94,9 @@ class UnitCosts:
     """Tensor- and context-parallel collectives of the unit's forward, in issue order
     (`inline_collectives`), run on the compute stream after its forward compute."""
     backward_inline_s: tuple[float, ...] = ()
-    """The same for its backward (and, under sequence parallelism, the all-reduce of its
-    replicated norm weights' gradients in FSDP2's post-backward)."""
+    """The same for its backward (after what its checkpointing recomputes), followed by those of
+    FSDP2's post-backward of the unit (sequence parallelism: the all-reduce of its replicated
+    norm weights' partial gradients), which run only in micro-steps that reduce."""
     replicate_s: float = 0.0
     """HSDP: the all-reduce of the unit's gradient shard across the replicas, after its
     reduce_scatter (0 without replication)."""
@@ -125,6 +131,9 @@ class StepCosts:
     parallelism: the embedding's all-reduce or reduce-scatter)."""
     epilogue_s: tuple[float, ...] = ()
     """Inline collectives of the embedding's backward, after the first block's backward."""
+    optimizer_inline_s: tuple[float, ...] = ()
+    """Collectives inside the optimizer step, before its update (tensor parallelism without
+    FSDP: the replicated norm weights' partial gradients, all-reduced once per norm)."""
     block_norms: int = 2
     """Normalisation layers per block (sequence parallelism all-reduces their gradients)."""
 
@@ -159,7 +168,7 @@ class StepCosts:
 
     def duration_s(self, spec: TaskSpec) -> float:
         """Duration of one planned task."""
-        if spec.cost in ("prologue_s", "epilogue_s"):
+        if spec.cost in ("prologue_s", "epilogue_s", "optimizer_inline_s"):
             return float(getattr(self, spec.cost)[spec.index])
         if spec.unit is None:
             return self.optimizer_s
@@ -235,13 +244,16 @@ class TaskSpec:
     """Position in a tuple-valued cost (an inline collective); -1 for scalar costs."""
     group: str = ""
     """The parallel group of a collective (tp, cp, fsdp, dp_replicate); empty for compute."""
+    payload: str = ""
+    """What an inline collective moves (`Inline`: activation, logits, kv, loss_rows,
+    norm_weight); empty for other tasks."""
 
 
 def _spec(name: str, stream: str, kind: str, unit: int | None, cost: str,
           deps: tuple[int, ...], micro_step: int = 0, index: int = -1,
-          group: str = "") -> TaskSpec:
+          group: str = "", payload: str = "") -> TaskSpec:
     return TaskSpec(name=name, stream=stream, kind=kind, unit=unit, cost=cost, deps=deps,
-                    micro_step=micro_step, index=index, group=group)
+                    micro_step=micro_step, index=index, group=group, payload=payload)
 
 
 # ---- inline (tensor- and context-parallel) collectives --------------------------------------
@@ -252,32 +264,65 @@ activation (micro-batch x local sequence x hidden), logits, kv (the rank's K and
 sequence), loss_rows (one fp32 value per token), norm_weight (one replicated norm's weight)."""
 
 
-@lru_cache(maxsize=64)
-def inline_collectives(recipe: TrainingRecipe, where: str, block_norms: int = 2) -> Inline:
-    """The collectives a layout runs inline on the compute stream at `where`: block_forward,
-    block_backward, root_forward, root_backward, embed_forward or embed_backward (the embedding
-    is part of the root unit but runs before the first block); `block_norms` normalisation
-    layers per block.
+def applies_fsdp(layout: ParallelLayout) -> bool:
+    """Whether FSDP2 wraps the model: torchtitan applies it unless dp_shard, cp and dp_replicate
+    are all 1 (pure tensor parallelism). A plan reads the recipe as given, so an inferred
+    dp_shard (-1) is planned as sharded; give dp_shard 1 for pure TP."""
+    return not (layout.dp_shard == 1 and layout.cp == 1 and layout.dp_replicate == 1)
 
-    Claim (torchtitan's Llama TP plan; DTensor in torch 2.13, recorded by
-    tests/test_parallel_order.py on real gloo runs):
+
+@lru_cache(maxsize=128)
+def inline_collectives(recipe: TrainingRecipe, where: str, block_norms: int = 2,
+                       num_norms: int = 0) -> Inline:
+    """The collectives a layout runs inline on the compute stream at `where`, in issue order:
+
+    * block_forward, root_forward, embed_forward: a forward's (the embedding is part of the root
+      unit but runs before the first block);
+    * block_backward, root_backward, embed_backward: a backward's, a block's after what its
+      checkpointing recomputes (block_backward_whole: a block checkpointed whole under layer:N);
+    * block_post_backward, root_post_backward: FSDP2's post-backward of the unit, in the
+      micro-steps that reduce its gradients (the root's after the whole backward);
+    * optimizer: inside the optimizer step;
+
+    `block_norms` normalisation layers per block, `num_norms` in the whole model.
+
+    Claim (torchtitan's Llama TP plan as `perfmodel.bench.parallel` applies it; DTensor, FSDP2
+    and fused AdamW of torch 2.13):
       * tp > 1 with sequence parallelism: each block half gathers its sequence-sharded input
-        (all_gather) and reduce-scatters its row-parallel output: block forward AG, RS, AG, RS
-        and the mirror in backward; the embedding reduce-scatters its output and the final norm's
-        output is gathered before the LM head; the loss runs loss-parallel (three all-reduces of
-        one value per token over tp); replicated norm weights have partial gradients that FSDP2
-        all-reduces over tp in its post-backward (one per norm);
+        (all_gather) and reduce-scatters its row-parallel output: block forward AG, RS, AG, RS;
+        backward: AG, RS (MLP: its output gradient gathered, its input gradient
+        reduce-scattered), then the same for attention; the embedding reduce-scatters its output
+        (its backward gathers the gradient) and the final norm's output is gathered before the
+        LM head; the loss runs loss-parallel (three all-reduces of one fp32 value per token over
+        tp), the LM head's input gradient is reduce-scattered; the norm weights are replicated
+        with partial gradients: all-reduced over tp once per norm in FSDP2's post-backward of
+        their unit (the root's final norm in its post-backward callback, after the embedding's
+        backward), or, without FSDP (dp_shard = cp = dp_replicate = 1), once per norm inside
+        the (fused AdamW) optimizer step;
       * tp > 1 without sequence parallelism: one all-reduce per row-parallel output in forward
         (o, down; the embedding's output too), one per column-parallel input gradient in
-        backward (q, k, v, gate, up: DTensor reduces each separately; the LM head's too), and
-        the logits gathered for the loss;
+        backward (gate, up, then q, k, v: DTensor reduces each separately; the LM head's too),
+        and the logits gathered for the loss;
+      * activation checkpointing recomputes a block's forward collectives when its backward
+        first unpacks a saved tensor (the down projection's input; under sequence parallelism
+        after the MLP output gradient's all-gather, which needs none): all of them for a block
+        checkpointed whole (full, layer:N), those whose output the op-level policy does not
+        save under op-sac (it saves reduce-scatters: `perfmodel.bench.recipe_wrap.
+        selective_policy`, torchtitan's list), the attention core's (context parallelism's K/V
+        gather) under attn;
       * cp > 1: attention gathers K and V over cp in forward and reduce-scatters their gradients
         in backward (the all-gather rotation of torch's context parallelism; no CPU ground truth:
         its collectives are a prior).
+    Why: these are the DTensor redistributions the plan's placements imply, and FSDP2 reduces a
+    partial gradient before reduce-scattering it.
+    Checked by: tests/test_layout_order.py, which records every collective of real gloo steps
+    (TP with and without sequence parallelism, FSDP x TP, HSDP; checkpointing none, op-sac and
+    full; accumulation in both modes) and compares order, group, size and dtype with this plan.
     """
-    tp, cp = recipe.parallel.tp > 1, recipe.parallel.cp > 1
-    sp = tp and recipe.parallel.sequence_parallel
-    act = ("activation",)
+    layout = recipe.parallel
+    tp, cp = layout.tp > 1, layout.cp > 1
+    sp = tp and layout.sequence_parallel
+    fsdp = applies_fsdp(layout)
     out: list[tuple[str, str, str]] = []
     if where == "block_forward":
         if sp:
@@ -285,32 +330,84 @@ def inline_collectives(recipe: TrainingRecipe, where: str, block_norms: int = 2)
         if cp:
             out += [("all_gather", "cp", "kv")]
         if tp:
-            out += [("reduce_scatter" if sp else "all_reduce", "tp", *act)]
+            out += [("reduce_scatter" if sp else "all_reduce", "tp", "activation")]
             out += [("all_gather", "tp", "activation")] if sp else []
-            out += [("reduce_scatter" if sp else "all_reduce", "tp", *act)]
-    elif where == "block_backward":
+            out += [("reduce_scatter" if sp else "all_reduce", "tp", "activation")]
+    elif where in ("block_backward", "block_backward_whole"):
+        if sp:  # the MLP output's gradient is gathered before anything saved is unpacked
+            out += [("all_gather", "tp", "activation")]
+        # the recompute runs when backward first unpacks a saved tensor (the down projection's)
+        out += recomputed_collectives(recipe, where == "block_backward_whole", block_norms)
         if sp:
-            out += [("all_gather", "tp", "activation"), ("reduce_scatter", "tp", "activation")]
+            out += [("reduce_scatter", "tp", "activation")]
         elif tp:
             out += [("all_reduce", "tp", "activation")] * 2      # gate, up input gradients
         if cp:
             out += [("reduce_scatter", "cp", "kv")]
         if sp:
             out += [("all_gather", "tp", "activation"), ("reduce_scatter", "tp", "activation")]
-            out += [("all_reduce", "tp", "norm_weight")] * block_norms
         elif tp:
             out += [("all_reduce", "tp", "activation")] * 3      # q, k, v input gradients
+    elif where == "block_post_backward" and sp and fsdp:
+        out += [("all_reduce", "tp", "norm_weight")] * block_norms
     elif where == "root_forward" and tp:
         out += ([("all_gather", "tp", "activation")] + [("all_reduce", "tp", "loss_rows")] * 3
                 if sp else [("all_gather", "tp", "logits")])
     elif where == "root_backward" and tp:
-        out += ([("reduce_scatter", "tp", "activation"), ("all_reduce", "tp", "norm_weight")]
-                if sp else [("all_reduce", "tp", "activation")])
+        out += [("reduce_scatter" if sp else "all_reduce", "tp", "activation")]
+    elif where == "root_post_backward" and sp and fsdp:
+        out += [("all_reduce", "tp", "norm_weight")]
     elif where == "embed_forward" and tp:
         out += [("reduce_scatter" if sp else "all_reduce", "tp", "activation")]
     elif where == "embed_backward" and sp:
         out += [("all_gather", "tp", "activation")]
+    elif where == "optimizer" and sp and not fsdp:
+        out += [("all_reduce", "tp", "norm_weight")] * num_norms
     return tuple(out)
+
+
+def recomputed_collectives(recipe: TrainingRecipe, whole: bool, block_norms: int = 2) -> Inline:
+    """The forward collectives a block's backward re-issues for its recompute
+    (`inline_collectives`' claim): all of them for a block checkpointed whole (`whole`, or
+    every block under full), those the op-level policy does not save under op-sac (every one
+    but the reduce-scatters), context parallelism's K/V gather under attn, none without
+    checkpointing."""
+    forward = inline_collectives(recipe, "block_forward", block_norms)
+    mode = recipe.checkpoint.mode
+    if whole or mode == "full":
+        return forward
+    if mode == "op-sac":
+        return tuple(c for c in forward if c[0] != "reduce_scatter")
+    if mode == "attn":
+        return tuple(c for c in forward if c[1] == "cp")
+    return ()
+
+
+INLINE_PLACES = ("block_forward", "block_backward", "block_backward_whole", "block_post_backward",
+                 "root_forward", "root_backward", "root_post_backward", "embed_forward",
+                 "embed_backward", "optimizer")
+"""Every `where` of `inline_collectives`."""
+
+
+def inline_payload_bytes(model: ModelSpec, recipe: TrainingRecipe, *, seq_len: int,
+                         micro_batch: Any) -> dict[str, Any]:
+    """Bytes each payload kind of `inline_collectives` moves (the unsharded side: an
+    all-gather's output, a reduce-scatter's input), for a micro-batch of `micro_batch` sequences
+    per data-parallel rank (an int or an array): activation and logits in the recipe's
+    param_dtype over the rank's tokens (micro_batch x seq_len / cp), kv the rank's K and V over
+    the whole sequence, loss_rows one fp32 value per token (the loss is computed in fp32), a
+    norm_weight one norm's weight in param_dtype."""
+    layout = recipe.parallel
+    param_bytes = dtype_bytes(recipe.param_dtype)
+    local = local_model(model, layout.tp)
+    tokens = np.asarray(micro_batch, dtype=float) * (seq_len / layout.cp)
+    return {
+        "activation": tokens * model.hidden_size * param_bytes,
+        "logits": tokens * model.vocab_size * param_bytes,
+        "kv": np.asarray(micro_batch, dtype=float) * seq_len * 2 * local.kv_dim * param_bytes,
+        "loss_rows": tokens * 4.0,
+        "norm_weight": np.asarray(float(model.norm_params * param_bytes)),
+    }
 
 
 def _slots(num_units: int, has_root: bool) -> list[tuple[int, bool]]:
@@ -358,9 +455,22 @@ def step_plan(num_units: int, *, has_root: bool = True, recipe: TrainingRecipe =
         label = f" m{micro}" if accum_steps > 1 else ""
         sync = _plan_microstep(tasks, num_units, has_root, recipe, sync=sync, reduce=reduce,
                                label=label, micro=micro, block_norms=block_norms)
+    # collectives inside the optimizer step (replicated weights' partial gradients without FSDP)
+    for i, (op, group, kind) in enumerate(inline_collectives(
+            recipe, "optimizer", block_norms, model_norms(num_units, has_root, block_norms))):
+        tasks.append(_spec(f"optimizer {op} {group}", COMPUTE_STREAM, op, None,
+                           "optimizer_inline_s", () if sync is None or i else (sync,),
+                           accum_steps - 1, index=i, group=group, payload=kind))
     tasks.append(_spec("optimizer", COMPUTE_STREAM, "optimizer", None, "optimizer_s",
                        () if sync is None else (sync,), accum_steps - 1))
     return tuple(tasks)
+
+
+def model_norms(num_units: int, has_root: bool, block_norms: int) -> int:
+    """Normalisation layers of a model of `num_units` FSDP units (the root holds the final
+    norm)."""
+    blocks = num_units - 1 if has_root else num_units
+    return blocks * block_norms + (1 if has_root else 0)
 
 
 def _plan_microstep(tasks: list[TaskSpec], num_units: int, has_root: bool,
@@ -372,16 +482,24 @@ def _plan_microstep(tasks: list[TaskSpec], num_units: int, has_root: bool,
     depth = recipe.prefetch_depth
     root = num_units - 1 if has_root else None
     replicate = recipe.parallel.dp_replicate > 1
+    policy = recipe.checkpoint
 
     def add(spec: TaskSpec) -> int:
         tasks.append(replace(spec, micro_step=micro))
         return len(tasks) - 1
 
-    def inline(where: str, unit: int | None, cost: str, prefix: str) -> None:
-        """The layout's inline collectives at `where`, after the compute stream's last task."""
-        for i, (op, group, _) in enumerate(inline_collectives(recipe, where, block_norms)):
+    def inline(where: str, unit: int | None, cost: str, prefix: str, offset: int = 0) -> None:
+        """The layout's inline collectives at `where`, after the compute stream's last task;
+        `offset`: their first index in the unit's cost tuple."""
+        for i, (op, group, kind) in enumerate(inline_collectives(recipe, where, block_norms)):
             add(_spec(f"{prefix} {op} {group}{label}", COMPUTE_STREAM, op, unit, cost, (),
-                      index=i, group=group))
+                      index=offset + i, group=group, payload=kind))
+
+    def backward_where(unit: int) -> str:
+        if unit == root:
+            return "root_backward"
+        whole = policy.mode == "layer" and policy.checkpointed(unit)
+        return "block_backward_whole" if whole else "block_backward"
 
     def reduce_scatter(unit: int, after: int) -> int:
         last = add(_spec(f"RS {{unit}}{label}", COMM_STREAM, "reduce_scatter", unit,
@@ -405,25 +523,36 @@ def _plan_microstep(tasks: list[TaskSpec], num_units: int, has_root: bool,
             g += 1
         if s == 0 and root is not None and inline_collectives(recipe, "embed_forward"):
             # the embedding (in the root unit) runs before the first block, once the root is in
-            for i, (op, group, _) in enumerate(inline_collectives(recipe, "embed_forward")):
+            for i, (op, group, kind) in enumerate(inline_collectives(recipe, "embed_forward")):
                 add(_spec(f"embed {op} {group}{label}", COMPUTE_STREAM, op, None, "prologue_s",
                           tuple(ready.get(0, ())[:1]) + ((sync,) if sync is not None else ())
-                          if i == 0 else (), index=i, group=group))
+                          if i == 0 else (), index=i, group=group, payload=kind))
         # The compute stream orders slots; the first slot also waits for the previous micro-step.
         deps = tuple(ready.get(s, ())) + ((sync,) if s == 0 and sync is not None else ())
         add(_spec(f"{'B' if back else 'F'} {{unit}}{label}", COMPUTE_STREAM,
                   "backward" if back else "forward", u, "backward_s" if back else "forward_s",
                   deps))
-        kind = "root" if u == root else "block"
-        inline(f"{kind}_{'backward' if back else 'forward'}", u,
-               "backward_inline_s" if back else "forward_inline_s", "B" if back else "F")
+        if not back:
+            inline("root_forward" if u == root else "block_forward", u, "forward_inline_s", "F")
+        else:
+            where = backward_where(u)
+            inline(where, u, "backward_inline_s", "B")
+            if reduce and u != root:  # FSDP2's post-backward, before the unit's reduce-scatter
+                inline("block_post_backward", u, "backward_inline_s", "post",
+                       len(inline_collectives(recipe, where, block_norms)))
+        unit_end = len(tasks) - 1
         if back and s == len(slots) - 1 and root is not None:
-            for i, (op, group, _) in enumerate(inline_collectives(recipe, "embed_backward")):
+            # the embedding's backward follows the first block's; the root's post-backward runs
+            # in FSDP2's callback after the whole backward
+            for i, (op, group, kind) in enumerate(inline_collectives(recipe, "embed_backward")):
                 add(_spec(f"embed bwd {op} {group}{label}", COMPUTE_STREAM, op, None,
-                          "epilogue_s", (), index=i, group=group))
+                          "epilogue_s", (), index=i, group=group, payload=kind))
+            if reduce:
+                inline("root_post_backward", root, "backward_inline_s", "post",
+                       len(inline_collectives(recipe, "root_backward", block_norms)))
         slot_end.append(len(tasks) - 1)
         if reduce and back and u != root:
-            reduce_scatter(u, slot_end[-1])
+            reduce_scatter(u, unit_end)
     if reduce and root is not None:  # FSDP2's post-backward callback, after the whole backward
         return reduce_scatter(root, slot_end[-1])
     return len(tasks) - 1 if reduce else slot_end[-1]
@@ -538,9 +667,13 @@ def unit_durations(model: ModelSpec, profile: CostModel, island: IslandSpec, *, 
     overrides the recipe's checkpointing mode."""
     recipe = resolve_recipe(recipe, ac)
     layout = _layout_of(recipe, model, island, seq_len)
+    if layout.pp > 1:
+        raise UserInputError("pipeline parallelism (pp > 1) is not an FSDP step",
+                             hint="simulate pipelines with perfmodel.sim.pipeline (the API "
+                                  "and CLI route pp > 1 there).")
     if layout.world_size != layout.dp_shard:
-        return _layout_durations(model, profile, island, seq_len=seq_len,
-                                 micro_batch=micro_batch, recipe=recipe, layout=layout)
+        return layout_unit_durations(model, profile, island, seq_len=seq_len,
+                                     micro_batch=micro_batch, recipe=recipe, layout=layout)
     # recompute_factor (profile): recompute runs at its own speed relative to forward
     rf = profile.recompute_factor
     frac = recompute_fraction(model, seq_len, recipe.ac) * rf
@@ -578,17 +711,14 @@ def unit_durations(model: ModelSpec, profile: CostModel, island: IslandSpec, *, 
         recipe=recipe, overlap_slowdown=float(slowdown))
 
 
-def _layout_durations(model: ModelSpec, profile: CostModel, island: IslandSpec, *, seq_len: int,
-                      micro_batch: Any, recipe: TrainingRecipe,
-                      layout: ParallelLayout) -> UnitDurations:
+def layout_unit_durations(model: ModelSpec, profile: CostModel, island: IslandSpec, *,
+                          seq_len: int, micro_batch: Any, recipe: TrainingRecipe,
+                          layout: ParallelLayout) -> UnitDurations:
     """`unit_durations` of a parallel layout: each rank computes its shard (`RankShard`), FSDP
     gathers and reduces the tensor-parallel shard over dp_shard · cp ranks, inline collectives
     run on the tp and cp groups, HSDP all-reduces each gradient shard across the replicas; every
     group's collectives are timed on the links it spans (`perfmodel.spec.layout`); `layout` is
     the recipe's, resolved against the island."""
-    if layout.pp > 1:
-        raise UserInputError("pipeline parallelism (pp > 1) is not modelled by the FSDP step",
-                             hint="use perfmodel.sim.pipeline for layouts with pp > 1.")
     shard = RankShard(tp=layout.tp, cp=layout.cp, sequence_parallel=layout.sequence_parallel)
     local = local_model(model, layout.tp)
     rf = profile.recompute_factor
@@ -615,20 +745,20 @@ def _layout_durations(model: ModelSpec, profile: CostModel, island: IslandSpec, 
         copy_s = profile.fsdp_copy_s_per_byte * payload_bytes * (1.0 + 1.0 / fsdp.size)
         return float(profile.group_comm_time_s(op, fsdp, payload_bytes)) + copy_s
 
-    tokens = np.asarray(micro_batch, dtype=float) * (seq_len / layout.cp)
-    payloads = {
-        "activation": tokens * model.hidden_size * param_bytes,
-        "logits": tokens * model.vocab_size * param_bytes,
-        "kv": np.asarray(micro_batch, dtype=float) * seq_len * 2 * local.kv_dim * param_bytes,
-        "loss_rows": tokens * 4.0,
-        "norm_weight": np.asarray(float(model.norm_params * param_bytes)),
-    }
+    payloads = inline_payload_bytes(model, recipe, seq_len=seq_len, micro_batch=micro_batch)
+    norms = model.num_layers * model.norms_per_block + 1
     inline = {}
-    for where in ("block_forward", "block_backward", "root_forward", "root_backward",
-                  "embed_forward", "embed_backward"):
+    for where in INLINE_PLACES:
         inline[where] = tuple(
             profile.group_comm_time_s(op, groups[group], payloads[kind])
-            for op, group, kind in inline_collectives(recipe, where, model.norms_per_block))
+            for op, group, kind in inline_collectives(recipe, where, model.norms_per_block,
+                                                      norms))
+    if layout.async_tp:
+        forward_s, backward_s = compute("forward", "block"), compute("backward", "block")
+        for where in ("block_forward", "block_backward", "block_backward_whole"):
+            inline[where] = async_tp_exposed_s(local, seq_len, recipe, where, inline[where],
+                                               forward_s, backward_s,
+                                               block_norms=model.norms_per_block)
     units = local.fsdp_units(seq_len)
     block_params, root_params = units[0].params, units[-1].params
 
@@ -652,6 +782,73 @@ def _layout_durations(model: ModelSpec, profile: CostModel, island: IslandSpec, 
         block_replicate_s=replicate(block_params), root_replicate_s=replicate(root_params))
 
 
+def async_tp_exposed_s(local: ModelSpec, seq_len: int, recipe: TrainingRecipe, where: str,
+                       comm_s: Sequence[Any], forward_s: Any, backward_s: Any, *,
+                       block_norms: int = 2) -> tuple[Any, ...]:
+    """The exposed part of each sequence-parallel collective of a block under async TP.
+
+    Claim: torch's async TP (micro-pipelined all-gather-matmul and matmul-reduce-scatter, CUDA
+    only; no CPU ground truth, so a prior) splits each collective and the matmuls it feeds or
+    drains into tp chunks and overlaps chunk i's communication with chunk i-1's matmul. With
+    communication c and matmul m per collective, the pair then takes c/tp + (tp-1)·max(c, m)/tp
+    + m/tp, so the communication it adds beyond the matmul is c/tp when c <= m and
+    c - (tp-1)/tp · m otherwise (continuous at c = m). Each collective's matmul share is its
+    linears' FLOPs over the block's forward FLOPs times the pass's compute time (`forward_s`, or
+    `backward_s` in backward): forward AG -> q, k, v; RS <- o; AG -> gate, up; RS <- down;
+    backward the mirror (MLP pair first); a collective the backward re-issues for its recompute
+    (`recomputed_collectives`) overlaps the recomputed forward matmul it fed in forward.
+    Collectives of other groups (cp, the norm all-reduces) stay as they are.
+    Checked by tests/test_layout.py (c/tp when the matmul hides it, never above inline).
+    """
+    attn, mlp = local.attn_linears, local.mlp_linears
+    total = local.block_forward_flops_per_token(seq_len) / 2.0
+    shares = [sum(i * o for i, o in attn[:-1]) / total, attn[-1][0] * attn[-1][1] / total,
+              sum(i * o for i, o in mlp[:-1]) / total, mlp[-1][0] * mlp[-1][1] / total]
+
+    def overlapped(entries: Inline, pass_shares: list[float]) -> list[float | None]:
+        """The matmul share each entry overlaps (None: not an overlapped SP collective)."""
+        out: list[float | None] = []
+        pair = 0
+        for op, group, _ in entries:
+            if group == "tp" and op in ("all_gather", "reduce_scatter") and pair < 4:
+                out.append(pass_shares[pair])
+                pair += 1
+            else:
+                out.append(None)
+        return out
+
+    forward = inline_collectives(recipe, "block_forward", block_norms)
+    roles: list[tuple[float | None, Any]]
+    if where == "block_forward":
+        roles = [(share, forward_s) for share in overlapped(forward, shares)]
+    else:
+        collectives = inline_collectives(recipe, where, block_norms)
+        redo = recomputed_collectives(recipe, where == "block_backward_whole", block_norms)
+        fwd_roles = dict(zip(range(len(forward)), overlapped(forward, shares), strict=True))
+        # the recomputed entries sit right after the first backward all-gather (recorded order)
+        start = 1 if recipe.parallel.sequence_parallel else 0
+        redo_roles, f = [], 0
+        for entry in redo:
+            while forward[f] != entry:
+                f += 1
+            redo_roles.append((fwd_roles[f], forward_s))
+            f += 1
+        own = [c for i, c in enumerate(collectives) if not start <= i < start + len(redo)]
+        own_roles = [(share, backward_s) for share in overlapped(tuple(own), shares[::-1])]
+        roles = own_roles[:start] + redo_roles + own_roles[start:]
+    tp = recipe.parallel.tp
+    exposed: list[Any] = []
+    for (share, pass_s), c in zip(roles, comm_s, strict=True):
+        if share is None:
+            exposed.append(c)
+            continue
+        m = share * np.asarray(pass_s, dtype=float)
+        c_arr = np.asarray(c, dtype=float)
+        value = np.where(c_arr <= m, c_arr / tp, c_arr - (tp - 1) / tp * m)
+        exposed.append(value if value.ndim else float(value))
+    return tuple(exposed)
+
+
 def step_costs(model: ModelSpec, profile: CostModel, island: IslandSpec, *, seq_len: int,
                micro_batch: int, recipe: TrainingRecipe | None = None,
                ac: str | None = None) -> StepCosts:
@@ -663,22 +860,28 @@ def step_costs(model: ModelSpec, profile: CostModel, island: IslandSpec, *, seq_
     def scalars(where: str) -> tuple[float, ...]:
         return tuple(float(v) for v in d.inline.get(where, ()))
 
+    def whole(i: int) -> bool:
+        return layered and d.recipe.checkpoint.checkpointed(i)
+
     blocks = tuple(
         UnitCosts(name=f"block{i}", forward_s=float(d.block_forward_s),
-                  backward_s=float(d.whole_backward_s if layered and d.recipe.checkpoint
-                                   .checkpointed(i) else d.block_backward_s),
+                  backward_s=float(d.whole_backward_s if whole(i) else d.block_backward_s),
                   all_gather_s=d.block_all_gather_s, reduce_scatter_s=d.block_reduce_scatter_s,
                   forward_inline_s=scalars("block_forward"),
-                  backward_inline_s=scalars("block_backward"), replicate_s=d.block_replicate_s)
+                  backward_inline_s=scalars("block_backward_whole" if whole(i)
+                                            else "block_backward")
+                  + scalars("block_post_backward"), replicate_s=d.block_replicate_s)
         for i in range(model.num_layers))
     root = UnitCosts(name="root", forward_s=float(d.root_forward_s),
                      backward_s=float(d.root_backward_s), all_gather_s=d.root_all_gather_s,
                      reduce_scatter_s=d.root_reduce_scatter_s,
                      forward_inline_s=scalars("root_forward"),
-                     backward_inline_s=scalars("root_backward"), replicate_s=d.root_replicate_s)
+                     backward_inline_s=scalars("root_backward") + scalars("root_post_backward"),
+                     replicate_s=d.root_replicate_s)
     return StepCosts(units=(*blocks, root), optimizer_s=float(d.optimizer_s), recipe=d.recipe,
                      overlap_slowdown=d.overlap_slowdown, prologue_s=scalars("embed_forward"),
-                     epilogue_s=scalars("embed_backward"), block_norms=model.norms_per_block)
+                     epilogue_s=scalars("embed_backward"),
+                     optimizer_inline_s=scalars("optimizer"), block_norms=model.norms_per_block)
 
 
 def total_compute_s(costs: StepCosts, accum_steps: int) -> float:

@@ -39,11 +39,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from perfmodel.spec.errors import ConfigError, UserInputError
+from perfmodel.spec.inputs import LIMITS, check_limit
 from perfmodel.spec.recipe import CheckpointPolicy
 
 logger = logging.getLogger(__name__)
 
 NORMS = ("rms", "layer")
+SHAPE_LIMITS = {"hidden_size": "width", "num_layers": "layers", "num_heads": "heads",
+                "num_kv_heads": "heads", "intermediate_size": "width", "vocab_size": "vocab",
+                "head_dim": "width"}
+"""The `perfmodel.spec.inputs.LIMITS` entry bounding each shape field."""
+
 QK_NORMS = ("none", "head", "full")
 """Normalisation of queries and keys before attention: none; 'head' (one RMSNorm of head_dim
 shared by the heads: Qwen3, Gemma-3); 'full' (RMSNorm over all of q and all of k: OLMo-2)."""
@@ -196,6 +202,10 @@ class ModelSpec:
                 raise ConfigError(f"model {self.name!r}: {name} must be a positive integer, "
                                   f"got {value!r}",
                                   hint=f"set {name} to a positive integer.")
+        for name, limit in SHAPE_LIMITS.items():
+            if getattr(self, name) > LIMITS[limit].maximum:
+                check_limit(limit, getattr(self, name), field=name, where=f"model {self.name!r}",
+                            error=ConfigError)
         if self.head_dim < 0:
             raise ConfigError(f"model {self.name!r}: head_dim must be >= 0, got {self.head_dim}",
                               hint="omit head_dim to use hidden_size / num_attention_heads.")

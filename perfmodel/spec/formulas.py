@@ -22,8 +22,11 @@ DTYPE_BYTES: dict[str, float] = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "int8": 
 QUANT_GROUP_ELEMENTS = 128
 """Elements sharing one fp32 scale when a pseudo-gradient is quantised to int8 or fp4."""
 
-OP_MULTIPLIER: dict[str, float] = {"all_gather": 1.0, "reduce_scatter": 1.0, "all_reduce": 2.0}
-"""Ring steps relative to all_gather: all_reduce = reduce_scatter + all_gather."""
+OP_MULTIPLIER: dict[str, float] = {"all_gather": 1.0, "reduce_scatter": 1.0, "all_reduce": 2.0,
+                                   "send_recv": 1.0}
+"""Ring steps relative to all_gather: all_reduce = reduce_scatter + all_gather; send_recv is one
+point-to-point transfer (pipeline stage boundaries): one step of the whole payload, α + D/B, for
+any P > 1 (nccl-tests' sendrecv bus bandwidth is its algorithm bandwidth)."""
 
 
 def dtype_bytes(dtype: str) -> float:
@@ -50,6 +53,9 @@ def ring_terms(op: str, world_size: Any, payload_bytes: Any) -> tuple[Any, Any]:
     if op not in OP_MULTIPLIER:
         raise ValueError(f"unknown collective {op!r}; expected one of {', '.join(OP_MULTIPLIER)}")
     P = np.asarray(world_size, dtype=float)
+    if op == "send_recv":
+        steps = np.where(P > 1.0, 1.0, 0.0)
+        return steps, steps * np.asarray(payload_bytes, dtype=float)
     steps = OP_MULTIPLIER[op] * np.maximum(P - 1.0, 0.0)
     return steps, steps / np.maximum(P, 1.0) * np.asarray(payload_bytes, dtype=float)
 
@@ -63,6 +69,9 @@ def ring_time_s(op: str, world_size: Any, payload_bytes: Any, latency_s: Any,
     P = np.asarray(world_size, dtype=float)
     D = np.asarray(payload_bytes, dtype=float)
     B = np.asarray(bandwidth_bytes_per_s, dtype=float)
+    if op == "send_recv":
+        p2p = np.where(P > 1.0, np.asarray(latency_s, dtype=float) + D / B, 0.0)
+        return float(p2p) if np.ndim(p2p) == 0 else p2p
     steps = np.maximum(P - 1.0, 0.0)
     t = OP_MULTIPLIER[op] * steps * (np.asarray(latency_s, dtype=float)
                                      + D / (np.maximum(P, 1.0) * B))

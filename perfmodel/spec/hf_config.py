@@ -21,7 +21,6 @@ Gemma-3 text_config against its full form).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -29,11 +28,13 @@ from perfmodel.spec.arch import (
     CONFIG_FAMILY_LAYOUT,
     FAMILY_LAYOUT,
     MOE_FAMILIES,
+    SHAPE_LIMITS,
     MlaSpec,
     ModelSpec,
     MoeSpec,
 )
 from perfmodel.spec.errors import ConfigError
+from perfmodel.spec.inputs import check_limit, load_json, strict_bool
 
 MODEL_TYPE_FAMILY: dict[str, str] = {
     "llama": "llama", "mistral": "mistral", "yi": "yi", "qwen2": "qwen2", "gemma": "gemma",
@@ -133,12 +134,7 @@ class _Config:
         value = self.value(key)
         if value is None:
             return default
-        if not isinstance(value, bool):
-            raise ConfigError(f"{self.path}: field {key!r} must be a JSON boolean (true or "
-                              f"false), got {value!r}",
-                              hint=f"write {key!r}: true or {key!r}: false (no quotes) in "
-                                   f"{self.path}.")
-        return value
+        return strict_bool(value, field=key, where=self.path, error=ConfigError)
 
     def int_list(self, key: str, *, length: int | None = None) -> list[int] | None:
         value = self.value(key)
@@ -154,12 +150,14 @@ class _Config:
         return list(value)
 
     def first_int(self, field_name: str) -> int:
-        for key in _HF_KEYS[field_name]:
-            if self.has(key):
-                return self.int_(key)
-        for key in _HF_KEYS[field_name]:
-            if key in self.defaults:
-                return self.int_(key)
+        present = [k for k in _HF_KEYS[field_name] if self.has(k)]
+        defaulted = [k for k in _HF_KEYS[field_name] if k in self.defaults]
+        for key in present[:1] or defaulted[:1]:
+            value = self.int_(key)
+            if field_name in SHAPE_LIMITS:
+                check_limit(SHAPE_LIMITS[field_name], value, field=key, where=self.path,
+                            error=ConfigError)
+            return value
         raise ConfigError(f"{self.path}: required field {_HF_KEYS[field_name][0]!r} is missing",
                           hint=f"add {_HF_KEYS[field_name][0]!r} to {self.path} "
                                "(a Hugging Face config.json).")
@@ -403,15 +401,7 @@ def spec_from_hf_config(config: dict[str, Any], *, name: str, path: str = "<conf
 def load_hf_config(path: str | Path) -> ModelSpec:
     """Load a Hugging Face config.json file (malformed files raise ConfigError naming the file)."""
     p = Path(path)
-    try:
-        config = json.loads(p.read_text())
-    except FileNotFoundError as err:
-        raise ConfigError(
-            f"{p}: file not found",
-            hint="give a catalog model name or an existing config.json path.") from err
-    except json.JSONDecodeError as err:
-        raise ConfigError(f"{p}: not valid JSON ({err.msg} at line {err.lineno})",
-                          hint="pass a Hugging Face config.json file.") from err
+    config = load_json(p, what="model config (a Hugging Face config.json)", error=ConfigError)
     if not isinstance(config, dict):
         raise ConfigError(f"{p}: expected a JSON object, got {type(config).__name__}",
                           hint="pass a Hugging Face config.json file.")

@@ -86,6 +86,12 @@ class ParallelLayout:
             if not isinstance(getattr(self, name), bool):
                 raise UserInputError(f"ParallelLayout.{name} is {getattr(self, name)!r}",
                                      hint=f"set {name} to true or false.")
+        if self.async_tp and (self.tp == 1 or not self.sequence_parallel):
+            raise UserInputError(
+                f"ParallelLayout: async_tp with tp {self.tp} and sequence_parallel "
+                f"{self.sequence_parallel}",
+                hint="async TP overlaps sequence-parallel collectives: give tp >= 2 with "
+                     "sequence_parallel true, or set async_tp false.")
         if self.virtual_stages > 1 and self.pp_schedule != "interleaved-1f1b":
             raise UserInputError(
                 f"ParallelLayout: virtual_stages {self.virtual_stages} with pp_schedule "
@@ -95,6 +101,14 @@ class ParallelLayout:
             raise UserInputError(
                 "ParallelLayout: pp_schedule interleaved-1f1b with 1 virtual stage",
                 hint="give virtual_stages >= 2, or use pp_schedule 1f1b.")
+
+    @property
+    def prior_only(self) -> tuple[str, ...]:
+        """The parallelisms of this layout whose timing has no measured ground truth: torch's
+        ring attention (cp) and async TP run only on CUDA, so until a GPU measures them they
+        are modelled from their published algorithms alone."""
+        return tuple(name for name, on in (("cp", self.cp > 1), ("async_tp", self.async_tp))
+                     if on)
 
     # ---- sizes -----------------------------------------------------------------------------
     @property
@@ -143,9 +157,8 @@ class ParallelLayout:
                     f"{world_size} GPUs cannot be split as dp_replicate {self.dp_replicate} x "
                     f"tp {self.tp} x pp {self.pp} x cp {self.cp} x dp_shard (their product "
                     f"{others} does not divide {world_size})",
-                    hint=f"use a GPU count that is a multiple of {others} "
-                         f"(e.g. {max(others, world_size // others * others)}), or smaller "
-                         "tp/pp/cp/dp_replicate degrees.")
+                    hint=f"{self._nearest(world_size)}, or a GPU count that is a multiple of "
+                         f"{others} (e.g. {max(others, world_size // others * others)}).")
             return replace(self, dp_shard=world_size // others)
         if self.world_size != world_size:
             raise UserInputError(
@@ -155,6 +168,22 @@ class ParallelLayout:
                 hint="leave dp_shard unset (-1) to use every GPU the other degrees leave, or "
                      f"change the island to {self.world_size} GPUs.")
         return self
+
+    def _nearest(self, world_size: int) -> str:
+        """The valid layouts nearest this one on `world_size` GPUs that change one degree (to
+        the closest value whose product with the others divides the world), as a hint."""
+        options = []
+        for name in ("tp", "cp", "pp", "dp_replicate"):
+            size = int(getattr(self, name))
+            rest = self.dp_replicate * self.model_parallel // size
+            if size == 1 or world_size % rest:
+                continue
+            valid = [d for d in range(1, world_size // rest + 1) if (world_size // rest) % d == 0]
+            best = min(valid, key=lambda d: (abs(math.log(d / size)), d))
+            options.append(f"{name} {best} (dp_shard {world_size // (rest * best)})")
+        if not options:
+            return "use smaller tp/pp/cp/dp_replicate degrees"
+        return "nearest valid layouts: " + "; ".join(options)
 
     def check_model(self, *, num_layers: int, num_heads: int, num_kv_heads: int,
                     intermediate_size: int, seq_len: int) -> None:
@@ -204,7 +233,10 @@ class ParallelLayout:
 
     def describe(self) -> str:
         """One line, e.g. 'tp 8 x pp 16 x dp_shard 128 (1f1b)'."""
-        parts = [f"{d} {self.size(d)}" for d in reversed(DIMENSIONS) if self.size(d) > 1]
+        # an unresolved dp_shard is every GPU the other degrees leave: shown as '*'
+        parts = [("dp_shard *" if d == "dp_shard" and self.dp_shard == -1
+                  else f"{d} {self.size(d)}") for d in reversed(DIMENSIONS)
+                 if (d == "dp_shard" and self.dp_shard == -1) or self.size(d) > 1]
         text = " x ".join(parts) or "1 GPU"
         if self.pp > 1:
             text += f" ({self.pp_schedule}" + (f", {self.virtual_stages} virtual stages"

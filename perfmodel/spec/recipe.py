@@ -31,6 +31,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 from perfmodel.spec.errors import UserInputError
+from perfmodel.spec.inputs import LIMITS, short_repr
 from perfmodel.spec.layout import ParallelLayout
 
 logger = logging.getLogger(__name__)
@@ -70,9 +71,10 @@ def _check_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
 
 
 def _check_int(name: str, value: Any, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise UserInputError(f"TrainingRecipe.{name} is {value!r}",
-                             hint=f"set {name} to an integer >= {minimum}.")
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum \
+            or value > LIMITS["flag_int"].maximum:
+        raise UserInputError(f"TrainingRecipe.{name} is {short_repr(value)}",
+                             hint=f"set {name} to an integer >= {minimum} (and at most 2^53).")
 
 
 def _check_float(name: str, value: Any, *, low: float, high: float) -> None:
@@ -292,20 +294,28 @@ class TrainingRecipe:
                                  hint="pass a ParallelLayout (or a mapping in a recipe file).")
 
     def with_overrides(self, **overrides: Any) -> TrainingRecipe:
-        """A copy with fields replaced; keys of `OuterRecipe` go to `outer`. None values are skipped
-        (so unset CLI flags keep the recipe's value)."""
+        """A copy with fields replaced; keys of `OuterRecipe` go to `outer`, keys of
+        `ParallelLayout` to `parallel`. None values are skipped (so unset CLI flags keep the
+        recipe's value)."""
         # A name of both (`optimizer`) is the top-level field; the outer one is set nested.
-        outer_names = ({f.name for f in fields(OuterRecipe)}
-                       - {f.name for f in fields(TrainingRecipe)})
-        top = {k: v for k, v in overrides.items() if v is not None and k not in outer_names}
-        outer = {k: v for k, v in overrides.items() if v is not None and k in outer_names}
-        unknown = set(top) - {f.name for f in fields(TrainingRecipe)}
+        own = {f.name for f in fields(TrainingRecipe)}
+        outer_names = {f.name for f in fields(OuterRecipe)} - own
+        layout_names = {f.name for f in fields(ParallelLayout)} - own
+        given = {k: v for k, v in overrides.items() if v is not None}
+        outer = {k: v for k, v in given.items() if k in outer_names}
+        layout = {k: v for k, v in given.items() if k in layout_names}
+        top = {k: v for k, v in given.items() if k not in outer_names | layout_names}
+        unknown = set(top) - own
         if unknown:
             raise UserInputError(f"unknown recipe field(s): {', '.join(sorted(unknown))}",
                                  hint="use fields of TrainingRecipe: "
                                       f"{', '.join(recipe_field_names())}.")
         recipe = replace(self, **top) if top else self
-        return replace(recipe, outer=replace(recipe.outer, **outer)) if outer else recipe
+        if outer:
+            recipe = replace(recipe, outer=replace(recipe.outer, **outer))
+        if layout:
+            recipe = replace(recipe, parallel=replace(recipe.parallel, **layout))
+        return recipe
 
     @property
     def checkpoint(self) -> CheckpointPolicy:
@@ -359,7 +369,12 @@ def recipe_from_mapping(data: Mapping[str, Any], *, source: str = "<recipe>") ->
         raise UserInputError(f"{source}: recipe must be a mapping, got {type(data).__name__}",
                              hint="write the recipe as key: value pairs.")
     data = dict(data)
-    base = named_recipe(str(data.pop("base", "torchtitan")))
+    name = data.pop("base", "torchtitan")
+    try:
+        base = named_recipe(name if isinstance(name, str) else repr(name))
+    except UserInputError as exc:
+        raise UserInputError(f"{source}: field 'base' = {name!r}: {exc.message}",
+                             hint=exc.hint) from None
     parallel = data.pop("parallel", None)
     if parallel is not None:
         if not isinstance(parallel, Mapping):
@@ -375,11 +390,17 @@ def recipe_from_mapping(data: Mapping[str, Any], *, source: str = "<recipe>") ->
             raise UserInputError(f"{source}: {exc.message}", hint=exc.hint) from None
     outer = data.pop("outer", None) or {}
     if not isinstance(outer, Mapping):
-        raise UserInputError(f"{source}: recipe.outer must be a mapping", hint="nest outer keys.")
+        raise UserInputError(f"{source}: field 'outer' = {outer!r}: recipe.outer must be a "
+                             "mapping", hint="nest outer keys.")
     unknown_outer = set(outer) - {f.name for f in fields(OuterRecipe)}
     if unknown_outer:
         raise UserInputError(f"{source}: unknown recipe.outer field(s) {sorted(unknown_outer)}",
                              hint=f"use {', '.join(f.name for f in fields(OuterRecipe))}.")
+    empty = [k for k, v in data.items() if v is None] + [f"outer.{k}" for k, v in outer.items()
+                                                          if v is None]
+    if empty:  # `ac:` without a value is null in YAML: refused, not read as "keep the default"
+        raise UserInputError(f"{source}: field {empty[0]!r} has no value (null)",
+                             hint=f"give {empty[0]} a value, or drop the line.")
     try:
         return base.with_overrides(**data, **outer)
     except UserInputError as exc:

@@ -8,6 +8,7 @@ is W/3600·usd_per_hour of the island.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -172,9 +173,29 @@ def islands_frame(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def write_text_atomic(path: str | Path, text: str) -> None:
+    """Write a result file whole or not at all: a temporary file next to it, fsynced, then
+    renamed over it, so a run killed mid-write leaves the previous file (or none), never half a
+    table. A path that is not a regular file (a device, a pipe) is written directly."""
+    target = Path(path)
+    if target.exists() and not target.is_file():
+        with target.open("w") as fh:
+            fh.write(text)
+        return
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    try:
+        with tmp.open("w") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
 def write_csv(records: Sequence[dict[str, Any]], path: str | Path) -> None:
-    """Frontier CSV: one row per point."""
-    points_frame(records).to_csv(path, index=False)
+    """Frontier CSV: one row per point (written atomically)."""
+    write_text_atomic(path, points_frame(records).to_csv(index=False))
 
 
 # ---- plots ----------------------------------------------------------------------------------

@@ -28,19 +28,24 @@ import itertools
 import logging
 import math
 import os
+import time
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from perfmodel.facts import check_limit, parse_yaml, short_repr
 from perfmodel.spec.errors import InfeasibleError, ShardMeterError, UserInputError
 from planner.analysis.pareto import Frontier, solve_instance
 from planner.analysis.report import plan_label
 from planner.model.evaluate import evaluate, violations
-from planner.model.instance import gpu_prices, instance_from_mapping, load_instance
+from planner.model.instance import (
+    gpu_prices,
+    instance_from_mapping,
+    load_instance,
+    read_instance_yaml,
+)
 from planner.model.island_table import load_island_table
 from planner.model.problem import IslandChoice, Plan, Problem
 
@@ -86,6 +91,8 @@ class ScenarioResult:
     """Its exact frontier (or the heuristic's points); None when it has no plan."""
     error: str = ""
     """Why the scenario has no plan (an infeasible scenario is an answer, not a failure)."""
+    skipped: bool = False
+    """Not solved: the study's time limit was spent before its turn (not proven anything)."""
 
     @property
     def points(self) -> tuple[Plan, ...]:
@@ -132,11 +139,10 @@ def parse_vary(text: str) -> Variation:
                              hint="write e.g. --vary clusters.A.wan_gbit_s=1,10,100.")
     parsed = []
     for raw in values.split(","):
-        try:
-            value = yaml.safe_load(raw.strip()) if raw.strip() else None
-        except yaml.YAMLError as err:
-            raise UserInputError(f"--vary {text!r}: value {raw!r} is not valid YAML ({err})",
-                                 hint="quote nothing; separate values by commas.") from err
+        value = parse_yaml(raw.strip(), source=f"--vary {short_repr(text)}: value "
+                           f"{short_repr(raw)}",
+                           hint="quote nothing; separate values by commas.") \
+            if raw.strip() else None
         parsed.append(value.isoformat() if isinstance(value, dt.date | dt.time) else value)
     return Variation(path=path.strip(), values=tuple(parsed))
 
@@ -213,7 +219,7 @@ def scenario_instance(instance_path: str, scenario: Scenario) -> Any:
 
     path = Path(instance_path)
     load_instance(path)  # the file itself must be valid first (its own errors, its own lines)
-    raw = yaml.safe_load(path.read_text())
+    raw = read_instance_yaml(path)
     varied = apply_overrides(raw, scenario.overrides, str(path))
     try:
         return instance_from_mapping(varied, path)
@@ -225,8 +231,22 @@ def solve_scenario(instance_path: str, scenario: Scenario, solve: dict[str, Any]
     """Load, vary and solve one scenario (runs in a worker process). A scenario without any plan
     comes back with its reason; other errors propagate."""
 
+    solve = dict(solve)
+    deadline = solve.pop("deadline", None)
+    if deadline is not None:
+        left = deadline - time.time()
+        if left <= 0:
+            return ScenarioResult(instance_path=str(instance_path), scenario=scenario,
+                                  problem=None, frontier=None, skipped=True,
+                                  error="not solved: --time-limit-s was spent on the scenarios "
+                                        "before it (it bounds the whole study)")
+        limit = solve.get("time_limit_s")
+        solve["time_limit_s"] = left if limit is None else min(limit, left)
     instance = scenario_instance(instance_path, scenario)
-    table = _scenario_table(instance_path, scenario, instance)
+    try:
+        table = _scenario_table(instance_path, scenario, instance)
+    except UserInputError as err:
+        raise type(err)(f"scenario {scenario.name}: {err.message}", hint=err.hint) from err
     try:
         problem, frontier = solve_instance(instance, table, **solve)
     except InfeasibleError as err:
@@ -252,8 +272,7 @@ def _scenario_table(instance_path: str, scenario: Scenario, instance: Any) -> An
         return load_island_table(instance)
     path = Path(instance_path)
     rest = [(p, v) for p, v in scenario.overrides if not _is_price_path(p)]
-    base = instance_from_mapping(apply_overrides(yaml.safe_load(path.read_text()), rest, str(path)),
-                                 path)
+    base = instance_from_mapping(apply_overrides(read_instance_yaml(path), rest, str(path)), path)
     table = load_island_table(base).copy()
     for cluster, price in gpu_prices(instance).items():
         rows = table["cluster"] == cluster
@@ -279,8 +298,11 @@ def solve_all(instance_paths: Sequence[str], scenarios: Sequence[Scenario], solv
     Every scenario instance is validated here first, so a bad --vary fails before any solve."""
 
     jobs = [(str(p), s) for p in instance_paths for s in scenarios]
+    check_limit("scenarios", len(jobs), field="instances x --vary combinations")
     for path, scenario in jobs:
         scenario_instance(path, scenario)
+    if solve.get("time_limit_s") is not None:  # the limit bounds the whole study, not each solve
+        solve = {**solve, "deadline": time.time() + float(solve["time_limit_s"])}
     workers = min(len(jobs), workers or os.cpu_count() or 1)
     if workers <= 1:
         return [solve_scenario(p, s, solve) for p, s in jobs]

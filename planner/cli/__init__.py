@@ -11,6 +11,8 @@ naming the binding limit; an unexpected exception is a bug: one clean message, e
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import importlib
 import logging
 import os
@@ -22,7 +24,8 @@ from typing import Any
 import click
 
 from perfmodel.spec.errors import InfeasibleError, ShardMeterError, did_you_mean
-from planner.cli.common import harden_command
+from perfmodel.spec.inputs import cap_message
+from planner.cli.common import OutputPath, harden_command
 
 DEBUG_ENV = "SHARDMETER_DEBUG"
 """Set to 1 to see the traceback of an unexpected error."""
@@ -44,6 +47,8 @@ _COMMANDS: dict[str, tuple[str, str, str]] = {
     "simulate": ("planner.cli.sim_cmd", "simulate",
                  "Simulate a step timeline; write trace and plot."),
     "sweep": ("planner.cli.sim_cmd", "sweep", "Sweep micro-batch sizes: regime transitions."),
+    "layout": ("planner.cli.layout_cmd", "layout",
+               "Rank the parallel layouts of one island by throughput."),
     "streaming": ("planner.cli.streaming_cmd", "streaming",
                   "Streaming DiLoCo tuner; --bandwidth-for-utilisation: "
                   "link Gbit/s per utilisation."),
@@ -87,6 +92,7 @@ class LazyGroup(click.Group):
         """Run the CLI under the error contract (see the module docstring); any caller, the
         console script or click's CliRunner, gets the same exit codes and messages."""
         argv = list(sys.argv[1:] if args is None else args)
+        OutputPath.written_paths.clear()
         try:
             result = super().main(args=argv, prog_name=prog_name or "shardmeter",
                                   complete_var=complete_var, standalone_mode=False, **extra)
@@ -122,11 +128,13 @@ def report_error(err: BaseException, *, debug: bool = False) -> int:
         click.echo("aborted", err=True)
         return 130
     if isinstance(err, InfeasibleError):
-        click.echo(f"error: {err.message}\nbinding limit: {err.binding}\n"
-                   f"To fix: {err.hint or 'relax the binding limit.'}", err=True)
+        _echo_err(f"error: {cap_message(err.message)}\nbinding limit: {err.binding}\n"
+                  f"To fix: {cap_message(err.hint or 'relax the binding limit.', 1000)}")
         return err.exit_code
     if isinstance(err, ShardMeterError):
-        click.echo("error: " + _with_fix(str(err), "see `shardmeter --help`."), err=True)
+        message = cap_message(err.message)
+        _echo_err("error: " + (f"{message}\nTo fix: {cap_message(err.hint, 1000)}" if err.hint
+                               else _with_fix(message, "see `shardmeter --help`.")))
         return err.exit_code
     if isinstance(err, click.UsageError):
         _show_usage_error(err)
@@ -136,9 +144,22 @@ def report_error(err: BaseException, *, debug: bool = False) -> int:
                    err=True)
         return err.exit_code
     if isinstance(err, OSError) and err.filename is not None:
-        click.echo(f"error: cannot use {os.fsdecode(err.filename)!r}: {err.strerror or err}\n"
-                   "To fix: check that the path exists, is a file (not a folder) and that you may "
-                   "read or write it.", err=True)
+        _echo_err(f"error: cannot use {os.fsdecode(err.filename)!r}: {err.strerror or err}\n"
+                  "To fix: check that the path exists, is a file (not a folder) and that you may "
+                  "read or write it.")
+        return 2
+    if isinstance(err, OSError) and err.errno in ENVIRONMENT_ERRNOS:
+        # a write without a file name: standard output (a full disk, a closed pipe) or a file
+        # whose name the library did not attach; either way the environment, not a bug
+        outputs = " or ".join(OutputPath.written_paths)
+        where = ("standard output" if _stdout_failed(err) or not outputs
+                 else f"{outputs} (or standard output)")
+        _echo_err(f"error: cannot write to {where}: {err.strerror or err}\n"
+                  "To fix: free space on the device (or point the output elsewhere) and rerun.")
+        return 2
+    if isinstance(err, MemoryError):
+        _echo_err("error: out of memory\nTo fix: ask for less work (fewer steps, islands, nodes "
+                  "or scenarios; the README lists the limits) or use a machine with more memory.")
         return 2
     if debug:
         traceback.print_exception(err, file=sys.stderr)
@@ -146,6 +167,39 @@ def report_error(err: BaseException, *, debug: bool = False) -> int:
     click.echo(f"error: internal error ({type(err).__name__}{': ' + message if message else ''})\n"
                f"To fix: {BUG_REPORT}.", err=True)
     return 1
+
+
+ENVIRONMENT_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EIO,
+                                errno.EPIPE, errno.EACCES, errno.EPERM, errno.ENOENT,
+                                errno.ENOTDIR, errno.EISDIR})
+"""OSErrors the environment causes (full or read-only device, closed pipe, missing folder):
+exit 2 naming what could not be written, never "internal error"."""
+
+
+def _stdout_failed(err: OSError) -> bool:
+    """Did standard output fail (a full device or a closed pipe behind it)?"""
+    try:
+        sys.stdout.flush()
+    except (OSError, ValueError):
+        _silence_stdout()
+        return True
+    if isinstance(err, BrokenPipeError):
+        _silence_stdout()
+        return True
+    return False
+
+
+def _silence_stdout() -> None:
+    """Point a failed standard output at /dev/null, so the interpreter's final flush does not
+    print an "Exception ignored" trace on the way out."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):  # captured or closed: no-op
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
+def _echo_err(text: str) -> None:
+    """An error message on stderr; a stderr that cannot be written is given up silently."""
+    with contextlib.suppress(OSError, ValueError):
+        click.echo(text, err=True)
 
 
 def _show_usage_error(err: click.UsageError) -> None:

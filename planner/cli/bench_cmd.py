@@ -1,4 +1,5 @@
-"""`shardmeter bench compute|comm|fsdp`: real measurements with torch (the [bench] extra).
+"""`shardmeter bench compute|comm|fsdp|memory|pipeline|...`: real measurements with torch (the
+[bench] extra).
 
 torch is imported only inside the command functions, so `shardmeter --help` stays light.
 Every command writes its CSV row by row and resumes when rerun with the same arguments.
@@ -7,6 +8,7 @@ Every command writes its CSV row by row and resumes when rerun with the same arg
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +25,18 @@ from perfmodel.profiles import fsdp_compare
 from perfmodel.profiles.fsdp_compare import compare_fsdp
 from perfmodel.spec.paths import catalog_dir
 from planner.cli.bench_memory_cmd import memory_cmd
-from planner.cli.common import emit_records, format_option, require_torch, verbose_bench_logs
+from planner.cli.bench_pipeline_cmd import (
+    pipeline_cmd,
+    pipeline_compare_cmd,
+    pipeline_order_cmd,
+)
+from planner.cli.common import (
+    emit_records,
+    format_option,
+    refuse_unused,
+    require_torch,
+    verbose_bench_logs,
+)
 from planner.cli.recipe_opts import recipe_from_options, recipe_options
 
 logger = logging.getLogger(__name__)
@@ -37,7 +50,7 @@ def _default_space(name: str) -> str:
 
 @click.group("bench")
 def bench() -> None:
-    """Measure compute phases, collectives and FSDP2 steps with torch (resumable CSVs)."""
+    """Measure compute phases, collectives, FSDP2 and pipeline steps with torch (resumable CSVs)."""
 
 
 @bench.command("compute")
@@ -72,6 +85,9 @@ def compute_cmd(space: str, n: int, out: Path, device: str, dtype: str, seed: in
                 memory_cap_gib: float | None, named: bool, limit: int | None,
                 dry_run: bool) -> None:
     """Profile forward/backward/optimizer phases over a design space (Sobol sample or --named)."""
+    if named:
+        refuse_unused(("n",), why="with --named (the space's named models are measured, not a "
+                      "Sobol sample)", fix="drop -n, or drop --named.")
 
     plan = api_bench.plan_compute_bench(api_bench.ComputeBenchRequest(
         space_path=space, out_path=out, configs=n, device=device, dtype=dtype, seed=seed,
@@ -105,7 +121,8 @@ def _comm_link(backend: str, link: str | None) -> str:
 @click.option("--backend", type=click.Choice(["gloo", "nccl"]), default="gloo", show_default=True)
 @click.option("--link", default=None,
               help="Link name recorded per row [default: gloo-loopback for gloo].")
-@click.option("--ops", default="all_gather,reduce_scatter,all_reduce", show_default=True)
+@click.option("--ops", default="all_gather,reduce_scatter,all_reduce", show_default=True,
+              help="Comma list; send_recv (rank 0 to the last rank) is measured when named.")
 @click.option("--min-mib", type=float, default=1.0, show_default=True)
 @click.option("--max-mib", type=float, default=150.0, show_default=True)
 @click.option("--points", type=int, default=12, show_default=True, help="Log-spaced payload sizes.")
@@ -119,7 +136,8 @@ def _comm_link(backend: str, link: str | None) -> str:
 def comm_cmd(out: Path, nproc: int, backend: str, link: str | None, ops: str, min_mib: float,
              max_mib: float, points: int, iters: int, warmup: int, threads: int, dtype: str,
              torchrun_args: str | None) -> None:
-    """Time all_gather / reduce_scatter / all_reduce over log-spaced payloads (torchrun)."""
+    """Time all_gather / reduce_scatter / all_reduce (and send_recv) over log-spaced payloads
+    (torchrun)."""
     require_torch()
     verbose_bench_logs()
 
@@ -147,22 +165,35 @@ def comm_cmd(out: Path, nproc: int, backend: str, link: str | None, ops: str, mi
 @click.option("--threads", type=int, default=1, show_default=True, help="torch threads per rank.")
 @click.option("--torchrun-args", default=None,
               help="torchrun rendezvous flags replacing --standalone.")
+@click.option("--tp", type=int, default=None,
+              help="Tensor-parallel degree (torchtitan's Llama plan) [default: the recipe's, 1].")
+@click.option("--dp-replicate", type=int, default=None,
+              help="HSDP replicas (dp_shard is what the ranks leave) [default: the recipe's, 1].")
+@click.option("--sequence-parallel/--no-sequence-parallel", "sequence_parallel", default=None,
+              help="Sequence parallelism under --tp > 1 [default: the recipe's, on].")
 @recipe_options
 def fsdp_cmd(space: str, out: Path, nproc: int, backend: str, link: str | None, dtype: str,
-             iters: int, warmup: int, threads: int, torchrun_args: str | None, recipe_name: str,
+             iters: int, warmup: int, threads: int, torchrun_args: str | None, tp: int | None,
+             dp_replicate: int | None, sequence_parallel: bool | None, recipe_name: str,
              **recipe_flags: Any) -> None:
     """Real FSDP2 (fully_shard) training steps with gradient accumulation, trained as the recipe
-    says (MixedPrecisionPolicy, resharding, accumulation mode, AC); median step time,
-    peak memory."""
+    says (MixedPrecisionPolicy, resharding, accumulation mode, AC, parallel layout: TP, FSDP x TP,
+    HSDP); median step time, peak memory."""
     require_torch()
     verbose_bench_logs()
 
     warn_small_pages("cpu" if backend == "gloo" else "cuda")
 
     cases = load_cases(space)
+    recipe = recipe_from_options(recipe_name, **recipe_flags)
+    layout = recipe.parallel
+    layout = layout if tp is None else replace(layout, tp=tp)
+    layout = layout if dp_replicate is None else replace(layout, dp_replicate=dp_replicate)
+    if sequence_parallel is not None:
+        layout = replace(layout, sequence_parallel=sequence_parallel)
+    recipe = replace(recipe, parallel=layout)
     settings = FsdpSettings(backend=backend, link=_comm_link(backend, link), dtype=dtype,
-                            iters=iters, warmup=warmup, threads=threads,
-                            recipe=recipe_from_options(recipe_name, **recipe_flags))
+                            iters=iters, warmup=warmup, threads=threads, recipe=recipe)
     run_fsdp(cases, out, settings, nproc=nproc, torchrun_args=torchrun_args)
     rows = CsvLog(out, fsdp_compare.COLUMNS, fsdp_compare.KEY_COLUMNS).rows()
     click.echo(f"{out}: {len(rows)} rows "
@@ -196,6 +227,9 @@ def _register_memory() -> None:
     # `bench memory` lives in its own module (FSDPMemTracker under FakeTensorMode).
 
     bench.add_command(memory_cmd)
+    # the pipeline commands too (torch.distributed.pipelining)
+    for command in (pipeline_cmd, pipeline_compare_cmd, pipeline_order_cmd):
+        bench.add_command(command)
 
 
 _register_memory()

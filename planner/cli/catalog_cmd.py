@@ -7,13 +7,13 @@ from typing import Any
 import click
 import pandas as pd
 
+from perfmodel import api
 from perfmodel.api.models import REPORT_SEQ_LEN, catalog_models, parameter_report
-from perfmodel.costs.memory import MemoryBreakdown, max_micro_batch, memory_breakdown
 from perfmodel.spec import catalog as cat
-from perfmodel.spec.errors import UserInputError
 from perfmodel.spec.formulas import GIB
+from perfmodel.spec.layout import ParallelLayout
 from planner.cli.common import emit_json, emit_mapping, emit_records, emit_table, format_option
-from planner.cli.recipe_opts import recipe_from_options, recipe_options
+from planner.cli.recipe_opts import layout_options, recipe_from_options, recipe_options
 
 _SOURCE_CHARS = 60
 """Sources are long; the table shows their start, json/csv the whole text."""
@@ -98,30 +98,6 @@ def prices_cmd(list_name: str | None, fmt: str) -> None:
 
 # ---- memory ---------------------------------------------------------------------------------
 
-def _check_positive(option: str, value: int) -> None:
-    if value <= 0:
-        raise UserInputError(f"{option} {value}: must be a positive integer",
-                             hint=f"pass {option} 1 or more.")
-
-
-def _memory_payload(breakdown: MemoryBreakdown, *, model: str, counts: dict[str, Any], gpu: Any,
-                    nodes: int, max_m: int, recipe: Any) -> dict[str, Any]:
-    gib = breakdown.as_gib()
-    peak_gib = gib.pop("peak")
-    return {
-        "model": model, **counts, "gpu": gpu.name, "nodes": nodes,
-        "gpus_per_node": breakdown.num_gpus // nodes, "num_gpus": breakdown.num_gpus,
-        "seq_len": breakdown.seq_len, "micro_batch": breakdown.micro_batch, "ac": breakdown.ac,
-        "accum_steps": breakdown.accum_steps, "accum_mode": breakdown.accum_mode,
-        "recipe": recipe.name, "peak_phase": breakdown.phase, "peak_gib": peak_gib,
-        "tracked_gib": breakdown.tracked_bytes / GIB,
-        "reserve_gib": breakdown.reserve_bytes / GIB,
-        "usable_memory_gib": gpu.usable_memory_bytes / GIB,
-        "fits": breakdown.peak_bytes <= gpu.usable_memory_bytes, "max_micro_batch": max_m,
-        "breakdown_gib": gib,
-    }
-
-
 def _emit_memory(payload: dict[str, Any], fmt: str) -> None:
     if fmt == "json":
         emit_json(payload)
@@ -132,6 +108,7 @@ def _emit_memory(payload: dict[str, Any], fmt: str) -> None:
         emit_mapping(flat, "csv")
         return
 
+    layout = ParallelLayout(**payload["layout"])
     rows = [{"component": k, "GiB": v} for k, v in payload["breakdown_gib"].items()]
     rows.append({"component": "peak", "GiB": payload["peak_gib"]})
     title = (f"{payload['model']} on {payload['num_gpus']} x {payload['gpu']} "
@@ -139,6 +116,8 @@ def _emit_memory(payload: dict[str, Any], fmt: str) -> None:
              f"m={payload['micro_batch']}, k={payload['accum_steps']} ({payload['accum_mode']}), "
              f"ac={payload['ac']}, recipe {payload['recipe']}; peak at {payload['peak_phase']}")
     click.echo(title)
+    if not layout.is_default:
+        click.echo(f"layout: {layout.describe()}")
     click.echo(f"{payload['model_family']} layout: {payload['total_params']:,} parameters "
                f"({payload['active_params']:,} active)"
                + (f", the text model of a {payload['text_model_of']} checkpoint"
@@ -157,32 +136,19 @@ def _emit_memory(payload: dict[str, Any], fmt: str) -> None:
 @click.option("--gpus-per-node", type=int, default=8, show_default=True, help="GPUs used per node.")
 @click.option("--seq-len", type=int, required=True, help="Sequence length in tokens.")
 @click.option("--micro-batch", type=int, default=1, show_default=True,
-              help="Sequences per GPU per micro-step.")
+              help="Sequences per data-parallel rank per micro-step.")
 @click.option("--accum", "accum_steps", type=int, default=1, show_default=True,
               help="Micro-steps k per optimizer step (gradient accumulation).")
 @recipe_options
+@layout_options
 @format_option()
 def memory(model_name: str, gpu_name: str, nodes: int, gpus_per_node: int, seq_len: int,
            micro_batch: int, accum_steps: int, recipe_name: str, fmt: str, **flags: Any) -> None:
-    """Per-GPU memory of FSDP training of MODEL (catalog name or config.json path) as the
-    training recipe trains it (default torchtitan), at k = --accum micro-steps."""
-    for option, value in (("--nodes", nodes), ("--gpus-per-node", gpus_per_node),
-                          ("--seq-len", seq_len), ("--micro-batch", micro_batch),
-                          ("--accum", accum_steps)):
-        _check_positive(option, value)
-    recipe = recipe_from_options(recipe_name, **flags)
-    spec = cat.get_model(model_name)
-    gpu = cat.get_gpu(gpu_name)
-    if gpus_per_node > gpu.max_gpus_per_node:
-        raise UserInputError(
-            f"--gpus-per-node {gpus_per_node}: a {gpu.name} node holds at most "
-            f"{gpu.max_gpus_per_node} GPUs",
-            hint=f"pass --gpus-per-node {gpu.max_gpus_per_node} or fewer and add --nodes instead.")
-    num_gpus = nodes * gpus_per_node
-    breakdown = memory_breakdown(spec, num_gpus=num_gpus, seq_len=seq_len,
-                                 micro_batch=micro_batch, recipe=recipe, accum_steps=accum_steps)
-    max_m = max_micro_batch(spec, gpu_memory_bytes=gpu.usable_memory_bytes, num_gpus=num_gpus,
-                            seq_len=seq_len, recipe=recipe, accum_steps=accum_steps)
-    payload = _memory_payload(breakdown, model=spec.name, counts=spec.parameter_counts(), gpu=gpu,
-                              nodes=nodes, max_m=max_m, recipe=recipe)
-    _emit_memory(payload, fmt)
+    """Per-GPU memory of training MODEL (catalog name or config.json path) as the training
+    recipe trains it (default torchtitan, FSDP over every GPU unless a layout is given), at
+    k = --accum micro-steps."""
+    report = api.memory_report(api.WorkloadSpec(
+        model_name=model_name, gpu_name=gpu_name, nodes=nodes, gpus_per_node=gpus_per_node,
+        seq_len=seq_len, micro_batch=micro_batch, accum=accum_steps,
+        recipe=recipe_from_options(recipe_name, **flags)))
+    _emit_memory(report.record, fmt)

@@ -24,7 +24,8 @@ from rich.console import Console
 from rich.table import Table
 
 from perfmodel.formatting import json_ready
-from perfmodel.spec.errors import ShardMeterError, did_you_mean
+from perfmodel.spec.errors import ShardMeterError, UserInputError, did_you_mean
+from perfmodel.spec.inputs import LIMITS
 from perfmodel.spec.recipe import AC_MODES, canonical_ac
 
 FORMATS = ("table", "json", "csv")
@@ -67,6 +68,10 @@ class FiniteFloat(click.ParamType):  # type: ignore[type-arg]  # click < 8.2 is 
         number = self.inner.convert(value, param, ctx)
         if isinstance(number, float) and not math.isfinite(number):
             self.fail(f"{value!r} is not a finite number", param, ctx)
+        limit = LIMITS["flag_float"]
+        if isinstance(number, int | float) and abs(number) > limit.maximum:
+            self.fail(f"{value!r} is larger in magnitude than {limit.maximum:g} ({limit.reason})",
+                      param, ctx)
         return number
 
     def get_metavar(self, param: click.Parameter, ctx: click.Context) -> str | None:
@@ -86,6 +91,36 @@ def _loose_float(text: str) -> float:
         return 0.0  # not a number at all: the inner type reports it
 
 
+class BoundedInt(click.types.IntParamType):
+    """An integer (or IntRange) parameter of sensible size (perfmodel.spec.inputs.LIMITS
+    'flag_int'): a 400-digit integer is a usage error, not an overflow deep inside a model. Still
+    an IntParamType (the fuzzers pick their bad values by type)."""
+
+    def __init__(self, inner: click.types.IntParamType) -> None:
+        self.inner = inner
+        self.name = inner.name
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        limit = LIMITS["flag_int"]
+        if isinstance(value, str) and len(value.strip().lstrip("+-")) > 30:
+            self.fail(f"a {len(value.strip().lstrip('+-'))}-character value is not an integer of "
+                      f"sensible size (at most {limit.maximum:.0f})", param, ctx)
+        number = self.inner.convert(value, param, ctx)
+        if isinstance(number, int) and abs(number) > limit.maximum:
+            self.fail(f"{number} is larger in magnitude than {limit.maximum:.0f} ({limit.reason})",
+                      param, ctx)
+        return number
+
+    def get_metavar(self, param: click.Parameter, ctx: click.Context) -> str | None:
+        return self.inner.get_metavar(param, ctx)
+
+    def to_info_dict(self) -> click.types.ParamTypeInfoDict:
+        return self.inner.to_info_dict()
+
+    def __repr__(self) -> str:
+        return f"BoundedInt({self.inner!r})"
+
+
 class SuggestingChoice(click.Choice[str]):
     """click.Choice whose error adds the closest choices ("did you mean ...?")."""
 
@@ -99,7 +134,12 @@ class SuggestingChoice(click.Choice[str]):
 
 
 class OutputPath(click.ParamType[Any]):
-    """A path the command writes: not a directory, its folder created, figures by extension."""
+    """A path the command writes: not a directory, its folder created, figures by extension.
+
+    Every converted path is remembered in `written_paths` for the running command, so an OSError
+    without a file name (a full device behind a buffered write) can still name the file."""
+
+    written_paths: list[str] = []  # noqa: RUF012 - one list per process, reset per command
 
     def __init__(self, inner: click.ParamType[Any], *, figure: bool) -> None:
         self.inner = inner
@@ -122,6 +162,8 @@ class OutputPath(click.ParamType[Any]):
             path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as err:
             self.fail(f"cannot create the folder of {str(path)!r}: {err.strerror}", param, ctx)
+        flag = max(param.opts, key=len) if isinstance(param, click.Option) else "OUTPUT"
+        OutputPath.written_paths.append(f"{flag} {path}")
         return result
 
     def get_metavar(self, param: click.Parameter, ctx: click.Context) -> str | None:
@@ -141,10 +183,12 @@ def figure_formats() -> list[str]:
 
 def _strict_type(param: click.Parameter) -> click.ParamType[Any]:
     kind = param.type
-    if isinstance(kind, FiniteFloat | SuggestingChoice | OutputPath):
+    if isinstance(kind, FiniteFloat | SuggestingChoice | OutputPath | BoundedInt):
         return kind
     if isinstance(kind, click.types.FloatParamType):
         return FiniteFloat(kind)
+    if isinstance(kind, click.types.IntParamType):
+        return BoundedInt(kind)
     if isinstance(kind, click.Choice):
         return SuggestingChoice(kind.choices, case_sensitive=kind.case_sensitive)
     name = param.name or ""
@@ -166,6 +210,28 @@ def harden_command(command: click.Command) -> click.Command:
             harden_command(sub)
     command._shardmeter_hardened = True  # type: ignore[attr-defined]
     return command
+
+
+# ---- flags without effect ---------------------------------------------------------------------
+
+
+def given_flags(*names: str) -> list[str]:
+    """The options among `names` (parameter names) set on the command line (or environment) of
+    the running command, as their longest flag spelling."""
+    ctx = click.get_current_context()
+    sources = (click.core.ParameterSource.COMMANDLINE, click.core.ParameterSource.ENVIRONMENT)
+    return [max(p.opts, key=len) for p in ctx.command.params
+            if p.name in names and isinstance(p, click.Option)
+            and ctx.get_parameter_source(p.name) in sources]
+
+
+def refuse_unused(names: Sequence[str], *, why: str, fix: str) -> None:
+    """Every flag acts or is refused: a UserInputError when one of `names` was given although it
+    has no effect (`why`: in which case)."""
+    given = given_flags(*names)
+    if given:
+        raise UserInputError(f"{', '.join(given)} {'has' if len(given) == 1 else 'have'} no "
+                             f"effect {why}", hint=fix)
 
 
 # ---- human number formats (table output only; JSON/CSV keep full precision) -------------------

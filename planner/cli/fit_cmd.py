@@ -7,11 +7,17 @@
 `fit` writes a measured profile. It starts from --base, else from the output file when it exists
 (so `fit compute` then `fit comm` into one file merges both), else from the catalog prior of
 --hardware; fitted phases / (op, link) pairs replace the base's, the rest is kept with its own
-provenance. `validate` prints the paper's Table I (per model forward / backward / optimizer / step
-MAPE) and per-op communication MAPE. When the profile is measured and the dataset is the one it was
-fitted on (same sha256), every model is predicted by a refit without that model's rows
-(leave-one-architecture-out) and comm rows by a k-fold refit; otherwise the profile's plain
-prediction error is reported. The output says which.
+provenance. Repeated rows of one configuration are welcome (repeats measure noise): the fit uses
+their median, each configuration once, and the profile keeps their spread per configuration
+(`provenance_detail.repeats`). `fit compute` records two CV figures per phase: the score that
+chose the features (`selection_cv_mape_pct`, optimistic; the printed `cv_mape_pct` is the same
+figure, kept for existing readers) and the nested leave-one-architecture-out one
+(`nested_cv_mape_pct`, selection redone without each model; skip it with --no-nested-cv).
+`validate` prints the paper's Table I (per model forward / backward / optimizer / step MAPE) and
+per-op communication MAPE. In-sample or not is decided by row overlap with the profile's fitting
+data: rows of models the profile was fitted on are predicted by a refit without that model's rows
+(leave-one-architecture-out) and comm rows by a k-fold refit; the other rows by the profile (plain
+prediction error). The output says which, with counts.
 
 Datasets (CSV, extra columns allowed; a malformed file exits 2 naming file, line, column, value):
 - compute: model, hidden_size, num_hidden_layers, num_attention_heads, num_key_value_heads,
@@ -61,13 +67,17 @@ def _common_options(func: Any) -> Any:
 @click.option("--tolerance", type=click.FloatRange(min=0), default=0.05, show_default=True,
               help="Keep the smallest feature set whose CV MAPE is within one standard error "
                    "(over the folds), and at least this fraction, of the best.")
+@click.option("--nested-cv/--no-nested-cv", default=True, show_default=True,
+              help="Also cross-validate the whole fit, feature selection included, leaving one "
+                   "model out at a time (one refit per model and phase).")
 @format_option()
 def fit_compute(data: str, output: str, hardware: str | None, base: str | None, name: str | None,
-                backend: str | None, selection: str, tolerance: float, fmt: str) -> None:
+                backend: str | None, selection: str, tolerance: float, nested_cv: bool,
+                fmt: str) -> None:
     """Fit forward/backward/optimizer regressions from a compute dataset."""
     result = api_fit.fit_compute(api_fit.ComputeFitRequest(
         data_path=data, output_path=output, hardware=hardware, base=base, name=name,
-        backend=backend, selection=selection, tolerance=tolerance))
+        backend=backend, selection=selection, tolerance=tolerance, nested_cv=nested_cv))
     click.echo(f"wrote {output} (provenance: measured compute {', '.join(result.fitted)})",
                err=True)
     emit_records(result.records, fmt, title=f"compute fit -> {output}")

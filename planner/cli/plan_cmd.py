@@ -16,7 +16,13 @@ import click
 from planner import api
 from planner.analysis import report
 from planner.api import DEFAULT_TIME_LIMIT_S
-from planner.cli.common import emit_json, emit_mapping, emit_records, format_option
+from planner.cli.common import (
+    emit_json,
+    emit_mapping,
+    emit_records,
+    format_option,
+    refuse_unused,
+)
 from planner.cli.scenario_cmd import emit_study
 
 __all__ = ["DEFAULT_TIME_LIMIT_S", "islands", "pareto", "plan"]
@@ -66,6 +72,9 @@ def _solver_options(func: Callable[..., Any]) -> Callable[..., Any]:
 @format_option()
 def islands(instance_path: Path, output: Path | None, fmt: str) -> None:
     """Validate (or build) the island table of INSTANCE and write it."""
+    if output is not None:
+        refuse_unused(("fmt",), why="with -o (the file's extension sets its format: .json, "
+                      "else CSV)", fix="drop --format, or drop -o to print the table.")
     result = api.islands(api.IslandsRequest(instance_path=instance_path, output_path=output),
                          notify=_stderr)
     if result.written is None:
@@ -76,6 +85,13 @@ _VARY_HELP = ("What-if: PATH=V1,V2,... into the instance (clusters.A.wan_gbit_s,
               "training.inner_steps, clusters.B.price.tier, clusters.A.max_nodes_per_island, "
               "...); repeatable (all combinations). Each scenario is solved, every plan scored "
               "under every scenario with its regret; scenarios run in parallel.")
+
+
+def _refuse_solver_flags(solve: dict[str, Any]) -> None:
+    """The MILP backend acts only under --solver milp."""
+    if solve.get("solver") != "milp":
+        refuse_unused(("milp_backend",), why="without --solver milp",
+                      fix="drop --milp-backend, or pass --solver milp.")
 
 
 def _energy_options(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -108,6 +124,7 @@ def pareto(instance_paths: tuple[Path, ...], vary: tuple[str, ...], output: Path
            max_energy_kwh: float | None, **solve: Any) -> None:
     """The exact cost-time Pareto frontier of INSTANCE (one or several files; what-ifs with
     --vary)."""
+    _refuse_solver_flags(solve)
     request = api.FrontierRequest(instance_paths=instance_paths, vary=vary, objectives=objectives,
                                   max_co2_kg=max_co2_kg, max_energy_kwh=max_energy_kwh,
                                   csv_path=output, plot_path=plot,
@@ -155,6 +172,12 @@ def plan(instance_paths: tuple[Path, ...], vary: tuple[str, ...], objective: str
          max_energy_kwh: float | None, **solve: Any) -> None:
     """One plan of INSTANCE: fastest, cheapest, least CO2/energy, or cheapest near the best
     throughput (what-ifs with --vary)."""
+    _refuse_solver_flags(solve)
+    if min_throughput_fraction is not None and objective == "time":
+        refuse_unused(("objective",), why="as --objective time with --min-throughput-fraction "
+                      "(the query is the cheapest plan near the best throughput)",
+                      fix="drop --objective time, or use --objective co2 or energy (least of "
+                          "that near the best throughput).")
     request = api.QueryRequest(instance_paths=instance_paths, vary=vary, objective=objective,
                                min_throughput_fraction=min_throughput_fraction,
                                max_co2_kg=max_co2_kg, max_energy_kwh=max_energy_kwh,

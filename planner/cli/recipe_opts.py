@@ -7,14 +7,15 @@ overrides; the single-field flags override it. Unset flags keep the recipe's val
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import click
-import yaml
 
-from perfmodel.spec.errors import UserInputError
+from perfmodel.spec.inputs import load_yaml
+from perfmodel.spec.layout import PP_SCHEDULES
 from perfmodel.spec.recipe import (
     ACCUM_MODES,
     ATTENTION_KERNELS,
@@ -28,6 +29,42 @@ from planner.cli.common import CheckpointParam
 
 RECIPE_FLAG_FIELDS = ("ac", "accum_mode", "param_dtype", "reduce_dtype", "attention", "loss")
 """Keyword names the options below pass to the command, in `TrainingRecipe` field names."""
+LAYOUT_FLAG_FIELDS = ("tp", "pp", "dp_replicate", "cp", "virtual_stages", "pp_schedule",
+                      "sequence_parallel", "async_tp")
+"""Keyword names of the layout options, in `ParallelLayout` field names (dp_shard is what the
+other degrees leave of the island's GPUs)."""
+
+
+def layout_option_list() -> list[Callable[..., Any]]:
+    """The parallel-layout options (`perfmodel.spec.layout.ParallelLayout`); unset ones keep
+    the recipe's `parallel:` values."""
+    return [
+        click.option("--tp", type=int, default=None,
+                     help="Tensor-parallel degree (default: the recipe's, else 1)."),
+        click.option("--pp", type=int, default=None,
+                     help="Pipeline-parallel degree (default: the recipe's, else 1)."),
+        click.option("--dp-replicate", type=int, default=None,
+                     help="HSDP replicas of the FSDP group (default: the recipe's, else 1)."),
+        click.option("--cp", type=int, default=None,
+                     help="Context-parallel degree (default: the recipe's, else 1)."),
+        click.option("--virtual-stages", type=int, default=None,
+                     help="Pipeline stages per GPU (default: the recipe's, else 1)."),
+        click.option("--pp-schedule", type=click.Choice(PP_SCHEDULES), default=None,
+                     help="Pipeline schedule (default: the recipe's, else 1f1b)."),
+        click.option("--sequence-parallel/--no-sequence-parallel", "sequence_parallel",
+                     default=None,
+                     help="Sequence parallelism under --tp (default: the recipe's, else on)."),
+        click.option("--async-tp/--no-async-tp", "async_tp", default=None,
+                     help="Overlap tensor-parallel collectives with matmuls (CUDA async TP; "
+                          "default: the recipe's, else off)."),
+    ]
+
+
+def layout_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Decorator adding `layout_option_list()` to a click command."""
+    for option in reversed(layout_option_list()):
+        func = option(func)
+    return func
 
 
 def recipe_option_list(*, ac: bool = True) -> list[Callable[..., Any]]:
@@ -61,22 +98,20 @@ def recipe_options(func: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def load_recipe(name_or_path: str) -> TrainingRecipe:
-    """A named recipe, or one read from a YAML file (exit 2 with file and field on errors)."""
+    """A named recipe, or one read from a YAML file (exit 2 with file and field on errors); a
+    value that names a path (a folder, a missing file, anything with a '/' or a YAML suffix) is
+    read as a file, never looked up as a recipe name."""
     path = Path(name_or_path)
-    if not (name_or_path.endswith((".yaml", ".yml")) or path.is_file()):
+    looks_like_path = (name_or_path.endswith((".yaml", ".yml")) or "/" in name_or_path
+                       or os.sep in name_or_path)
+    if not (looks_like_path or path.exists()):
         return named_recipe(name_or_path)
-    if not path.is_file():
-        raise UserInputError(f"recipe file {name_or_path} does not exist",
-                             hint="give an existing recipe YAML file, or torchtitan / paper.")
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise UserInputError(f"{path}: not valid YAML ({exc})",
-                             hint="fix the YAML syntax.") from None
+    data = load_yaml(path, what="recipe file",
+                     hint="give an existing recipe YAML file, or torchtitan / paper.")
     return recipe_from_mapping(data or {}, source=str(path))
 
 
 def recipe_from_options(recipe_name: str, **flags: Any) -> TrainingRecipe:
     """The recipe named by `--recipe` with the per-field flags that were set applied."""
-    overrides = {k: flags.get(k) for k in RECIPE_FLAG_FIELDS}
+    overrides = {k: flags.get(k) for k in RECIPE_FLAG_FIELDS + LAYOUT_FLAG_FIELDS}
     return load_recipe(recipe_name).with_overrides(**overrides)

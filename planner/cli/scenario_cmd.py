@@ -17,7 +17,9 @@ from planner.studies import ScenarioStudy
 
 
 def emit_study(study: ScenarioStudy, fmt: str) -> None:
-    """Print a scenario study as JSON, CSV (the summary) or tables."""
+    """Print a scenario study as JSON, CSV (the summary) or tables; whatever the format, a study
+    with scenarios not proven exact (or not solved in the time limit) says so on stderr."""
+    _warn_unproven(study)
     if fmt == "json":
         emit_json(study.payload)
         return
@@ -38,6 +40,12 @@ def emit_study(study: ScenarioStudy, fmt: str) -> None:
                        + ("infinite: infeasible or unmatched in some scenario" if worst is None
                           else f"{worst:.3g} %")
                        + ")")
+
+
+def _warn_unproven(study: ScenarioStudy) -> None:
     if study.unproven:
-        click.echo("warning: NOT proven exact: " + ", ".join(study.unproven)
+        shown = study.unproven[:10]
+        more = len(study.unproven) - len(shown)
+        click.echo("warning: NOT proven exact: " + ", ".join(shown)
+                   + (f" and {more} more" if more else "")
                    + ". To fix: raise --time-limit-s.", err=True)

@@ -22,6 +22,7 @@ from perfmodel.api.workload import (
 )
 from perfmodel.sim import trace
 from perfmodel.spec.errors import UserInputError
+from perfmodel.spec.inputs import check_limit
 from planner.cli.common import (
     CheckpointParam,
     emit_json,
@@ -29,9 +30,14 @@ from planner.cli.common import (
     emit_records,
     emit_table,
     format_option,
+    refuse_unused,
 )
 from planner.cli.outer_opts import describe_outer, dtype_option, outer_option_list
-from planner.cli.recipe_opts import recipe_from_options, recipe_option_list
+from planner.cli.recipe_opts import (
+    layout_option_list,
+    recipe_from_options,
+    recipe_option_list,
+)
 
 STRATEGIES = ("fsdp", "diloco", "streaming-diloco")
 _PATH = click.Path(dir_okay=False, path_type=Path)
@@ -74,6 +80,7 @@ def _workload_option_list(*, examples: bool = False,
                      help="Hardware profile name or YAML path (default: the GPU's, "
                           "measured beats prior)."),
         *(recipe_option_list(ac=False) if recipe else []),
+        *(layout_option_list() if recipe else []),
     ]
 
 
@@ -83,13 +90,16 @@ def _workload_options(func: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def recipe_options_no_ac(func: Callable[..., Any]) -> Callable[..., Any]:
-    """The recipe options for a command that declares --ac itself (sweep)."""
-    return _apply(recipe_option_list(ac=False), func)
+    """The recipe and layout options for a command that declares --ac itself (sweep)."""
+    return _apply(recipe_option_list(ac=False) + layout_option_list(), func)
 
 
 def _recipe_payload(payload: dict[str, Any], recipe: Any, fmt: str) -> dict[str, Any]:
     """`payload` with the recipe: the whole mapping in JSON, its one-line summary otherwise."""
-    return {**payload, "recipe": recipe.to_dict() if fmt == "json" else recipe.summary()}
+    if fmt == "json":
+        return {**payload, "recipe": recipe.to_dict()}
+    layout = {"layout": recipe.parallel.describe()} if "layout" in payload else {}
+    return {**payload, **layout, "recipe": recipe.summary()}
 
 
 def _strategy_options(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -140,6 +150,24 @@ def _outer_spec(strategy: str, *, islands: int | None, inner_steps: int | None,
                          wan_gbit_s=wan_gbit_s, wan_latency_ms=wan_latency_ms)
 
 
+def _refuse_strategy_flags(strategy: str, *, same_cluster: bool, simulate: bool = False) -> None:
+    """Every flag acts or is refused: the outer settings a strategy does not read."""
+    if strategy == "fsdp":
+        refuse_unused(("inner_steps", "fragments", "delay", "wan_gbit_s", "wan_latency_ms",
+                       "dtype", "fragment_pattern", "overlap_backward", "islands_same_cluster",
+                       *(("steps",) if simulate else ())),
+                      why="with --strategy fsdp (one island, no outer synchronisation)",
+                      fix="drop them, or pass --strategy diloco or streaming-diloco.")
+    elif strategy == "diloco":
+        refuse_unused(("fragments", "delay", "fragment_pattern", "overlap_backward"),
+                      why="with --strategy diloco (one blocking exchange of the whole model)",
+                      fix="drop them, or pass --strategy streaming-diloco.")
+    if same_cluster:
+        refuse_unused(("wan_gbit_s", "wan_latency_ms"), why="with --islands-same-cluster (the "
+                      "sync uses the cluster's inter-node fabric)",
+                      fix="drop them, or drop --islands-same-cluster.")
+
+
 # ---- predict ---------------------------------------------------------------------------------
 
 @click.command()
@@ -153,6 +181,7 @@ def predict(model_name: str, gpu_name: str, nodes: int, gpus_per_node: int, seq_
             dtype: str, fragments: int, delay: int, fmt: str, recipe_name: str,
             **recipe_flags: Any) -> None:
     """Predict one training step of MODEL: time, throughput, MFU, memory and what bounds it."""
+    _refuse_strategy_flags(strategy, same_cluster=bool(recipe_flags.get("islands_same_cluster")))
     p = api.predict(_spec(model_name, gpu_name=gpu_name, nodes=nodes, gpus_per_node=gpus_per_node,
                           seq_len=seq_len, micro_batch=micro_batch, accum=accum,
                           profile_name=profile_name, recipe_name=recipe_name, ac=ac,
@@ -188,6 +217,8 @@ def simulate(model_name: str, gpu_name: str, nodes: int, gpus_per_node: int, seq
              dtype: str, fragments: int, delay: int, steps: int | None, trace_path: Path | None,
              plot_path: Path | None, fmt: str, recipe_name: str, **recipe_flags: Any) -> None:
     """Simulate MODEL's step timeline (or a DiLoCo / Streaming DiLoCo run) and export it."""
+    _refuse_strategy_flags(strategy, same_cluster=bool(recipe_flags.get("islands_same_cluster")),
+                           simulate=True)
 
     sim = api.simulate(_spec(model_name, gpu_name=gpu_name, nodes=nodes,
                              gpus_per_node=gpus_per_node, seq_len=seq_len, micro_batch=micro_batch,
@@ -213,23 +244,41 @@ def simulate(model_name: str, gpu_name: str, nodes: int, gpus_per_node: int, seq
 
 # ---- sweep -----------------------------------------------------------------------------------
 
+MAX_SWEEP_VALUES = 256
+"""Most values one list option of `sweep` may expand to (each is a simulated point)."""
+_LIST_LIMITS = {"--micro-batches": "micro_batch", "--nodes": "nodes", "--gpus-per-node": "nodes"}
+
+
 def _int_list(option: str, text: str) -> list[int]:
-    """'1..32' (powers of two), '1-8' (every integer) or '1,2,4'."""
+    """'1..32' (powers of two), '1-8' (every integer) or '1,2,4'; at most MAX_SWEEP_VALUES
+    values, each within its LIMITS entry (a range is checked before it is expanded)."""
+    short = text if len(text) <= 60 else text[:60] + "…"
+    kind = ".." if ".." in text else "-" if "-" in text.strip("-") else ","
     try:
-        if ".." in text:
-            lo, hi = (int(x) for x in text.split(".."))
-            values = [v for v in (2**i for i in range(hi.bit_length() + 1)) if lo <= v <= hi]
-        elif "-" in text.strip("-"):
-            lo, hi = (int(x) for x in text.split("-"))
-            values = list(range(lo, hi + 1))
-        else:
-            values = [int(x) for x in text.split(",") if x.strip()]
+        numbers = [int(x) for x in text.split(kind) if x.strip()]
     except ValueError as err:
-        raise UserInputError(f"{option} {text!r}: not a list of integers",
+        raise UserInputError(f"{option} {short!r}: not a list of integers",
                              hint=f"write {option} 1..32 (powers of two), 1-8 or 1,2,4.") from err
-    if not values or min(values) < 1:
-        raise UserInputError(f"{option} {text!r}: values must be >= 1",
+    if kind != "," and len(numbers) != 2:
+        raise UserInputError(f"{option} {short!r}: a range is LOW{kind}HIGH",
+                             hint=f"write {option} 1..32 (powers of two), 1-8 or 1,2,4.")
+    if not numbers or min(numbers) < 1:
+        raise UserInputError(f"{option} {short!r}: values must be >= 1",
                              hint=f"write {option} 1..32 or 1,2,4.")
+    check_limit(_LIST_LIMITS.get(option, "micro_batch"), max(numbers), field=option)
+    count = numbers[1] - numbers[0] + 1 if kind == "-" else len(numbers)
+    if count > MAX_SWEEP_VALUES:  # checked before a range is expanded
+        raise UserInputError(f"{option} {short!r}: {count:,} values, at most "
+                             f"{MAX_SWEEP_VALUES} (each is a simulated point)",
+                             hint=f"give {option} fewer values, e.g. 1..1024 (powers of two).")
+    if kind == "..":
+        lo, hi = numbers
+        values = [v for v in (2**i for i in range(hi.bit_length() + 1)) if lo <= v <= hi]
+    else:
+        values = list(range(numbers[0], numbers[1] + 1)) if kind == "-" else numbers
+    if not values:
+        raise UserInputError(f"{option} {short!r}: the range holds no value",
+                             hint=f"write {option} LOW-HIGH with LOW <= HIGH, e.g. 1-8.")
     return values
 
 

@@ -13,7 +13,7 @@ from perfmodel import api
 from perfmodel.api.workload import Workload, positive
 from perfmodel.sim import trace
 from perfmodel.spec.errors import UserInputError
-from planner.cli.common import emit_json, emit_records, format_option
+from planner.cli.common import emit_json, emit_records, format_option, refuse_unused
 from planner.cli.outer_opts import dtype_option, outer_option_list
 from planner.cli.recipe_opts import recipe_from_options
 from planner.cli.sim_cmd import _PATH, _apply, _workload_option_list
@@ -141,10 +141,29 @@ def streaming(model_name: str | None, gpu_name: str | None, nodes: int, gpus_per
     fragments F, that never block within --max-delay-steps (bounds against replica drift); the
     other lines are single changes that also remove blocking. --bandwidth-for-utilisation prints
     the link bandwidth each compute utilisation needs instead."""
+    if for_utilisation:
+        refuse_unused(("steps", "max_delay_steps", "max_sync_every", "example", "plot_path",
+                       "trace_path"), why="with --bandwidth-for-utilisation (no schedule is "
+                      "simulated, tuned or drawn)",
+                      fix="drop them, or drop --bandwidth-for-utilisation.")
+    else:
+        refuse_unused(("step_time_s", "utilisation_text"),
+                      why="without --bandwidth-for-utilisation",
+                      fix="add --bandwidth-for-utilisation, or drop them (the inner step is "
+                          "simulated from MODEL and --gpu).")
+    if example is not None:
+        refuse_unused(("wan_gbit_s", "fragments", "delay", "sync_every"),
+                      why="with --example (each figure 6 example sets its own link, F, τ and H)",
+                      fix="drop them, or drop --example to study your own settings.")
+    if islands_same_cluster:
+        refuse_unused(("wan_gbit_s", "wan_latency_ms"), why="with --islands-same-cluster (the "
+                      "sync uses the cluster's inter-node fabric)",
+                      fix="drop them, or drop --islands-same-cluster.")
     for option, value in (("--steps", steps), ("--max-delay-steps", max_delay_steps),
                           ("--max-sync-every", max_sync_every)):
         if value is not None:
-            positive(option, value, zero_ok=option == "--max-delay-steps")
+            positive(option, value, zero_ok=option == "--max-delay-steps",
+                     limit="delay_steps" if option == "--max-delay-steps" else "sim_steps")
     recipe = recipe_from_options(recipe_name, ac=ac, **recipe_flags)
     outer = api.OuterSpec(strategy="streaming-diloco", islands=islands, inner_steps=sync_every,
                           fragments=fragments, delay_steps=delay, pseudo_gradient_dtype=dtype,

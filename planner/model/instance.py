@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -32,10 +31,13 @@ from pydantic import (
 
 from perfmodel.facts import (
     carbon_intensity_g_per_kwh,
+    check_limit,
     get_gpu,
+    load_yaml,
     model_parameters,
     price_rows,
     price_usd_per_gpu_hour,
+    short_repr,
 )
 from perfmodel.spec.errors import (
     CatalogError,
@@ -47,6 +49,9 @@ from perfmodel.spec.errors import (
 from perfmodel.tables import checkpoint_mode
 
 LOG = logging.getLogger(__name__)
+
+MAX_LISTED_ERRORS = 20
+"""Most problems one instance error lists (the rest are counted)."""
 
 Strategy = Literal["fsdp", "diloco", "streaming-diloco"]
 Dtype = Literal["fp32", "bf16", "int8", "fp4"]
@@ -65,7 +70,25 @@ class _Strict(BaseModel):
             if any(isinstance(v, bool) for v in items):
                 raise ValueError("a boolean (true/false) is not accepted here; "
                                  "write a number or name")
+        if field is not None and _is_bool(field.annotation) and value is not None \
+                and not isinstance(value, bool):
+            # one rule (perfmodel.spec.inputs): a boolean is written true or false; "false" in
+            # quotes, 0 or "no" are refused, never read by their truthiness
+            raise ValueError("not a boolean; write true or false, without quotes")
         return value
+
+
+def _not_blank(value: str) -> str:
+    """A name must have visible characters (a blank one cannot be told apart in any table)."""
+    if not value.strip():
+        raise ValueError("a blank name (only spaces) is not accepted; write a name")
+    return value
+
+
+def _is_bool(annotation: Any) -> bool:
+    """A field whose only non-None type is bool."""
+    kinds = [a for a in typing.get_args(annotation) if a is not type(None)] or [annotation]
+    return kinds == [bool]
 
 
 def _admits_bool(annotation: Any) -> bool:
@@ -126,12 +149,17 @@ class Training(_Strict):
 class Cluster(_Strict):
     """A pool of identical nodes islands are carved from."""
 
+    @field_validator("name", "gpu", "region")
+    @classmethod
+    def _names_not_blank(cls, value: str | None) -> str | None:
+        return None if value is None else _not_blank(value)
+
     name: str = Field(min_length=1)
     gpu: str = Field(min_length=1)
     num_nodes: int = Field(gt=0)
     gpus_per_node: int = Field(gt=0)
     allowed_gpus_per_node: tuple[int, ...] | None = None
-    price_usd_per_gpu_hour: float | None = Field(default=None, ge=0)
+    price_usd_per_gpu_hour: float | None = Field(default=None, gt=0)
     price: PriceRef | None = None
     wan_gbit_s: float | None = Field(default=None, gt=0)
     wan_latency_ms: float | None = Field(default=None, ge=0)
@@ -191,6 +219,21 @@ class Instance(_Strict):
 
     _source: Path | None = PrivateAttr(default=None)
     _model_parameters: int | None = PrivateAttr(default=None)
+
+    @field_validator("name", "model")
+    @classmethod
+    def _names_not_blank(cls, value: str) -> str:
+        return _not_blank(value)
+
+    @property
+    def model_ref(self) -> str:
+        """`model` as the performance model reads it: a catalog name as written, a config.json
+        path resolved relative to the YAML file (like `islands_table`), whatever the working
+        directory."""
+        path = Path(self.model)
+        if path.suffix != ".json" or path.is_absolute() or self._source is None:
+            return self.model
+        return str(self._source.parent / path)
 
     @property
     def pseudo_gradient_parameters(self) -> int:
@@ -291,17 +334,18 @@ def load_instance(path: str | Path, *, resolve_price: PriceResolver | None = Non
     `resolve_price`, default: the catalog price lists) so a bad reference fails early.
     """
     path = Path(path)
-    if not path.is_file():
-        raise InstanceError(f"instance file {path} does not exist",
-                            hint="pass the path of a YAML instance (see instances/).")
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as err:
-        raise InstanceError(f"{path}: not valid YAML: {err}", hint="fix the YAML syntax.") from err
+    raw = read_instance_yaml(path)
     if not isinstance(raw, dict):
         raise InstanceError(f"{path}: top level must be a mapping, got {type(raw).__name__}",
                             hint="start the file with `name:`, `model:`, `training:`, `clusters:`.")
     return instance_from_mapping(raw, path, resolve_price=resolve_price)
+
+
+def read_instance_yaml(path: Path) -> Any:
+    """The parsed YAML of an instance file (strict: duplicate keys, encodings and alias bombs
+    are InstanceErrors naming the file; `perfmodel.spec.inputs`)."""
+    return load_yaml(path, what="instance file", error=InstanceError,
+                     hint="pass the path of a valid YAML instance (see instances/).")
 
 
 def _instance_error(path: Path, err: ValidationError) -> InstanceError:
@@ -315,12 +359,15 @@ def _instance_error(path: Path, err: ValidationError) -> InstanceError:
         dotted = _dotted(loc)
         if item["type"] == "extra_forbidden":
             known = _fields_at(loc[:-1])
-            lines.append(f"unknown key {dotted!r} = {item['input']!r}; "
+            lines.append(f"unknown key {dotted!r} = {short_repr(item['input'])}; "
                          f"{did_you_mean(str(loc[-1]), known)}")
         elif item["type"] == "missing":
             lines.append(f"field {dotted!r} is required")
         else:
-            lines.append(f"field {dotted!r} = {item.get('input')!r}: {item['msg']}")
+            lines.append(f"field {dotted!r} = {short_repr(item.get('input'))}: {item['msg']}")
+        if len(lines) >= MAX_LISTED_ERRORS:
+            lines.append(f"... and {len(errors) - len(lines) + 1} more")
+            break
     return InstanceError(f"{path}: invalid instance:\n  " + "\n  ".join(lines),
                          hint="correct the listed fields "
                               "(see instances/small-*.yaml for examples).")
@@ -362,6 +409,15 @@ def _check_semantics(instance: Instance, path: Path) -> None:
     def fail(field: str, value: Any, problem: str, hint: str) -> None:
         raise InstanceError(f"{path}: field {field!r} = {value!r}: {problem}", hint=hint)
 
+    _check_limits(instance, path)
+    training = instance.training
+    batch_tokens = training.global_batch_seqs * training.seq_len
+    if training.train_tokens < batch_tokens:
+        fail("training.train_tokens", training.train_tokens,
+             f"fewer than one global batch ({training.global_batch_seqs} x {training.seq_len} = "
+             f"{batch_tokens:,} tokens): the run would be shorter than one step",
+             f"set train_tokens >= {batch_tokens:,}, or lower global_batch_seqs.")
+    _check_recipe_outer(instance, fail)
     names: set[str] = set()
     for i, c in enumerate(instance.clusters):
         where = f"clusters[{i}]"
@@ -410,6 +466,71 @@ def _check_semantics(instance: Instance, path: Path) -> None:
     _check_catalog_names(instance, path)
 
 
+_FIELD_LIMITS: tuple[tuple[str, str], ...] = (
+    ("training.seq_len", "seq_len"), ("training.global_batch_seqs", "global_batch_seqs"),
+    ("training.train_tokens", "train_tokens"), ("training.inner_steps", "inner_steps"),
+    ("limits.max_islands", "islands"), ("limits.budget_usd", "usd"),
+    ("limits.deadline_hours", "hours"),
+)
+"""Instance fields and the perfmodel.spec.inputs.LIMITS entry bounding each."""
+_CLUSTER_LIMITS: tuple[tuple[str, str], ...] = (
+    ("num_nodes", "nodes"), ("max_nodes_per_island", "nodes"),
+    ("price_usd_per_gpu_hour", "usd_per_gpu_hour"), ("wan_gbit_s", "wan_gbit_s"),
+    ("fabric_gbit_s", "wan_gbit_s"), ("wan_latency_ms", "latency_ms"),
+    ("fabric_latency_ms", "latency_ms"),
+)
+"""Cluster fields and their LIMITS entry."""
+MAX_PUE = 5.0
+"""Largest power usage effectiveness accepted (published data centres: 1.05 to about 2)."""
+
+
+def _check_limits(instance: Instance, path: Path) -> None:
+    """Every count that drives work and every magnitude that could overflow a cost, within the
+    documented limits (README "Limits"); an InstanceError names the field, the limit and why."""
+
+    def check(key: str, value: Any, field: str) -> None:
+        if value is not None:
+            check_limit(key, value, field=field, where=str(path), error=InstanceError)
+
+    for dotted, key in _FIELD_LIMITS:
+        section, name = dotted.split(".")
+        check(key, getattr(getattr(instance, section), name), dotted)
+    check("clusters", len(instance.clusters), "clusters (count)")
+    check("parameters", instance.parameters, "parameters")
+    for i, c in enumerate(instance.clusters):
+        for name, key in _CLUSTER_LIMITS:
+            check(key, getattr(c, name), f"clusters[{i}].{name}")
+        if c.pue is not None and c.pue > MAX_PUE:
+            raise InstanceError(f"{path}: field 'clusters[{i}].pue' = {c.pue!r}: above {MAX_PUE} "
+                                "(published data centres run at 1.05 to about 2)",
+                                hint=f"give a PUE between 1 and {MAX_PUE}.")
+    if instance.limits.max_gpus is not None:
+        check("flag_int", instance.limits.max_gpus, "limits.max_gpus")
+
+
+def _check_recipe_outer(instance: Instance, fail: Any) -> None:
+    """A recipe's outer settings may not contradict the training section the planner reads
+    (it plans with training.inner_steps and training.pseudo_gradient_dtype): one value, one
+    place."""
+    recipe = instance.training.recipe
+    outer = recipe.get("outer") if isinstance(recipe, dict) else None
+    if not isinstance(outer, dict):
+        return
+    for key in ("inner_steps", "pseudo_gradient_dtype"):
+        if key not in outer:
+            continue
+        planned = getattr(instance.training, key)
+        if key == "inner_steps" and planned is None:
+            fail(f"training.recipe.outer.{key}", outer[key],
+                 "the planner reads H from training.inner_steps, not from the recipe",
+                 f"move it: `training.inner_steps: {short_repr(outer[key])}`, and drop "
+                 f"recipe.outer.{key}.")
+        if outer[key] != planned:
+            fail(f"training.recipe.outer.{key}", outer[key],
+                 f"contradicts training.{key} = {planned!r} (the planner uses training.{key})",
+                 f"drop recipe.outer.{key}, or give both the same value.")
+
+
 def _check_region(where: str, region: str, fail: Any) -> None:
     """An unknown grid region is a user error with a did-you-mean (catalogs/energy/)."""
 
@@ -428,11 +549,8 @@ def _check_catalog_names(instance: Instance, path: Path) -> None:
         raise InstanceError(f"{path}: field {field!r} = {value!r}: {err.message}",
                             hint=err.hint or "use a catalog name.")
 
-    model_path = Path(instance.model)
-    if not model_path.is_absolute():
-        model_path = path.parent / model_path
     try:
-        model_parameters(str(model_path) if model_path.suffix == ".json" else instance.model)
+        model_parameters(instance.model_ref)
     except (CatalogError, ConfigError) as err:
         fail("model", instance.model, err)
     for i, c in enumerate(instance.clusters):

@@ -9,14 +9,15 @@ column and value, with a "To fix:" hint. Re-exported by `planner.model.instance`
 
 from __future__ import annotations
 
+import io
 from typing import Any
 
 import pandas as pd
 
-from perfmodel.facts import get_gpu
+from perfmodel.facts import LIMITS, cap_message, check_limit, get_gpu, read_text, short_repr
 from perfmodel.spec.errors import CatalogError, InstanceError, did_you_mean
 from perfmodel.spec.formulas import GIB
-from perfmodel.tables import ClusterRequest, island_table_for
+from perfmodel.tables import IDENTITY_COLUMNS, ClusterRequest, island_table_for, table_identity
 from planner.model.instance import Instance, gpu_prices
 
 TABLE_COLUMNS = ("cluster", "gpu_type", "nodes", "gpus_per_node", "micro_batch", "microstep_s",
@@ -29,7 +30,7 @@ OPTION_KEY = ["cluster", "nodes", "gpus_per_node"]
 ENERGY_COLUMNS = ("compute_fixed_s", "compute_micro_s", "comm_only_fixed_s", "comm_only_micro_s",
                   "tdp_w")
 """The step's activity split and the GPU's TDP (perfmodel.tables; the power model of issue 14)."""
-OPTIONAL_COLUMNS = ("memory_accum_gib", "accum_fits", *ENERGY_COLUMNS)
+OPTIONAL_COLUMNS = ("memory_accum_gib", "accum_fits", *ENERGY_COLUMNS, *IDENTITY_COLUMNS)
 """Kept when present: peak memory with k >= 2 accumulation micro-steps, and whether it fits the GPU
 (a row with accum_fits false may only run k = 1; a table without the column allows every k)."""
 
@@ -42,15 +43,18 @@ def load_island_table(instance: Instance) -> pd.DataFrame:
     """
     path = instance.islands_table_path
     if path is not None:
+        text = read_text(path, what="island table", error=InstanceError,
+                         hint="give a CSV with the columns " + ", ".join(TABLE_COLUMNS) + ".")
         try:
-            frame = pd.read_csv(path, skipinitialspace=True)
-        except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError,
-                UnicodeDecodeError) as err:
-            raise InstanceError(f"{path}: cannot read island table: {err}",
+            frame = pd.read_csv(io.StringIO(text), skipinitialspace=True)
+        except (pd.errors.ParserError, pd.errors.EmptyDataError, ValueError) as err:
+            raise InstanceError(f"{path}: cannot read island table: "
+                                f"{cap_message(str(err), 500)}",
                                 hint="give a CSV with the columns "
-                                + ", ".join(TABLE_COLUMNS) + ".") from err
+                                + ", ".join(TABLE_COLUMNS) + ".") from None
         table = validate_island_table(frame, str(path), instance)
         check_table_against_clusters(table, str(path), instance)
+        check_table_identity(table, str(path), instance)
         return table
     prices = gpu_prices(instance)
     requests = [
@@ -61,16 +65,71 @@ def load_island_table(instance: Instance) -> pd.DataFrame:
         for c in instance.clusters
     ]
     training = instance.training
-    # The recipe section reaches the table builder as a mapping (planner never parses recipes).
-    explicit_ac = training.recipe is None or "activation_checkpointing" in training.model_fields_set
-    extra = {} if training.recipe is None else {"recipe": training.recipe}
-    built = island_table_for(instance.model, seq_len=training.seq_len,
+    explicit_ac, extra = _recipe_arguments(instance)
+    built = island_table_for(instance.model_ref, seq_len=training.seq_len,
                              ac=training.activation_checkpointing if explicit_ac else None,
-                             clusters=requests, **extra)
+                             clusters=requests, global_batch_seqs=training.global_batch_seqs,
+                             **extra)
     # The pseudo-gradient size comes from the model unless the instance overrides it.
     instance._model_parameters = built.parameters
     return validate_island_table(built.table, f"island table of model {built.model_name!r}",
                                  instance)
+
+
+def _recipe_arguments(instance: Instance) -> tuple[bool, dict[str, Any]]:
+    """(is activation_checkpointing explicit, the recipe keyword) of an instance: the recipe
+    section reaches perfmodel as a mapping (the planner never parses recipes); an explicit
+    activation_checkpointing wins over the recipe's."""
+    training = instance.training
+    explicit_ac = training.recipe is None or "activation_checkpointing" in training.model_fields_set
+    return explicit_ac, ({} if training.recipe is None else {"recipe": training.recipe})
+
+
+def check_table_identity(frame: pd.DataFrame, source: str, instance: Instance) -> None:
+    """A fixed island table must say what it was built for (IDENTITY_COLUMNS: model, seq_len,
+    recipe) and say the instance's run: a table of another model, sequence length or recipe
+    would price a different job (an 8B table planning a 70B run; a 1024-token table a
+    8192-token run). A table that does not say is refused: it cannot be checked."""
+    missing = [c for c in IDENTITY_COLUMNS if c not in frame.columns]
+    explicit_ac, extra = _recipe_arguments(instance)
+    training = instance.training
+    want = table_identity(instance.model_ref, seq_len=training.seq_len,
+                          ac=training.activation_checkpointing if explicit_ac else None, **extra)
+    expected = {"model": want.model, "seq_len": want.seq_len, "recipe": want.recipe}
+    if missing:
+        raise InstanceError(
+            f"{source}: the island table does not say what it was built for (missing column(s) "
+            f"{', '.join(missing)}), so it cannot be checked against instance "
+            f"{instance.source or instance.name}",
+            hint="add the columns with the run the table describes: "
+                 + ", ".join(f"{c}={expected[c]}" for c in missing)
+                 + " (`shardmeter islands INSTANCE -o table.csv` writes them).")
+    for column in IDENTITY_COLUMNS:
+        values = frame[column]
+        for row, value in values.items():
+            text = str(value).strip()
+            if column == "seq_len":
+                ok = _same_int(value, want.seq_len)
+            elif column == "model":
+                ok = text.lower() in {want.model.lower(), instance.model.lower()}
+            else:
+                ok = text == want.recipe
+            if not ok:
+                raise InstanceError(
+                    f"{source}, line {_row(row) + 2}: column {column!r} = {short_repr(value)}: "
+                    f"the table was built for another run than instance "
+                    f"{instance.source or instance.name}, which trains {column} "
+                    f"{expected[column]!r}",
+                    hint=f"give a table built for {column} {expected[column]} (`shardmeter "
+                         "islands INSTANCE -o table.csv`), or drop islands_table to build it from "
+                         "the performance model.")
+
+
+def _same_int(value: Any, expected: int) -> bool:
+    try:
+        return float(value) == expected
+    except (TypeError, ValueError):
+        return False
 
 
 def validate_island_table(frame: pd.DataFrame, source: str,
@@ -91,6 +150,11 @@ def validate_island_table(frame: pd.DataFrame, source: str,
     if frame.empty:
         return frame
     if "accum_fits" in extra:
+        for row, value in frame["accum_fits"].items():
+            try:
+                _as_bool(value)
+            except InstanceError as err:
+                fail(_row(row), "accum_fits", value, "not a boolean", err.hint or "")
         frame["accum_fits"] = frame["accum_fits"].map(_as_bool)
     for column in (c for c in ENERGY_COLUMNS if c in extra):
         numbers = pd.to_numeric(frame[column], errors="coerce")
@@ -99,7 +163,20 @@ def validate_island_table(frame: pd.DataFrame, source: str,
         for row in numbers.index[bad | numbers.abs().eq(float("inf"))]:
             fail(_row(row), column, frame.at[row, column], "not a finite number",
                  "put a finite number there (perfmodel.tables writes these columns).")
+        # a split is a share of the step (T = C + X): negative seconds would give negative kWh
+        # (a rounding residue of T - C is tolerated)
+        for row in numbers.index[numbers < -ROUNDING_S]:
+            fail(_row(row), column, numbers[row], "negative",
+                 "the activity split and the TDP are >= 0 (perfmodel.tables writes them).")
         frame[column] = numbers.astype(float)
+    if "memory_accum_gib" in extra:
+        numbers = pd.to_numeric(frame["memory_accum_gib"], errors="coerce")
+        for row in numbers.index[~numbers.map(lambda v: 0 <= v <= MAX_MEMORY_GIB)]:
+            fail(_row(row), "memory_accum_gib", frame.at[row, "memory_accum_gib"],
+                 "not a number >= 0", "put the peak memory with accumulation in GiB there.")
+        frame["memory_accum_gib"] = numbers.astype(float)
+    if len(frame) > LIMITS["table_rows"].maximum:
+        check_limit("table_rows", len(frame), field="rows", where=source, error=InstanceError)
     for column in ("cluster", "gpu_type", "bound"):
         frame[column] = frame[column].fillna("").astype(str).str.strip()  # an empty cell is ""
     for column in TABLE_COLUMNS[2:9]:
@@ -116,6 +193,11 @@ def validate_island_table(frame: pd.DataFrame, source: str,
             problem = "must be > 0" if column in _POSITIVE else "must be >= 0 and finite"
             fail(_row(row), column, numbers[row], problem,
                  f"{column} must be a positive, finite value.")
+        cap = _COLUMN_MAXIMA.get(column)
+        if cap is not None:
+            for row in numbers.index[numbers > cap[0]]:
+                fail(_row(row), column, numbers[row], f"above {cap[0]:g} ({cap[1]})",
+                     f"give {column} at most {cap[0]:g}.")
         frame[column] = numbers
     for row, bound in frame["bound"].items():
         if bound.lower() not in _BOUNDS:
@@ -127,6 +209,12 @@ def validate_island_table(frame: pd.DataFrame, source: str,
         raise InstanceError(f"{source}: duplicate (cluster, nodes, gpus_per_node, "
                             f"micro_batch) rows on lines {rows}",
                             hint="keep one row per island option and micro-batch.")
+    per_gpu = frame["usd_per_hour"] / (frame["nodes"] * frame["gpus_per_node"])
+    for row in per_gpu.index[per_gpu > LIMITS["usd_per_gpu_hour"].maximum]:
+        fail(_row(row), "usd_per_hour", frame.at[row, "usd_per_hour"],
+             f"{per_gpu[row]:g} USD per GPU-hour, above "
+             f"{LIMITS['usd_per_gpu_hour'].maximum:g} ({LIMITS['usd_per_gpu_hour'].reason})",
+             "give the island's price per hour: nodes x gpus_per_node x USD per GPU-hour.")
     prices = frame.groupby(OPTION_KEY)["usd_per_hour"].nunique()
     if (prices > 1).any():
         key = prices.index[prices > 1][0]
@@ -142,6 +230,21 @@ def validate_island_table(frame: pd.DataFrame, source: str,
                      f"({instance.source or 'no file'}); "
                      + did_you_mean(cluster, names), "use the cluster names of the instance file.")
     return frame
+
+
+ROUNDING_S = 1e-9
+"""A negative activity share above this (in seconds) is a rounding residue of T − C, not an
+error."""
+MAX_MEMORY_GIB = LIMITS["memory_gib"].maximum
+_COLUMN_MAXIMA: dict[str, tuple[float, str]] = {
+    "nodes": (LIMITS["nodes"].maximum, LIMITS["nodes"].reason),
+    "micro_batch": (LIMITS["micro_batch"].maximum, LIMITS["micro_batch"].reason),
+    "microstep_s": (LIMITS["step_time_s"].maximum, LIMITS["step_time_s"].reason),
+    "step_fixed_s": (LIMITS["step_time_s"].maximum, LIMITS["step_time_s"].reason),
+    "memory_gib": (MAX_MEMORY_GIB, LIMITS["memory_gib"].reason),
+}
+"""Upper bounds of table columns (perfmodel.spec.inputs.LIMITS): a step of 1e300 s would make
+every cost infinite."""
 
 
 def _as_bool(value: Any) -> bool:

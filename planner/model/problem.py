@@ -26,6 +26,9 @@ from typing import Any
 
 import numpy as np
 
+from perfmodel.facts import LIMITS
+from perfmodel.spec.errors import UserInputError
+
 PRICE_UNITS_PER_USD_PER_HOUR = 1_000_000
 """Integer price units per USD/h: prices are quantised to 1e-6 USD per hour."""
 SECONDS_PER_HOUR = 3600.0
@@ -136,6 +139,15 @@ def build_menu(options: Sequence[IslandOption], pairs: Sequence[IslandPair],
     by_option: dict[int, list[int]] = {}
     for i, pair in enumerate(pairs):
         by_option.setdefault(pair.option_index, []).append(i)
+    work = sum((batch // options[o].num_gpus) * len(ids) for o, ids in by_option.items())
+    limit = LIMITS["menu_work"]
+    if work > limit.maximum:
+        raise UserInputError(
+            f"the planner's menu would take {work:,} evaluations (training.global_batch_seqs "
+            f"{batch:,} x sequences per GPU x island options x micro-batches), above "
+            f"{limit.maximum:,.0f} ({limit.reason})",
+            hint="lower training.global_batch_seqs, or the island options (num_nodes, "
+                 "allowed_gpus_per_node).")
     items = []
     for o, pair_ids in sorted(by_option.items()):
         gpus = options[o].num_gpus

@@ -1,0 +1,258 @@
+"""Every layout of one island at once: the rows a layout-aware island table and `shardmeter
+layout` are made of (issue 25).
+
+For an island (n nodes of g GPUs), a `LayoutSpace` and a recipe, `island_layout_rows` returns one
+row per (layout, checkpointing mode, micro-batch m) that fits the GPU's memory, with the exact
+affine form of its step in k (micro-batches per optimizer step): T(k) = step_fixed_s +
+k·microstep_s, compute busy C(k) and communication X(k) alike, the admissible k (min_accum <= k
+<= max_accum, a multiple of accum_multiple) and the peak memory of its worst GPU.
+
+Claim and why, per kind of layout:
+  * pp = 1: the FSDP step graph (`perfmodel.sim.fsdp`) with the layout's in-stage parallelism,
+    evaluated by its compiled fast path (`perfmodel.sim.fastpath`), exact for every k >= 1;
+    memory: `perfmodel.costs.memory.memory_coefficients` at k = 1 and at k >= 2 (the same for
+    every k >= 2), so k is unbounded unless the k >= 2 peak does not fit (then k = 1 only);
+  * pp > 1: the pipeline graph (`perfmodel.sim.pipeline`) read at its two affine points, exact
+    for every admissible k (tests/test_pipeline.py); min_accum = pp (1F1B, interleaved: a
+    multiple of pp), GPipe any k >= 1; the memory of the worst pipeline rank at k = min_accum;
+    a schedule whose in-flight micro-batches grow with k (GPipe) gets max_accum = the largest k
+    that fits (memory is non-decreasing in k: bisection).
+Rows are then reduced exactly (`drop_dominated`): a row is removed when another row of the same
+island and the same sequences per micro-step (m·dp) admits every k it admits and is no slower,
+no busier (energy) and no larger in memory at every such k.
+Layouts that fit nothing are returned as `Rejected` records with the binding limit (the GPU's
+usable memory at m = 1, or the global batch) so that callers can say why an island has no row.
+Checked by: tests/test_layout_rows.py (rows equal `predict` at their k; the reduction against
+brute force; rejected layouts name the limit).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from perfmodel.costs.memory import max_micro_batch, memory_breakdown, memory_coefficients
+from perfmodel.costs.model import CostModel
+from perfmodel.sim.analysis import classify_regime
+from perfmodel.sim.fastpath import fast_step, model_fast_costs
+from perfmodel.sim.pipeline import pipeline_costs, pipeline_decomposition
+from perfmodel.spec.arch import ModelSpec
+from perfmodel.spec.formulas import GIB
+from perfmodel.spec.hardware import IslandSpec
+from perfmodel.spec.layout import ParallelLayout
+from perfmodel.spec.layout_space import LayoutSpace
+from perfmodel.spec.recipe import TrainingRecipe
+
+LAYOUT_COLUMNS = ("tp", "pp", "cp", "dp_replicate", "dp_shard", "virtual_stages", "pp_schedule",
+                  "sequence_parallel", "async_tp", "ac", "layout", "dp", "min_accum",
+                  "accum_multiple", "max_accum")
+"""What a row adds to an island table row (`perfmodel.tables.TABLE_COLUMNS`): the layout's
+fields, the checkpointing mode, its display string, the data-parallel ranks dp (a micro-step
+takes m·dp sequences), and the admissible k (max_accum 0: unbounded)."""
+ROW_COLUMNS = (*LAYOUT_COLUMNS, "micro_batch", "microstep_s", "step_fixed_s", "compute_fixed_s",
+               "compute_micro_s", "comm_only_fixed_s", "comm_only_micro_s", "memory_gib",
+               "memory_accum_gib", "accum_fits", "bound", "worst_stage")
+
+MAX_GPIPE_ACCUM = 4096
+"""Bisection ceiling of GPipe's memory-bound k (far above any global batch of a table)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Rejected:
+    """A (layout, checkpointing) of an island that contributes no row, and why."""
+
+    layout: ParallelLayout
+    """The resolved layout."""
+    ac: str
+    """Checkpointing mode."""
+    reason: str
+    """The binding limit, in words (with the numbers)."""
+    over_bytes: float
+    """Bytes by which micro-batch 1 exceeds the GPU's usable memory (0: memory is not what
+    binds)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class IslandLayouts:
+    """The rows and the rejected layouts of one island."""
+
+    rows: pd.DataFrame
+    """ROW_COLUMNS, one row per (layout, ac, micro-batch)."""
+    rejected: tuple[Rejected, ...]
+    """Candidates that fit no micro-batch (or whose smallest step exceeds the batch)."""
+    candidates: int
+    """(layout, ac) pairs considered."""
+
+
+def _recipes(space: LayoutSpace, recipe: TrainingRecipe, model: ModelSpec, seq_len: int,
+             island: IslandSpec) -> list[TrainingRecipe]:
+    layouts = space.candidates(num_layers=model.num_layers, num_heads=model.num_heads,
+                               num_kv_heads=model.num_kv_heads,
+                               intermediate_size=model.intermediate_size, seq_len=seq_len,
+                               nodes=island.num_nodes, gpus_per_node=island.gpus_per_node)
+    modes = space.checkpointing or (recipe.ac,)
+    return [replace(recipe, parallel=layout, ac=ac) for layout in layouts for ac in modes]
+
+
+def island_layout_rows(model: ModelSpec, profile: CostModel, island: IslandSpec, *,
+                       seq_len: int, space: LayoutSpace, recipe: TrainingRecipe,
+                       global_batch_seqs: int | None = None,
+                       max_micro_batches: int | None = None) -> IslandLayouts:
+    """The rows of one island (module doc); `global_batch_seqs` leaves out micro-batches with
+    m·dp above it, `max_micro_batches` caps m (None: what memory allows)."""
+    world = island.num_gpus
+    usable = island.gpu.usable_memory_bytes
+    frames: list[pd.DataFrame] = []
+    rejected: list[Rejected] = []
+    recipes = _recipes(space, recipe, model, seq_len, island)
+    for r in recipes:
+        layout = r.parallel
+        k0 = layout.pp if layout.pp > 1 and layout.pp_schedule != "gpipe" else 1
+        largest = max_micro_batch(model, gpu_memory_bytes=usable, num_gpus=world,
+                                  seq_len=seq_len, recipe=r, accum_steps=k0)
+        if largest < 1:
+            peak = memory_breakdown(model, num_gpus=world, seq_len=seq_len, micro_batch=1,
+                                    recipe=r, accum_steps=k0).peak_bytes
+            rejected.append(Rejected(
+                layout=layout, ac=r.ac, over_bytes=peak - usable,
+                reason=f"micro-batch 1 needs {peak / GIB:.1f} GiB per GPU, "
+                       f"{(peak - usable) / GIB:.1f} GiB over the {usable / GIB:.1f} GiB usable"))
+            continue
+        if global_batch_seqs is not None:
+            largest = min(largest, global_batch_seqs // layout.dp)
+            if largest < 1 or k0 * layout.dp > global_batch_seqs:
+                rejected.append(Rejected(
+                    layout=layout, ac=r.ac, over_bytes=0.0,
+                    reason=f"its smallest step ({k0} x 1 x {layout.dp} data-parallel ranks = "
+                           f"{k0 * layout.dp} sequences) exceeds the global batch of "
+                           f"{global_batch_seqs}"))
+                continue
+        if max_micro_batches is not None:
+            largest = min(largest, max_micro_batches)
+        mb = np.arange(1, largest + 1)
+        frames.append(_rows(model, profile, island, seq_len, r, mb))
+    rows = (pd.concat(frames, ignore_index=True) if frames
+            else pd.DataFrame({c: [] for c in ROW_COLUMNS}))
+    return IslandLayouts(rows=rows, rejected=tuple(rejected), candidates=len(recipes))
+
+
+def _rows(model: ModelSpec, profile: CostModel, island: IslandSpec, seq_len: int,
+          recipe: TrainingRecipe, mb: np.ndarray) -> pd.DataFrame:
+    layout = recipe.parallel
+    world = island.num_gpus
+    usable = island.gpu.usable_memory_bytes
+    worst = ""
+    if layout.pp == 1:
+        step = fast_step(model_fast_costs(model, profile, island, seq_len=seq_len,
+                                          micro_batches=mb, recipe=recipe))
+        fixed, micro = step.step_fixed_s, step.microstep_s
+        c_fixed, c_micro = step.step_fixed_compute_s, step.microstep_compute_s
+        min_accum, multiple, max_accum = 1, 1, 0
+        peak = memory_coefficients(model, num_gpus=world, seq_len=seq_len,
+                                   recipe=recipe).peak_bytes(mb)
+        accum_peak = memory_coefficients(model, num_gpus=world, seq_len=seq_len, recipe=recipe,
+                                         accum_steps=2).peak_bytes(mb)
+        comm_t1 = step.comm_busy_s(1)
+    else:
+        costs = pipeline_costs(model, profile, island, seq_len=seq_len, micro_batch=mb,
+                               recipe=recipe)
+        form = pipeline_decomposition(costs)
+        fixed, micro = form.step_fixed_s, form.microstep_s
+        c_fixed, c_micro = form.compute_fixed_s, form.compute_micro_s
+        min_accum, multiple = form.min_accum, form.accum_multiple
+        worst = costs.worst_label()
+        peak = np.array([memory_breakdown(model, num_gpus=world, seq_len=seq_len,
+                                          micro_batch=int(m), recipe=recipe,
+                                          accum_steps=min_accum).peak_bytes for m in mb])
+        accum_peak = peak
+        max_accum = 0
+        if layout.pp_schedule == "gpipe":
+            max_accum = _gpipe_max_accum(model, world, seq_len, recipe, usable, int(mb[-1]))
+        comm_t1 = form.comm_fixed_s + min_accum * form.comm_micro_s
+    t_min = fixed + min_accum * micro
+    frame = pd.DataFrame({
+        "tp": layout.tp, "pp": layout.pp, "cp": layout.cp, "dp_replicate": layout.dp_replicate,
+        "dp_shard": layout.dp_shard, "virtual_stages": layout.virtual_stages,
+        "pp_schedule": layout.pp_schedule if layout.pp > 1 else "",
+        "sequence_parallel": bool(layout.sequence_parallel and layout.tp > 1),
+        "async_tp": layout.async_tp, "ac": recipe.ac, "layout": layout.describe(),
+        "dp": layout.dp, "min_accum": min_accum, "accum_multiple": multiple,
+        "max_accum": max_accum, "micro_batch": mb, "microstep_s": micro, "step_fixed_s": fixed,
+        "compute_fixed_s": c_fixed, "compute_micro_s": c_micro,
+        "comm_only_fixed_s": fixed - c_fixed, "comm_only_micro_s": micro - c_micro,
+        "memory_gib": np.asarray(peak) / GIB, "memory_accum_gib": np.asarray(accum_peak) / GIB,
+        "accum_fits": np.asarray(accum_peak) <= usable,
+        "bound": classify_regime(t_min, c_fixed + min_accum * c_micro, comm_t1),
+        "worst_stage": worst,
+    })
+    if layout.pp > 1 and layout.pp_schedule == "gpipe":
+        # GPipe's bound on k holds at the largest m; smaller m allow at least as many
+        frame["max_accum"] = [
+            _gpipe_max_accum(model, world, seq_len, recipe, usable, int(m)) for m in mb]
+    return frame.loc[:, list(ROW_COLUMNS)]
+
+
+def _gpipe_max_accum(model: ModelSpec, world: int, seq_len: int, recipe: TrainingRecipe,
+                     usable: int, micro_batch: int) -> int:
+    """The largest k whose GPipe peak (k micro-batches in flight) fits (bisection; memory is
+    non-decreasing in k)."""
+    def fits(k: int) -> bool:
+        return memory_breakdown(model, num_gpus=world, seq_len=seq_len, micro_batch=micro_batch,
+                                recipe=recipe, accum_steps=k).peak_bytes <= usable
+
+    if not fits(1):
+        return 0
+    lo, hi = 1, 2
+    while hi <= MAX_GPIPE_ACCUM and fits(hi):
+        lo, hi = hi, hi * 2
+    if hi > MAX_GPIPE_ACCUM:
+        return MAX_GPIPE_ACCUM
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+    return lo
+
+
+def drop_dominated(rows: pd.DataFrame, keys: Sequence[str] = ()) -> pd.DataFrame:
+    """The rows no other row of the same `keys` (the island) and the same sequences per
+    micro-step beats at every admissible k (module doc). Exact: a removed row's every use has a
+    replacement that is at least as fast, as busy and as small, at the same batch."""
+    if rows.empty:
+        return rows
+    data = rows.assign(_seqs=rows["micro_batch"] * rows["dp"])
+    keep = np.ones(len(data), dtype=bool)
+    group_keys = [*keys, "_seqs"]
+    for _, group in data.groupby(group_keys, sort=False):
+        idx = group.index.to_numpy()
+        if len(idx) < 2:
+            continue
+        g = group.reset_index(drop=True)
+        lo = g["min_accum"].to_numpy()
+        mult = g["accum_multiple"].to_numpy()
+        hi = np.where(g["max_accum"].to_numpy() > 0, g["max_accum"].to_numpy(), np.inf)
+        hi = np.where(g["accum_fits"].to_numpy(dtype=bool), hi, 1)
+        cols = ("step_fixed_s", "microstep_s", "compute_fixed_s", "compute_micro_s",
+                "memory_gib", "memory_accum_gib")
+        vals = np.stack([g[c].to_numpy(dtype=float) for c in cols], axis=1)
+        for i in range(len(g)):
+            for j in range(len(g)):
+                if i == j or not keep[data.index.get_loc(idx[j])]:
+                    continue
+                # j covers every k of i: its range contains i's and its multiple divides i's
+                covers = lo[j] <= lo[i] and hi[j] >= hi[i] and mult[i] % mult[j] == 0
+                if not covers or not np.all(vals[j] <= vals[i]):
+                    continue
+                if np.all(vals[j] == vals[i]) and j > i:
+                    continue  # identical rows: keep the first
+                keep[data.index.get_loc(idx[i])] = False
+                break
+    return rows.loc[keep].reset_index(drop=True)
+
+
+def describe_row(row: Any) -> str:
+    """One line naming a row's layout and checkpointing (for reports)."""
+    return f"{row['layout']}, ac {row['ac']}, m {row['micro_batch']}"

@@ -1,0 +1,375 @@
+"""Pipeline parallelism as data: which blocks each stage holds and in which order each pipeline
+rank runs its stages' forward and backward passes (GPipe, 1F1B, interleaved 1F1B).
+
+Stages. A layout with pp ranks and V virtual stages per rank cuts the L blocks into S = pp·V
+stages of consecutive blocks; global stage s runs on pipeline rank s mod pp (torch's "loop"
+placement: rank r holds stages r, r + pp, ..., as `torch.distributed.pipelining` and torchtitan
+place them). `stage_blocks` gives every stage ⌊L/S⌋ or ⌈L/S⌉ blocks. Claim: the stages that get
+the smaller count are the last and the first, then alternately inwards (last, first, second to
+last, second, ...). Why: the first stage also runs the embedding and the last the final norm, the
+LM head and the loss, so they are the stages the extra block would make slowest; a balanced cut
+gives them the fewer blocks, as torchtitan's splitter does when it counts the embedding and the
+head as layers. Llama-3.1-405B (126 blocks) at pp 16 gets 7 blocks on stages 0 and 15 and 8 on the
+other 14. Checked by: tests/test_pipeline_spec.py (every L, S: counts sum to L, differ by at most
+one, fewer blocks at the ends first).
+
+Orders. `rank_order` is the list of (stage, pass, micro-batch) a pipeline rank executes in one
+optimizer step of k micro-batches, pass 'F' (forward) or 'B' (backward, weights and inputs
+together), exactly as torch 2.13's schedules execute them on each rank:
+
+* GPipe: every forward of the rank's stage in micro-batch order, then every backward in the same
+  order (ScheduleGPipe).
+* 1F1B: rank r runs min(k, pp - 1 - r) warm-up forwards, then alternates one forward and one
+  backward (the forward first) while forwards remain, then the remaining backwards (Schedule1F1B;
+  its planned table `pipeline_order` is wrong for the last rank in torch 2.13 — the executed order
+  is the one here, recorded on gloo).
+* Interleaved 1F1B (V >= 2): torch's ScheduleInterleaved1F1B rule: with r_b = max(1, k // pp)
+  rounds of m_r = k // r_b micro-batches, rank r runs w = min((V-1)·m_r + 2·(pp-1-r), V·k)
+  warm-up forwards, then pairs (forward, backward), then w backwards; operation i's forward runs
+  local stage (i // m_r) mod V and its backward local stage V-1 - ((i - w) // m_r) mod V; each
+  stage takes its micro-batches in order. It needs k to be a multiple of r_b (torch's check);
+  1F1B needs k >= pp (torch raises otherwise), interleaved 1F1B and GPipe run any k.
+
+`in_flight` counts, per stage, the most micro-batches whose forward has run and whose backward has
+not: the activations the stage holds at its peak (GPipe: k; 1F1B: min(k, pp - r) on rank r).
+Checked by: tests/test_pipeline_order.py (orders equal the sequences recorded from torch's
+schedules, catalogs/profiles/data/pp-order.csv: gloo pp 2 and the fake process group pp 2 and 4,
+k 2 to 12, 1 to 4 virtual stages) and tests/test_pipeline_spec.py (dependency-feasibility of every
+order for pp up to 8; in-flight counts against the closed forms).
+
+Point-to-point. `p2p_order` lists the sends and receives a pipeline rank posts in one step, in
+posting order, each as (kind, stage, micro-batch, peer rank): SEND_F / RECV_F carry stage s's
+output activation to stage s + 1 (tagged with the sending / the receiving stage, as torch tags
+them), SEND_B / RECV_B the gradient of stage s's input back to stage s - 1. Claim: a send is
+posted right after the pass that produced it, on every schedule; a receive right before the pass
+that consumes it for GPipe and 1F1B (ScheduleGPipe and Schedule1F1B are hand-written loops that
+receive, compute, send), but as early as torch's schedule lowering puts it for interleaved 1F1B
+(ScheduleInterleaved1F1B runs `pipeline_order_with_comms`: the compute orders with FSDP
+bookkeeping actions added, then `_add_send_recv`, which walks the ranks round-robin one action
+per rank per round and places the receiver's RECV when the sender's compute is placed);
+`_lowered_orders` replays that lowering on these orders. Every boundary of a pp >= 2 pipeline
+crosses ranks (loop placement), so each carries one transfer per micro-batch and direction:
+`boundary_bytes` = micro-batch x sequence (/ cp) x hidden in the activation dtype, / tp under
+sequence parallelism. Checked by: tests/test_pipeline_order.py (the posting order, peers, shapes,
+dtypes and bytes recorded from torch 2.13 on 2 gloo ranks and, for pp 4, on the fake process
+group, catalogs/profiles/data/pp-order.csv, and one live re-recording).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from perfmodel.spec.errors import UserInputError
+from perfmodel.spec.formulas import dtype_bytes
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class Action:
+    """One compute action of a pipeline rank."""
+
+    stage: int
+    """Global stage index (0 = the embedding side)."""
+    pass_: str
+    """'F' (forward) or 'B' (backward)."""
+    micro: int
+    """Micro-batch index within the optimizer step."""
+
+    def __str__(self) -> str:
+        return f"{self.stage}{self.pass_}{self.micro}"
+
+
+def stage_blocks(num_layers: int, pp: int, virtual_stages: int = 1) -> tuple[int, ...]:
+    """Blocks held by each of the pp · virtual_stages stages, in stage order (module doc)."""
+    stages = pp * virtual_stages
+    if stages < 1 or num_layers < stages:
+        raise UserInputError(
+            f"{stages} pipeline stages for {num_layers} blocks: a stage would hold none",
+            hint=f"use at most {num_layers} stages (pp x virtual_stages).")
+    base, extra = divmod(num_layers, stages)
+    if extra == 0:
+        return (base,) * stages
+    # the (stages - extra) smaller stages: last, first, second to last, second, ...
+    ends: list[int] = []
+    lo, hi = 0, stages - 1
+    while len(ends) < stages - extra:
+        ends.append(hi)
+        hi -= 1
+        if len(ends) < stages - extra:
+            ends.append(lo)
+            lo += 1
+    small = set(ends)
+    return tuple(base if s in small else base + 1 for s in range(stages))
+
+
+def stage_of_rank(rank: int, pp: int, virtual_stages: int) -> tuple[int, ...]:
+    """Global stages pipeline rank `rank` holds (loop placement)."""
+    return tuple(rank + v * pp for v in range(virtual_stages))
+
+
+def check_schedule(schedule: str, pp: int, virtual_stages: int, micro_batches: int) -> None:
+    """UserInputError naming the rule a schedule breaks with k = `micro_batches` (and the
+    nearest k that works)."""
+    if micro_batches < 1:
+        raise UserInputError(f"{micro_batches} micro-batches per step",
+                             hint="use at least one micro-batch (--accum >= 1).")
+    if schedule == "1f1b" and micro_batches < pp:
+        raise UserInputError(
+            f"{schedule} with pp {pp} needs at least pp micro-batches per step, got "
+            f"{micro_batches}",
+            hint=f"use --accum {pp} or more (micro-batches per step), or pp_schedule gpipe.")
+    if schedule == "interleaved-1f1b":
+        rounds = max(1, micro_batches // pp)
+        if micro_batches % rounds:
+            up = -(-micro_batches // pp) * pp
+            raise UserInputError(
+                f"interleaved-1f1b with pp {pp} needs a number of micro-batches that is a "
+                f"multiple of max(1, k // pp) = {rounds}, got {micro_batches}",
+                hint=f"use --accum {up} (a multiple of pp) or {micro_batches // rounds * rounds}.")
+
+
+@lru_cache(maxsize=512)
+def rank_order(schedule: str, pp: int, virtual_stages: int, micro_batches: int,
+               rank: int) -> tuple[Action, ...]:
+    """The compute actions pipeline rank `rank` executes in one step (module doc)."""
+    check_schedule(schedule, pp, virtual_stages, micro_batches)
+    k = micro_batches
+    if schedule == "gpipe":
+        stage = rank
+        return (tuple(Action(stage, "F", m) for m in range(k))
+                + tuple(Action(stage, "B", m) for m in range(k)))
+    if schedule == "1f1b":
+        stage = rank
+        warmup = min(k, pp - 1 - rank)
+        out = [Action(stage, "F", m) for m in range(warmup)]
+        f, b = warmup, 0
+        while f < k:
+            out += [Action(stage, "F", f), Action(stage, "B", b)]
+            f, b = f + 1, b + 1
+        out += [Action(stage, "B", m) for m in range(b, k)]
+        return tuple(out)
+    if schedule == "interleaved-1f1b":
+        return _interleaved(pp, virtual_stages, k, rank)
+    raise UserInputError(f"unknown pipeline schedule {schedule!r}",
+                         hint="use gpipe, 1f1b or interleaved-1f1b.")
+
+
+def _interleaved(pp: int, v: int, k: int, rank: int) -> tuple[Action, ...]:
+    rounds = max(1, k // pp)
+    per_round = k // rounds
+    warmup = min((v - 1) * per_round + 2 * (pp - 1 - rank), v * k)
+    steady = v * k - warmup
+    next_f = [0] * v
+    next_b = [0] * v
+
+    def forward(op: int) -> Action:
+        local = (op // per_round) % v
+        action = Action(local * pp + rank, "F", next_f[local])
+        next_f[local] += 1
+        return action
+
+    def backward(op: int) -> Action:
+        local = v - 1 - ((op - warmup) // per_round) % v
+        action = Action(local * pp + rank, "B", next_b[local])
+        next_b[local] += 1
+        return action
+
+    out: list[Action] = []
+    for op in range(warmup + steady + warmup):
+        if op < warmup:
+            out.append(forward(op))
+        elif op < warmup + steady:
+            out += [forward(op), backward(op)]
+        else:
+            out.append(backward(op))
+    return tuple(out)
+
+
+def in_flight(schedule: str, pp: int, virtual_stages: int, micro_batches: int,
+              rank: int) -> dict[int, int]:
+    """Per stage of `rank`: the most micro-batches held between their forward and backward."""
+    held: dict[int, int] = {}
+    peak: dict[int, int] = {}
+    for action in rank_order(schedule, pp, virtual_stages, micro_batches, rank):
+        held[action.stage] = held.get(action.stage, 0) + (1 if action.pass_ == "F" else -1)
+        peak[action.stage] = max(peak.get(action.stage, 0), held[action.stage])
+    return peak
+
+
+# ---- point-to-point ----------------------------------------------------------------------------
+
+P2P_KINDS = ("SEND_F", "RECV_F", "SEND_B", "RECV_B")
+"""Transfers of a pipeline rank: activation send / receive, gradient send / receive."""
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class Transfer:
+    """One point-to-point operation a pipeline rank posts."""
+
+    kind: str
+    """One of P2P_KINDS."""
+    stage: int
+    """The local stage posting it: the sender of SEND_*, the receiver of RECV_* (torch's tags)."""
+    micro: int
+    """Micro-batch index."""
+    peer: int
+    """Pipeline rank at the other end."""
+
+    def __str__(self) -> str:
+        return f"{self.stage}{self.kind}{self.micro}"
+
+
+def _peer_stage(kind: str, stage: int) -> int:
+    return stage + 1 if kind in ("SEND_F", "RECV_B") else stage - 1
+
+
+def transfers_of(action: Action, num_stages: int,
+                 pp: int) -> tuple[Transfer | None, Transfer | None]:
+    """(the receive that `action` consumes, the send it produces), None where the stage is an
+    end of the pipeline (or its neighbour is on the same rank)."""
+    if action.pass_ == "F":
+        recv_kind, send_kind = "RECV_F", "SEND_F"
+        has_recv, has_send = action.stage > 0, action.stage < num_stages - 1
+    else:
+        recv_kind, send_kind = "RECV_B", "SEND_B"
+        has_recv, has_send = action.stage < num_stages - 1, action.stage > 0
+
+    def make(kind: str, present: bool) -> Transfer | None:
+        peer = _peer_stage(kind, action.stage) % pp
+        if not present or peer == action.stage % pp:
+            return None
+        return Transfer(kind, action.stage, action.micro, peer)
+
+    return make(recv_kind, has_recv), make(send_kind, has_send)
+
+
+@lru_cache(maxsize=256)
+def posting_order(schedule: str, pp: int, virtual_stages: int, micro_batches: int,
+                  rank: int) -> tuple[Action | Transfer, ...]:
+    """Pipeline rank `rank`'s compute actions and the transfers it posts, in one sequence, in
+    the order torch 2.13 issues them (module doc)."""
+    if schedule == "interleaved-1f1b":
+        lowered = _lowered_orders(pp, virtual_stages, micro_batches)[rank]
+        return tuple(item for item in lowered if isinstance(item, Action | Transfer))
+    stages = pp * virtual_stages
+    out: list[Action | Transfer] = []
+    for action in rank_order(schedule, pp, virtual_stages, micro_batches, rank):
+        recv, send = transfers_of(action, stages, pp)
+        out += [t for t in (recv, action, send) if t is not None]
+    return tuple(out)
+
+
+def p2p_order(schedule: str, pp: int, virtual_stages: int, micro_batches: int,
+              rank: int) -> tuple[Transfer, ...]:
+    """The sends and receives pipeline rank `rank` posts in one step, in posting order (module
+    doc): `posting_order` without the compute actions."""
+    return tuple(item for item in posting_order(schedule, pp, virtual_stages, micro_batches, rank)
+                 if isinstance(item, Transfer))
+
+
+@dataclass(frozen=True, slots=True)
+class _Bookkeeping:
+    """An FSDP action of torch's lowered schedule (UNSHARD, RESHARD, REDUCE_GRAD): no transfer,
+    but one slot of the round-robin walk that places the receives."""
+
+    kind: str
+    stage: int
+
+
+_Lowered = Action | Transfer | _Bookkeeping
+
+
+def _unshard_reshard(actions: list[Action], max_active: int = 3) -> list[Action | _Bookkeeping]:
+    """torch's `_add_unshard_reshard`: before each action, unshard the next `max_active`
+    distinct stages not yet unsharded, resharding the active ones not among them first."""
+    active: set[int] = set()
+    out: list[Action | _Bookkeeping] = []
+    for i, action in enumerate(actions):
+        upcoming: list[int] = []
+        for later in actions[i:]:
+            if later.stage not in upcoming:
+                upcoming.append(later.stage)
+                if len(upcoming) == max_active:
+                    break
+        fetch = [s for s in upcoming if s not in active]
+        for s in [s for s in active if s not in upcoming]:   # set order, as torch iterates it
+            active.remove(s)
+            out.append(_Bookkeeping("RESHARD", s))
+        for s in fetch:
+            active.add(s)
+            out.append(_Bookkeeping("UNSHARD", s))
+        out.append(action)
+    out += [_Bookkeeping("RESHARD", s) for s in list(active)]
+    return out
+
+
+def _reduce_grad(actions: list[Action | _Bookkeeping],
+                 micro_batches: int) -> list[Action | _Bookkeeping]:
+    """torch's `_add_reduce_grad`: REDUCE_GRAD right after each stage's last backward."""
+    out: list[Action | _Bookkeeping] = []
+    backwards: dict[int, int] = {}
+    for action in actions:
+        out.append(action)
+        if isinstance(action, Action) and action.pass_ == "B":
+            backwards[action.stage] = backwards.get(action.stage, 0) + 1
+            if backwards[action.stage] == micro_batches:
+                out.append(_Bookkeeping("REDUCE_GRAD", action.stage))
+    return out
+
+
+@lru_cache(maxsize=64)
+def _lowered_orders(pp: int, virtual_stages: int,
+                    micro_batches: int) -> dict[int, tuple[_Lowered, ...]]:
+    """Every rank's `pipeline_order_with_comms` of torch 2.13's ScheduleInterleaved1F1B: the
+    compute orders with FSDP bookkeeping, then `_add_send_recv` (module doc)."""
+    stages = pp * virtual_stages
+    pending = {r: _reduce_grad(_unshard_reshard(list(rank_order(
+        "interleaved-1f1b", pp, virtual_stages, micro_batches, r))), micro_batches)
+        for r in range(pp)}
+    placed: dict[int, list[_Lowered]] = {r: [] for r in range(pp)}
+    seen: dict[int, set[_Lowered]] = {r: set() for r in range(pp)}
+
+    def ready(rank: int, item: Action | _Bookkeeping) -> bool:
+        if not isinstance(item, Action):
+            return True
+        if item.pass_ == "F" and item.stage > 0:
+            return (Transfer("RECV_F", item.stage, item.micro, (item.stage - 1) % pp)
+                    in seen[rank] or Action(item.stage - 1, "F", item.micro) in seen[rank])
+        if item.pass_ == "B" and item.stage < stages - 1:
+            return (Transfer("RECV_B", item.stage, item.micro, (item.stage + 1) % pp)
+                    in seen[rank] or Action(item.stage + 1, "B", item.micro) in seen[rank])
+        return True
+
+    while pending:
+        progress = False
+        for rank in sorted(pending):
+            item = pending[rank][0]
+            if not ready(rank, item):
+                continue
+            placed[rank].append(item)
+            seen[rank].add(item)
+            if isinstance(item, Action):
+                _, send = transfers_of(item, stages, pp)
+                if send is not None:
+                    placed[rank].append(send)
+                    seen[rank].add(send)
+                    to = _peer_stage(send.kind, send.stage)
+                    recv = Transfer("RECV_F" if send.kind == "SEND_F" else "RECV_B", to,
+                                    send.micro, rank)
+                    placed[send.peer].append(recv)
+                    seen[send.peer].add(recv)
+            pending[rank].pop(0)
+            if not pending[rank]:
+                del pending[rank]
+            progress = True
+        if not progress:  # the orders of rank_order never deadlock (tests/test_pipeline_spec.py)
+            raise RuntimeError("pipeline orders deadlock: no rank can proceed")
+    return {r: tuple(items) for r, items in placed.items()}
+
+
+def boundary_bytes(micro_batch: float, seq_len: int, hidden_size: int, dtype: str, *,
+                   tp: int = 1, cp: int = 1, sequence_parallel: bool = True) -> float:
+    """Bytes of one stage-boundary transfer (module doc): a micro-batch's hidden states (or their
+    gradient) of one tensor/context-parallel rank, in the activation dtype."""
+    split = tp if tp > 1 and sequence_parallel else 1
+    return float(micro_batch * (seq_len / cp) * hidden_size * dtype_bytes(dtype) / split)

@@ -1,0 +1,90 @@
+"""Command `layout`: the valid layouts of one island ranked by throughput
+(`perfmodel.api.layout`); `--explain` places a named layout in that ranking."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+import pandas as pd
+
+from perfmodel import api
+from perfmodel.api.layout import DEFAULT_TOP, LayoutRequest, explain, rank_layouts
+from planner.cli.common import CheckpointParam, emit_json, emit_table, format_option
+from planner.cli.recipe_opts import recipe_from_options, recipe_option_list
+
+_TABLE_COLUMNS = ("rank", "layout_text", "ac", "micro_batch", "accum", "tokens_per_s_per_gpu",
+                  "mfu", "peak_gib", "bubble_fraction", "why")
+
+
+@click.command()
+@click.argument("model_name", metavar="MODEL")
+@click.option("--gpu", "gpu_name", required=True, help="Catalog GPU name.")
+@click.option("--nodes", type=int, default=1, show_default=True, help="Nodes in the island.")
+@click.option("--gpus-per-node", type=int, default=8, show_default=True, help="GPUs per node.")
+@click.option("--seq-len", type=int, required=True, help="Sequence length in tokens.")
+@click.option("--global-batch", "global_batch", type=int, required=True,
+              help="Sequences per optimizer step (k x micro-batch x data-parallel ranks).")
+@click.option("--top", type=int, default=DEFAULT_TOP, show_default=True,
+              help="Layouts to show.")
+@click.option("--ac-mode", "ac_modes", type=CheckpointParam(), multiple=True,
+              help="Checkpointing modes to consider (repeatable; default none, op-sac, layer:2, "
+                   "full).")
+@click.option("--max-tp", type=int, default=None, help="Largest tensor-parallel degree.")
+@click.option("--max-pp", type=int, default=None, help="Largest pipeline degree.")
+@click.option("--explain", "named", default=None, metavar="LAYOUT",
+              help="Where a layout ranks and what beating the best takes, e.g. "
+                   "tp=8,pp=16,dp_shard=128,v=4,ac=none.")
+@click.option("--profile", "profile_name", default=None,
+              help="Hardware profile name or YAML path (default: the GPU's).")
+@format_option()
+def layout(model_name: str, gpu_name: str, nodes: int, gpus_per_node: int, seq_len: int,
+           global_batch: int, top: int, ac_modes: tuple[str, ...], max_tp: int | None,
+           max_pp: int | None, named: str | None, profile_name: str | None, fmt: str,
+           recipe_name: str, **flags: Any) -> None:
+    """Rank the layouts (tp, pp, cp, HSDP, schedule, checkpointing, micro-batch) of one island
+    of MODEL for a global batch, by throughput."""
+    parallel = {k: v for k, v in (("max_tp", max_tp), ("max_pp", max_pp)) if v is not None}
+    request = LayoutRequest(
+        workload=api.WorkloadSpec(model_name=model_name, gpu_name=gpu_name, nodes=nodes,
+                                  gpus_per_node=gpus_per_node, seq_len=seq_len,
+                                  profile_name=profile_name,
+                                  recipe=recipe_from_options(recipe_name, **flags)),
+        global_batch_seqs=global_batch, parallel=parallel,
+        checkpointing=list(ac_modes) or None, top=top)
+    if named is not None:
+        result = explain(request, named)
+        if fmt == "json":
+            emit_json({"rank": result.rank, "of": result.of, "gap_pct": result.gap_pct,
+                       "layout": result.entry, "best": result.best, "explanation": result.lines})
+            return
+        click.echo("\n".join(result.lines))
+        return
+    ranking = rank_layouts(request)
+    if fmt == "json":
+        emit_json({"layouts": ranking.entries, "ranked": ranking.total,
+                   "considered": ranking.candidates, "rejected": ranking.rejected})
+        return
+    frame = pd.DataFrame(ranking.entries)
+    if fmt == "csv":
+        flat = frame.drop(columns=["layout"]) if not frame.empty else frame
+        click.echo(flat.to_csv(index=False), nl=False)
+        return
+    if frame.empty:
+        click.echo(f"no layout of {nodes} x {gpus_per_node} {gpu_name} runs a batch of "
+                   f"{global_batch} sequences of {model_name}")
+    else:
+        best = ranking.entries[0]
+        click.echo(f"best: {best['layout_text']}, ac {best['ac']}, m {best['micro_batch']}, "
+                   f"k {best['accum']}: {best['tokens_per_s_per_gpu']:.0f} tokens/s/GPU, MFU "
+                   f"{best['mfu']:.1%}")
+        emit_table(frame.loc[:, list(_TABLE_COLUMNS)],
+                   title=f"{ranking.total} of {ranking.candidates} layouts run the batch")
+    if ranking.rejected:
+        click.echo(f"{len(ranking.rejected)} layouts cannot (json lists each with why), e.g. "
+                   f"{ranking.rejected[0]['layout']} ac {ranking.rejected[0]['ac']}: "
+                   f"{ranking.rejected[0]['why']}")
+
+
+for _option in reversed(recipe_option_list(ac=False)):
+    layout = _option(layout)

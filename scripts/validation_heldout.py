@@ -1,0 +1,242 @@
+"""Part (a)'s validation-only sections of docs/VALIDATION.md (imported by
+python -m scripts.make_validation): CPU datasets that no fit reads, reported apart.
+
+* The fresh CPU holdout (issue 22, item 6): `catalogs/spaces/cpu-holdout.yaml` froze three
+  architectures before any measurement; `scripts/collect_cpu_data.sh` (step `holdout`) measures
+  them once into `catalogs/profiles/data/cpu-holdout.csv`. Each row is predicted by the SHIPPED
+  CPU profile as it is (no refit), and the forward / backward / optimizer MAPE and signed errors
+  are reported per model and overall, whatever they show. `holdout_clashes` is the check that the
+  holdout is untouched (no fitting dataset has a holdout model's name or shape): the section
+  refuses to render when it fails, and tests/test_holdout.py runs it.
+* The checkpointing policies on FSDP2 CPU steps (issue 22, done-when): `catalogs/spaces/
+  fsdp-cpu-ac.yaml` measured with `--ac none / op-sac / attn / layer:2` (step `fsdp-ac`) into
+  `catalogs/profiles/data/cpu-fsdp-ac.csv`, each row predicted with the recipe it trained by
+  `perfmodel.profiles.fsdp_compare.compare_fsdp` with the shipped profile.
+
+Until a dataset exists its section says it has not been measured yet. Every figure is computed
+here from the data; nothing is typed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from perfmodel.bench.space import load_space
+from perfmodel.costs.compute import load_compute_dataset, mape_table
+from perfmodel.formatting import markdown_table
+from perfmodel.profiles.fit import predict_compute_dataset
+from perfmodel.profiles.fsdp_compare import compare_fsdp, read_fsdp_dataset, row_recipe
+from perfmodel.profiles.profile import load_profile
+from perfmodel.spec.arch import ModelSpec
+from perfmodel.spec.catalog import get_model
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = "catalogs/profiles/data"
+PROFILE = "catalogs/profiles/cpu-x86-2core.yaml"
+HOLDOUT_SPACE = "catalogs/spaces/cpu-holdout.yaml"
+HOLDOUT = f"{DATA}/cpu-holdout.csv"
+FITTING = (f"{DATA}/cpu-compute.csv", f"{DATA}/cpu-width-probe.csv", f"{DATA}/cpu-fsdp.csv")
+"""The datasets the CPU profile's decisions were made on: the compute fit, the width probe that
+chose its aligned-width feature, the FSDP-side fit. The holdout shares no model name or shape
+with any of them."""
+AC_SPACE = "catalogs/spaces/fsdp-cpu-ac.yaml"
+FSDP_AC = f"{DATA}/cpu-fsdp-ac.csv"
+SHAPE_KEY = ("hidden_size", "num_attention_heads", "num_key_value_heads", "intermediate_size",
+             "vocab_size")
+"""What makes a holdout architecture's shape (the layer count and the family layout aside: a
+fitting row with these five values is the same matrices, whatever its depth)."""
+PHASES = ("forward", "backward", "optimizer")
+AC_ORDER = ("none", "full", "op-sac", "attn")
+
+
+def f(x: Any, digits: int = 2) -> str:
+    """A number for a markdown table ('-' when missing)."""
+    try:
+        value = float(x)
+    except (TypeError, ValueError):
+        return str(x)
+    return "-" if value != value else f"{value:.{digits}f}"
+
+
+def _words(values: Iterable[Any], last: str = "and") -> str:
+    items = [str(v) for v in values]
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} {last} {items[-1]}"
+
+
+# ---- the fresh holdout ------------------------------------------------------------------------
+
+def holdout_specs(space_path: Path) -> list[ModelSpec]:
+    """The holdout's architectures, as its space file names them (layer count as measured)."""
+    space = load_space(space_path)
+    if space.named is None:
+        raise SystemExit(f"{space_path}: the holdout space has no 'named' section")
+    layers = space.named.num_hidden_layers
+    return [replace(get_model(entry), num_layers=layers) if layers else get_model(entry)
+            for entry in space.named.models]
+
+
+def _shape(spec: ModelSpec) -> tuple[int, ...]:
+    return (spec.hidden_size, spec.num_heads, spec.num_kv_heads, spec.intermediate_size,
+            spec.vocab_size)
+
+
+def holdout_clashes(specs: Sequence[ModelSpec], datasets: Sequence[Path]) -> list[str]:
+    """Every way a fitting dataset touches the holdout: a row whose `model` is a holdout model's
+    name, or whose shape (`SHAPE_KEY`) is a holdout model's. Empty: the holdout is untouched."""
+    names = {s.name.lower(): s.name for s in specs}
+    shapes = {_shape(s): s.name for s in specs}
+    out = []
+    for path in datasets:
+        if not path.is_file():
+            continue
+        frame = pd.read_csv(path, usecols=lambda c: c in ("model", *SHAPE_KEY), dtype=str)
+        for model in sorted(set(frame["model"].str.lower()) & set(names)):
+            out.append(f"{path.name} has rows of {names[model]}")
+        if set(SHAPE_KEY) <= set(frame.columns):
+            seen = frame.drop_duplicates(subset=list(SHAPE_KEY))
+            for _, row in seen.iterrows():
+                key = tuple(int(row[c]) for c in SHAPE_KEY)
+                if key in shapes:
+                    out.append(f"{path.name}: row {row['model']!r} has {shapes[key]}'s shape "
+                               f"{dict(zip(SHAPE_KEY, key, strict=True))}")
+    return out
+
+
+def _signed_pct(part: pd.DataFrame) -> float:
+    if part.empty:
+        return float("nan")
+    return float(np.mean((part["predicted_s"] / part["time_s"] - 1.0) * 100.0))
+
+
+def holdout_section(space_path: Path | None = None, data_path: Path | None = None,
+                    profile_path: Path | None = None) -> str:
+    """The fresh holdout, reported apart: what was frozen, then its errors under the shipped
+    profile (or that it has not been measured yet)."""
+    space_path = space_path or ROOT / HOLDOUT_SPACE
+    data_path = data_path or ROOT / HOLDOUT
+    profile_path = profile_path or ROOT / PROFILE
+    space = load_space(space_path)
+    named = space.named
+    if named is None:
+        raise SystemExit(f"{space_path}: the holdout space has no 'named' section")
+    specs = holdout_specs(space_path)
+    clashes = holdout_clashes(specs, [ROOT / p for p in FITTING])
+    if clashes:
+        raise SystemExit("the CPU holdout is not untouched (it is spent; choose new "
+                         "architectures): " + "; ".join(clashes))
+    shown = _shown(space_path)
+    frozen = (
+        f"`{shown}` froze, before any measurement, {len(specs)} architectures that no decision of "
+        f"the CPU model has used ({_words(s.name for s in specs)}; shapes and sources in "
+        "`catalogs/spaces/holdout/README.md`; no row of "
+        f"{_words(f'`{Path(p).name}`' for p in FITTING)} has their names or shapes, which "
+        f"`tests/test_holdout.py` checks), each with {named.num_hidden_layers} layers at sequence "
+        f"{_words(named.seq_lens)} x micro-batch {_words(named.micro_batches)}, {named.iters} "
+        "profiled steps. They are measured once and never fitted to; each row is predicted by "
+        f"the shipped profile `{_shown(profile_path)}` as it is, without a refit.")
+    heading = "### The fresh CPU holdout: the honest, untouched CPU estimate (reported apart)"
+    if not data_path.is_file():
+        return "\n\n".join([heading, frozen, (
+            f"Not measured yet: `STEPS=holdout scripts/collect_cpu_data.sh` writes "
+            f"`{_shown(data_path)}` (once, on a quiet machine); this section then reports its "
+            "forward, backward and optimizer errors here, whatever they are.")])
+    frame = load_compute_dataset(str(data_path))
+    profile = load_profile(str(profile_path))
+    recorded = {str(d.get("sha256")) for d in profile.provenance_detail.get("datasets", [])
+                if isinstance(d, dict)}
+    if hashlib.sha256(data_path.read_bytes()).hexdigest() in recorded:
+        raise SystemExit(f"{profile_path} records {data_path} among its fitting datasets: the "
+                         "holdout is spent")
+    frame = frame.assign(predicted_s=predict_compute_dataset(profile, frame))
+    mape = mape_table(frame, frame["predicted_s"].to_numpy()).set_index("model")
+    body = []
+    for name, part in [*frame.groupby("model", sort=False), ("all", frame)]:
+        points = part[["seq_len", "micro_batch"]].drop_duplicates()
+        row = [name if name != "all" else f"all ({frame['model'].nunique()} models)",
+               len(points)]
+        for phase in PHASES:
+            sub = part[part["phase"] == phase]
+            row += [f(mape.loc[name, f"{phase}_mape_pct"]), f(_signed_pct(sub))]
+        row.append(f(mape.loc[name, "step_mape_pct"]))
+        body.append(row)
+    missing = [s.name for s in specs if s.name not in set(frame["model"])]
+    table = markdown_table(
+        ["model", "(S, m) points", "fwd MAPE %", "fwd signed %", "bwd MAPE %", "bwd signed %",
+         "optimizer MAPE %", "optimizer signed %", "step MAPE %"], body)
+    notes = (f"{len(frame)} rows of `{_shown(data_path)}`; signed error = mean of (predicted / "
+             "measured - 1), + = predicted slower than measured; step = forward + backward + the "
+             "model's mean optimizer time per point."
+             + (f" Not measured (yet): {_words(missing)}." if missing else ""))
+    return "\n\n".join([heading, frozen, table, notes])
+
+
+def _shown(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(ROOT))
+    except ValueError:
+        return str(path)
+
+
+# ---- checkpointing policies on FSDP2 CPU steps ------------------------------------------------
+
+def _mode_order(mode: str) -> tuple[int, str]:
+    return (AC_ORDER.index(mode), mode) if mode in AC_ORDER else (len(AC_ORDER), mode)
+
+
+def ac_section(data_path: Path | None = None, profile_path: Path | None = None) -> str:
+    """Every checkpointing policy measured on the held-out FSDP2 plan beside the profile's
+    prediction with the recipe the row trained; per mode n, MAPE and signed median, and the
+    recompute each mode adds over the same case's `none` step, measured vs predicted."""
+    data_path = data_path or ROOT / FSDP_AC
+    profile_path = profile_path or ROOT / PROFILE
+    heading = "### Checkpointing policies on FSDP2 CPU steps (validation only, never fitted)"
+    plan = (f"`{AC_SPACE}` (shapes that are not among the FSDP-side fit's) is measured with "
+            "torchtitan's recipe in fp32 once per `CheckpointPolicy` (`none` as the reference, "
+            "`op-sac`, `attn`, `layer:2`); each row is predicted by the shipped profile with "
+            "the recipe it trained. No fit reads these rows.")
+    if not data_path.is_file():
+        return "\n\n".join([heading, plan, (
+            f"Not measured yet: `STEPS=fsdp-ac scripts/collect_cpu_data.sh` writes "
+            f"`{_shown(data_path)}`; this section then reports each policy's step-time error "
+            "here.")])
+    frame = read_fsdp_dataset(data_path)
+    modes = [row_recipe(row, str(data_path)).ac for _, row in frame.iterrows()]
+    records = compare_fsdp(data_path, str(profile_path))
+    rows = pd.DataFrame(records).assign(ac=modes)
+    key = ["model", "seq_len", "micro_batch", "grad_accum", "world_size"]
+    base = rows[rows["ac"] == "none"].set_index(key)[["measured_step_s", "predicted_step_s"]]
+    body = []
+    for r in rows.to_dict("records"):
+        ref = base.loc[tuple(r[k] for k in key)] if tuple(r[k] for k in key) in base.index \
+            else None
+        extra_m = extra_p = float("nan")
+        if ref is not None and r["ac"] != "none":
+            extra_m = 100 * (r["measured_step_s"] / float(ref["measured_step_s"]) - 1)
+            extra_p = 100 * (r["predicted_step_s"] / float(ref["predicted_step_s"]) - 1)
+        body.append([r["model"], r["seq_len"], r["micro_batch"], r["grad_accum"], r["ac"],
+                     f(r["measured_step_s"], 4), f(r["predicted_step_s"], 4),
+                     f(r["step_error_pct"], 1), f(extra_m, 1), f(extra_p, 1),
+                     f(r["memory_error_pct"], 1)])
+    summary = []
+    for mode, part in sorted(rows.groupby("ac"), key=lambda item: _mode_order(str(item[0]))):
+        errors = part["step_error_pct"].to_numpy(float)
+        memory = part["memory_error_pct"].to_numpy(float)
+        summary.append([mode, len(part), f(np.mean(np.abs(errors))), f(np.median(errors)),
+                        f(np.nanmean(np.abs(memory)))])
+    return "\n\n".join([
+        heading, plan,
+        markdown_table(["case", "S", "m", "k", "checkpointing", "measured s", "predicted s",
+                        "error %", "measured recompute vs none %",
+                        "predicted recompute vs none %", "memory error %"], body),
+        markdown_table(["checkpointing", "n", "step MAPE %", "signed median %",
+                        "peak-memory MAPE % (tracked bytes)"], summary),
+        "Error = predicted / measured - 1 (+ = predicted slower); 'recompute vs none': the step "
+        "time over the same case's `none` step; memory against the row's own peak "
+        "(`profiler-live+persistent`), predicted without the allocator reserve."])
