@@ -294,9 +294,11 @@ def _worker(case: MemoryCase) -> dict[str, Any]:
 def run_layout_cases(cases: Sequence[MemoryCase], out_path: str | Path, *, jobs: int = 1,
                      limit: int | None = None,
                      draw: dict[str, Any] | None = None) -> dict[str, int]:
-    """Track every case not yet in `out_path` (resume), over `jobs` processes (each case in its
-    own fake process group); the parent appends each finished row. `draw`: how the cases were
-    drawn (recorded in the session's env.json)."""
+    """Track every case not yet in `out_path` (resume), over `jobs` processes, each case in a
+    fresh process with its own fake process group (torch caches objects keyed by a device mesh
+    across process groups: a second case with the same mesh in one process fails to resolve the
+    first case's destroyed group); the parent appends each finished row. `draw`: how the cases
+    were drawn (recorded in the session's env.json)."""
     log = CsvLog(out_path, COLUMNS, KEY_COLUMNS)
     done = log.done_keys()
     todo = [c for c in cases if log.key_of(case_key(c)) not in done]
@@ -307,13 +309,9 @@ def run_layout_cases(cases: Sequence[MemoryCase], out_path: str | Path, *, jobs:
         extra={"benchmark": "memory-layouts", "jobs": jobs, "cases": len(todo),
                "tracked_steps": sorted({c.steps for c in todo}),
                "ground_truth": GROUND_TRUTHS, "draw": draw or {}}))
-    if jobs <= 1:
-        for case in todo:
-            _log_row(log, run_layout_case(case))
-    else:
-        with mp.get_context("spawn").Pool(jobs, maxtasksperchild=2) as pool:
-            for row in pool.imap_unordered(_worker, todo):
-                _log_row(log, row)
+    with mp.get_context("spawn").Pool(max(jobs, 1), maxtasksperchild=1) as pool:
+        for row in pool.imap_unordered(_worker, todo):
+            _log_row(log, row)
     return {"measured": len(todo), "skipped": skipped}
 
 
