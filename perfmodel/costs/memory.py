@@ -301,6 +301,7 @@ class _Sizes:
     loss_parallel: bool = False   # logits and cross-entropy vocabulary-sharded over tp
     embed_grad: float = 0.0       # elements of the embedding's gradient as backward makes it
     layout_phases: bool = False  # the phases measured for parallel layouts (`RankView`)
+    all_reduce_held: bool = False  # HSDP: each unit's all-reduce buffer lives to backward's end
 
 
 def _param_dim0s(spec: ModelSpec) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
@@ -350,7 +351,7 @@ def _sizes(view: RankView, recipe: TrainingRecipe, config: MemoryConfig) -> _Siz
                   tensors=spec.num_layers * len(block) + len(root),
                   share=view.sequence_share, loss_parallel=view.tp > 1,
                   embed_grad=float(view.embedding_grad_elements),
-                  layout_phases=view.layout_phases)
+                  layout_phases=view.layout_phases, all_reduce_held=view.dp_replicate > 1)
 
 
 # ---- activations per token ------------------------------------------------------------------
@@ -542,6 +543,13 @@ def _phases(spec: ModelSpec, seq_len: int, z: _Sizes, recipe: TrainingRecipe, k:
     local_embed = float(spec.embedding_params)
     kept_embed = 2 * b * (z.embed_grad - local_embed) if no_sync else 0.0
     accumulated += kept_embed
+    # HSDP: FSDP2 keeps each unit's all-reduce buffer (its r-byte reduce-scatter output) in
+    # FSDPParamGroup._all_reduce_state until finalize_backward at the end of that backward (so
+    # the next unit's reduce-scatter cannot reuse it while the all-reduce is in flight: torch
+    # PR #140044). It is the new gradient shard itself unless the shard is accumulated into an
+    # existing gradient (reduce-scatter accumulation after the first micro-step) or cast to
+    # the master dtype; then one r-byte shard per unit reduced so far is alive.
+    held_ar = (r if z.all_reduce_held and (states["sharded_grads"] or r != z.m) else 0.0)
     last_block = 0.0 if recipe.reshard_last_block_after_forward else b * z.padded_block
     # FSDP2 never reshards the root after forward (whatever reshard_root_after_forward says):
     # backward needs it first.
@@ -582,6 +590,7 @@ def _phases(spec: ModelSpec, seq_len: int, z: _Sizes, recipe: TrainingRecipe, k:
         # 1 both hold one: FSDP2's implicit prefetch)
         prefetch = b * z.padded_block * min(max(recipe.prefetch_depth, 1), j)
         previous_rs = r * z.padded_block if done >= 1 else 0.0
+        ar_done = held_ar * z.shard_block * done    # HSDP all-reduce buffers of blocks done
         backward_tokens = {"activations": saved_upto(j), "temporaries": work_by_kind[whole[j]]}
         if z.layout_phases and policy.mode == "op-sac" and not whole[j]:
             backward_tokens = _op_sac_backward(spec, seq_len, b, recipe, config, share,
@@ -590,26 +599,26 @@ def _phases(spec: ModelSpec, seq_len: int, z: _Sizes, recipe: TrainingRecipe, k:
             "sharded_grads": sharded,
             "unsharded_params": root_kept + b * z.padded_block, "all_gather": prefetch,
             "reduce_scatter": previous_rs, "activations": rope,
-            "temporaries": undone + b * lm_side + w_down}, backward_tokens))
+            "temporaries": undone + b * lm_side + w_down + ar_done}, backward_tokens))
         out.extend(phase(name, {
             "sharded_grads": sharded,
             "unsharded_params": root_kept + b * z.padded_block, "all_gather": prefetch,
             "reduce_scatter": previous_rs, "activations": rope,
-            "temporaries": undone + b * lm_side + weights}, per_token)
+            "temporaries": undone + b * lm_side + weights + ar_done}, per_token)
             for name, weights, per_token in _tp_block_moments(
                 spec, seq_len, b, recipe, config, z, j, whole[j], saved_upto))
         out.append(phase(f"block_reduce({j})", {
             "sharded_grads": sharded, "unsharded_params": root_kept, "all_gather": prefetch,
             "unsharded_grads": (r if no_sync else b) * P_b, "activations": rope,
             "temporaries": undone - (r * P_b if no_sync else 0.0) + b * lm_side
-            + r * z.padded_block},
+            + r * z.padded_block + ar_done},
             {"activations": saved_upto(j - 1)}))
         if z.layout_phases:  # the gradients handed over and freed, the shard allocated
             out.append(phase(f"block_reduce_output({j})", {
                 "sharded_grads": sharded, "unsharded_params": root_kept,
                 "all_gather": prefetch, "activations": rope,
                 "temporaries": undone - (r * P_b if no_sync else 0.0) + b * lm_side
-                + r * z.padded_block + r * z.shard_block},
+                + r * z.padded_block + r * z.shard_block + ar_done},
                 {"activations": saved_upto(j - 1)}))
     # The embedding's backward, last before the root's post-backward: the root is still gathered,
     # the last block's reduce-scatter input still alive; the embedding gradient joins the LM
@@ -623,18 +632,19 @@ def _phases(spec: ModelSpec, seq_len: int, z: _Sizes, recipe: TrainingRecipe, k:
     out.append(phase("embedding_backward", {
         "sharded_grads": states["sharded_grads"] or FP32 * L * z.shard_block,
         "unsharded_params": root_kept, "reduce_scatter": r * z.padded_block,
-        "activations": rope, "temporaries": (r * P_r if no_sync else 0.0) + b * lm_side + embed},
+        "activations": rope, "temporaries": (r * P_r if no_sync else 0.0) + b * lm_side + embed
+        + held_ar * L * z.shard_block},
         {"activations": 16.0}))
     out.append(phase("root_reduce", {
         "sharded_grads": states["sharded_grads"] or FP32 * L * z.shard_block,
         "unsharded_grads": (r if no_sync else b) * P_r, "activations": rope,
-        "temporaries": r * z.padded_root}, {"activations": 16.0}))
+        "temporaries": r * z.padded_root + held_ar * L * z.shard_block}, {"activations": 16.0}))
     if z.layout_phases:  # the LM head's gradients outlive the hand-over (measured)
         out.append(phase("root_reduce_output", {
             "sharded_grads": states["sharded_grads"] or FP32 * L * z.shard_block,
             "unsharded_grads": b * lm_side, "activations": rope,
             "temporaries": (r * lm_side if no_sync else 0.0) + r * z.padded_root
-            + r * z.shard_root},
+            + r * z.shard_root + held_ar * L * z.shard_block},
             {"activations": 16.0}))
     return out
 
@@ -772,6 +782,9 @@ class RankView:
     """Norms and residuals on 1/tp of the tokens (only meaningful with tp > 1)."""
     embedding_grad_elements: int = 0
     """Elements of the embedding gradient backward makes: the whole vocabulary x hidden."""
+    dp_replicate: int = 1
+    """HSDP replicas: they divide nothing, but FSDP2 all-reduces each unit's reduce-scatter
+    output across them and keeps that buffer until the end of backward (`_phases`)."""
     layout_phases: bool = False
     """Price the moments measured with the layouts' tracker runs (issue 23) that the FSDP
     model's phases leave out: after each unit's post-backward hands its gradients to the
@@ -808,7 +821,7 @@ def rank_view(model: ModelSpec, num_gpus: int, seq_len: int,
                     seq_len=seq_len // layout.cp, tp=layout.tp,
                     sequence_parallel=layout.sequence_parallel and layout.tp > 1,
                     embedding_grad_elements=model.embedding_params,
-                    layout_phases=not layout.is_default)
+                    layout_phases=not layout.is_default, dp_replicate=layout.dp_replicate)
 
 
 def memory_breakdown(model: ModelSpec, *, num_gpus: int, seq_len: int, micro_batch: int,
