@@ -62,10 +62,10 @@ def test_model_matches_the_tracker_on_the_layout_datasets(name: str, rows: int) 
 def test_grid_covers_every_layout_kind_and_checkpointing_mode() -> None:
     records = compare_layouts(dataset_path(LAYOUT_DATASET))
     groups = {g["group"]: g for g in layout_summary(records)}
-    for kind in LAYOUT_KINDS:
-        assert groups[kind]["rows"] >= 10, groups[kind]
+    for kind in LAYOUT_KINDS:   # the 40-case draw has 5 (HSDPxTP) to 16 (FSDPxTP) of each
+        assert groups[kind]["rows"] >= 5, groups[kind]
     for ac in ("none", "op-sac", "full"):
-        assert groups[f"ac {ac}"]["rows"] >= 20
+        assert groups[f"ac {ac}"]["rows"] >= 10
     assert max(int(r["world_size"]) for r in records) >= 512   # the 405B-class model at 512 ranks
     assert {r["model"] for r in records} >= {"llama-3.1-405b", "llama-3.1-70b"}
 
@@ -79,8 +79,9 @@ def test_every_row_names_its_ground_truth() -> None:
 
 
 @pytest.mark.torch
-def test_heldout_file_holds_exactly_the_seeded_draw() -> None:
-    """The held-out rows are the 20 configurations `heldout_cases` draws, none from the grid."""
+def test_dataset_files_hold_exactly_the_seeded_draws() -> None:
+    """The held-out rows are the 20 configurations `heldout_cases` draws, none from the grid;
+    the grid rows are `grid_cases()`."""
     pytest.importorskip("torch")
     from perfmodel.bench.memory_layouts import case_key, grid_cases, heldout_cases
 
@@ -93,7 +94,10 @@ def test_heldout_file_holds_exactly_the_seeded_draw() -> None:
     drawn = {key(case_key(c)) for c in heldout_cases()}
     shipped = {key(r) for r in csv.DictReader(dataset_path(LAYOUT_HELDOUT).open())}
     assert len(drawn) == 20 and shipped == drawn
-    assert not drawn & {key(case_key(c)) for c in grid_cases()}
+    grid = {key(case_key(c)) for c in grid_cases()}
+    assert not drawn & grid
+    # and the grid file holds exactly the shipped grid's cases (GRID_CASES of the seeded draw)
+    assert {key(r) for r in csv.DictReader(dataset_path(LAYOUT_DATASET).open())} == grid
 
 
 # ---- against the tracker: live runs -------------------------------------------------------
