@@ -1061,12 +1061,17 @@ def _stage_units(spec: ModelSpec, world: int, blocks: int, first: bool,
 
 
 def _pipeline_stages(spec: ModelSpec, world: int, seq_len: int, recipe: TrainingRecipe,
-                     config: MemoryConfig, b: float, boundary: float) -> list[_Stage]:
+                     config: MemoryConfig, b: float, boundary: float, *, share: float = 1.0,
+                     loss_parallel: bool = False) -> list[_Stage]:
+    """`share`, `loss_parallel`: the in-stage `RankView`'s sequence-parallel share of the
+    norm/residual region and vocabulary-sharded loss (tp > 1; the pipeline ground truth has
+    tp = 1, where both are inert)."""
     layout = recipe.parallel
     cuts = pipeline.stage_blocks(spec.num_layers, layout.pp, layout.virtual_stages)
     policy = recipe.checkpoint
-    saved = {w: block_saved(spec, seq_len, b, recipe, config, whole=w) for w in (False, True)}
-    work = {w: _block_working_set(spec, seq_len, b, recipe, config, whole=w)
+    saved = {w: block_saved(spec, seq_len, b, recipe, config, whole=w, share=share)
+             for w in (False, True)}
+    work = {w: _block_working_set(spec, seq_len, b, recipe, config, whole=w, share=share)
             for w in (False, True)}
     # A norm that keeps its input as it is (LayerNorm; RMSNorm when its fp32 upcast is the input
     # itself) keeps, when recomputed, the block input the checkpoint already holds. Of op-sac's
@@ -1080,7 +1085,7 @@ def _pipeline_stages(spec: ModelSpec, world: int, seq_len: int, recipe: Training
     if policy.mode == "op-sac":
         work[False] -= duplicate_input + b * spec.q_dim + (
             b * spec.hidden_size if spec.gated_mlp else 0.0)
-    _, held_logits, _ = logits_bytes_per_token(spec, b, recipe)
+    _, held_logits, _ = logits_bytes_per_token(spec, b, recipe, loss_parallel=loss_parallel)
     # The last stage's output (the logits) stays referenced for its backward; a fused loss
     # takes the hidden states and the LM head's weight instead of logits.
     logits_out = 0.0 if recipe.loss == "fused" else b * spec.vocab_size
@@ -1095,7 +1100,7 @@ def _pipeline_stages(spec: ModelSpec, world: int, seq_len: int, recipe: Training
         keeps_input = whole[0] or policy.mode == "op-sac" or norm_keeps_input
         shared = b * spec.hidden_size if not first and keeps_input else 0.0
         upto = tuple(x - shared for x in itertools.accumulate(saved[w] for w in whole))
-        held = upto[-1] + (norm_saved_bytes(spec, b, config) + b * spec.hidden_size
+        held = upto[-1] + (share * norm_saved_bytes(spec, b, config) + b * spec.hidden_size
                            + logits_out + held_logits if last else boundary)
         out.append(_Stage(index=s, first_block=first_block, blocks=n, first=first, last=last,
                           units=_stage_units(spec, world, n, first, last), saved_upto=upto,
@@ -1290,7 +1295,8 @@ def _pipeline_ranks(model: ModelSpec, num_gpus: int, seq_len: int, recipe: Train
                                                                       recipe, config)
     pipeline.check_schedule(layout.pp_schedule, layout.pp, layout.virtual_stages, accum_steps)
     recipe = replace(recipe, parallel=layout)
-    stages = _pipeline_stages(spec, world, tokens_per_seq, recipe, config, z.b, boundary)
+    stages = _pipeline_stages(spec, world, tokens_per_seq, recipe, config, z.b, boundary,
+                              share=z.share, loss_parallel=z.loss_parallel)
     out = []
     for rank in range(layout.pp):
         phases, held = _rank_phases(stages, rank, spec, tokens_per_seq, recipe, accum_steps, z,
