@@ -139,8 +139,9 @@ def _global_peak_tracker(model: Any, optimizer: Any) -> Any:
 
 
 def tracked_steps(model: Any, optimizer: Any, tokens: Any, case: MemoryCase, *,
-                  steps: int = 2) -> dict[str, int]:
-    """Run `steps` training steps under FSDPMemTracker; the peak snapshot as dataset columns."""
+                  steps: int = 2, context: Any = None) -> dict[str, int]:
+    """Run `steps` training steps under FSDPMemTracker; the peak snapshot as dataset columns.
+    `context`: what each micro-step runs inside (`recipe_wrap.train_step`)."""
     # lazy: torch, the optional [bench] extra
     from perfmodel.bench.recipe_wrap import init_optimizer_state, train_step
 
@@ -150,7 +151,7 @@ def tracked_steps(model: Any, optimizer: Any, tokens: Any, case: MemoryCase, *,
     with tracker:
         for _ in range(steps):
             train_step(model, optimizer, tokens, accum_steps=case.accum_steps, recipe=case.recipe,
-                       before_micro_step=tracker.reset_mod_stats)
+                       before_micro_step=tracker.reset_mod_stats, context=context)
     peaks = tracker.get_tracker_snapshot("peak")
     device = max(peaks, key=lambda d: peaks[d]["Total"])
     return breakdown_columns(peaks[device])

@@ -18,7 +18,8 @@ collective recorder, the step benchmark and any tracker use these functions).
   - without sequence parallelism (Megatron's original TP): the embedding row-parallel with a
     replicated output (all-reduce), q/k/v/gate/up column-parallel, o/down row-parallel with a
     replicated output (all-reduce), norms plain (replicated) modules, the LM head
-    column-parallel with its logits gathered (Replicate) for a plain loss.
+    column-parallel with its logits gathered (Replicate) for a plain loss, or, with
+    `loss_parallel=True` (the memory bench), vocabulary-sharded for `loss_parallel()`.
 
   Which collectives this plan issues, in which order, is what `perfmodel.sim.fsdp.
   inline_collectives` claims; tests/test_layout_order.py records them on gloo and compares.
@@ -103,8 +104,15 @@ def data_mesh(layout: ParallelLayout, mesh: Any) -> Any:
     return mesh["dp_shard"]
 
 
-def apply_tensor_parallel(model: Any, tp_mesh: Any, *, sequence_parallel: bool) -> Any:
-    """torchtitan's Llama TP plan (module docstring) on `model` in place; returns it."""
+def apply_tensor_parallel(model: Any, tp_mesh: Any, *, sequence_parallel: bool,
+                          loss_parallel: bool | None = None) -> Any:
+    """torchtitan's Llama TP plan (module docstring) on `model` in place; returns it.
+    `loss_parallel` (default: `sequence_parallel`, as `uses_loss_parallel`) keeps the LM head's
+    logits vocabulary-sharded (Shard(-1)) for a loss under `loss_parallel()`; the memory bench
+    (`perfmodel.bench.memory_layouts`) sets it without sequence parallelism too (torchtitan's
+    default loss, independent of its sequence-parallel norms)."""
+    if loss_parallel is None:
+        loss_parallel = sequence_parallel
     # lazy: torch, the optional [bench] extra
     from torch.distributed.tensor import Replicate, Shard
     from torch.distributed.tensor.parallel import (
@@ -136,7 +144,8 @@ def apply_tensor_parallel(model: Any, tp_mesh: Any, *, sequence_parallel: bool) 
     else:
         root_plan = {
             "embed": RowwiseParallel(input_layouts=Replicate(), output_layouts=Replicate()),
-            "lm_head": ColwiseParallel(output_layouts=Replicate()),
+            "lm_head": ColwiseParallel(output_layouts=Shard(-1), use_local_output=False)
+            if loss_parallel else ColwiseParallel(output_layouts=Replicate()),
         }
         block_plan = {"attn.o_proj": RowwiseParallel(), "mlp.down": RowwiseParallel()}
     for name in ("attn.q_proj", "attn.k_proj", "attn.v_proj", "mlp.gate", "mlp.up"):
@@ -149,9 +158,10 @@ def apply_tensor_parallel(model: Any, tp_mesh: Any, *, sequence_parallel: bool) 
 
 
 @contextlib.contextmanager
-def loss_context(layout: ParallelLayout) -> Iterator[None]:
-    """`loss_parallel()` when the layout's loss is vocabulary-parallel, else nothing."""
-    if not uses_loss_parallel(layout):
+def loss_context(layout: ParallelLayout, vocab_parallel: bool | None = None) -> Iterator[None]:
+    """`loss_parallel()` when the layout's loss is vocabulary-parallel (`vocab_parallel`,
+    default `uses_loss_parallel(layout)`), else nothing."""
+    if not (uses_loss_parallel(layout) if vocab_parallel is None else vocab_parallel):
         yield
         return
     # lazy: torch, the optional [bench] extra

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from typing import Any, TypeVar, cast
 
 import torch
@@ -198,10 +199,13 @@ def micro_step_syncs(accum_steps: int, accum_mode: str) -> list[bool]:
 def train_step(model: Any, optimizer: torch.optim.Optimizer,
                tokens: torch.Tensor | Sequence[torch.Tensor], *, accum_steps: int,
                recipe: TrainingRecipe,
-               before_micro_step: Callable[[], None] | None = None) -> torch.Tensor:
+               before_micro_step: Callable[[], None] | None = None,
+               context: Callable[[], AbstractContextManager[Any]] | None = None) -> torch.Tensor:
     """One optimizer step of `accum_steps` micro-steps in `recipe.accum_mode`; `tokens` is one
     batch reused by every micro-step or one batch per micro-step. `before_micro_step` runs before
-    each forward (the memory tracker resets its per-module stats there). Returns the summed
+    each forward (the memory tracker resets its per-module stats there); `context` wraps each
+    micro-step's forward and backward (default: `loss_context` of the recipe's layout, i.e.
+    `loss_parallel()` when its loss is vocabulary-parallel). Returns the summed
     (1/k-scaled) loss, detached (no host sync, so it also works under FakeTensorMode)."""
     batches = [tokens] * accum_steps if isinstance(tokens, torch.Tensor) else list(tokens)
     if len(batches) != accum_steps:
@@ -213,7 +217,7 @@ def train_step(model: Any, optimizer: torch.optim.Optimizer,
             before_micro_step()
         if sharded:
             model.set_requires_gradient_sync(sync)
-        with loss_context(recipe.parallel):
+        with context() if context is not None else loss_context(recipe.parallel):
             loss = model(batch) / accum_steps
             loss.backward()
         total = loss.detach() if total is None else total + loss.detach()

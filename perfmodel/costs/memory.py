@@ -54,10 +54,21 @@ library workspaces: `reserve_bytes` + `reserve_fraction` of the tracked peak.
 Every phase is affine in the micro-batch, so `MemoryCoefficients` (one (fixed, per-sequence) pair
 per phase) gives the peak and the largest micro-batch in closed form.
 
+Parallel layouts (issue 23; `RankView`, `rank_view`): one rank of a layout is priced as the FSDP2
+memory of its tensor-parallel shard over dp_shard · cp ranks and S/cp tokens; under sequence
+parallelism the norm/residual region holds 1/tp of the tokens. Beyond the phases above, layouts
+other than plain FSDP add the moments their tracker runs measured: the reduce-scatter output of a
+small shard group (`block_reduce_output`, `root_reduce_output`), the op-level-checkpointed block
+as recomputed, and under tp > 1 the loss-parallel logits, the whole-vocabulary embedding
+gradient, the MLP norm's and the final norm's fp32 backward and the end of a recomputed block
+(`_tp_block_moments`, `_tp_final_norm_backward`). Checked by: tests/test_memory_layouts.py
+(model vs FSDPMemTracker on catalogs/profiles/data/memory-tracker-layouts*.csv). Pipeline stages
+(pp > 1) are `pipeline_memory`'s, on the same `RankView` of one pipeline rank's GPUs.
+
 Pipeline ranks (pp > 1): `pipeline_memory` walks each pipeline rank's schedule through the
 moments torch's pipeline runtime allocates (its docstring) and returns a `RankMemory` per rank,
-naming its stages and blocks; `memory_breakdown`, `memory_coefficients` and `max_micro_batch`
-answer for the worst rank.
+naming its stages and blocks (the in-stage shard is `rank_view`'s); `memory_breakdown`,
+`memory_coefficients` and `max_micro_batch` answer for the worst rank.
 
 Types. `MemoryConfig` holds the model's constants the recipe does not set (allocator reserve,
 RMSNorm
@@ -72,6 +83,7 @@ from __future__ import annotations
 import itertools
 import logging
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
@@ -285,6 +297,11 @@ class _Sizes:
     padded_block: float  # G x padded shard: all-gather / reduce-scatter buffer elements
     padded_root: float
     tensors: int         # parameter tensors (AdamW keeps one fp32 step count per tensor)
+    share: float = 1.0   # fraction of each sequence's norm/residual region on this rank (1/tp SP)
+    loss_parallel: bool = False   # logits and cross-entropy vocabulary-sharded over tp
+    embed_grad: float = 0.0       # elements of the embedding's gradient as backward makes it
+    layout_phases: bool = False  # the phases measured for parallel layouts (`RankView`)
+    all_reduce_held: bool = False  # HSDP: each unit's all-reduce buffer lives to backward's end
 
 
 def _param_dim0s(spec: ModelSpec) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
@@ -320,7 +337,8 @@ def _shard(params: list[tuple[int, int]], world: int) -> float:
     return float(sum(math.ceil(d0 / world) * (n // d0) for d0, n in params))
 
 
-def _sizes(spec: ModelSpec, world: int, recipe: TrainingRecipe, config: MemoryConfig) -> _Sizes:
+def _sizes(view: RankView, recipe: TrainingRecipe, config: MemoryConfig) -> _Sizes:
+    spec, world = view.model, view.num_shards
     spec.check_step_modelled("its per-GPU memory")   # MoE / MLA: never priced as a dense model
     block, root = _param_dim0s(spec)
     b = config.compute_param_bytes or config.activation_bytes or dtype_bytes(recipe.param_dtype)
@@ -330,7 +348,10 @@ def _sizes(spec: ModelSpec, world: int, recipe: TrainingRecipe, config: MemoryCo
                   shard_total=spec.num_layers * shard_block + shard_root,
                   shard_block=shard_block, shard_root=shard_root,
                   padded_block=world * shard_block, padded_root=world * shard_root,
-                  tensors=spec.num_layers * len(block) + len(root))
+                  tensors=spec.num_layers * len(block) + len(root),
+                  share=view.sequence_share, loss_parallel=view.tp > 1,
+                  embed_grad=float(view.embedding_grad_elements),
+                  layout_phases=view.layout_phases, all_reduce_held=view.dp_replicate > 1)
 
 
 # ---- activations per token ------------------------------------------------------------------
@@ -358,13 +379,17 @@ def norm_backward_bytes(spec: ModelSpec, b: float, config: MemoryConfig = DEFAUL
 
 
 def block_saved_none(spec: ModelSpec, seq_len: int, b: float, attention: str,
-                     config: MemoryConfig = DEFAULT_CONFIG) -> float:
-    """Bytes per token one block saves without checkpointing."""
+                     config: MemoryConfig = DEFAULT_CONFIG, *, share: float = 1.0) -> float:
+    """Bytes per token one block saves without checkpointing. `share`: the fraction of each
+    sequence this rank holds in the norm/residual region (1/tp under sequence parallelism); the
+    norms save that share, the linears save their whole input (under sequence parallelism the
+    all-gathered one) and their tensor-parallel outputs (`spec` is the rank's shard)."""
     h, q, kv, f, a = (spec.hidden_size, spec.q_dim, spec.kv_dim, spec.intermediate_size,
                       spec.num_heads)
     # Pre-norms feed linears, which save their output; Gemma-2's post-norms feed the residual.
     linear_norms = 1 if spec.norms_per_block == 1 else 2
-    norms = spec.norms_per_block * norm_saved_bytes(spec, b, config) + linear_norms * b * h
+    norms = share * spec.norms_per_block * norm_saved_bytes(spec, b, config) \
+        + linear_norms * b * h
     attn = b * (2 * q + 2 * kv) + FP32 * a        # Q, K, V, output, log-sum-exp
     if attention == "eager":
         attn += b * a * seq_len                   # softmax output (a rows of S scores)
@@ -372,48 +397,55 @@ def block_saved_none(spec: ModelSpec, seq_len: int, b: float, attention: str,
     return norms + attn + mlp
 
 
-def block_saved_selective(spec: ModelSpec, b: float) -> float:
+def block_saved_selective(spec: ModelSpec, b: float, *, share: float = 1.0) -> float:
     """Bytes per token the op-level policy keeps: block input, every other matmul's output
     (q, v, gate/fc1 and, gated, down projections; v is the tensor SDPA also saves), SDPA output
-    and log-sum-exp."""
+    and log-sum-exp; under sequence parallelism (`share` < 1) also the two reduce-scatter
+    outputs the policy saves (after the o and down projections), and the block input is this
+    rank's share of the sequence. The down projection's output is the whole-width partial sum
+    before it is reduced."""
     h, q, kv, f = spec.hidden_size, spec.q_dim, spec.kv_dim, spec.intermediate_size
     matmuls = b * (q + kv + f + (h if spec.gated_mlp else 0))
-    return b * h + matmuls + b * q + FP32 * spec.num_heads
+    scattered = 2 * b * h * share if share < 1 else 0.0
+    return b * h * share + matmuls + b * q + FP32 * spec.num_heads + scattered
 
 
 def block_saved_attn(spec: ModelSpec, seq_len: int, b: float, attention: str,
-                     config: MemoryConfig = DEFAULT_CONFIG) -> float:
+                     config: MemoryConfig = DEFAULT_CONFIG, *, share: float = 1.0) -> float:
     """Bytes per token one block keeps when only its attention core is checkpointed (Megatron's
     selective recompute): everything `none` keeps except what the attention kernel saves for its
     own backward beyond its inputs — SDPA's log-sum-exp (its output stays: the output projection
     saves it as its input), or eager attention's softmax."""
     core = b * spec.num_heads * seq_len if attention == "eager" else FP32 * spec.num_heads
-    return block_saved_none(spec, seq_len, b, attention, config) - core
+    return block_saved_none(spec, seq_len, b, attention, config, share=share) - core
 
 
 def block_saved(spec: ModelSpec, seq_len: int, b: float, recipe: TrainingRecipe,
-                config: MemoryConfig = DEFAULT_CONFIG, *, whole: bool = False) -> float:
+                config: MemoryConfig = DEFAULT_CONFIG, *, whole: bool = False,
+                share: float = 1.0) -> float:
     """Bytes per token one block keeps between its forward and its backward under the recipe's
     checkpointing policy; `whole`: a block the policy checkpoints whole (full, layer:N) keeps
-    only its input."""
+    only its input (this rank's `share` of the sequence)."""
     mode = recipe.checkpoint.mode
     if whole or mode == "full":
-        return b * spec.hidden_size
+        return b * spec.hidden_size * share
     if mode == "op-sac":
         extra = b * spec.num_heads * seq_len if recipe.attention == "eager" else 0.0
-        return block_saved_selective(spec, b) + extra
+        return block_saved_selective(spec, b, share=share) + extra
     if mode == "attn":
-        return block_saved_attn(spec, seq_len, b, recipe.attention, config)
-    return block_saved_none(spec, seq_len, b, recipe.attention, config)
+        return block_saved_attn(spec, seq_len, b, recipe.attention, config, share=share)
+    return block_saved_none(spec, seq_len, b, recipe.attention, config, share=share)
 
 
 def _block_working_set(spec: ModelSpec, seq_len: int, b: float, recipe: TrainingRecipe,
-                       config: MemoryConfig, *, whole: bool = False) -> float:
+                       config: MemoryConfig, *, whole: bool = False, share: float = 1.0) -> float:
     """Bytes per token that the block being back-propagated adds, at its widest moment (the MLP's
     elementwise backward), beyond what it saved in forward: recomputed activations and the
-    gradients of the MLP's intermediate tensors and of the block output."""
+    gradients of the MLP's intermediate tensors and of the block output (whole width and
+    sequence: under sequence parallelism the down projection's output gradient is all-gathered
+    before its matmul)."""
     h, f = spec.hidden_size, spec.intermediate_size
-    none = block_saved_none(spec, seq_len, b, recipe.attention, config)
+    none = block_saved_none(spec, seq_len, b, recipe.attention, config, share=share)
     # gated: -product (freed) + grads of product, activation and up; plain: + grads of two
     grads = b * h + (2 * b * f if spec.gated_mlp else b * f)
     mode = recipe.checkpoint.mode
@@ -427,17 +459,28 @@ def _block_working_set(spec: ModelSpec, seq_len: int, b: float, recipe: Training
     return grads
 
 
-def outside_saved(spec: ModelSpec, b: float, config: MemoryConfig = DEFAULT_CONFIG) -> float:
-    """Bytes per token saved outside the blocks: final norm and its output, token ids and labels."""
-    return norm_saved_bytes(spec, b, config) + b * spec.hidden_size + 16.0
+def outside_saved(spec: ModelSpec, b: float, config: MemoryConfig = DEFAULT_CONFIG, *,
+                  share: float = 1.0) -> float:
+    """Bytes per token saved outside the blocks: final norm (this rank's `share` of the sequence)
+    and its output (whole: the LM head's input, all-gathered under sequence parallelism), token
+    ids and labels."""
+    return share * norm_saved_bytes(spec, b, config) + b * spec.hidden_size + 16.0
 
 
-def logits_bytes_per_token(spec: ModelSpec, b: float,
-                           recipe: TrainingRecipe) -> tuple[float, float, float]:
-    """(forward-end bytes, saved at backward start, backward temporaries) per token of the loss."""
+def logits_bytes_per_token(spec: ModelSpec, b: float, recipe: TrainingRecipe, *,
+                           loss_parallel: bool = False) -> tuple[float, float, float]:
+    """(forward-end bytes, saved at backward start, backward temporaries) per token of the loss.
+
+    `loss_parallel` (tensor parallelism: `spec` is the rank's vocabulary shard): torch's
+    loss-parallel log-softmax keeps the shifted logits and their exponential beside its result
+    (one fp32 vocabulary row more at the end of forward), and its fused NLL + log-softmax
+    backward holds the scattered one-hot, the exponential of the saved log-probabilities and
+    their sum (three fp32 rows instead of two)."""
     V = spec.vocab_size
     copy = FP32 * V if b < FP32 else 0.0          # .float() is a no-op on fp32 logits
     forward, saved, backward = b * V + copy + FP32 * V, FP32 * V, 2 * FP32 * V
+    if loss_parallel:
+        forward, backward = forward + FP32 * V, backward + FP32 * V
     if recipe.loss == "chunked":
         c = recipe.loss_chunks
         return forward / c, saved / c, backward / c
@@ -472,10 +515,12 @@ def _phases(spec: ModelSpec, seq_len: int, z: _Sizes, recipe: TrainingRecipe, k:
     lm_side = P_r - (0.0 if spec.tie_word_embeddings else float(spec.embedding_params))
     policy = recipe.checkpoint
     whole = [policy.checkpointed(i) for i in range(L)]
-    saved_by_kind = {False: block_saved(spec, seq_len, b, recipe, config),
-                     True: block_saved(spec, seq_len, b, recipe, config, whole=True)}
-    work_by_kind = {False: _block_working_set(spec, seq_len, b, recipe, config),
-                    True: _block_working_set(spec, seq_len, b, recipe, config, whole=True)}
+    share = z.share
+    saved_by_kind = {False: block_saved(spec, seq_len, b, recipe, config, share=share),
+                     True: block_saved(spec, seq_len, b, recipe, config, whole=True, share=share)}
+    work_by_kind = {False: _block_working_set(spec, seq_len, b, recipe, config, share=share),
+                    True: _block_working_set(spec, seq_len, b, recipe, config, whole=True,
+                                             share=share)}
     whole_upto = list(itertools.accumulate(whole))  # blocks 0..j checkpointed whole
 
     def saved_upto(j: int) -> float:
@@ -484,12 +529,27 @@ def _phases(spec: ModelSpec, seq_len: int, z: _Sizes, recipe: TrainingRecipe, k:
         n_plain = j + 1 - n_whole
         return n_plain * saved_by_kind[False] + n_whole * saved_by_kind[True]
 
-    outside = outside_saved(spec, b, config)
+    outside = outside_saved(spec, b, config, share=share)
     rope = 2.0 * seq_len * spec.d * b             # cached cos/sin tables
-    fwd_logits, bwd_saved_logits, bwd_logits = logits_bytes_per_token(spec, b, recipe)
+    fwd_logits, bwd_saved_logits, bwd_logits = logits_bytes_per_token(
+        spec, b, recipe, loss_parallel=z.loss_parallel)
     states = _states(spec, z, recipe, k, outer)
     no_sync = recipe.accum_mode == "no_sync" and k > 1
     accumulated = r * (L * P_b + P_r) if no_sync else 0.0   # unsharded, all units
+    # Under tensor parallelism FSDP2's no-sync accumulation keeps, until the embedding's own
+    # backward in the last micro-step, two b-byte copies of the embedding gradient's rows
+    # outside the rank's vocabulary shard (measured at tp 2 and 4, small and 7B shapes:
+    # tests/test_memory_layouts.py; not derived from the code).
+    local_embed = float(spec.embedding_params)
+    kept_embed = 2 * b * (z.embed_grad - local_embed) if no_sync else 0.0
+    accumulated += kept_embed
+    # HSDP: FSDP2 keeps each unit's all-reduce buffer (its r-byte reduce-scatter output) in
+    # FSDPParamGroup._all_reduce_state until finalize_backward at the end of that backward (so
+    # the next unit's reduce-scatter cannot reuse it while the all-reduce is in flight: torch
+    # PR #140044). It is the new gradient shard itself unless the shard is accumulated into an
+    # existing gradient (reduce-scatter accumulation after the first micro-step) or cast to
+    # the master dtype; then one r-byte shard per unit reduced so far is alive.
+    held_ar = (r if z.all_reduce_held and (states["sharded_grads"] or r != z.m) else 0.0)
     last_block = 0.0 if recipe.reshard_last_block_after_forward else b * z.padded_block
     # FSDP2 never reshards the root after forward (whatever reshard_root_after_forward says):
     # backward needs it first.
@@ -510,6 +570,11 @@ def _phases(spec: ModelSpec, seq_len: int, z: _Sizes, recipe: TrainingRecipe, k:
                "temporaries": bwd_logits}),
         phase("optimizer_step", {"sharded_grads": FP32 * z.shard_total}, {}),
     ]
+    final_norm = _tp_final_norm_backward(spec, b, config, z, saved_upto(L - 1))
+    if final_norm is not None:
+        out.append(phase("final_norm_backward", {
+            "unsharded_params": root_kept + b * z.padded_block, "activations": rope,
+            "temporaries": b * lm_side}, final_norm))
     w_down = b * spec.hidden_size * spec.intermediate_size
     # Every term is affine in j among blocks of one kind, so the peak over j lies at the ends:
     # the first two and last two blocks, and the first and last block of each kind.
@@ -520,37 +585,157 @@ def _phases(spec: ModelSpec, seq_len: int, z: _Sizes, recipe: TrainingRecipe, k:
     for j in sorted(ends & set(range(L))):
         done = L - 1 - j
         sharded = states["sharded_grads"] or FP32 * z.shard_block * done
-        undone = r * ((j + 1) * P_b + P_r) if no_sync else 0.0
+        undone = r * ((j + 1) * P_b + P_r) + kept_embed if no_sync else 0.0
         # the all-gathers of up to prefetch_depth blocks ahead (below j) are live (depth 0 and
         # 1 both hold one: FSDP2's implicit prefetch)
         prefetch = b * z.padded_block * min(max(recipe.prefetch_depth, 1), j)
         previous_rs = r * z.padded_block if done >= 1 else 0.0
+        ar_done = held_ar * z.shard_block * done    # HSDP all-reduce buffers of blocks done
+        backward_tokens = {"activations": saved_upto(j), "temporaries": work_by_kind[whole[j]]}
+        if z.layout_phases and policy.mode == "op-sac" and not whole[j]:
+            backward_tokens = _op_sac_backward(spec, seq_len, b, recipe, config, share,
+                                               saved_upto(j - 1))
         out.append(phase(f"block_backward({j})", {
             "sharded_grads": sharded,
             "unsharded_params": root_kept + b * z.padded_block, "all_gather": prefetch,
             "reduce_scatter": previous_rs, "activations": rope,
-            "temporaries": undone + b * lm_side + w_down},
-            {"activations": saved_upto(j), "temporaries": work_by_kind[whole[j]]}))
+            "temporaries": undone + b * lm_side + w_down + ar_done}, backward_tokens))
+        out.extend(phase(name, {
+            "sharded_grads": sharded,
+            "unsharded_params": root_kept + b * z.padded_block, "all_gather": prefetch,
+            "reduce_scatter": previous_rs, "activations": rope,
+            "temporaries": undone + b * lm_side + weights + ar_done}, per_token)
+            for name, weights, per_token in _tp_block_moments(
+                spec, seq_len, b, recipe, config, z, j, whole[j], saved_upto))
         out.append(phase(f"block_reduce({j})", {
             "sharded_grads": sharded, "unsharded_params": root_kept, "all_gather": prefetch,
             "unsharded_grads": (r if no_sync else b) * P_b, "activations": rope,
             "temporaries": undone - (r * P_b if no_sync else 0.0) + b * lm_side
-            + r * z.padded_block},
+            + r * z.padded_block + ar_done},
             {"activations": saved_upto(j - 1)}))
+        if z.layout_phases:  # the gradients handed over and freed, the shard allocated
+            out.append(phase(f"block_reduce_output({j})", {
+                "sharded_grads": sharded, "unsharded_params": root_kept,
+                "all_gather": prefetch, "activations": rope,
+                "temporaries": undone - (r * P_b if no_sync else 0.0) + b * lm_side
+                + r * z.padded_block + r * z.shard_block + ar_done},
+                {"activations": saved_upto(j - 1)}))
     # The embedding's backward, last before the root's post-backward: the root is still gathered,
     # the last block's reduce-scatter input still alive; the embedding gradient joins the LM
-    # head's (tied weights: plus their sum, the accumulated .grad).
-    embed = b * float(spec.embedding_params) * (2.0 if spec.tie_word_embeddings else 1.0)
+    # head's (tied weights: plus their sum, the accumulated .grad). Under tensor parallelism
+    # backward makes the whole vocabulary's gradient on every rank (`RankView`) and cuts the
+    # rank's shard out of it, a copy: both are alive at that moment.
+    # In no-sync mode the earlier micro-steps' rows (`kept_embed`) are freed before the cut.
+    cut = b * local_embed if z.embed_grad > local_embed else 0.0
+    embed = (b * z.embed_grad * (2.0 if spec.tie_word_embeddings else 1.0)
+             + max(cut, kept_embed))
     out.append(phase("embedding_backward", {
         "sharded_grads": states["sharded_grads"] or FP32 * L * z.shard_block,
         "unsharded_params": root_kept, "reduce_scatter": r * z.padded_block,
-        "activations": rope, "temporaries": (r * P_r if no_sync else 0.0) + b * lm_side + embed},
+        "activations": rope, "temporaries": (r * P_r if no_sync else 0.0) + b * lm_side + embed
+        + held_ar * L * z.shard_block},
         {"activations": 16.0}))
     out.append(phase("root_reduce", {
         "sharded_grads": states["sharded_grads"] or FP32 * L * z.shard_block,
         "unsharded_grads": (r if no_sync else b) * P_r, "activations": rope,
-        "temporaries": r * z.padded_root}, {"activations": 16.0}))
+        "temporaries": r * z.padded_root + held_ar * L * z.shard_block}, {"activations": 16.0}))
+    if z.layout_phases:  # the LM head's gradients outlive the hand-over (measured)
+        out.append(phase("root_reduce_output", {
+            "sharded_grads": states["sharded_grads"] or FP32 * L * z.shard_block,
+            "unsharded_grads": b * lm_side, "activations": rope,
+            "temporaries": (r * lm_side if no_sync else 0.0) + r * z.padded_root
+            + r * z.shard_root + held_ar * L * z.shard_block},
+            {"activations": 16.0}))
     return out
+
+
+def _op_sac_backward(spec: ModelSpec, seq_len: int, b: float, recipe: TrainingRecipe,
+                     config: MemoryConfig, share: float, saved_below: float) -> dict[str, float]:
+    """Per-token bytes at the widest moment of an op-level-checkpointed block's backward, as
+    the layouts' tracker runs measure it: the blocks below keep what the policy saved, this
+    block is the recomputed block (the cached tensors are moved into the recomputed graph;
+    those backward does not read, such as the down projection's output, are freed) plus its
+    checkpoint input (and, under sequence parallelism, the o projection's reduce-scatter
+    output, the residual stream) and the MLP's gradients (`_block_working_set`)."""
+    h, f = spec.hidden_size, spec.intermediate_size
+    none = block_saved_none(spec, seq_len, b, recipe.attention, config, share=share)
+    grads = b * h + (2 * b * f if spec.gated_mlp else b * f)
+    residual = b * h * share if share < 1 else 0.0
+    return {"activations": saved_below + b * h * share, "temporaries": none + grads + residual}
+
+
+def _tp_block_moments(spec: ModelSpec, seq_len: int, b: float, recipe: TrainingRecipe,
+                      config: MemoryConfig, z: _Sizes, j: int, whole: bool,
+                      saved_upto: Callable[[int], float],
+                      ) -> list[tuple[str, float, dict[str, float]]]:
+    """Two moments of block j's backward that tensor parallelism makes wider than the MLP's
+    elementwise backward (`_block_working_set`): with the MLP width divided by tp and the hidden
+    width whole, hidden-width tensors dominate. Each is (phase name, bytes of weight gradients
+    alive, per-token bytes by component); none without tp > 1 or for other block layouts.
+
+    * block_norm_backward(j): the MLP norm's backward, when RMSNorm runs as torch composes it
+      (`MemoryConfig.rms_norm_fp32_saves`): its saved fp32 input and statistics, five fp32
+      hidden-width rows of its backward (the upcast gradient, the mean's expanded gradient,
+      the power's three products), the residual's gradient, with the block's attention half
+      still saved (or recomputed) and the MLP's weight gradients made; on this rank's share of
+      the tokens.
+    * block_recompute_end(j), recomputed blocks (whole, or op-level: the projection's output is
+      cached, its collective is not): the end of the recomputed forward, the
+      whole-width partial output of the down projection and the copy its collective makes (the
+      all-reduce's output, or the reduce-scatter's contiguous input and its output under
+      sequence parallelism), beside every recomputed activation (under sequence parallelism also
+      the two norm outputs before their all-gathers) and the block output's gradient.
+    Checked by: tests/test_memory_layouts.py (tracker rows with tp > 1 and full or no
+    checkpointing, small vocabularies where these moments bind)."""
+    if not z.loss_parallel or spec.norms_per_block != 2:
+        return []
+    h, q, kv, f, a = (spec.hidden_size, spec.q_dim, spec.kv_dim, spec.intermediate_size,
+                      spec.num_heads)
+    share, sp = z.share, z.share < 1
+    mode = recipe.checkpoint.mode
+    recomputed = whole or mode in ("full", "op-sac")
+    norm = norm_saved_bytes(spec, b, config)
+    attn_half = share * norm + b * h + b * (2 * q + 2 * kv) + FP32 * a
+    if recipe.attention == "eager":
+        attn_half += b * a * seq_len
+    kept = b * h * share if recomputed else 0.0
+    if mode == "op-sac" and not whole and sp:
+        kept += b * h * share                       # the o projection's saved reduce-scatter
+    grad_in = b * h * share
+    out = []
+    if spec.norm == "rms" and config.rms_norm_fp32_saves:
+        working = share * (FP32 * h + FP32) + grad_in + 5 * FP32 * h * share
+        mlp_weights = b * h * f * (3 if spec.gated_mlp else 2)
+        if recomputed:
+            per_token = {"activations": saved_upto(j - 1) + kept,
+                         "temporaries": attn_half + working}
+        else:
+            per_token = {"activations": saved_upto(j - 1) + attn_half, "temporaries": working}
+        out.append((f"block_norm_backward({j})", mlp_weights, per_token))
+    if recomputed:
+        none = block_saved_none(spec, seq_len, b, recipe.attention, config, share=share)
+        # down output, the residual stream between the halves, the incoming gradient, and the
+        # collective's copy: all-reduce output, or reduce-scatter input + output (and the o
+        # projection's), the sharded norm outputs and the gradient all-gathered before the
+        # recompute (it needs no saved tensor, so it runs first)
+        extra = b * h + b * h * share + grad_in
+        extra += (2 * b * h + 4 * b * h * share) if sp else b * h
+        out.append((f"block_recompute_end({j})", 0.0, {
+            "activations": saved_upto(j - 1) + b * h * share, "temporaries": none + extra}))
+    return out
+
+
+def _tp_final_norm_backward(spec: ModelSpec, b: float, config: MemoryConfig, z: _Sizes,
+                            saved_all: float) -> dict[str, float] | None:
+    """Per-token bytes of the final norm's backward under tensor parallelism, RMSNorm as torch
+    composes it (`_tp_block_moments`): every block's saved tensors, the norm's fp32 input and
+    statistics, five fp32 hidden-width rows of its backward, token ids and labels; None when
+    the moment does not exist."""
+    if not (z.loss_parallel and spec.norm == "rms" and config.rms_norm_fp32_saves):
+        return None
+    h = spec.hidden_size
+    return {"activations": saved_all + 16.0 + z.share * (FP32 * h + FP32),
+            "temporaries": 5 * FP32 * h * z.share}
 
 
 def _component_bytes(p: _Phase, tokens: int) -> dict[str, float]:
@@ -560,21 +745,83 @@ def _component_bytes(p: _Phase, tokens: int) -> dict[str, float]:
 
 # ---- public API ------------------------------------------------------------------------------
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RankView:
+    """What one rank of a parallel layout holds and processes (pp = 1).
+
+    Claim: a rank's memory is the FSDP2 memory of the tensor-parallel shard of the model
+    (`perfmodel.costs.features.local_model`: query and key/value heads, MLP width and
+    vocabulary divided by tp, hidden width and norm weights whole) sharded over dp_shard · cp
+    ranks, on S/cp tokens of each of its m sequences, with three tensor-parallel corrections:
+    under sequence parallelism the norm/residual region (norm inputs and statistics, the block
+    input a full checkpoint keeps) holds 1/tp of the tokens while every linear still saves its
+    whole, all-gathered input; the logits stay vocabulary-sharded (loss parallelism) at the cost
+    of one more fp32 row in the loss; the embedding's gradient is made for the whole vocabulary.
+    Why: torchtitan's plan (`perfmodel.bench.parallel`) makes q/k/v, gate and up
+    ColwiseParallel (the output width split, the input replicated), o and down RowwiseParallel
+    (the input width split), the embedding RowwiseParallel over the vocabulary and the LM head
+    ColwiseParallel; FSDP2 then shards each rank's local tensor on dim 0 over the dp_shard · cp
+    mesh (HSDP replicas hold the same shard: dp_replicate does not divide anything). The embedding's
+    backward on replicated ids and gradients produces a replicated (vocab x hidden) gradient of
+    which the rank's shard is a view. Context parallelism splits every sequence over cp ranks.
+    Checked by: tests/test_memory_layouts.py (model vs FSDPMemTracker on the shipped layout
+    grid and the held-out layouts, live tracker runs at tp 2 and HSDP 2 x 2, and the sharding
+    arithmetic). Context parallelism has no CPU ground truth (torch's ring attention runs on CUDA
+    only): its S/cp is the model's prior.
+    """
+
+    model: ModelSpec
+    """The tensor-parallel shard of the model this rank holds."""
+    num_shards: int
+    """FSDP2 ranks each parameter is sharded over: dp_shard · cp."""
+    seq_len: int
+    """Tokens of each sequence this rank processes: S / cp."""
+    tp: int = 1
+    """Tensor-parallel degree."""
+    sequence_parallel: bool = False
+    """Norms and residuals on 1/tp of the tokens (only meaningful with tp > 1)."""
+    embedding_grad_elements: int = 0
+    """Elements of the embedding gradient backward makes: the whole vocabulary x hidden."""
+    dp_replicate: int = 1
+    """HSDP replicas: they divide nothing, but FSDP2 all-reduces each unit's reduce-scatter
+    output across them and keeps that buffer until the end of backward (`_phases`)."""
+    layout_phases: bool = False
+    """Price the moments measured with the layouts' tracker runs (issue 23) that the FSDP
+    model's phases leave out: after each unit's post-backward hands its gradients to the
+    reduce-scatter and allocates the output shard (binds for shard groups of fewer than four
+    ranks), and an op-level-checkpointed block's backward as the recomputed block (its cached
+    tensors moved into the recomputed graph, not kept twice). The default FSDP layout keeps
+    today's phases and numbers, so this is on for the other layouts only (tp, cp,
+    dp_replicate or pp > 1)."""
+
+    @property
+    def sequence_share(self) -> float:
+        """Fraction of each sequence in the norm/residual region of this rank."""
+        return 1.0 / self.tp if self.sequence_parallel and self.tp > 1 else 1.0
+
+
 def rank_view(model: ModelSpec, num_gpus: int, seq_len: int,
-              recipe: TrainingRecipe) -> tuple[ModelSpec, int, int]:
-    """(model shard, FSDP ranks, tokens per sequence) one rank of `num_gpus` holds under the
-    recipe's parallel layout: the tensor-parallel shard (`perfmodel.costs.features.local_model`)
-    sharded again over dp_shard · cp, over its context-parallel share of each sequence. The
-    default layout is the model over every GPU."""
+              recipe: TrainingRecipe) -> RankView:
+    """What one of `num_gpus` ranks holds under the recipe's parallel layout (`RankView`); the
+    default layout is the whole model sharded over every GPU. UserInputError for a layout the
+    GPUs or the model cannot take, and for pipeline layouts (per-stage memory is issue 24's)."""
     layout = recipe.parallel
     if layout == ParallelLayout():
-        return model, num_gpus, seq_len
+        return RankView(model=model, num_shards=num_gpus, seq_len=seq_len,
+                        embedding_grad_elements=model.embedding_params)
     layout = layout.resolve(num_gpus)
     if layout.pp > 1:
         raise UserInputError("the per-stage memory of pipeline layouts (pp > 1) is not modelled "
                              "by this function",
                              hint="use perfmodel.sim.pipeline's stage memory for pp > 1.")
-    return local_model(model, layout.tp), layout.fsdp_degree, seq_len // layout.cp
+    layout.check_model(num_layers=model.num_layers, num_heads=model.num_heads,
+                       num_kv_heads=model.num_kv_heads,
+                       intermediate_size=model.intermediate_size, seq_len=seq_len)
+    return RankView(model=local_model(model, layout.tp), num_shards=layout.fsdp_degree,
+                    seq_len=seq_len // layout.cp, tp=layout.tp,
+                    sequence_parallel=layout.sequence_parallel and layout.tp > 1,
+                    embedding_grad_elements=model.embedding_params,
+                    layout_phases=not layout.is_default, dp_replicate=layout.dp_replicate)
 
 
 def memory_breakdown(model: ModelSpec, *, num_gpus: int, seq_len: int, micro_batch: int,
@@ -594,8 +841,9 @@ def memory_breakdown(model: ModelSpec, *, num_gpus: int, seq_len: int, micro_bat
         return pipeline_memory(model, num_gpus=num_gpus, seq_len=seq_len,
                                micro_batch=micro_batch, recipe=recipe, accum_steps=accum_steps,
                                outer_states=outer_states, config=config).worst
-    model, num_gpus, seq_len = rank_view(model, num_gpus, seq_len, recipe)
-    z = _sizes(model, num_gpus, recipe, config)
+    view = rank_view(model, num_gpus, seq_len, recipe)
+    model, num_gpus, seq_len = view.model, view.num_shards, view.seq_len
+    z = _sizes(view, recipe, config)
     tokens = micro_batch * seq_len
     phases = _phases(model, seq_len, z, recipe, accum_steps, config, outer_states)
     totals = [sum(_component_bytes(p, tokens).values()) for p in phases]
@@ -623,8 +871,9 @@ def memory_coefficients(model: ModelSpec, *, num_gpus: int, seq_len: int, ac: st
     if recipe.parallel.pp > 1:   # every moment of every pipeline rank
         return _pipeline_coefficients(model, num_gpus, seq_len, recipe, accum_steps, config,
                                       outer_states)
-    model, num_gpus, seq_len = rank_view(model, num_gpus, seq_len, recipe)
-    z = _sizes(model, num_gpus, recipe, config)
+    view = rank_view(model, num_gpus, seq_len, recipe)
+    model, seq_len = view.model, view.seq_len
+    z = _sizes(view, recipe, config)
     phases = _phases(model, seq_len, z, recipe, accum_steps, config, outer_states)
     fixed = tuple(float(sum(_component_bytes(p, 0).values())) for p in phases)
     per_seq = tuple(float(sum(p.per_token.values())) * seq_len for p in phases)
@@ -812,12 +1061,17 @@ def _stage_units(spec: ModelSpec, world: int, blocks: int, first: bool,
 
 
 def _pipeline_stages(spec: ModelSpec, world: int, seq_len: int, recipe: TrainingRecipe,
-                     config: MemoryConfig, b: float, boundary: float) -> list[_Stage]:
+                     config: MemoryConfig, b: float, boundary: float, *, share: float = 1.0,
+                     loss_parallel: bool = False) -> list[_Stage]:
+    """`share`, `loss_parallel`: the in-stage `RankView`'s sequence-parallel share of the
+    norm/residual region and vocabulary-sharded loss (tp > 1; the pipeline ground truth has
+    tp = 1, where both are inert)."""
     layout = recipe.parallel
     cuts = pipeline.stage_blocks(spec.num_layers, layout.pp, layout.virtual_stages)
     policy = recipe.checkpoint
-    saved = {w: block_saved(spec, seq_len, b, recipe, config, whole=w) for w in (False, True)}
-    work = {w: _block_working_set(spec, seq_len, b, recipe, config, whole=w)
+    saved = {w: block_saved(spec, seq_len, b, recipe, config, whole=w, share=share)
+             for w in (False, True)}
+    work = {w: _block_working_set(spec, seq_len, b, recipe, config, whole=w, share=share)
             for w in (False, True)}
     # A norm that keeps its input as it is (LayerNorm; RMSNorm when its fp32 upcast is the input
     # itself) keeps, when recomputed, the block input the checkpoint already holds. Of op-sac's
@@ -831,7 +1085,7 @@ def _pipeline_stages(spec: ModelSpec, world: int, seq_len: int, recipe: Training
     if policy.mode == "op-sac":
         work[False] -= duplicate_input + b * spec.q_dim + (
             b * spec.hidden_size if spec.gated_mlp else 0.0)
-    _, held_logits, _ = logits_bytes_per_token(spec, b, recipe)
+    _, held_logits, _ = logits_bytes_per_token(spec, b, recipe, loss_parallel=loss_parallel)
     # The last stage's output (the logits) stays referenced for its backward; a fused loss
     # takes the hidden states and the LM head's weight instead of logits.
     logits_out = 0.0 if recipe.loss == "fused" else b * spec.vocab_size
@@ -846,7 +1100,7 @@ def _pipeline_stages(spec: ModelSpec, world: int, seq_len: int, recipe: Training
         keeps_input = whole[0] or policy.mode == "op-sac" or norm_keeps_input
         shared = b * spec.hidden_size if not first and keeps_input else 0.0
         upto = tuple(x - shared for x in itertools.accumulate(saved[w] for w in whole))
-        held = upto[-1] + (norm_saved_bytes(spec, b, config) + b * spec.hidden_size
+        held = upto[-1] + (share * norm_saved_bytes(spec, b, config) + b * spec.hidden_size
                            + logits_out + held_logits if last else boundary)
         out.append(_Stage(index=s, first_block=first_block, blocks=n, first=first, last=last,
                           units=_stage_units(spec, world, n, first, last), saved_upto=upto,
@@ -1026,8 +1280,9 @@ def _pipeline_view(model: ModelSpec, num_gpus: int, seq_len: int, recipe: Traini
                        num_kv_heads=model.num_kv_heads,
                        intermediate_size=model.intermediate_size, seq_len=seq_len)
     inner = replace(recipe, parallel=replace(layout, pp=1, virtual_stages=1, pp_schedule="1f1b"))
-    spec, world, tokens = rank_view(model, num_gpus // layout.pp, seq_len, inner)
-    z = _sizes(spec, world, recipe, config)
+    view = rank_view(model, num_gpus // layout.pp, seq_len, inner)
+    spec, world, tokens = view.model, view.num_shards, view.seq_len
+    z = _sizes(view, recipe, config)
     sp = layout.tp if layout.tp > 1 and layout.sequence_parallel else 1
     return spec, world, tokens, layout, z, z.b * spec.hidden_size / sp
 
@@ -1040,7 +1295,8 @@ def _pipeline_ranks(model: ModelSpec, num_gpus: int, seq_len: int, recipe: Train
                                                                       recipe, config)
     pipeline.check_schedule(layout.pp_schedule, layout.pp, layout.virtual_stages, accum_steps)
     recipe = replace(recipe, parallel=layout)
-    stages = _pipeline_stages(spec, world, tokens_per_seq, recipe, config, z.b, boundary)
+    stages = _pipeline_stages(spec, world, tokens_per_seq, recipe, config, z.b, boundary,
+                              share=z.share, loss_parallel=z.loss_parallel)
     out = []
     for rank in range(layout.pp):
         phases, held = _rank_phases(stages, rank, spec, tokens_per_seq, recipe, accum_steps, z,

@@ -21,6 +21,7 @@ from perfmodel.formatting import markdown_table
 from perfmodel.spec.arch import FAMILY_LAYOUT, ModelSpec
 from perfmodel.spec.errors import DatasetError
 from perfmodel.spec.formulas import GIB
+from perfmodel.spec.layout import ParallelLayout
 from perfmodel.spec.paths import catalog_dir
 from perfmodel.spec.recipe import canonical_ac, named_recipe
 
@@ -89,11 +90,42 @@ def read_rows(path: str | Path) -> list[dict[str, str]]:
     return rows
 
 
+def row_layout(row: Mapping[str, str]) -> ParallelLayout:
+    """The parallel layout of a tracker row: its layout columns (`perfmodel.bench.memory_layouts`
+    datasets), or plain FSDP over every rank (the FSDP datasets have none)."""
+    if "tp" not in row:
+        return ParallelLayout()
+    return ParallelLayout(dp_replicate=int(row["dp_replicate"]), dp_shard=int(row["dp_shard"]),
+                          tp=int(row["tp"]), cp=int(row["cp"]),
+                          sequence_parallel=row["sequence_parallel"] == "true")
+
+
+LAYOUT_DATASET = "memory-tracker-layouts.csv"
+"""The shipped grid of parallel layouts (issue 23) under catalogs/profiles/data/."""
+LAYOUT_HELDOUT = "memory-tracker-layouts-heldout.csv"
+"""The 20 held-out layout configurations (never used to build or tune the model)."""
+LAYOUT_KINDS = ("TP", "TP+SP", "FSDPxTP", "HSDP", "HSDPxTP")
+"""Groups of the layout summaries: tensor parallel without / with sequence parallelism (any
+data parallelism), FSDP x TP (dp_shard > 1, no replicas), HSDP (replicas, no TP), HSDP x TP."""
+
+
+def layout_kinds(dp_replicate: int, dp_shard: int, tp: int, sequence_parallel: bool) -> list[str]:
+    """The `LAYOUT_KINDS` a layout belongs to (TP / TP+SP overlap the data-parallel kinds)."""
+    kinds = []
+    if tp > 1:
+        kinds.append("TP+SP" if sequence_parallel else "TP")
+    if tp > 1 and dp_shard > 1 and dp_replicate == 1:
+        kinds.append("FSDPxTP")
+    if dp_replicate > 1:
+        kinds.append("HSDPxTP" if tp > 1 else "HSDP")
+    return kinds
+
+
 def predict_row(row: Mapping[str, str], config: MemoryConfig | None = None) -> Any:
     """The model's breakdown for the configuration of a tracker row."""
     recipe = named_recipe(row["recipe"]).with_overrides(
         ac=row["ac"], accum_mode=row["accum_mode"], param_dtype=row["param_dtype"],
-        reduce_dtype=row["reduce_dtype"], attention=row["attention"])
+        reduce_dtype=row["reduce_dtype"], attention=row["attention"], parallel=row_layout(row))
     return memory_breakdown(spec_of_row(row), num_gpus=int(row["world_size"]),
                             seq_len=int(row["seq_len"]), micro_batch=int(row["micro_batch"]),
                             accum_steps=int(row["accum_steps"]), recipe=recipe,
@@ -115,6 +147,33 @@ def compare_row(row: Mapping[str, str]) -> dict[str, Any]:
         out[f"{comp}_tracker_gib"] = sum(float(row[c]) for c in cols) / GIB
         out[f"{comp}_model_gib"] = parts[comp] / GIB
     return out
+
+
+def compare_layouts(path: str | Path) -> list[dict[str, Any]]:
+    """Every row of a layout tracker dataset against the model, with its layout, layout kinds
+    and ground truth."""
+    out = []
+    for row in read_rows(path):
+        record = compare_row(row)
+        layout = row_layout(row)
+        record.update({k: row[k] for k in ("dp_replicate", "dp_shard", "tp",
+                                           "sequence_parallel", "ground_truth")})
+        record["kinds"] = layout_kinds(layout.dp_replicate, layout.size("dp_shard"), layout.tp,
+                                       layout.sequence_parallel)
+        out.append(record)
+    return out
+
+
+def layout_summary(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Summary rows of layout records: all, per layout kind, per AC mode, per ground truth."""
+    groups: list[tuple[str, list[Mapping[str, Any]]]] = [("all", list(records))]
+    groups += [(kind, [r for r in records if kind in r["kinds"]]) for kind in LAYOUT_KINDS]
+    for ac in sorted({str(r["ac"]) for r in records}):
+        groups.append((f"ac {ac}", [r for r in records if r["ac"] == ac]))
+    for truth in sorted({str(r["ground_truth"]) for r in records}):
+        groups.append((f"ground truth {truth}",
+                       [r for r in records if r["ground_truth"] == truth]))
+    return [{"group": name, **summarize(rows)} for name, rows in groups]
 
 
 def compare_memory(path: str | Path | None = None) -> list[dict[str, Any]]:
