@@ -10,6 +10,8 @@ The CLI, the scripts and library users call these; each returns a frozen result 
   `parameter_report`);
 - `streaming`: Streaming DiLoCo studies (`streaming`, `bandwidth_for_utilisation`, and
   `published_bandwidth_comparison`: the latter for every cell of the paper's table);
+- `verdict`: the one-line answer of a prediction or memory report and, when the step does not fit
+  the GPU, the binding phase and the smallest computed fix (`DoesNotFitError`, `memory_fixes`);
 - `fit`: `shardmeter fit` and `shardmeter validate` (imported on its own: it loads the fitting
   libraries).
 """
@@ -35,10 +37,20 @@ from perfmodel.api.streaming import (
     bandwidth_for_utilisation,
     streaming,
 )
+from perfmodel.api.verdict import (
+    DoesNotFitError,
+    MemoryFix,
+    memory_answer,
+    memory_fixes,
+    peak_memory,
+    prediction_answer,
+)
 from perfmodel.api.workload import OuterSpec, Workload, WorkloadSpec
 
 __all__ = [
     "BandwidthTable",
+    "DoesNotFitError",
+    "MemoryFix",
     "MemoryFit",
     "MemoryReport",
     "OuterSpec",
@@ -52,9 +64,13 @@ __all__ = [
     "bandwidth_for_utilisation",
     "catalog_models",
     "memory",
+    "memory_answer",
+    "memory_fixes",
     "memory_report",
     "parameter_report",
+    "peak_memory",
     "predict",
+    "prediction_answer",
     "simulate",
     "streaming",
     "sweep",
