@@ -12,7 +12,7 @@ import re
 import pytest
 from rich.cells import cell_len
 
-from perfmodel.formatting import (
+from perfmodel.numbers import (
     format_duration,
     format_number,
     format_percent,

@@ -22,7 +22,7 @@ from typing import Any
 
 from perfmodel.api.workload import WorkloadSpec, resolve_placement
 from perfmodel.costs.memory import memory_breakdown, pipeline_memory
-from perfmodel.formatting import format_duration, format_number, format_percent, format_rate
+from perfmodel.numbers import format_duration, format_number, format_percent, format_rate
 from perfmodel.sim.fsdp import resolve_recipe
 from perfmodel.spec import catalog
 from perfmodel.spec.errors import InfeasibleError, ShardMeterError

@@ -9,7 +9,7 @@ import pandas as pd
 
 from perfmodel import api
 from perfmodel.api.models import REPORT_SEQ_LEN, catalog_models, parameter_report
-from perfmodel.formatting import format_number, format_usd
+from perfmodel.numbers import format_number, format_usd
 from perfmodel.spec import catalog as cat
 from perfmodel.spec.formulas import GIB
 from perfmodel.spec.layout import ParallelLayout

@@ -28,13 +28,13 @@ from rich.cells import cell_len
 from rich.console import Console
 from rich.table import Table
 
-from perfmodel.formatting import (
+from perfmodel.formatting import json_ready
+from perfmodel.numbers import (
     format_duration,
     format_number,
     format_percent,
     format_rate,
     format_usd,
-    json_ready,
 )
 from perfmodel.spec.errors import ShardMeterError, UserInputError, did_you_mean
 from perfmodel.spec.inputs import LIMITS
@@ -255,7 +255,7 @@ def refuse_unused(names: Sequence[str], *, why: str, fix: str) -> None:
 
 
 def human_usd(value: float) -> str:
-    """Dollars for people: $17,831, $3.59, $0.0042 (perfmodel.formatting.format_usd)."""
+    """Dollars for people: $17,831, $3.59, $0.0042 (perfmodel.numbers.format_usd)."""
     return format_usd(value)
 
 

@@ -20,7 +20,7 @@ from perfmodel.api.workload import (
     Workload,
     simulate_inner_step,
 )
-from perfmodel.formatting import format_duration, format_number
+from perfmodel.numbers import format_duration, format_number
 from perfmodel.sim import trace
 from perfmodel.spec.errors import UserInputError
 from perfmodel.spec.inputs import check_limit
