@@ -19,10 +19,9 @@ import sys
 import textwrap
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-import pandas as pd
 from rich import box
 from rich.cells import cell_len
 from rich.console import Console
@@ -39,6 +38,9 @@ from perfmodel.numbers import (
 from perfmodel.spec.errors import ShardMeterError, UserInputError, did_you_mean
 from perfmodel.spec.inputs import LIMITS
 from perfmodel.spec.recipe import AC_MODES, canonical_ac
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 FORMATS = ("table", "json", "csv")
 OUTPUT_PARAM_NAMES = frozenset({"output", "out", "plot", "plot_path", "trace_path", "timeline_path",
@@ -306,6 +308,8 @@ def emit_records(
     float_digits: int = 4,
 ) -> None:
     """Write a list of records as a rich table, JSON list, or CSV."""
+    import pandas as pd  # lazy: pandas costs about 0.25 s at startup; only listings need it
+
     frame = records if isinstance(records, pd.DataFrame) else pd.DataFrame(list(records))
     if fmt == "json":
         emit_json(frame.to_dict(orient="records"))
@@ -342,6 +346,8 @@ def emit_mapping(payload: dict[str, Any], fmt: str, *, title: str | None = None)
         emit_json(payload)
     elif fmt == "csv":
         flat = {k: v for k, v in payload.items() if not isinstance(v, dict | list)}
+        import pandas as pd  # lazy: pandas costs about 0.25 s at startup; only CSV needs it here
+
         click.echo(pd.DataFrame([flat]).to_csv(index=False), nl=False)
     else:
         rows = [
@@ -349,6 +355,8 @@ def emit_mapping(payload: dict[str, Any], fmt: str, *, title: str | None = None)
              else json.dumps(json_ready(v))}
             for k, v in payload.items()
         ]
+        import pandas as pd  # lazy: pandas costs about 0.25 s at startup; the full table needs it
+
         emit_table(pd.DataFrame(rows), title=title)
 
 
