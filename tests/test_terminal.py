@@ -232,3 +232,19 @@ def test_a_table_too_wide_becomes_records(capsys: pytest.CaptureFixture[str]) ->
     emit_compact(rows[:1] and [{"a": "1", "b": "2"}], width=60)
     table = capsys.readouterr().out.split("\n")
     assert table[0].split() == ["a", "b"]
+
+
+def test_help_does_not_import_pandas_or_the_model() -> None:
+    """`shardmeter --help` stays fast (issue 29: <= 0.5 s, benchmarks/bench_startup.py): it
+    imports neither pandas nor the performance model's API."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = ("import sys\nfrom planner.cli import main\ntry:\n    main(['--help'])\n"
+            "except SystemExit:\n    pass\n"
+            "print(sorted(m for m in ('pandas', 'perfmodel.api', 'sklearn') if m in sys.modules))")
+    root = Path(__file__).resolve().parent.parent
+    done = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True,
+                          check=True, env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"})
+    assert done.stdout.strip().splitlines()[-1] == "[]", done.stdout
