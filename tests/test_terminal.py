@@ -37,6 +37,7 @@ FITTING = {
     "catalog-models": ["catalog", "models"],
     "catalog-gpus": ["catalog", "gpus"],
     "catalog-prices": ["catalog", "prices"],
+    "catalog-links": ["catalog", "links"],
 }
 """Commands whose answer-first view is checked, and a word the answer (first 3 lines) holds."""
 ANSWER_WORDS = {
@@ -49,6 +50,7 @@ ANSWER_WORDS = {
     "catalog-models": ("catalog models",),
     "catalog-gpus": ("catalog GPUs",),
     "catalog-prices": ("prices", "cheapest"),
+    "catalog-links": ("catalog links",),
 }
 
 

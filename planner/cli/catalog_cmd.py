@@ -130,8 +130,9 @@ def _emit_gpus_answer(records: list[dict[str, Any]]) -> None:
 
 
 @catalog.command("links")
+@wide_option()
 @format_option()
-def links_cmd(fmt: str) -> None:
+def links_cmd(wide: bool, fmt: str) -> None:
     """Catalog links: prior latency and bus bandwidth, with their source."""
     records = [{
         "name": link.name, "kind": link.kind, "latency_us": link.latency_s * 1e6,
@@ -139,6 +140,19 @@ def links_cmd(fmt: str) -> None:
         "line_rate_gb_s": link.line_rate_bytes_per_s / 1e9, "per_nic": link.per_nic,
         "source": _short(link.source, fmt),
     } for link in cat.load_links().values()]
+    if fmt == "table" and not wide:
+        echo_wrapped(f"{len(records)} catalog links, prior latency and bus bandwidth (a "
+                     "profile's fit replaces them); sources: --wide")
+        click.echo("")
+        emit_compact([{"link": str(r["name"]), "kind": str(r["kind"]),
+                       "latency µs": format_number(float(r["latency_us"])),
+                       "busbw GB/s": format_number(float(r["busbw_gb_s"])),
+                       "line rate GB/s": format_number(float(r["line_rate_gb_s"])),
+                       "per NIC": "yes" if r["per_nic"] else "no"} for r in records],
+                     width=terminal_width())
+        click.echo("")
+        click.echo("every column: --wide or --format json")
+        return
     emit_records(records, fmt, title="links")
 
 
