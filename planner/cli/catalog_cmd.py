@@ -144,12 +144,12 @@ def links_cmd(wide: bool, fmt: str) -> None:
         echo_wrapped(f"{len(records)} catalog links, prior latency and bus bandwidth (a "
                      "profile's fit replaces them); sources: --wide")
         click.echo("")
-        emit_compact([{"link": str(r["name"]), "kind": str(r["kind"]),
-                       "latency µs": format_number(float(r["latency_us"])),
-                       "busbw GB/s": format_number(float(r["busbw_gb_s"])),
-                       "line rate GB/s": format_number(float(r["line_rate_gb_s"])),
-                       "per NIC": "yes" if r["per_nic"] else "no"} for r in records],
-                     width=terminal_width())
+        emit_compact([{"link": link.name, "kind": link.kind,
+                       "latency µs": format_number(link.latency_s * 1e6),
+                       "busbw GB/s": format_number(link.busbw_bytes_per_s / 1e9),
+                       "line rate GB/s": format_number(link.line_rate_bytes_per_s / 1e9),
+                       "per NIC": "yes" if link.per_nic else "no"}
+                      for link in cat.load_links().values()], width=terminal_width())
         click.echo("")
         click.echo("every column: --wide or --format json")
         return

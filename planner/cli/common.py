@@ -397,25 +397,12 @@ def terminal_width() -> int:
 
 
 def wrap_phrases(text: str, *, width: int, indent: str = "  ") -> list[str]:
-    """`text` as lines of at most `width` columns, broken after a comma, semicolon or colon when
-    possible (a number keeps its unit), else between words; continuation lines indented."""
-    chunks = re.split(r"(?<=[,;:]) ", text)
-    lines: list[str] = []
-    current = ""
-    for chunk in chunks:
-        joined = f"{current} {chunk}" if current else chunk
-        if cell_len(joined) <= width:
-            current = joined
-            continue
-        if current:
-            lines.append(current)
-        room = width - len(indent)
-        pieces = textwrap.wrap(chunk, width=room, break_on_hyphens=False) or [""]
-        lines.extend(indent + piece for piece in pieces[:-1])
-        current = indent + pieces[-1]
-    if current:
-        lines.append(current)
-    return lines or [""]
+    """`text` as lines of at most `width` columns (continuation lines indented), broken between
+    words but never between a number and the word after it ('6,454 tok/s', '37.8 %')."""
+    glued = re.sub(r"(?<=\d) (?=\S)", "\x00", text)  # a number keeps its unit
+    lines = textwrap.wrap(glued, width=width, subsequent_indent=indent, break_on_hyphens=False,
+                          break_long_words=True)
+    return [line.replace("\x00", " ") for line in lines] or [""]
 
 
 def echo_wrapped(text: str, *, width: int | None = None, indent: str = "  ") -> None:
