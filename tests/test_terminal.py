@@ -250,3 +250,9 @@ def test_help_does_not_import_pandas_or_the_model() -> None:
     done = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True,
                           check=True, env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"})
     assert done.stdout.strip().splitlines()[-1] == "[]", done.stdout
+
+
+def test_simulate_names_the_files_it_wrote(cli80, tmp_path) -> None:
+    trace = tmp_path / "a-rather-long-folder-name-for-the-trace" / "step.json"
+    result = cli80(*FITTING["simulate"], "--trace", str(trace))
+    assert result.code == 0 and f"wrote {trace}" in result.out and trace.exists()

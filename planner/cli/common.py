@@ -427,7 +427,8 @@ def emit_compact(rows: Sequence[Mapping[str, str]], *, width: int | None = None,
                  title: str | None = None) -> None:
     """Print rows of formatted cells (header -> text, the units in the headers) as a compact
     table; when the table is wider than the terminal it becomes a record layout (one
-    'header  value' line per cell, a blank line between rows) instead of wrapping cells."""
+    'header  value' line per cell, a long value continued under itself, a blank line between
+    rows) instead of wrapping cells."""
     limit = width or terminal_width()
     if not rows:
         return
@@ -453,8 +454,8 @@ def emit_compact(rows: Sequence[Mapping[str, str]], *, width: int | None = None,
             click.echo("")
         for header in headers:
             text = f"{header.ljust(label)}  {row.get(header, '')}"
-            click.echo(textwrap.shorten(text, width=limit, placeholder="…")
-                       if cell_len(text) > limit else text)
+            for line in wrap_phrases(text, width=limit, indent=" " * (label + 2)):
+                click.echo(line)
 
 
 def compact_value(key: str, value: Any) -> str:

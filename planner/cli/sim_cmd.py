@@ -321,10 +321,13 @@ def simulate(model_name: str, gpu_name: str, nodes: int, gpus_per_node: int, seq
                    "value": compact_value(k, summary[k])} for k in shown],
                  width=terminal_width())
     click.echo("")
+    for key in ("trace", "plot"):
+        if key in summary:
+            click.echo(f"wrote {summary[key]}")
     click.echo("every field: --wide or --format json")
 
 
-_NOT_IN_COMPACT = frozenset({"outer", "provenance"})
+_NOT_IN_COMPACT = frozenset({"outer", "provenance", "trace", "plot"})
 """Summary keys the answer-first view of `simulate` prints on their own lines."""
 
 
