@@ -33,6 +33,7 @@ import numpy as np
 from perfmodel.profiles.profile import default_profile
 from perfmodel.sim.fastpath import FastCosts, concat_fast_costs, fast_step, model_fast_costs
 from perfmodel.sim.fsdp import simulate_step, step_costs
+from perfmodel.sim.pipeline import pipeline_costs, pipeline_decomposition, simulate_pipeline
 from perfmodel.spec.catalog import get_gpu, get_model
 from perfmodel.spec.hardware import IslandSpec
 from perfmodel.spec.layout import ParallelLayout
@@ -46,6 +47,9 @@ SEQ_LEN = 4096
 LAYOUT = ParallelLayout(tp=2, dp_replicate=2)
 """The layout row: tensor parallelism (sequence parallel) inside HSDP."""
 LAYOUT_RECIPE = replace(DEFAULT_RECIPE, parallel=LAYOUT)
+PIPELINE = ParallelLayout(tp=2, pp=4, virtual_stages=2, pp_schedule="interleaved-1f1b")
+"""The pipeline row: interleaved 1F1B over 4 stages x 2 virtual stages, TP 2 inside."""
+PIPELINE_RECIPE = replace(DEFAULT_RECIPE, parallel=PIPELINE)
 
 
 # ---- helpers shared with bench_tables.py ----------------------------------------------------
@@ -145,6 +149,26 @@ def main() -> None:
         / simulate_step(c, accum_steps=k).step_time_s
         for i, c in enumerate(layout_graph) for k in (1, 4))
 
+    # a pipeline: the compiled interleaved-1F1B plan evaluated over an array of micro-batches on
+    # a 4-node island (durations computed first, as for the FSDP rows); one evaluation = one
+    # configuration's affine T(k) for every admissible k
+    pipe_island = islands[-1]
+    pipe_mbs = np.arange(1, n_fast + 1)
+    pipe_costs = pipeline_costs(model, profile, pipe_island, seq_len=SEQ_LEN,
+                                micro_batch=pipe_mbs, recipe=PIPELINE_RECIPE)
+    pipe_s = _median_s(lambda: pipeline_decomposition(pipe_costs), repeats)
+    pipe_rate = n_fast / pipe_s
+    pipe_dec = pipeline_decomposition(pipe_costs)
+    pipe_worst = 0.0
+    for mb in (1, 3):
+        one = pipeline_costs(model, profile, pipe_island, seq_len=SEQ_LEN, micro_batch=mb,
+                             recipe=PIPELINE_RECIPE)
+        for k in (PIPELINE.pp, 3 * PIPELINE.pp):
+            graph_t = simulate_pipeline(one, micro_batches=k).step_time_s
+            fast_t = float(np.asarray(pipe_dec.step_fixed_s)[mb - 1]
+                           + k * np.asarray(pipe_dec.microstep_s)[mb - 1])
+            pipe_worst = max(pipe_worst, abs(fast_t - graph_t) / graph_t)
+
     def with_profile() -> None:
         for isl in islands:
             fast_step(model_fast_costs(model, profile, isl, seq_len=SEQ_LEN, micro_batches=mbs))
@@ -200,6 +224,13 @@ def main() -> None:
         f"node): {layout_rate:,.0f} evaluations/s, target >= 100,000: "
         f"{'met' if layout_rate >= 1e5 else 'NOT met'}; largest relative difference fast vs "
         f"graph on 8 configurations (k = 1 and 4): {layout_worst:.1e}.",
+        "",
+        f"With a pipeline ({PIPELINE.describe()} on {pipe_island.num_nodes} x "
+        f"{pipe_island.gpus_per_node} GPUs, the compiled plan's affine T(k) over {n_fast} "
+        f"micro-batch sizes, `pipeline.pipeline_decomposition`): {pipe_rate:,.0f} "
+        f"evaluations/s ({pipe_s:.4f} s), target >= 100,000: "
+        f"{'met' if pipe_rate >= 1e5 else 'NOT met'}; largest relative difference vs the graph "
+        f"(`simulate_pipeline`, m = 1 and 3, k = pp and 3 pp): {pipe_worst:.1e}.",
     ]
     path = write_section(
         "bench_fastpath",

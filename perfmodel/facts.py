@@ -2,8 +2,10 @@
 
 The planner reaches the performance model through `perfmodel.tables` (island tables) and reads
 catalog facts through this module: GPUs (names, memory, node size), model parameter counts, price
-lists, the energy facts (TDP, PUE, grid intensity), the inter-node fabric a DiLoCo sync uses
-when every island shares one cluster, and the strict readers and documented limits every user
+lists, the energy facts (TDP, PUE, grid intensity), the reliability and billing facts (failure and
+Spot preemption rates, restart and checkpoint defaults, egress and billing per provider) with the
+failure model's closed forms (`perfmodel.spec.failure_model`), the inter-node fabric a DiLoCo sync
+uses when every island shares one cluster, and the strict readers and documented limits every user
 file goes through (`perfmodel.spec.inputs`). Every name here has its home in `perfmodel.spec`;
 this module only names the ones the planner may use, so the planner never reaches into
 `perfmodel.spec.catalog` and a change of the catalogs' internals stays inside the performance
@@ -20,6 +22,14 @@ from perfmodel.spec.catalog import (
     price_usd_per_gpu_hour,
 )
 from perfmodel.spec.energy_catalog import carbon_intensity_g_per_kwh, gpu_tdp_w, provider_pue
+from perfmodel.spec.failure_model import (
+    CHECKPOINT_MODES,
+    FAILURE_LIMITS,
+    checkpoint_bytes,
+    checkpointed_wall_factor,
+    failure_limit_problem,
+    island_participation,
+)
 from perfmodel.spec.inputs import (
     LIMITS,
     cap_message,
@@ -29,21 +39,53 @@ from perfmodel.spec.inputs import (
     read_text,
     short_repr,
 )
+from perfmodel.spec.reliability_catalog import (
+    Billing,
+    EgressPrice,
+    SourcedValue,
+    async_stall_fraction,
+    billing,
+    checkpoint_write_gbit_s_per_node,
+    egress_price,
+    failures_per_gpu_hour,
+    offer_billing,
+    preemptions_per_node_hour,
+    restart_s,
+    spot_capacity_wait_s,
+)
 
 __all__ = [
-    "LIMITS",
+    "async_stall_fraction",
+    "Billing",
+    "billing",
     "cap_message",
     "carbon_intensity_g_per_kwh",
     "check_limit",
+    "checkpoint_bytes",
+    "CHECKPOINT_MODES",
+    "checkpoint_write_gbit_s_per_node",
+    "checkpointed_wall_factor",
     "cluster_fabric",
+    "egress_price",
+    "FAILURE_LIMITS",
+    "failure_limit_problem",
+    "EgressPrice",
+    "failures_per_gpu_hour",
     "get_gpu",
     "gpu_tdp_w",
+    "island_participation",
+    "LIMITS",
     "load_yaml",
     "model_parameters",
+    "offer_billing",
     "parse_yaml",
+    "preemptions_per_node_hour",
     "price_rows",
     "price_usd_per_gpu_hour",
     "provider_pue",
     "read_text",
+    "restart_s",
     "short_repr",
+    "SourcedValue",
+    "spot_capacity_wait_s",
 ]

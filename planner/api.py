@@ -224,7 +224,8 @@ def frontier(request: FrontierRequest, *,
     if request.plot_path is not None:
         _plots(solved, request.plot_path, notify)
     return FrontierResult(solved=solved, records=records,
-                          meta=report.frontier_meta(solved.frontier))
+                          meta={**report.frontier_meta(solved.frontier),
+                                **report.failure_assumptions(solved.problem)})
 
 
 def _plots(solved: Solved, plot: Path, notify: Notify) -> None:
@@ -261,7 +262,8 @@ def query(request: QueryRequest) -> PlanAnswer | ScenarioStudy:
         chosen, extra = answer(solved.problem, solved.frontier, request.objective,
                                request.min_throughput_fraction)
     record = {**extra, **report.plan_record(chosen, solved.problem),
-              **report.frontier_meta(solved.frontier)}
+              **report.frontier_meta(solved.frontier),
+              **report.failure_assumptions(solved.problem)}
     return PlanAnswer(solved=solved, plan=chosen, record=record)
 
 

@@ -82,9 +82,16 @@ class SolveOptions:
     """Cost cap of the run in USD (overrides limits.budget_usd)."""
     deadline_hours: float | None = None
     """Wall-time cap of the run in hours (overrides limits.deadline_hours)."""
+    failures: bool = False
+    """Score plans by their expected values under failures, preemptions and the full bill
+    (`planner.model.risk`), as an instance's `failures:` section does; caps then apply to
+    expected values."""
 
     def __post_init__(self) -> None:
         _choice("solver", self.solver, SOLVERS)
+        if not isinstance(self.failures, bool):
+            raise UserInputError(f"failures = {self.failures!r}: not true or false",
+                                 hint="set failures to True or False.")
         _choice("milp_backend", self.milp_backend, MILP_BACKENDS)
         if self.threads is not None and (isinstance(self.threads, bool)
                                          or not isinstance(self.threads, int) or self.threads < 1):
@@ -102,7 +109,7 @@ class SolveOptions:
         `solve_energy`)."""
         return {"solver": self.solver, "threads": self.threads, "time_limit_s": self.time_limit_s,
                 "milp_backend": self.milp_backend, "budget_usd": self.budget_usd,
-                "deadline_hours": self.deadline_hours}
+                "deadline_hours": self.deadline_hours, "failures": self.failures}
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from planner.analysis.scenarios import ScenarioResult, ScoredPlan
     from planner.model.problem import Plan, Problem
 
-ISLAND_KEYS = ("cluster", "nodes", "gpus_per_node", "micro_batch", "accum_steps")
+ISLAND_KEYS = ("cluster", "nodes", "gpus_per_node", "micro_batch", "accum_steps", "tier")
 """The fields of one island of a scored plan, in JSON."""
 SUMMARY_FRACTION = 0.99
 """The summary reports the saving of the cheapest plan at this fraction of the best tokens/s."""

@@ -9,15 +9,16 @@ from typing import NamedTuple
 
 import pytest
 
-from perfmodel.spec import catalog
+from perfmodel.spec import catalog, reliability_catalog
 from perfmodel.spec.paths import catalog_dir
 
 
 def clear_catalog_caches() -> None:
     """Forget every cached catalog (the loaders are functools.cache'd)."""
-    for value in vars(catalog).values():
-        if callable(getattr(value, "cache_clear", None)):
-            value.cache_clear()
+    for module in (catalog, reliability_catalog):
+        for value in vars(module).values():
+            if callable(getattr(value, "cache_clear", None)):
+                value.cache_clear()
 
 
 @pytest.fixture

@@ -5,13 +5,15 @@ The CLI, the scripts and library users call these; each returns a frozen result 
 
 - `workload`: what a user names (`WorkloadSpec`, `OuterSpec`) resolved against the catalogs and
   profiles (`Workload`), the inner step simulated, DiLoCo settings and the sync link;
-- `predict`: `predict`, `simulate`, `sweep`, `memory` of one workload;
+- `predict`: `predict` (with `FailureSpec`: expected goodput under failures), `simulate`,
+  `sweep`, `memory` of one workload;
 - `models`: the catalog listing and the parameter report of one model (`catalog_models`,
   `parameter_report`);
 - `streaming`: Streaming DiLoCo studies (`streaming`, `bandwidth_for_utilisation`, and
   `published_bandwidth_comparison`: the latter for every cell of the paper's table);
 - `verdict`: the one-line answer of a prediction or memory report and, when the step does not fit
   the GPU, the binding phase and the smallest computed fix (`DoesNotFitError`, `memory_fixes`);
+- `prices`: `import_prices`, a dated price list from SkyPilot's catalog (imported on its own);
 - `fit`: `shardmeter fit` and `shardmeter validate` (imported on its own: it loads the fitting
   libraries).
 """
@@ -46,11 +48,15 @@ from perfmodel.api.verdict import (
     prediction_answer,
 )
 from perfmodel.api.workload import OuterSpec, Workload, WorkloadSpec
+from perfmodel.costs.reliability import FailureSpec
+from perfmodel.spec.failure_model import CHECKPOINT_MODES
 
 __all__ = [
+    "CHECKPOINT_MODES",
     "BandwidthTable",
     "DoesNotFitError",
     "MemoryFix",
+    "FailureSpec",
     "MemoryFit",
     "MemoryReport",
     "OuterSpec",

@@ -34,6 +34,12 @@ from perfmodel.api.workload import (
     sync_link,
 )
 from perfmodel.costs.memory import MemoryBreakdown, max_micro_batch, memory_breakdown
+from perfmodel.costs.reliability import (
+    FailureSpec,
+    JobReliability,
+    checkpointed_job,
+    independent_islands,
+)
 from perfmodel.diloco.fragments import StreamingConfig, utilisation_steps
 from perfmodel.diloco.graph import pseudo_gradient_bytes, simulate_diloco
 from perfmodel.diloco.tuner import run_streaming
@@ -87,6 +93,8 @@ class Prediction:
     bound: str
     record: dict[str, Any] = field(repr=False)
     """Every predicted quantity, in output order."""
+    reliability: JobReliability | None = None
+    """The failure model's goodput and assumptions (None: failures not modelled)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -204,20 +212,57 @@ def provenance(w: Workload) -> dict[str, str]:
     return out
 
 
-def predict(workload: WorkloadSpec, outer: OuterSpec | None = None, *,
-            allow_oom: bool = True) -> Prediction:
+def predict(workload: WorkloadSpec, outer: OuterSpec | None = None,
+            failures: FailureSpec | None = None, *, allow_oom: bool = True) -> Prediction:
     """Predict one training step: time, throughput, MFU, memory and what bounds it; with
-    `allow_oom` False a peak beyond the GPU's usable memory raises `DoesNotFitError` (exit 1)
-    carrying the prediction's answer line and the smallest fix that fits."""
+    `failures`, also the run's expected goodput, wall time and cost (`perfmodel.costs.reliability`:
+    the step figures stay failure-free); with `allow_oom` False a peak beyond the GPU's usable
+    memory raises `DoesNotFitError` (exit 1) carrying the prediction's answer line and the
+    smallest fix that fits."""
     w = workload.resolve()
     spec = outer or OuterSpec()
     # the strategy check comes before the outer settings' checks
     strategy_islands(spec.strategy, spec.islands)
     w, settings, link = resolve_strategy(w, spec)
-    result = _prediction(w, strategy=spec.strategy, wan=link, outer=settings)
-    if not allow_oom and not result.record["fits"]:
-        raise does_not_fit(workload, answer=prediction_answer(result.record), what="prediction")
-    return result
+    prediction = _prediction(w, strategy=spec.strategy, wan=link, outer=settings)
+    if not allow_oom and not prediction.record["fits"]:
+        raise does_not_fit(workload, answer=prediction_answer(prediction.record),
+                           what="prediction")
+    if failures is None:
+        return prediction
+    return _with_failures(prediction, failures)
+
+
+def _with_failures(p: Prediction, failures: FailureSpec) -> Prediction:
+    """`p` with the failure model's expected figures appended to its record."""
+    w = p.workload
+    mode = failures.checkpoint_mode or "sync"
+    if p.islands > 1:
+        outer_step_s = p.step_time_s * p.outer.inner_steps
+        found = independent_islands(spec=failures, gpu=w.gpu.name,
+                                    gpus_per_island=w.island.num_gpus,
+                                    params=w.model.total_params, outer_step_s=outer_step_s,
+                                    wan_bytes_per_s=p.link.bw_bytes_per_s, mode=mode)
+    else:
+        found = checkpointed_job(spec=failures, gpu=w.gpu.name, num_gpus=w.island.num_gpus,
+                                 num_nodes=w.island.num_nodes, params=w.model.total_params,
+                                 master_dtype=w.recipe.master_dtype, mode=mode,
+                                 step_time_s=p.step_time_s)
+    record = dict(p.record)
+    extra = found.record(p.step_time_s)
+    record["goodput"] = extra.pop("goodput")
+    record["expected_tokens_per_s"] = p.tokens_per_s * found.goodput
+    gpus = p.islands * w.island.num_gpus
+    if failures.train_tokens is not None:
+        wall = failures.train_tokens / p.tokens_per_s
+        record.update(train_tokens=failures.train_tokens, wall_time_s=wall,
+                      expected_wall_time_s=wall / found.goodput)
+        if failures.usd_per_gpu_hour is not None:
+            hourly = failures.usd_per_gpu_hour * gpus
+            record.update(cost_usd=wall / 3600.0 * hourly,
+                          expected_cost_usd=wall / found.goodput / 3600.0 * hourly)
+    record.update(extra)
+    return replace(p, record=record, reliability=found)
 
 
 def _prediction(w: Workload, *, strategy: str, wan: WanLink, outer: OuterRecipe) -> Prediction:

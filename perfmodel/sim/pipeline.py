@@ -442,7 +442,10 @@ class PipelineResult:
     worst_stage: str
     """Its stages and blocks, for outputs."""
     bubble_s: float
-    """Time the worst rank's compute stream idles within the step."""
+    """Time the worst rank's compute stream idles waiting for other stages: its idle time less
+    its own exposed communication (inline tensor-parallel collectives, FSDP gathers and
+    reduce-scatters it waits on), so that the bubble is the schedule's and the exposed
+    communication is reported once, as `exposed_comm_s`."""
     compute_busy_s: float
     """Compute-stream busy time of the worst rank."""
     comm_busy_s: float
@@ -450,7 +453,7 @@ class PipelineResult:
     exposed_comm_s: float
     """Its communication not hidden under compute."""
     compute_idle_s: float
-    """Its compute-stream idle time (= bubble_s)."""
+    """Its compute-stream idle time (bubble_s + exposed_comm_s, up to overlap of the two)."""
 
 
 def step_result(result: PipelineResult) -> StepResult:
@@ -470,12 +473,13 @@ def simulate_pipeline(costs: PipelineCosts, *, micro_batches: int) -> PipelineRe
     rank = costs.worst_rank
     island = f"pp {rank}"
     idle = schedule.compute_idle_s(island)
+    exposed = schedule.exposed_comm_s(island)
     return PipelineResult(schedule=schedule, accum_steps=micro_batches,
                           step_time_s=schedule.makespan_s, worst_rank=rank,
-                          worst_stage=costs.worst_label(), bubble_s=idle,
+                          worst_stage=costs.worst_label(), bubble_s=max(0.0, idle - exposed),
                           compute_busy_s=schedule.busy_s(comm=False, island=island),
                           comm_busy_s=schedule.busy_s(comm=True, island=island),
-                          exposed_comm_s=schedule.exposed_comm_s(island), compute_idle_s=idle)
+                          exposed_comm_s=exposed, compute_idle_s=idle)
 
 
 # ---- fast path ---------------------------------------------------------------------------------

@@ -73,6 +73,11 @@ def solve_energy(instance: Any, table: Any, metric: str, *, max_value: float | N
     if solver not in ("auto", "dp", "brute"):
         raise UserInputError(f"--solver {solver} does not model energy or CO2",
                              hint="use --solver dp or auto (exact) or brute (small instances).")
+    if getattr(instance, "failures_on", False) or _.get("failures"):
+        raise UserInputError("energy and CO2 frontiers do not model failures yet",
+                             hint="drop --failures (or the instance's failures: section) for "
+                                  "--objectives time,energy|co2; time-vs-cost plans report the "
+                                  "energy of their expected run.")
     start = time.perf_counter()
     problem = build_problem(instance, table, budget_usd=budget_usd, deadline_hours=deadline_hours)
     require_metric(problem, metric)

@@ -152,15 +152,21 @@ _LIMIT_HINTS = {
 def solve_instance(instance: Instance, table: pd.DataFrame, *, solver: str = "auto",
                    threads: int | None = None, time_limit_s: float | None = None,
                    milp_backend: str = "highs", budget_usd: float | None = None,
-                   deadline_hours: float | None = None,
-                   first_only: bool = False) -> tuple[Problem, Frontier]:
-    """Build the problem and its frontier; raise `InfeasibleError` naming the binding limit."""
+                   deadline_hours: float | None = None, first_only: bool = False,
+                   failures: bool = False) -> tuple[Problem, Frontier]:
+    """Build the problem and its frontier; raise `InfeasibleError` naming the binding limit.
+    `failures` turns the failure model on (`Instance.with_failures`): the frontier is then of
+    expected wall time vs expected cost (`planner.model.risk`)."""
+    if failures:
+        instance = instance.with_failures()
     problem = build_problem(instance, table, budget_usd=budget_usd, deadline_hours=deadline_hours)
     frontier = compute_frontier(problem, solver=solver, threads=threads, time_limit_s=time_limit_s,
                                 milp_backend=milp_backend, first_only=first_only)
     if frontier.points:
         return problem, frontier
     exact_solver = "cpsat" if solver in ("heuristic", "dp", "auto") else solver
+    if problem.risk is not None and exact_solver == "cpsat":
+        exact_solver = "dp"  # expected values: the DP (and brute force) are the exact backends
     raise explain_infeasible(instance, table, problem, solver=exact_solver, threads=threads,
                              heuristic=solver == "heuristic", exact=frontier.proven_exact)
 

@@ -27,14 +27,15 @@ TOP_THROUGHPUT_PLANS = 20
 def plan_label(plan: Plan, problem: Problem | None = None) -> str:
     """Paper figure-8 label: 'count x nodes x gpus_per_node GPU' groups joined by ' + '.
 
-    Where two clusters of `problem` share a GPU type, the GPU is followed by its cluster's price
-    source ("H200 (AWS spot)") so islands of different providers or tiers are not merged."""
+    Where two clusters (or two price tiers of one cluster) of `problem` share a GPU type, the GPU
+    is followed by its price source ("H200 (AWS spot)") so islands of different providers or tiers
+    are not merged."""
     shared = _shared_gpu_types(problem)
     groups: dict[tuple[str, int, int], int] = {}
     for island in plan.islands:
         gpu = island.gpu_type.split("-")[0]
         if island.gpu_type in shared and problem is not None:
-            gpu += f" ({_source(problem, island.cluster)})"
+            gpu += f" ({_source(problem, island.cluster, island.tier)})"
         key = (gpu, island.nodes, island.gpus_per_node)
         groups[key] = groups.get(key, 0) + 1
     parts = sorted(groups.items(), key=lambda kv: (-kv[1], kv[0]))
@@ -42,15 +43,21 @@ def plan_label(plan: Plan, problem: Problem | None = None) -> str:
 
 
 def _shared_gpu_types(problem: Problem | None) -> set[str]:
+    """GPU types whose islands need their price source in labels: offered by several clusters,
+    or (with the failure model on, where both can be chosen) at several tiers of one."""
     if problem is None:
         return set()
-    clusters_of: dict[str, set[str]] = {}
+    clusters_of: dict[str, set[tuple[str, str]]] = {}
     for option in problem.options:
-        clusters_of.setdefault(option.gpu_type, set()).add(option.cluster)
+        tier = option.tier if problem.risk is not None else ""
+        clusters_of.setdefault(option.gpu_type, set()).add((option.cluster, tier))
     return {gpu for gpu, names in clusters_of.items() if len(names) > 1}
 
 
-def _source(problem: Problem, cluster: str) -> str:
+def _source(problem: Problem, cluster: str, tier: str | None = None) -> str:
+    for option in problem.options:
+        if option.cluster == cluster and (tier is None or option.tier == tier) and option.source:
+            return option.source
     for info in problem.clusters:
         if info.name == cluster:
             return info.price_source or cluster
@@ -72,10 +79,12 @@ def plan_record(plan: Plan, problem: Problem) -> dict[str, Any]:
     """One plan as a JSON-able record (required keys: wall_time_s, cost_usd, tokens_per_s,
     islands)."""
     period_s = plan.inner_step_s + plan.sync_s / problem.inner_steps
+    risky = problem.risk is not None
     islands = []
     for island in plan.islands:
         tokens_per_s = island.seqs_per_step * problem.seq_len / period_s
         gpus = island.nodes * island.gpus_per_node
+        more = {"tier": island.tier, "participation": island.participation} if risky else {}
         islands.append({
             "cluster": island.cluster,
             "gpu_type": island.gpu_type,
@@ -89,6 +98,7 @@ def plan_record(plan: Plan, problem: Problem) -> dict[str, Any]:
             "tokens_per_s_per_gpu": tokens_per_s / gpus,
             "usd_per_hour": island.usd_per_hour,
             "cost_usd": plan.wall_time_s / 3600.0 * island.usd_per_hour,
+            **more,
         })
     return {
         "label": plan_label(plan, problem),
@@ -106,8 +116,33 @@ def plan_record(plan: Plan, problem: Problem) -> dict[str, Any]:
         "energy_kwh": plan.energy_kwh,
         "co2_kg": plan.co2_kg,
         **_energy_notes(problem),
+        **expected_fields(plan, problem),
         "islands": islands,
     }
+
+
+def expected_fields(plan: Plan, problem: Problem) -> dict[str, Any]:
+    """goodput, expected wall time and cost of a plan (issue 28); without the failure model the
+    goodput is 1 and the expected figures are the plan's own."""
+    out: dict[str, Any] = {"goodput": plan.goodput, "expected_wall_time_s": plan.wall_time_s,
+                           "expected_cost_usd": plan.cost_usd}
+    if problem.risk is not None:
+        out.update(failure_free_wall_time_s=plan.failure_free_wall_time_s,
+                   failure_free_cost_usd=plan.failure_free_cost_usd,
+                   egress_usd=plan.egress_usd,
+                   checkpoint_interval_s=plan.checkpoint_interval_s)
+    return out
+
+
+def failure_assumptions(problem: Problem) -> dict[str, Any]:
+    """The failure model's sources and assumptions, for a frontier's or plan's metadata."""
+    if problem.risk is None:
+        return {}
+    risk = problem.risk
+    return {"failures": True, "checkpoint_mode": risk.checkpoint_mode,
+            "checkpoint_bytes": risk.checkpoint_bytes, "egress_priced": risk.egress_on,
+            "billing_applied": risk.billing_on,
+            "failure_assumptions": list(risk.assumptions)}
 
 
 def _energy_notes(problem: Problem) -> dict[str, Any]:
@@ -154,11 +189,13 @@ def points_frame(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
     keep = ["point", "label", "wall_time_h", "wall_time_s", "cost_usd", "usd_per_hour_saved",
             "tokens_per_s", "tokens_per_s_per_gpu", "num_islands", "num_gpus", "usd_per_hour",
             "inner_step_s", "sync_s", "energy_kwh", "co2_kg"]
+    if records and "egress_usd" in records[0]:  # the failure model is on
+        keep += ["goodput", "failure_free_wall_time_s", "egress_usd"]
     rows = [{k: r[k] for k in keep if k in r} for r in records]
     for row, record in zip(rows, records, strict=True):
         row["islands"] = "; ".join(
-            f"{i['cluster']}:{i['nodes']}x{i['gpus_per_node']} m{i['micro_batch']} "
-            f"k{i['accum_steps']}"
+            f"{i['cluster']}{'/' + i['tier'] if 'tier' in i else ''}:{i['nodes']}x"
+            f"{i['gpus_per_node']} m{i['micro_batch']} k{i['accum_steps']}"
             for i in record["islands"])
     return pd.DataFrame(rows)
 

@@ -114,8 +114,8 @@ class ScoredPlan:
     """C under each scenario (inf: infeasible there)."""
     regret: tuple[float, ...]
     """Regret under each scenario (module docstring; inf: infeasible or no comparable plan)."""
-    islands: tuple[tuple[str, int, int, int, int], ...] = field(default=())
-    """(cluster, nodes, gpus_per_node, micro_batch, accum_steps) of each island."""
+    islands: tuple[tuple[str, int, int, int, int, str], ...] = field(default=())
+    """(cluster, nodes, gpus_per_node, micro_batch, accum_steps, tier) of each island."""
 
     @property
     def max_regret(self) -> float:
@@ -318,23 +318,30 @@ def solve_all(instance_paths: Sequence[str], scenarios: Sequence[Scenario], solv
 # ---- cross-evaluation --------------------------------------------------------------------
 
 
-def plan_key(plan: Plan) -> tuple[tuple[str, int, int, int, int], ...]:
-    """What identifies a plan across scenarios: its islands."""
-    return tuple(sorted((i.cluster, i.nodes, i.gpus_per_node, i.micro_batch, i.accum_steps)
-                        for i in plan.islands))
+def plan_key(plan: Plan) -> tuple[tuple[str, int, int, int, int, str], ...]:
+    """What identifies a plan across scenarios: its islands (with their price tiers)."""
+    return tuple(sorted((i.cluster, i.nodes, i.gpus_per_node, i.micro_batch, i.accum_steps,
+                         i.tier) for i in plan.islands))
 
 
-def rescore(problem: Problem | None, key: Sequence[tuple[str, int, int, int, int]]) -> Plan | None:
-    """The plan with these islands evaluated in `problem`; None where it is infeasible there."""
+def rescore(problem: Problem | None, key: Sequence[tuple[Any, ...]]) -> Plan | None:
+    """The plan with these islands evaluated in `problem`; None where it is infeasible there.
+    An island is (cluster, nodes, gpus_per_node, micro_batch, accum_steps[, tier]); without a
+    tier it is the cluster's own price tier."""
     if problem is None:
         return None
-    index = {}
+    index: dict[tuple[Any, ...], int] = {}
     for pi, pair in enumerate(problem.pairs):
         option = problem.options[pair.option_index]
-        index[(option.cluster, option.nodes, option.gpus_per_node, pair.micro_batch)] = pi
+        index[(option.cluster, option.nodes, option.gpus_per_node, pair.micro_batch,
+               option.tier)] = pi
+        index.setdefault((option.cluster, option.nodes, option.gpus_per_node, pair.micro_batch,
+                          None), pi)  # options list a cluster's own tier first
     choices = []
-    for cluster, nodes, gpn, m, k in key:
-        found = index.get((cluster, nodes, gpn, m))
+    for island in key:
+        cluster, nodes, gpn, m, k = island[:5]
+        tier = island[5] if len(island) > 5 else None
+        found = index.get((cluster, nodes, gpn, m, tier))
         if found is None or k > problem.pairs[found].max_accum_steps:
             return None
         choices.append(IslandChoice(pair_index=found, accum_steps=k))

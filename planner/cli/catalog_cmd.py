@@ -1,7 +1,9 @@
-"""Commands `catalog` (list models, GPUs, links, price lists) and `memory` (per-GPU memory)."""
+"""Commands `catalog` (list models, GPUs, links, price lists; import SkyPilot prices) and
+`memory` (per-GPU memory)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import click
@@ -9,8 +11,10 @@ import pandas as pd
 
 from perfmodel import api
 from perfmodel.api.models import REPORT_SEQ_LEN, catalog_models, parameter_report
+from perfmodel.api.prices import ImportPricesRequest, import_prices
 from perfmodel.numbers import format_number, format_usd
 from perfmodel.spec import catalog as cat
+from perfmodel.spec.errors import UserInputError
 from perfmodel.spec.formulas import GIB
 from perfmodel.spec.layout import ParallelLayout
 from planner.cli.common import (
@@ -219,6 +223,45 @@ def _emit_prices_answer(records: list[dict[str, Any]]) -> None:
     emit_compact(rows, width=terminal_width())
     click.echo("")
     click.echo("every price row: --wide, --format csv, or --list NAME")
+def _gpu_map(values: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    out = []
+    for text in values:
+        name, sep, gpu = text.partition("=")
+        if not sep or not name.strip() or not gpu.strip():
+            raise UserInputError(f"--gpu-map {text!r}: expected NAME=CATALOG_GPU",
+                                 hint="write e.g. --gpu-map H100=H100-PCIe.")
+        out.append((name.strip(), gpu.strip()))
+    return tuple(out)
+
+
+@catalog.command("import-prices")
+@click.argument("vms_csv", metavar="VMS_CSV", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--region", default=None, help="Region to import (required if the file has several).")
+@click.option("--as-of", "as_of", default=None, help="Snapshot date YYYY-MM-DD (default: today).")
+@click.option("--cloud", default=None,
+              help="Cloud name (default: the file's folder, as ~/.sky/catalogs/v7/<cloud>/).")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Where to write the price list (default: catalogs/prices/"
+                   "<cloud>-skypilot-<region>-<as_of>.csv).")
+@click.option("--gpu-map", "gpu_map", multiple=True, metavar="NAME=CATALOG_GPU",
+              help="Read a SkyPilot accelerator name as this catalog GPU (repeatable; default "
+                   "readings: catalogs/skypilot_gpus.csv).")
+@format_option()
+def import_prices_cmd(vms_csv: Path, region: str | None, as_of: str | None, cloud: str | None,
+                      output: Path | None, gpu_map: tuple[str, ...], fmt: str) -> None:
+    """Write a dated price list from SkyPilot's catalog VMS_CSV (vms.csv with InstanceType,
+    AcceleratorName, AcceleratorCount, Price, SpotPrice, Region, AvailabilityZone): on-demand
+    and spot per GPU-hour of every GPU instance of one region."""
+    result = import_prices(ImportPricesRequest(vms_csv=vms_csv, region=region, as_of=as_of,
+                                               cloud=cloud, output_path=output,
+                                               gpu_map=_gpu_map(gpu_map)))
+    records = [{k: (_short(str(v), fmt) if k == "source" else v) for k, v in row.items()}
+               for row in result.rows]
+    emit_records(records, fmt, title=f"prices written to {result.path}")
+    if result.skipped:
+        click.echo("skipped accelerators without a catalog GPU: "
+                   + ", ".join(f"{n} ({c} rows)" for n, c in sorted(result.skipped.items()))
+                   + " (map them with --gpu-map)", err=True)
 
 
 # ---- memory ---------------------------------------------------------------------------------

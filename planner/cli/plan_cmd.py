@@ -59,6 +59,10 @@ def _solver_options(func: Callable[..., Any]) -> Callable[..., Any]:
                      help="Cost cap (overrides limits.budget_usd)."),
         click.option("--deadline-hours", type=click.FloatRange(min=0, min_open=True), default=None,
                      help="Wall-time cap (overrides limits.deadline_hours)."),
+        click.option("--failures", is_flag=True, default=False,
+                     help="Plan on expected values under failures, spot preemptions, "
+                          "checkpoints, egress and billing (as an instance's failures: section; "
+                          "catalogs/reliability/). Caps then apply to expected values."),
     ]
     for option in reversed(options):
         func = option(func)

@@ -196,6 +196,8 @@ def _prediction_row(record: dict[str, Any]) -> dict[str, str]:
             row[header] = format_number(record[key])
     row["peak/usable GiB"] = (f"{format_number(record['peak_gib'])}/"
                               f"{format_number(record['usable_memory_gib'])}")
+    if "goodput" in record:   # --failures: the expected share of wall time that trains
+        row["goodput %"] = format_number(record["goodput"] * 100, digits=3)
     row["profile"] = str(record["provenance"])
     return row
 
@@ -225,22 +227,62 @@ def _emit_prediction(p: api.Prediction, payload: dict[str, Any], fmt: str, *, wi
     click.echo("every field: --wide or --format json")
 
 
+FAILURE_FLAGS = ("failures_per_gpu_hour", "restart_s", "checkpoint_write_gbit_s_per_node",
+                 "checkpoint_mode", "train_tokens", "usd_per_gpu_hour")
+"""`predict` options of the failure model (they need --failures)."""
+
+
+def _failure_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    return _apply([
+        click.option("--failures", is_flag=True, default=False,
+                     help="Add the run's expected goodput under failures: checkpoint interval "
+                          "(Young/Daly), expected wall time and cost (catalogs/reliability/)."),
+        click.option("--failures-per-gpu-hour", type=float, default=None,
+                     help="Interruptions per GPU-hour (default: the GPU's published figure)."),
+        click.option("--restart-s", type=float, default=None,
+                     help="Seconds from an interruption to training again (default: catalog)."),
+        click.option("--checkpoint-write-gbit-s-per-node", type=float, default=None,
+                     help="Checkpoint write bandwidth per node, Gbit/s (default: catalog)."),
+        click.option("--checkpoint-mode", type=click.Choice(api.CHECKPOINT_MODES), default=None,
+                     help="sync: training stalls for the whole checkpoint write; async: for a "
+                          "snapshot, the write finishes in the background (default: sync)."),
+        click.option("--train-tokens", type=float, default=None,
+                     help="Tokens of the run: adds wall_time_s and expected_wall_time_s."),
+        click.option("--usd-per-gpu-hour", type=float, default=None,
+                     help="GPU-hour price: adds cost_usd and expected_cost_usd (with "
+                          "--train-tokens)."),
+    ], func)
+
+
+def _failure_spec(enabled: bool, values: dict[str, Any]) -> api.FailureSpec | None:
+    given = [k for k in FAILURE_FLAGS if values.get(k) is not None]
+    if not enabled:
+        if given:
+            raise UserInputError(f"--{given[0].replace('_', '-')} needs --failures",
+                                 hint="add --failures (the failure model is off by default).")
+        return None
+    return api.FailureSpec(**{k: values.get(k) for k in FAILURE_FLAGS})
+
+
 @click.command()
 @click.argument("model_name", metavar="MODEL")
 @_workload_options
 @_strategy_options
 @allow_oom_option()
 @wide_option()
+@_failure_options
 @format_option()
 def predict(model_name: str, gpu_name: str, nodes: int, gpus_per_node: int, seq_len: int,
             micro_batch: int, accum: int, ac: str, profile_name: str | None, strategy: str,
             islands: int | None, inner_steps: int, wan_gbit_s: float, wan_latency_ms: float,
             dtype: str, fragments: int, delay: int, allow_oom: bool, wide: bool, fmt: str,
-            recipe_name: str, **recipe_flags: Any) -> None:
-    """Predict one training step of MODEL: time, throughput, MFU, memory and what bounds it.
-    A configuration whose peak exceeds the GPU's usable memory exits 1 with the smallest fix
-    that fits (computed), unless --allow-oom."""
+            recipe_name: str, failures: bool, **recipe_flags: Any) -> None:
+    """Predict one training step of MODEL: time, throughput, MFU, memory and what bounds it
+    (with --failures: the run's expected goodput, wall time and cost). A configuration whose
+    peak exceeds the GPU's usable memory exits 1 with the smallest fix that fits (computed),
+    unless --allow-oom."""
     _refuse_strategy_flags(strategy, same_cluster=bool(recipe_flags.get("islands_same_cluster")))
+    failure = _failure_spec(failures, {k: recipe_flags.pop(k) for k in FAILURE_FLAGS})
     try:
         p = api.predict(_spec(model_name, gpu_name=gpu_name, nodes=nodes,
                               gpus_per_node=gpus_per_node, seq_len=seq_len,
@@ -249,7 +291,7 @@ def predict(model_name: str, gpu_name: str, nodes: int, gpus_per_node: int, seq_
                         _outer_spec(strategy, islands=islands, inner_steps=inner_steps,
                                     fragments=fragments, delay=delay, dtype=dtype,
                                     wan_gbit_s=wan_gbit_s, wan_latency_ms=wan_latency_ms,
-                                    flags=recipe_flags), allow_oom=allow_oom)
+                                    flags=recipe_flags), failure, allow_oom=allow_oom)
     except api.DoesNotFitError as err:
         echo_does_not_fit(err.answer, fmt)
         raise

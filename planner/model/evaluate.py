@@ -20,6 +20,7 @@ The data classes (`Problem`, `IslandPair`, `Plan`, ...) and the menu reduction a
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Collection, Iterable, Sequence
 from typing import Any
@@ -30,7 +31,7 @@ import pandas as pd
 from perfmodel.facts import cluster_fabric
 from perfmodel.spec.formulas import payload_bytes, sync_time_s
 from planner.model.energy import build_energy, plan_energy
-from planner.model.instance import Instance, size_prices
+from planner.model.instance import Instance, alternative_prices, size_prices
 from planner.model.island_table import OPTION_KEY
 from planner.model.problem import (
     PRICE_UNITS_PER_USD_PER_HOUR,
@@ -44,6 +45,7 @@ from planner.model.problem import (
     Problem,
     build_menu,
 )
+from planner.model.risk import build_risk, expected_point
 
 LOG = logging.getLogger(__name__)
 
@@ -79,7 +81,8 @@ def group_sync_s(problem: Problem, num_islands: int, cluster_indices: Iterable[i
 
 
 def evaluate(problem: Problem, choices: Sequence[IslandChoice]) -> Plan:
-    """Score a plan exactly as DESIGN §3 says (no feasibility check; see `violations`)."""
+    """Score a plan exactly as DESIGN §3 says (no feasibility check; see `violations`); with the
+    failure model on, by its expected wall time and cost (`planner.model.risk`)."""
     ordered = tuple(sorted(choices, key=lambda c: (c.pair_index, c.accum_steps)))
     islands = []
     price_units = 0
@@ -98,6 +101,7 @@ def evaluate(problem: Problem, choices: Sequence[IslandChoice]) -> Plan:
                 seqs_per_step=choice.accum_steps * pair.seqs_per_accum_step,
                 step_time_s=pair.step_time_s(choice.accum_steps),
                 usd_per_hour=option.price_units / PRICE_UNITS_PER_USD_PER_HOUR,
+                tier=option.tier,
             )
         )
     tau = max(i.step_time_s for i in islands)
@@ -105,22 +109,36 @@ def evaluate(problem: Problem, choices: Sequence[IslandChoice]) -> Plan:
                 for c in ordered]
     sigma = group_sync_s(problem, len(ordered), clusters)
     wall = wall_time_s(problem, tau, sigma)
-    rounding = wall / SECONDS_PER_HOUR * len(ordered) * 0.5 / PRICE_UNITS_PER_USD_PER_HOUR
-    energy_kwh, co2 = plan_energy(problem, ordered, wall)
+    cost = cost_usd(wall, price_units)
+    extra: dict[str, Any] = {}
+    run_s = wall
+    if problem.risk is not None:
+        point = expected_point(problem, ordered, tau, sigma, wall)
+        run_s = point.wall_time_s
+        if point.participation:
+            islands = [dataclasses.replace(island, participation=a)
+                       for island, a in zip(islands, point.participation, strict=True)]
+        extra = {"goodput": point.goodput, "failure_free_wall_time_s": wall,
+                 "failure_free_cost_usd": cost, "egress_usd": point.egress_usd,
+                 "checkpoint_interval_s": point.checkpoint_interval_s}
+        cost = point.cost_usd
+    rounding = run_s / SECONDS_PER_HOUR * len(ordered) * 0.5 / PRICE_UNITS_PER_USD_PER_HOUR
+    energy_kwh, co2 = plan_energy(problem, ordered, run_s)
     return Plan(
         islands=tuple(islands),
         choices=ordered,
         inner_step_s=tau,
         sync_s=sigma,
-        wall_time_s=wall,
-        cost_usd=cost_usd(wall, price_units),
+        wall_time_s=run_s,
+        cost_usd=cost,
         usd_per_hour=price_units / PRICE_UNITS_PER_USD_PER_HOUR,
         price_units=price_units,
-        tokens_per_s=problem.train_tokens / wall,
+        tokens_per_s=problem.train_tokens / run_s,
         num_gpus=sum(i.nodes * i.gpus_per_node for i in islands),
         cost_rounding_bound_usd=rounding,
         energy_kwh=energy_kwh,
         co2_kg=co2,
+        **extra,
     )
 
 
@@ -220,6 +238,9 @@ def build_problem(instance: Instance, table: pd.DataFrame, *, relax: Collection[
     pairs: list[IslandPair] = []
     pair_rows: list[tuple[Any, str]] = []  # (table row, GPU type) per pair, for the power model
     by_size = size_prices(instance)
+    # a cluster's other price tiers (`alternatives`) are options only under the failure model:
+    # without it a dearer tier of the same nodes is never better, and the problem stays main's
+    alt_prices = alternative_prices(instance) if instance.failures_on else {}
     groups: Any = table.groupby(OPTION_KEY, sort=True)  # keys and rows: untyped pandas values
     for (cluster, nodes, gpn), rows in groups:
         spec = instance.cluster(str(cluster))
@@ -233,30 +254,42 @@ def build_problem(instance: Instance, table: pd.DataFrame, *, relax: Collection[
         listed = by_size.get(spec.name, {}).get(int(gpn))
         if listed is not None:  # the list prices this instance size itself
             usd = int(nodes) * int(gpn) * listed
-        option = IslandOption(cluster=spec.name, cluster_index=index[spec.name],
-                              gpu_type=str(first["gpu_type"]), nodes=int(nodes),
-                              gpus_per_node=int(gpn), usd_per_hour=usd,
-                              price_units=quantise_price(usd))
-        new_pairs = []
-        for row in rows.sort_values("micro_batch").itertuples(index=False):
-            step = int(row.micro_batch) * option.num_gpus
-            if step <= batch:
-                # a row whose accumulation buffers do not fit the GPU may only run k = 1 (issue 9)
-                k_max = batch // step if bool(getattr(row, "accum_fits", True)) else 1
-                new_pairs.append(IslandPair(option_index=len(options),
-                                            micro_batch=int(row.micro_batch),
-                                            microstep_s=float(row.microstep_s),
-                                            step_fixed_s=float(row.step_fixed_s),
-                                            max_accum_steps=k_max, seqs_per_accum_step=step))
-                pair_rows.append((row, option.gpu_type))
-        if new_pairs:
-            options.append(option)
-            pairs.extend(new_pairs)
+        base = IslandOption(cluster=spec.name, cluster_index=index[spec.name],
+                            gpu_type=str(first["gpu_type"]), nodes=int(nodes),
+                            gpus_per_node=int(gpn), usd_per_hour=usd,
+                            price_units=quantise_price(usd), tier=spec.tier,
+                            source=clusters[index[spec.name]].price_source)
+        tiers = [base]
+        for tier, per_gpu in alt_prices.get(spec.name, {}).items():
+            alt_usd = int(nodes) * int(gpn) * per_gpu
+            tiers.append(dataclasses.replace(
+                base, tier=tier, usd_per_hour=alt_usd, price_units=quantise_price(alt_usd),
+                source=f"{spec.price.provider} {tier}" if spec.price is not None
+                else f"{spec.name} {tier}"))
+        for option in tiers:
+            new_pairs = []
+            for row in rows.sort_values("micro_batch").itertuples(index=False):
+                step = int(row.micro_batch) * option.num_gpus
+                if step <= batch:
+                    # a row whose accumulation buffers do not fit the GPU may only run k = 1
+                    # (issue 9)
+                    k_max = batch // step if bool(getattr(row, "accum_fits", True)) else 1
+                    new_pairs.append(IslandPair(option_index=len(options),
+                                                micro_batch=int(row.micro_batch),
+                                                microstep_s=float(row.microstep_s),
+                                                step_fixed_s=float(row.step_fixed_s),
+                                                max_accum_steps=k_max, seqs_per_accum_step=step))
+                    pair_rows.append((row, option.gpu_type))
+            if new_pairs:
+                options.append(option)
+                pairs.extend(new_pairs)
     menu = build_menu(options, pairs, batch)
     max_islands = None if "max_islands" in relax else instance.max_islands
     budget = budget_usd if budget_usd is not None else instance.limits.budget_usd
     deadline_h = deadline_hours if deadline_hours is not None else instance.limits.deadline_hours
     params = instance.pseudo_gradient_parameters
+    risk = (build_risk(instance, clusters, options, float(params)) if instance.failures_on
+            else None)
     return Problem(
         name=instance.name,
         global_batch_seqs=batch,
@@ -274,6 +307,7 @@ def build_problem(instance: Instance, table: pd.DataFrame, *, relax: Collection[
         menu=menu,
         levels_s=np.unique(np.array([item.step_time_s for item in menu], dtype=float)),
         energy=build_energy(instance, [r for r, _ in pair_rows], [g for _, g in pair_rows]),
+        risk=risk,
     )
 
 

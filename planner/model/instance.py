@@ -32,6 +32,7 @@ from pydantic import (
 from perfmodel.facts import (
     carbon_intensity_g_per_kwh,
     check_limit,
+    failure_limit_problem,
     get_gpu,
     load_yaml,
     model_parameters,
@@ -54,6 +55,8 @@ MAX_LISTED_ERRORS = 20
 """Most problems one instance error lists (the rest are counted)."""
 
 Strategy = Literal["fsdp", "diloco", "streaming-diloco"]
+Tier = Literal["on-demand", "spot", "community"]
+CheckpointMode = Literal["sync", "async"]
 Dtype = Literal["fp32", "bf16", "int8", "fp4"]
 
 
@@ -101,7 +104,7 @@ class PriceRef(_Strict):
     """A reference into the price lists (`catalogs/prices/`)."""
 
     provider: str = Field(min_length=1)
-    tier: Literal["on-demand", "spot", "community"] = "on-demand"
+    tier: Tier = "on-demand"
     as_of: str | None = None
     per_instance_size: bool = False
     """Price an island of g GPUs per node at the list's per-GPU price for a g-GPU instance when
@@ -146,6 +149,43 @@ class Training(_Strict):
             raise ValueError(f"{err.message}; {err.hint}") from None
 
 
+class Alternative(_Strict):
+    """Another price tier the same node pool is rented at (issue 28): islands of the cluster may
+    be on this tier instead (e.g. spot next to on-demand); the planner chooses per island."""
+
+    tier: Tier
+    """The tier: on-demand, spot (preemptible) or community."""
+    price_usd_per_gpu_hour: float | None = Field(default=None, gt=0)
+    """Its price (default: the cluster's `price:` list at this tier, same provider and date)."""
+    preemptions_per_node_hour: float | None = Field(default=None, ge=0)
+    """Spot preemptions per node-hour (default: catalogs/reliability/preemption_rates.csv for a
+    spot tier, 0 otherwise)."""
+    spot_capacity_wait_s: float | None = Field(default=None, ge=0)
+    """Wait for new capacity after a preemption (default: catalogs/reliability/defaults.csv)."""
+
+
+class Failures(_Strict):
+    """Plans under failures (issue 28): expected goodput, wall time and cost. The section's
+    presence (or `--failures`) turns the model on; every field defaults to the sourced catalogs
+    (catalogs/reliability/), and clusters may override them."""
+
+    enabled: bool = True
+    """False: the section is kept but the model is off (every figure as without it)."""
+    failures_per_gpu_hour: float | None = Field(default=None, ge=0)
+    """Interruptions per GPU-hour of every cluster (default: each GPU type's published figure)."""
+    restart_s: float | None = Field(default=None, ge=0)
+    """Seconds from an interruption to training again (default: catalog)."""
+    checkpoint_write_gbit_s_per_node: float | None = Field(default=None, gt=0)
+    """Checkpoint write bandwidth per node, Gbit/s (default: catalog)."""
+    checkpoint_mode: CheckpointMode | None = None
+    """sync (training stalls for the whole write) or async (for a snapshot; the write finishes
+    in the background); default sync."""
+    egress: bool = True
+    """Price the DiLoCo syncs' traffic between sites at the providers' egress rates."""
+    billing: bool = True
+    """Round rented time to the providers' billing increments and minimums."""
+
+
 class Cluster(_Strict):
     """A pool of identical nodes islands are carved from."""
 
@@ -177,6 +217,33 @@ class Cluster(_Strict):
     pue: float | None = Field(default=None, ge=1.0)
     """Power usage effectiveness of the data centre (default: the price list provider's
     published figure, catalogs/energy/pue.csv)."""
+    alternatives: tuple[Alternative, ...] = ()
+    """Other price tiers of the same node pool (e.g. spot next to on-demand); the planner picks
+    per island."""
+    failures_per_gpu_hour: float | None = Field(default=None, ge=0)
+    """Interruptions per GPU-hour on this cluster (failure model; default: `failures:` or the
+    GPU type's published figure)."""
+    restart_s: float | None = Field(default=None, ge=0)
+    """Restart time on this cluster (failure model)."""
+    checkpoint_write_gbit_s_per_node: float | None = Field(default=None, gt=0)
+    """Checkpoint write bandwidth per node on this cluster (failure model)."""
+    preemptions_per_node_hour: float | None = Field(default=None, ge=0)
+    """Preemptions per node-hour when the cluster's own price tier is spot (failure model)."""
+    spot_capacity_wait_s: float | None = Field(default=None, ge=0)
+    """Wait for new Spot capacity after a preemption (failure model)."""
+    egress_usd_per_gb: float | None = Field(default=None, ge=0)
+    """Egress price of traffic leaving this site, USD/GB (default: the price list provider's
+    published schedule, catalogs/reliability/egress.csv)."""
+
+    @property
+    def tier(self) -> str:
+        """Price tier of the cluster's own price (on-demand when priced explicitly)."""
+        return self.price.tier if self.price is not None else "on-demand"
+
+    @property
+    def provider(self) -> str | None:
+        """Provider of the cluster's price list (None when priced explicitly)."""
+        return self.price.provider if self.price is not None else None
 
     @property
     def gpus_per_node_choices(self) -> tuple[int, ...]:
@@ -216,6 +283,8 @@ class Instance(_Strict):
     limits: Limits = Limits()
     islands_table: str | None = None
     parameters: int | None = Field(default=None, gt=0)
+    failures: Failures | None = None
+    """Expected values under failures, preemptions and the full bill (None: off, as today)."""
 
     _source: Path | None = PrivateAttr(default=None)
     _model_parameters: int | None = PrivateAttr(default=None)
@@ -278,6 +347,21 @@ class Instance(_Strict):
         """H (1 for fsdp, where it does not matter)."""
         return self.training.inner_steps or 1
 
+    @property
+    def failures_on(self) -> bool:
+        """Whether plans are scored by their expected values under failures."""
+        return self.failures is not None and self.failures.enabled
+
+    def with_failures(self) -> Instance:
+        """This instance with the failure model on (a default `failures:` section when it has
+        none), as `--failures` asks."""
+        if self.failures_on:
+            return self
+        out = self.model_copy(update={"failures": Failures()})
+        out._source = self._source
+        out._model_parameters = self._model_parameters
+        return out
+
     def cluster(self, name: str) -> Cluster:
         """The cluster called `name`."""
         for cluster in self.clusters:
@@ -321,6 +405,26 @@ def gpu_prices(instance: Instance, resolve_price: PriceResolver | None = None) -
             ref = PriceLookup(provider=cluster.price.provider, gpu=cluster.gpu,
                               tier=cluster.price.tier, as_of=cluster.price.as_of)
             out[cluster.name] = float(resolver(ref))
+    return out
+
+
+def alternative_prices(instance: Instance,
+                       resolve_price: PriceResolver | None = None) -> dict[str, dict[str, float]]:
+    """USD per GPU-hour of every cluster's alternative tiers: {cluster: {tier: price}}; a tier
+    without its own price is looked up in the cluster's price list (same provider and date)."""
+    resolver = resolve_price or catalog_price
+    out: dict[str, dict[str, float]] = {}
+    for cluster in instance.clusters:
+        for alt in cluster.alternatives:
+            if alt.price_usd_per_gpu_hour is not None:
+                price = alt.price_usd_per_gpu_hour
+            elif cluster.price is not None:
+                price = float(resolver(PriceLookup(provider=cluster.price.provider,
+                                                   gpu=cluster.gpu, tier=alt.tier,
+                                                   as_of=cluster.price.as_of)))
+            else:  # caught by _check_semantics
+                continue
+            out.setdefault(cluster.name, {})[alt.tier] = price
     return out
 
 
@@ -443,6 +547,18 @@ def _check_semantics(instance: Instance, path: Path) -> None:
                  "set `price_usd_per_gpu_hour: 3.59` or `price: {provider: ..., tier: on-demand}`.")
         if c.region is not None:
             _check_region(f"{where}.region", c.region, fail)
+        tiers = [c.tier]
+        for j, alt in enumerate(c.alternatives):
+            if alt.tier in tiers:
+                fail(f"{where}.alternatives[{j}].tier", alt.tier,
+                     "tier offered twice by this cluster",
+                     "list each tier once (the cluster's own price counts as one).")
+            tiers.append(alt.tier)
+            if alt.price_usd_per_gpu_hour is None and c.price is None:
+                fail(f"{where}.alternatives[{j}].price_usd_per_gpu_hour", None,
+                     "the cluster has no price list to look this tier up in",
+                     "give `price_usd_per_gpu_hour:` for the alternative, or a `price:` "
+                     "reference for the cluster.")
         if instance.training.strategy != "fsdp":
             for key in ("wan_gbit_s", "wan_latency_ms"):
                 if getattr(c, key) is None:
@@ -506,6 +622,34 @@ def _check_limits(instance: Instance, path: Path) -> None:
                                 hint=f"give a PUE between 1 and {MAX_PUE}.")
     if instance.limits.max_gpus is not None:
         check("flag_int", instance.limits.max_gpus, "limits.max_gpus")
+    _check_failure_limits(instance, path)
+
+
+_FAILURE_FIELDS = ("failures_per_gpu_hour", "restart_s", "checkpoint_write_gbit_s_per_node",
+                   "preemptions_per_node_hour", "spot_capacity_wait_s", "egress_usd_per_gb")
+"""Failure-model fields of the failures: section, clusters and alternatives (FAILURE_LIMITS)."""
+
+
+def _check_failure_limits(instance: Instance, path: Path) -> None:
+    """The failure model's inputs within `perfmodel.spec.failure_model.FAILURE_LIMITS`, the
+    alternatives' prices within the price limit."""
+    places: list[tuple[str, Any]] = [("failures", instance.failures)]
+    for i, c in enumerate(instance.clusters):
+        places.append((f"clusters[{i}]", c))
+        places += [(f"clusters[{i}].alternatives[{j}]", a) for j, a in enumerate(c.alternatives)]
+        for j, alt in enumerate(c.alternatives):
+            if alt.price_usd_per_gpu_hour is not None:
+                check_limit("usd_per_gpu_hour", alt.price_usd_per_gpu_hour,
+                            field=f"clusters[{i}].alternatives[{j}].price_usd_per_gpu_hour",
+                            where=str(path), error=InstanceError)
+    for where, section in places:
+        for name in _FAILURE_FIELDS:
+            value = getattr(section, name, None)
+            problem = failure_limit_problem(name, float(value)) if value is not None else ""
+            if problem:
+                raise InstanceError(f"{path}: field '{where}.{name}' = {value!r}: {problem}",
+                                    hint=f"give {name} within that range (README, section "
+                                         "Limits), or drop it for the catalog default.")
 
 
 def _check_recipe_outer(instance: Instance, fail: Any) -> None:
@@ -585,6 +729,12 @@ def instance_from_mapping(raw: dict[str, Any], path: str | Path, *,
         except ShardMeterError as err:
             raise InstanceError(f"{path}: cannot price a cluster: {err.message}",
                                 hint=err.hint or "fix the cluster's price: reference.") from err
+    try:
+        alternative_prices(instance, resolve_price)
+    except ShardMeterError as err:
+        raise InstanceError(f"{path}: cannot price a cluster's alternative tier: {err.message}",
+                            hint=err.hint or "give the alternative's price_usd_per_gpu_hour, or "
+                                             "use a tier its price list has.") from err
     return instance
 
 

@@ -74,6 +74,10 @@ class IslandOption:
     """Price of the whole island per hour, as in the table."""
     price_units: int
     """`usd_per_hour` quantised to integer price units."""
+    tier: str = "on-demand"
+    """Price tier the island is rented at (a cluster's own tier or one of its alternatives)."""
+    source: str = ""
+    """"provider tier" of the price, for labels (the cluster name when priced explicitly)."""
 
     @property
     def num_gpus(self) -> int:
@@ -170,8 +174,11 @@ def dominated_options(problem: Problem) -> frozenset[int]:
 
     o' is dropped when some o of the same cluster has the same GPU count n·g (so equal s gives an
     equal batch share and GPU use), no more nodes, no higher price, and for every s that o'
-    offers, a menu item of o with the same s and a step time no larger. Swapping o' for o in
-    any plan keeps it feasible, σ unchanged, τ and the price not larger: W and C do not grow.
+    offers, a menu item of o with the same s and a step time no larger; with the failure model
+    on, also no higher interruption rates, restarts, checkpoint stall or billing
+    (`OptionRisk.no_worse_than`). Swapping o' for o in any plan keeps it feasible, σ unchanged, τ
+    and the price not larger, and every island's expected loss not larger (it grows with τ and
+    each rate): W and C, expected or not, do not grow.
     Of options that dominate each other one is kept.
     """
     times: dict[int, dict[int, float]] = {}
@@ -184,6 +191,9 @@ def dominated_options(problem: Problem) -> frozenset[int]:
                 continue
             if better.num_gpus != worse.num_gpus or better.nodes > worse.nodes \
                     or better.price_units > worse.price_units:
+                continue
+            if problem.risk is not None and not problem.risk.options[i].no_worse_than(
+                    problem.risk.options[j]):
                 continue
             t_better, t_worse = times.get(i, {}), times.get(j, {})
             if all(s in t_better and t_better[s] <= t for s, t in t_worse.items()):
@@ -214,11 +224,18 @@ class Island:
     """Inner-step time of this island alone: step_fixed_s + k·microstep_s."""
     usd_per_hour: float
     """Price of the island per hour (quantised)."""
+    tier: str = "on-demand"
+    """Price tier of the island."""
+    participation: float = 1.0
+    """Share of the outer steps the island trains in expectation (1 without the failure model,
+    and for a plan of one island: its checkpoints carry it)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Plan:
-    """An evaluated plan: islands plus DESIGN §3 wall time and cost."""
+    """An evaluated plan: islands plus DESIGN §3 wall time and cost. With the failure model on
+    (`Problem.risk`), `wall_time_s` and `cost_usd` are the expected values the solvers optimise
+    (`planner.model.risk`) and the failure-free ones are kept beside them."""
 
     islands: tuple[Island, ...]
     """Islands, in a canonical order."""
@@ -248,6 +265,16 @@ class Plan:
     co2_kg: float | None = None
     """Emissions of that energy at the clusters' grid intensities, kg CO2e (None: a cluster
     without a region)."""
+    goodput: float = 1.0
+    """Failure-free wall time over expected wall time (1 without the failure model)."""
+    failure_free_wall_time_s: float | None = None
+    """W without failures (None without the failure model: then it is `wall_time_s`)."""
+    failure_free_cost_usd: float | None = None
+    """C without failures (None without the failure model: then it is `cost_usd`)."""
+    egress_usd: float = 0.0
+    """Egress part of `cost_usd` (0 without the failure model)."""
+    checkpoint_interval_s: float | None = None
+    """Compute time between checkpoints of a one-island plan under the failure model."""
 
     @property
     def key(self) -> tuple[float, float]:
@@ -292,6 +319,9 @@ class Problem:
     energy: Any = None
     """`planner.model.energy.EnergyData` of the pairs and clusters (None: energy not
     modelled)."""
+    risk: Any = None
+    """`planner.model.risk.RiskModel` (None: failures not modelled, every figure as without
+    them)."""
 
     @property
     def inner_steps_total(self) -> float:

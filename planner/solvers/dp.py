@@ -25,6 +25,18 @@ knapsack tables (optimal substructure: f[s] = f[s − δ_i] + π_i for an item i
 
 Where the structure does not allow it (a GPU cap couples the clusters; too large a state) the
 planner uses CP-SAT (`dp_unsupported` says why).
+
+Failures (issue 28). With the failure model on (`Problem.risk`) the objectives are the expected
+wall time and cost (`planner.model.risk`), and `--solver dp` runs `planner.solvers.expected` on
+these same tables. How the state carries what failures depend on: an item is an island option
+(cluster, nodes, GPUs per node, price tier) with its s, so its GPU count and tier — hence its
+interruption rate, restarts and checkpoint write — travel with the item. A plan of one island
+(FSDP) has exactly that item's GPUs as its total: its expected time K·t·φ(G, t) is a function of
+the item alone. A plan of several DiLoCo islands loses Σ_i (1 − a_i)·b_i of its batch, each term
+fixed by the island's item and the outer period H·τ + σ, which the level sweep and the class
+(M, U) fix. The least-price tables then bound every plan of a (class, level) from below, and the
+expected sweep enumerates, exactly, the plans those bounds cannot rule out; the dominance
+reductions here (`dp_items`, `dominated_options`) also compare the options' interruption figures.
 """
 
 from __future__ import annotations
@@ -130,9 +142,11 @@ def dp_unsupported(problem: Problem) -> str | None:
 
 def dp_items(problem: Problem, clusters: Sequence[int]) -> list[DpItem]:
     """Menu items of non-dominated options, less items another item of the same cluster and
-    batch share beats on nodes, price and time (exact: swapping keeps W and C from growing)."""
+    batch share beats on nodes, price and time — and, with the failure model on, on every
+    interruption figure (exact: swapping keeps W and C, expected or not, from growing)."""
 
     skip = dominated_options(problem)
+    risk = problem.risk
     position = {c: i for i, c in enumerate(clusters)}
     groups: dict[tuple[int, int], list[DpItem]] = {}
     for index, item in enumerate(problem.menu):
@@ -148,10 +162,16 @@ def dp_items(problem: Problem, clusters: Sequence[int]) -> list[DpItem]:
         front: list[DpItem] = []
         for entry in group:
             if not any(f.nodes <= entry.nodes and f.price_units <= entry.price_units
+                       and (risk is None or risk.options[_option(problem, f)].no_worse_than(
+                           risk.options[_option(problem, entry)]))
                        for f in front):
                 front.append(entry)
         kept.extend(front)
     return sorted(kept, key=lambda i: (i.step_time_s, i.menu_index))
+
+
+def _option(problem: Problem, item: DpItem) -> int:
+    return problem.menu[item.menu_index].option_index
 
 
 # ---- knapsack tables -----------------------------------------------------------------------

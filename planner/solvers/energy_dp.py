@@ -103,13 +103,23 @@ def energy_unsupported(problem: Problem) -> str | None:
 
 def energy_items(problem: Problem, metric: str, clusters: Sequence[int],
                  usd_weight: float = 0.0) -> list[EnergyItem]:
-    """Every (pair, k), less items another of the same option and batch share beats on t and b;
-    `usd_weight` λ adds λ·price per second to a (cost = W·Σ price)."""
+    """Every (pair, k), less items another of the same option and batch share beats on t and b,
+    and less the dearer price tiers of one node layout (`Cluster.alternatives`: same energy,
+    higher cost); `usd_weight` λ adds λ·price per second to a (cost = W·Σ price)."""
 
     position = {c: i for i, c in enumerate(clusters)}
+    cheapest_tier: dict[tuple[int, int, int], int] = {}
+    for o, option in enumerate(problem.options):  # tiers of one node layout: same energy
+        key = (option.cluster_index, option.nodes, option.gpus_per_node)
+        if key not in cheapest_tier or \
+                option.price_units < problem.options[cheapest_tier[key]].price_units:
+            cheapest_tier[key] = o
     groups: dict[tuple[int, int], list[EnergyItem]] = {}
     for pi, pair in enumerate(problem.pairs):
         option = problem.options[pair.option_index]
+        if cheapest_tier[(option.cluster_index, option.nodes,
+                          option.gpus_per_node)] != pair.option_index:
+            continue  # a dearer price tier of the same islands (issue 28's alternatives)
         for k in range(1, pair.max_accum_steps + 1):
             seqs = k * pair.seqs_per_accum_step
             if seqs > problem.global_batch_seqs:

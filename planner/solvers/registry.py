@@ -8,8 +8,11 @@ Two kinds of backend answer the planning problem (DESIGN §3):
   each cross-checked by the DP where it applies, else by the other MILP/CP backend;
 * frontier backends (dp, heuristic) return a whole frontier at once.
 
-`auto` is the DP where the problem's structure allows it, else CP-SAT. Adding a backend means one
-entry in `BACKENDS`; `planner.analysis.pareto.compute_frontier` never names a backend.
+`auto` is the DP where the problem's structure allows it, else CP-SAT. With the failure model on
+(`Problem.risk`) the objectives are expected values that CP-SAT and MILP cannot express exactly:
+`dp` (then `planner.solvers.expected`) and `brute` are the exact backends, `heuristic` the
+baseline. Adding a backend means one entry in `BACKENDS`; `planner.analysis.pareto.compute_frontier`
+never names a backend.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from planner.model.problem import Plan, Problem
 from planner.solvers.baselines import BruteForce, heuristic_plans
 from planner.solvers.cpsat import CpSatSubsolver
 from planner.solvers.dp import dp_frontier, dp_unsupported
+from planner.solvers.expected import expected_frontier
 from planner.solvers.milp import MilpSubsolver, highs_available
 from planner.solvers.oracle import (
     CostOracle,
@@ -118,6 +122,10 @@ def _brute(problem: Problem, s: SolverSettings) -> CostOracle:
 
 
 def _dp(problem: Problem, s: SolverSettings) -> WholeFrontier:
+    if problem.risk is not None:
+        expected = expected_frontier(problem, time_limit_s=s.time_limit_s)
+        return WholeFrontier(points=expected.points, proven_exact=expected.proven_exact,
+                             note=expected.note)
     result = dp_frontier(problem, time_limit_s=s.time_limit_s)
     return WholeFrontier(points=result.points, proven_exact=result.proven_exact,
                          note="" if result.proven_exact
@@ -156,6 +164,18 @@ def resolve_solver(problem: Problem, solver: str) -> Backend:
     """The backend of a name: `auto` becomes dp or cpsat; `dp` on a problem the DP cannot take is
     a user error."""
     reason = dp_unsupported(problem)
+    if problem.risk is not None:
+        if solver in ("auto", "dp") and reason is not None:
+            raise UserInputError(f"with failures modelled, {problem.name!r} needs the exact DP, "
+                                 f"which cannot solve it: {reason}",
+                                 hint="drop limits.max_gpus (or shrink the instance), or use "
+                                      "--solver brute on a small instance.")
+        if solver in ("cpsat", "milp"):
+            raise UserInputError(f"--solver {solver} cannot optimise expected values under "
+                                 "failures exactly",
+                                 hint="use --solver auto (the DP), brute or heuristic.")
+        if solver == "auto":
+            solver = "dp"
     if solver == "auto":
         solver = "dp" if reason is None else "cpsat"
     elif solver == "dp" and reason is not None:
