@@ -258,8 +258,9 @@ def _section_diloco(doc: Doc) -> None:
             "--inner-steps",
             "500",
         )
-        doc.run(*fsdp)
-        doc.run(*dl)
+        # --wide: the full record, whose field names the text above compares
+        doc.run(*fsdp, "--wide")
+        doc.run(*dl, "--wide")
         a, b = _json(*fsdp), _json(*dl)
         results.append(
             f"micro-batch {mb}: FSDP island {a['island_bound']}, {a['tokens_per_s']:.4g} tokens/s; "

@@ -77,7 +77,8 @@ not through perfmodel.spec.catalog, so a row the loader drops is caught)."""
 
 @pytest.mark.parametrize("what", ["models", "gpus", "links", "prices"])
 def test_catalog_table_format(run_cli, what: str) -> None:
-    result = run_cli("catalog", what)
+    # the compact price view groups offers by GPU and tier; --wide lists every row
+    result = run_cli("catalog", what, *(["--wide"] if what == "prices" else []))
     assert result.code == 0, result.err
     if what == "prices":
         rows = [r for offers in load_price_lists().values() for r in offers]
@@ -122,7 +123,7 @@ def test_memory_json_matches_library(run_cli) -> None:
 
 def test_memory_not_fitting_is_reported(run_cli) -> None:
     result = run_cli("memory", "Llama-3.1-70B", "--gpu", "RTX-4090", "--gpus-per-node", "1",
-                     "--seq-len", "4096", "--format", "json")
+                     "--seq-len", "4096", "--format", "json", "--allow-oom")
     payload = json.loads(result.out)
     assert result.code == 0 and payload["fits"] is False and payload["max_micro_batch"] == 0
 

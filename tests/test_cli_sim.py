@@ -72,10 +72,14 @@ def test_predict_diloco_and_streaming(run_cli) -> None:
     assert st["blocked_s"] > 0 and st["step_time_s"] > st["inner_step_time_s"]
 
 
-def test_predict_beyond_memory_is_flagged_not_refused(run_cli) -> None:
-    out = _json(run_cli("predict", "Llama-3-8B", "--gpu", "A100-PCIe-80GB", "--seq-len", "8192",
-                        "--micro-batch", "64", "--format", "json"))
+def test_predict_beyond_memory_is_flagged_with_allow_oom_else_refused(run_cli) -> None:
+    """Issue 29: a prediction that does not fit exits 1 with a fix; --allow-oom prints it."""
+    args = ("predict", "Llama-3-8B", "--gpu", "A100-PCIe-80GB", "--seq-len", "8192",
+            "--micro-batch", "64", "--format", "json")
+    out = _json(run_cli(*args, "--allow-oom"))
     assert out["fits"] is False and out["peak_gib"] > out["usable_memory_gib"]
+    refused = run_cli(*args)
+    assert refused.code == 1 and refused.out == "" and "To fix:" in refused.err
 
 
 @pytest.mark.parametrize(

@@ -348,7 +348,7 @@ def test_memory_takes_the_layout_and_reports_it(run_cli: Any) -> None:
     assert tp8["layout"]["tp"] == 8 and tp8["layout"]["dp_shard"] == 8
     assert (tp8["num_gpus"], tp8["gpus_per_node"]) == (64, 8)
     code, out, err = run_cli("memory", "Llama-3.1-70B", "--gpu", "H100-SXM5-80GB", "--nodes", "8",
-                     "--seq-len", "8192", "--format", "json")
+                     "--seq-len", "8192", "--format", "json", "--allow-oom")  # does not fit
     fsdp = json.loads(out)
     # tp divides each rank's activations (the tracker checks how much: test_memory_layouts)
     assert tp8["breakdown_gib"]["activations"] < fsdp["breakdown_gib"]["activations"] / 2

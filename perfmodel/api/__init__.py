@@ -11,6 +11,8 @@ The CLI, the scripts and library users call these; each returns a frozen result 
   `parameter_report`);
 - `streaming`: Streaming DiLoCo studies (`streaming`, `bandwidth_for_utilisation`, and
   `published_bandwidth_comparison`: the latter for every cell of the paper's table);
+- `verdict`: the one-line answer of a prediction or memory report and, when the step does not fit
+  the GPU, the binding phase and the smallest computed fix (`DoesNotFitError`, `memory_fixes`);
 - `prices`: `import_prices`, a dated price list from SkyPilot's catalog (imported on its own);
 - `fit`: `shardmeter fit` and `shardmeter validate` (imported on its own: it loads the fitting
   libraries).
@@ -37,6 +39,14 @@ from perfmodel.api.streaming import (
     bandwidth_for_utilisation,
     streaming,
 )
+from perfmodel.api.verdict import (
+    DoesNotFitError,
+    MemoryFix,
+    memory_answer,
+    memory_fixes,
+    peak_memory,
+    prediction_answer,
+)
 from perfmodel.api.workload import OuterSpec, Workload, WorkloadSpec
 from perfmodel.costs.reliability import FailureSpec
 from perfmodel.spec.failure_model import CHECKPOINT_MODES
@@ -44,6 +54,8 @@ from perfmodel.spec.failure_model import CHECKPOINT_MODES
 __all__ = [
     "CHECKPOINT_MODES",
     "BandwidthTable",
+    "DoesNotFitError",
+    "MemoryFix",
     "FailureSpec",
     "MemoryFit",
     "MemoryReport",
@@ -58,9 +70,13 @@ __all__ = [
     "bandwidth_for_utilisation",
     "catalog_models",
     "memory",
+    "memory_answer",
+    "memory_fixes",
     "memory_report",
     "parameter_report",
+    "peak_memory",
     "predict",
+    "prediction_answer",
     "simulate",
     "streaming",
     "sweep",

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from perfmodel.api.streaming import streaming_spans
+from perfmodel.api.verdict import does_not_fit, memory_answer, prediction_answer
 from perfmodel.api.workload import (
     DILOCO_DEFAULT_INNER_STEPS,
     MAX_PLOTTED_SPANS,
@@ -42,6 +43,7 @@ from perfmodel.costs.reliability import (
 from perfmodel.diloco.fragments import StreamingConfig, utilisation_steps
 from perfmodel.diloco.graph import pseudo_gradient_bytes, simulate_diloco
 from perfmodel.diloco.tuner import run_streaming
+from perfmodel.profiles.profile import default_profile
 from perfmodel.sim import trace
 from perfmodel.sim.analysis import (
     analyse_step,
@@ -142,9 +144,10 @@ class MemoryReport:
     """Every reported quantity, in output order (`breakdown_gib` nested)."""
 
 
-def memory_report(spec: WorkloadSpec) -> MemoryReport:
+def memory_report(spec: WorkloadSpec, *, allow_oom: bool = True) -> MemoryReport:
     """Per-GPU memory of training `spec` as its recipe trains it (layout included), at its k
-    micro-steps, and the largest micro-batch that fits."""
+    micro-steps, and the largest micro-batch that fits; with `allow_oom` False a peak beyond the
+    GPU's usable memory raises `DoesNotFitError` (exit 1) with the smallest fix that fits."""
     model, gpu, island, recipe = resolve_placement(
         spec.model_name, gpu_name=spec.gpu_name, nodes=spec.nodes,
         gpus_per_node=spec.gpus_per_node, seq_len=spec.seq_len, micro_batch=spec.micro_batch,
@@ -169,6 +172,10 @@ def memory_report(spec: WorkloadSpec) -> MemoryReport:
         "fits": breakdown.peak_bytes <= gpu.usable_memory_bytes, "max_micro_batch": largest,
         "breakdown_gib": gib,
     }
+    profile = default_profile(gpu.name)
+    record.update(profile=profile.name, provenance=profile.provenance)
+    if not allow_oom and not record["fits"]:
+        raise does_not_fit(spec, answer=memory_answer(record), what="memory report")
     return MemoryReport(breakdown=breakdown, max_micro_batch=largest, record=record)
 
 
@@ -206,16 +213,21 @@ def provenance(w: Workload) -> dict[str, str]:
 
 
 def predict(workload: WorkloadSpec, outer: OuterSpec | None = None,
-            failures: FailureSpec | None = None) -> Prediction:
+            failures: FailureSpec | None = None, *, allow_oom: bool = True) -> Prediction:
     """Predict one training step: time, throughput, MFU, memory and what bounds it; with
     `failures`, also the run's expected goodput, wall time and cost (`perfmodel.costs.reliability`:
-    the step figures stay failure-free)."""
+    the step figures stay failure-free); with `allow_oom` False a peak beyond the GPU's usable
+    memory raises `DoesNotFitError` (exit 1) carrying the prediction's answer line and the
+    smallest fix that fits."""
     w = workload.resolve()
     spec = outer or OuterSpec()
     # the strategy check comes before the outer settings' checks
     strategy_islands(spec.strategy, spec.islands)
     w, settings, link = resolve_strategy(w, spec)
     prediction = _prediction(w, strategy=spec.strategy, wan=link, outer=settings)
+    if not allow_oom and not prediction.record["fits"]:
+        raise does_not_fit(workload, answer=prediction_answer(prediction.record),
+                           what="prediction")
     if failures is None:
         return prediction
     return _with_failures(prediction, failures)

@@ -12,11 +12,25 @@ import pandas as pd
 from perfmodel import api
 from perfmodel.api.models import REPORT_SEQ_LEN, catalog_models, parameter_report
 from perfmodel.api.prices import ImportPricesRequest, import_prices
+from perfmodel.numbers import format_number, format_usd
 from perfmodel.spec import catalog as cat
 from perfmodel.spec.errors import UserInputError
 from perfmodel.spec.formulas import GIB
 from perfmodel.spec.layout import ParallelLayout
-from planner.cli.common import emit_json, emit_mapping, emit_records, emit_table, format_option
+from planner.cli.common import (
+    SCHEMA_VERSION,
+    allow_oom_option,
+    echo_does_not_fit,
+    echo_wrapped,
+    emit_compact,
+    emit_json,
+    emit_mapping,
+    emit_records,
+    emit_table,
+    format_option,
+    terminal_width,
+    wide_option,
+)
 from planner.cli.recipe_opts import layout_options, recipe_from_options, recipe_options
 
 _SOURCE_CHARS = 60
@@ -41,12 +55,17 @@ def _short(text: str, fmt: str) -> str:
                    "components, FLOPs per token; mixture-of-experts models included. Repeatable.")
 @click.option("--seq-len", type=int, default=REPORT_SEQ_LEN, show_default=True,
               help="Sequence length of the reported FLOPs per token (with --config).")
+@wide_option()
 @format_option()
-def models_cmd(configs: tuple[str, ...], seq_len: int, fmt: str) -> None:
+def models_cmd(configs: tuple[str, ...], seq_len: int, wide: bool, fmt: str) -> None:
     """Catalog models with their shapes, total and active parameter counts and family; with
     --config, the parameter report of each given config.json."""
     if not configs:
-        emit_records(catalog_models(), fmt, title="models")
+        records = catalog_models()
+        if fmt == "table" and not wide:
+            _emit_models_answer(records)
+            return
+        emit_records(records, fmt, title="models")
         return
     records = [parameter_report(path, seq_len=seq_len).record for path in configs]
     if len(records) == 1:
@@ -55,9 +74,32 @@ def models_cmd(configs: tuple[str, ...], seq_len: int, fmt: str) -> None:
         emit_records(records, fmt, title="parameters")
 
 
+def _billions(count: float) -> str:
+    return format_number(count / 1e9, digits=3)
+
+
+def _emit_models_answer(records: list[dict[str, Any]]) -> None:
+    """The answer first: how many models of which sizes, then one row per model."""
+    sizes = [float(r["total_params"]) for r in records]
+    families = sorted({str(r["model_family"]) for r in records})
+    echo_wrapped(f"{len(records)} catalog models, {_billions(min(sizes))} B to "
+                 f"{_billions(max(sizes))} B parameters; families: {', '.join(families)}")
+    click.echo("")
+    emit_compact([{"model": str(r["name"]), "family": str(r["model_family"]),
+                   "layers": format_number(int(r["num_layers"])),
+                   "hidden": format_number(int(r["hidden_size"])),
+                   "heads/kv": f"{r['num_heads']}/{r['num_kv_heads']}",
+                   "params (B)": _billions(float(r["total_params"])),
+                   "active (B)": _billions(float(r["active_params"]))} for r in records],
+                 width=terminal_width())
+    click.echo("")
+    click.echo("every column: --wide or --format json")
+
+
 @catalog.command("gpus")
+@wide_option()
 @format_option()
-def gpus_cmd(fmt: str) -> None:
+def gpus_cmd(wide: bool, fmt: str) -> None:
     """Catalog GPUs: memory, usable memory, bf16 TFLOP/s, links."""
     records = [{
         "name": g.name, "memory_gib": g.memory_bytes / GIB,
@@ -67,12 +109,34 @@ def gpus_cmd(fmt: str) -> None:
         "nics_per_node": g.nics_per_node, "max_gpus_per_node": g.max_gpus_per_node,
         "source": _short(g.source, fmt),
     } for g in cat.load_gpus().values()]
+    if fmt == "table" and not wide:
+        _emit_gpus_answer(records)
+        return
     emit_records(records, fmt, title="gpus")
 
 
+def _emit_gpus_answer(records: list[dict[str, Any]]) -> None:
+    """The answer first: how many GPUs with how much memory, then one row per GPU."""
+    usable = [float(r["usable_memory_gib"]) for r in records]
+    echo_wrapped(f"{len(records)} catalog GPUs, {format_number(min(usable))} to "
+                 f"{format_number(max(usable))} GiB usable each; TFLOP/s: dense bf16; "
+                 "GPUs per node and sources: --wide")
+    click.echo("")
+    emit_compact([{"gpu": str(r["name"]),
+                   "usable GiB": format_number(float(r["usable_memory_gib"])),
+                   "TFLOP/s": format_number(float(r["bf16_tflops"])),
+                   "HBM TB/s": format_number(float(r["hbm_tb_s"])),
+                   "links (node/fabric)": f"{r['intra_node_link']}/{r['inter_node_link']}"}
+                  for r in records],
+                 width=terminal_width())
+    click.echo("")
+    click.echo("every column: --wide or --format json")
+
+
 @catalog.command("links")
+@wide_option()
 @format_option()
-def links_cmd(fmt: str) -> None:
+def links_cmd(wide: bool, fmt: str) -> None:
     """Catalog links: prior latency and bus bandwidth, with their source."""
     records = [{
         "name": link.name, "kind": link.kind, "latency_us": link.latency_s * 1e6,
@@ -80,13 +144,27 @@ def links_cmd(fmt: str) -> None:
         "line_rate_gb_s": link.line_rate_bytes_per_s / 1e9, "per_nic": link.per_nic,
         "source": _short(link.source, fmt),
     } for link in cat.load_links().values()]
+    if fmt == "table" and not wide:
+        echo_wrapped(f"{len(records)} catalog links, prior latency and bus bandwidth (a "
+                     "profile's fit replaces them); sources: --wide")
+        click.echo("")
+        emit_compact([{"link": link.name, "kind": link.kind,
+                       "latency µs": format_number(link.latency_s * 1e6),
+                       "busbw GB/s": format_number(link.busbw_bytes_per_s / 1e9),
+                       "line rate GB/s": format_number(link.line_rate_bytes_per_s / 1e9),
+                       "per NIC": "yes" if link.per_nic else "no"}
+                      for link in cat.load_links().values()], width=terminal_width())
+        click.echo("")
+        click.echo("every column: --wide or --format json")
+        return
     emit_records(records, fmt, title="links")
 
 
 @catalog.command("prices")
 @click.option("--list", "list_name", default=None, help="Only this price list (file stem).")
+@wide_option()
 @format_option()
-def prices_cmd(list_name: str | None, fmt: str) -> None:
+def prices_cmd(list_name: str | None, wide: bool, fmt: str) -> None:
     """Price-list rows: provider, GPU, tier, USD per GPU-hour, date."""
     lists = cat.load_price_lists()
     if list_name is not None:
@@ -97,9 +175,54 @@ def prices_cmd(list_name: str | None, fmt: str) -> None:
         "usd_per_gpu_hour": r.usd_per_gpu_hour, "as_of": r.as_of,
         "gpus_per_node": r.gpus_per_node, "offer": r.offer,
     } for name, rows in lists.items() for r in rows]
+    if fmt == "table" and not wide:
+        _emit_prices_answer(records)
+        return
     emit_records(records, fmt, title="prices")
 
 
+PRICE_ROWS_SHOWN = 30
+"""Up to this many price rows the compact view lists them; beyond, one row per GPU and tier."""
+
+
+def _emit_prices_answer(records: list[dict[str, Any]]) -> None:
+    """The answer first: the cheapest offer per GPU; then every row when they are few, else the
+    cheapest and the number of offers per GPU and tier (every row: --wide or --list NAME)."""
+    if not records:
+        click.echo("no price rows")
+        return
+    cheapest: dict[str, dict[str, Any]] = {}
+    for r in records:
+        best = cheapest.get(r["gpu"])
+        if best is None or r["usd_per_gpu_hour"] < best["usd_per_gpu_hour"]:
+            cheapest[r["gpu"]] = r
+    lists = len({r["list"] for r in records})
+    echo_wrapped(f"{len(records)} prices from {lists} price lists for {len(cheapest)} GPUs; "
+                 "cheapest per GPU-hour: " + ", ".join(
+                     f"{gpu} {format_usd(r['usd_per_gpu_hour'])} ({r['provider']}, {r['tier']})"
+                     for gpu, r in sorted(cheapest.items(),
+                                          key=lambda kv: kv[1]["usd_per_gpu_hour"])[:3]))
+    click.echo("")
+    if len(records) <= PRICE_ROWS_SHOWN:
+        emit_compact([{"provider": str(r["provider"]), "gpu": str(r["gpu"]),
+                       "tier": str(r["tier"]), "$/GPU-h": format_usd(r["usd_per_gpu_hour"]),
+                       "as of": str(r["as_of"])} for r in records], width=terminal_width())
+        click.echo("")
+        click.echo("every column: --wide or --format json")
+        return
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in records:
+        groups.setdefault((str(r["gpu"]), str(r["tier"])), []).append(r)
+    rows = []
+    for (gpu, tier), offers in sorted(groups.items()):
+        low = min(offers, key=lambda r: r["usd_per_gpu_hour"])
+        high = max(float(r["usd_per_gpu_hour"]) for r in offers)
+        rows.append({"gpu": gpu, "tier": tier, "offers": str(len(offers)),
+                     "from $/GPU-h": format_usd(low["usd_per_gpu_hour"]),
+                     "to $/GPU-h": format_usd(high), "cheapest": str(low["provider"])})
+    emit_compact(rows, width=terminal_width())
+    click.echo("")
+    click.echo("every price row: --wide, --format csv, or --list NAME")
 def _gpu_map(values: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
     out = []
     for text in values:
@@ -143,14 +266,17 @@ def import_prices_cmd(vms_csv: Path, region: str | None, as_of: str | None, clou
 
 # ---- memory ---------------------------------------------------------------------------------
 
-def _emit_memory(payload: dict[str, Any], fmt: str) -> None:
+def _emit_memory(payload: dict[str, Any], fmt: str, *, wide: bool = False) -> None:
     if fmt == "json":
-        emit_json(payload)
+        emit_json({"schema_version": SCHEMA_VERSION, **payload})
         return
     if fmt == "csv":
         flat = {k: v for k, v in payload.items() if k != "breakdown_gib"}
         flat.update({f"{k}_gib": v for k, v in payload["breakdown_gib"].items()})
         emit_mapping(flat, "csv")
+        return
+    if not wide:
+        _emit_memory_answer(payload)
         return
 
     layout = ParallelLayout(**payload["layout"])
@@ -174,6 +300,31 @@ def _emit_memory(payload: dict[str, Any], fmt: str) -> None:
                f"largest micro-batch that fits: {payload['max_micro_batch']}")
 
 
+def _emit_memory_answer(payload: dict[str, Any]) -> None:
+    """The answer first: the verdict sentence, where the peak is, the profile, the nonzero
+    components of the peak."""
+    echo_wrapped(api.memory_answer(payload))
+    echo_wrapped(f"peak at {payload['peak_phase']}; S={payload['seq_len']}, "
+                 f"m={payload['micro_batch']}, k={payload['accum_steps']} "
+                 f"({payload['accum_mode']}), ac={payload['ac']}, recipe {payload['recipe']}")
+    echo_wrapped(f"{payload['model_family']}: {format_number(payload['total_params'])} parameters"
+                 + (f" ({format_number(payload['active_params'])} active)"
+                    if payload["active_params"] != payload["total_params"] else "")
+                 + (f", the text model of a {payload['text_model_of']} checkpoint"
+                    if payload.get("text_model_of") else ""))
+    echo_wrapped(f"GPU profile {payload['profile']} ({payload['provenance']}); the memory model "
+                 "is analytic and does not use it")
+    click.echo("")
+    peak = payload["peak_gib"]
+    rows = [{"component": name.replace("_", " "), "GiB": format_number(gib),
+             "% of peak": format_number(100 * gib / peak, digits=3) if peak else "-"}
+            for name, gib in payload["breakdown_gib"].items() if gib > 0]
+    rows.append({"component": "peak", "GiB": format_number(peak), "% of peak": "100"})
+    emit_compact(rows, width=terminal_width())
+    click.echo("")
+    click.echo("every field: --wide or --format json")
+
+
 @click.command()
 @click.argument("model_name", metavar="MODEL")
 @click.option("--gpu", "gpu_name", required=True, help="Catalog GPU name.")
@@ -186,14 +337,22 @@ def _emit_memory(payload: dict[str, Any], fmt: str) -> None:
               help="Micro-steps k per optimizer step (gradient accumulation).")
 @recipe_options
 @layout_options
+@allow_oom_option()
+@wide_option()
 @format_option()
 def memory(model_name: str, gpu_name: str, nodes: int, gpus_per_node: int, seq_len: int,
-           micro_batch: int, accum_steps: int, recipe_name: str, fmt: str, **flags: Any) -> None:
+           micro_batch: int, accum_steps: int, recipe_name: str, allow_oom: bool, wide: bool,
+           fmt: str, **flags: Any) -> None:
     """Per-GPU memory of training MODEL (catalog name or config.json path) as the training
     recipe trains it (default torchtitan, FSDP over every GPU unless a layout is given), at
-    k = --accum micro-steps."""
-    report = api.memory_report(api.WorkloadSpec(
-        model_name=model_name, gpu_name=gpu_name, nodes=nodes, gpus_per_node=gpus_per_node,
-        seq_len=seq_len, micro_batch=micro_batch, accum=accum_steps,
-        recipe=recipe_from_options(recipe_name, **flags)))
-    _emit_memory(report.record, fmt)
+    k = --accum micro-steps. A peak beyond the GPU's usable memory exits 1 with the smallest
+    fix that fits (computed), unless --allow-oom."""
+    try:
+        report = api.memory_report(api.WorkloadSpec(
+            model_name=model_name, gpu_name=gpu_name, nodes=nodes, gpus_per_node=gpus_per_node,
+            seq_len=seq_len, micro_batch=micro_batch, accum=accum_steps,
+            recipe=recipe_from_options(recipe_name, **flags)), allow_oom=allow_oom)
+    except api.DoesNotFitError as err:
+        echo_does_not_fit(err.answer, fmt)
+        raise
+    _emit_memory(report.record, fmt, wide=wide)

@@ -9,24 +9,38 @@ figure paths must have an extension matplotlib can write.
 from __future__ import annotations
 
 import importlib.util
+import io
 import json
 import logging
 import math
 import os
+import re
 import sys
-from collections.abc import Callable, Sequence
+import textwrap
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-import pandas as pd
+from rich import box
+from rich.cells import cell_len
 from rich.console import Console
 from rich.table import Table
 
 from perfmodel.formatting import json_ready
+from perfmodel.numbers import (
+    format_duration,
+    format_number,
+    format_percent,
+    format_rate,
+    format_usd,
+)
 from perfmodel.spec.errors import ShardMeterError, UserInputError, did_you_mean
 from perfmodel.spec.inputs import LIMITS
 from perfmodel.spec.recipe import AC_MODES, canonical_ac
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 FORMATS = ("table", "json", "csv")
 OUTPUT_PARAM_NAMES = frozenset({"output", "out", "plot", "plot_path", "trace_path", "timeline_path",
@@ -36,6 +50,11 @@ FIGURE_WORDS = ("plot", "timeline", "figure")
 """A written path whose parameter name contains one of these is a matplotlib figure."""
 _WIDE_CONSOLE = 1000
 """Table width when stdout is not a terminal: wide enough that no cell is cut short."""
+DEFAULT_COLUMNS = 80
+"""Width of the answer-first views when stdout is not a terminal and COLUMNS is unset."""
+SCHEMA_VERSION = 1
+"""`schema_version` of the JSON that `predict` and `memory` print (raised when a key changes
+meaning or goes; new keys do not raise it)."""
 
 
 def format_option(default: str = "table") -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -238,12 +257,8 @@ def refuse_unused(names: Sequence[str], *, why: str, fix: str) -> None:
 
 
 def human_usd(value: float) -> str:
-    """Dollars for people: $17,831, $3.59, $0.0042."""
-    if abs(value) >= 100:
-        return f"${value:,.0f}"
-    if abs(value) >= 1:
-        return f"${value:,.2f}"
-    return f"${value:.2g}"
+    """Dollars for people: $17,831, $3.59, $0.0042 (perfmodel.numbers.format_usd)."""
+    return format_usd(value)
 
 
 def human_count(value: float, unit: str = "") -> str:
@@ -293,6 +308,8 @@ def emit_records(
     float_digits: int = 4,
 ) -> None:
     """Write a list of records as a rich table, JSON list, or CSV."""
+    import pandas as pd  # lazy: pandas costs about 0.25 s at startup; only listings need it
+
     frame = records if isinstance(records, pd.DataFrame) else pd.DataFrame(list(records))
     if fmt == "json":
         emit_json(frame.to_dict(orient="records"))
@@ -329,6 +346,8 @@ def emit_mapping(payload: dict[str, Any], fmt: str, *, title: str | None = None)
         emit_json(payload)
     elif fmt == "csv":
         flat = {k: v for k, v in payload.items() if not isinstance(v, dict | list)}
+        import pandas as pd  # lazy: pandas costs about 0.25 s at startup; only CSV needs it here
+
         click.echo(pd.DataFrame([flat]).to_csv(index=False), nl=False)
     else:
         rows = [
@@ -336,7 +355,152 @@ def emit_mapping(payload: dict[str, Any], fmt: str, *, title: str | None = None)
              else json.dumps(json_ready(v))}
             for k, v in payload.items()
         ]
+        import pandas as pd  # lazy: pandas costs about 0.25 s at startup; the full table needs it
+
         emit_table(pd.DataFrame(rows), title=title)
+
+
+# ---- answer-first views (80 columns by default) -------------------------------------------------
+
+
+def wide_option() -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """`--wide`: the table format shows every field (the full table) instead of the answer and
+    the columns that matter."""
+    return click.option("--wide", is_flag=True, default=False,
+                        help="Table format: every field, not just the answer and the columns "
+                             "that matter.")
+
+
+def allow_oom_option() -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """`--allow-oom`: print a configuration that does not fit the GPU anyway (exit 0)."""
+    return click.option("--allow-oom", is_flag=True, default=False,
+                        help="Print the result even when the peak exceeds the GPU's usable "
+                             "memory (else: exit 1 with the smallest fix that fits).")
+
+
+def echo_does_not_fit(answer: str, fmt: str) -> None:
+    """Before a DoesNotFitError (stderr): the answer line of what does not fit, on stdout for
+    the table format (JSON and CSV stay machine-readable: nothing on stdout)."""
+    if fmt == "table":
+        echo_wrapped(answer)
+
+
+def terminal_width() -> int:
+    """Columns of the answer-first views: COLUMNS when set, else the terminal's, else
+    DEFAULT_COLUMNS (a pipe or a file)."""
+    columns = os.environ.get("COLUMNS", "").strip()
+    if columns.isdigit() and int(columns) > 0:
+        return int(columns)
+    if sys.stdout.isatty():
+        return int(Console().width)
+    return DEFAULT_COLUMNS
+
+
+def wrap_phrases(text: str, *, width: int, indent: str = "  ") -> list[str]:
+    """`text` as lines of at most `width` columns (continuation lines indented), broken between
+    words but never between a number and the word after it ('6,454 tok/s', '37.8 %')."""
+    glued = re.sub(r"(?<=\d) (?=\S)", "\x00", text)  # a number keeps its unit
+    lines = textwrap.wrap(glued, width=width, subsequent_indent=indent, break_on_hyphens=False,
+                          break_long_words=True)
+    return [line.replace("\x00", " ") for line in lines] or [""]
+
+
+def echo_wrapped(text: str, *, width: int | None = None, indent: str = "  ") -> None:
+    """Print `text` wrapped at the terminal width (`wrap_phrases`)."""
+    for line in wrap_phrases(text, width=width or terminal_width(), indent=indent):
+        click.echo(line)
+
+
+def _render(renderable: Any) -> list[str]:
+    """`renderable` as plain text lines at an unlimited width (trailing blanks stripped)."""
+    buffer = io.StringIO()
+    Console(file=buffer, width=_WIDE_CONSOLE, no_color=True, highlight=False,
+            color_system=None).print(renderable)
+    return [line.rstrip() for line in buffer.getvalue().splitlines()]
+
+
+_NUMERIC = re.compile(r"^[-+$]?[\d.,]+( ?[%a-zA-Z/µ]+)?$|^-$")
+"""A cell that reads as a number (right-aligned in compact tables)."""
+
+
+def emit_compact(rows: Sequence[Mapping[str, str]], *, width: int | None = None,
+                 title: str | None = None) -> None:
+    """Print rows of formatted cells (header -> text, the units in the headers) as a compact
+    table; when the table is wider than the terminal it becomes a record layout (one
+    'header  value' line per cell, a long value continued under itself, a blank line between
+    rows) instead of wrapping cells."""
+    limit = width or terminal_width()
+    if not rows:
+        return
+    headers = list(rows[0])
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, collapse_padding=True,
+                  padding=(0, 1), title=None)
+    for header in headers:
+        numeric = all(_NUMERIC.match(row.get(header, "") or "-") for row in rows)
+        table.add_column(header, no_wrap=True,
+                         justify="right" if numeric else "left")
+    for row in rows:
+        table.add_row(*(row.get(h, "") for h in headers))
+    lines = _render(table)
+    if title:
+        click.echo(title)
+    if max(cell_len(line) for line in lines) <= limit:
+        for line in lines:
+            click.echo(line)
+        return
+    label = max(cell_len(h) for h in headers)
+    for i, row in enumerate(rows):
+        if i:
+            click.echo("")
+        for header in headers:
+            text = f"{header.ljust(label)}  {row.get(header, '')}"
+            for line in wrap_phrases(text, width=limit, indent=" " * (label + 2)):
+                click.echo(line)
+
+
+def compact_value(key: str, value: Any) -> str:
+    """One value of a record for the answer-first views, its unit read from its key (`_s`
+    seconds, `_gib`, `usd`, fractions and MFU as %, token rates)."""
+    if hasattr(value, "item") and callable(value.item):  # numpy scalars
+        value = value.item()
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, dict | list):
+        return json.dumps(json_ready(value))
+    if not isinstance(value, int | float):
+        return str(value)
+    name = key.lower()
+    if "usd" in name:
+        return format_usd(float(value))
+    if "fraction" in name or "utilisation" in name or name == "mfu":
+        return format_percent(float(value))
+    if "tokens_per_s" in name:
+        return format_rate(float(value), "tok/s")
+    if (name.endswith("_s") or "_s_" in name) and isinstance(value, float):
+        return format_duration(value)
+    if name.endswith("_gib"):
+        return f"{format_number(float(value))} GiB"
+    return format_number(value)
+
+
+def provenance_lines(record: Mapping[str, Any]) -> list[str]:
+    """The profile a prediction rests on, and a one-line warning when its GPU's profile is the
+    catalog prior (datasheet figures, no measurement or calibration)."""
+    links = [f"{key.removeprefix('link_').removesuffix('_provenance')} {value}"
+             for key, value in record.items()
+             if key.startswith("link_") and key.endswith("_provenance")]
+    lines = [f"profile {record['profile']} ({record['provenance']})"
+             + (f"; links: {', '.join(links)}" if links else "")]
+    if record["provenance"] == "prior":
+        lines.append(prior_warning(str(record["gpu"])))
+    return lines
+
+
+def prior_warning(gpu_name: str) -> str:
+    """The one-line warning of a result that rests on a GPU's prior profile."""
+    return f"warning: {gpu_name}'s profile is a datasheet prior: times are estimates"
 
 
 def require_torch() -> None:

@@ -20,17 +20,28 @@ from perfmodel.api.workload import (
     Workload,
     simulate_inner_step,
 )
+from perfmodel.numbers import format_duration, format_number
 from perfmodel.sim import trace
 from perfmodel.spec.errors import UserInputError
 from perfmodel.spec.inputs import check_limit
 from planner.cli.common import (
+    SCHEMA_VERSION,
     CheckpointParam,
+    allow_oom_option,
+    compact_value,
+    echo_does_not_fit,
+    echo_wrapped,
+    emit_compact,
     emit_json,
     emit_mapping,
     emit_records,
     emit_table,
     format_option,
+    prior_warning,
+    provenance_lines,
     refuse_unused,
+    terminal_width,
+    wide_option,
 )
 from planner.cli.outer_opts import describe_outer, dtype_option, outer_option_list
 from planner.cli.recipe_opts import (
@@ -170,6 +181,52 @@ def _refuse_strategy_flags(strategy: str, *, same_cluster: bool, simulate: bool 
 
 # ---- predict ---------------------------------------------------------------------------------
 
+def _prediction_row(record: dict[str, Any]) -> dict[str, str]:
+    """The columns of a prediction that matter, units in the headers."""
+    row = {"step (s)": format_number(record["step_time_s"]),
+           "tok/s/GPU": format_number(record["tokens_per_s_per_gpu"]),
+           "MFU %": format_number(record["mfu"] * 100, digits=3),
+           "bound": str(record["bound"]),
+           "exposed comm (s)": format_number(record["exposed_comm_s"])}
+    if "bubble_fraction" in record:
+        row["bubble %"] = format_number(record["bubble_fraction"] * 100, digits=3)
+    for key, header in (("amortised_outer_sync_s", "outer sync/step (s)"),
+                        ("amortised_blocked_s", "blocked/step (s)")):
+        if key in record:
+            row[header] = format_number(record[key])
+    row["peak/usable GiB"] = (f"{format_number(record['peak_gib'])}/"
+                              f"{format_number(record['usable_memory_gib'])}")
+    if "goodput" in record:   # --failures: the expected share of wall time that trains
+        row["goodput %"] = format_number(record["goodput"] * 100, digits=3)
+    row["profile"] = str(record["provenance"])
+    return row
+
+
+def _emit_prediction(p: api.Prediction, payload: dict[str, Any], fmt: str, *, wide: bool,
+                     title: str) -> None:
+    """JSON / CSV / the full table (`--wide`) as before; else the answer first: the answer
+    sentence, the profile it rests on, the columns that matter."""
+    if fmt == "json":
+        emit_json({"schema_version": SCHEMA_VERSION, **payload})
+        return
+    if fmt != "table" or wide:
+        emit_mapping(payload, fmt, title=title)
+        return
+    record = p.record
+    echo_wrapped(api.prediction_answer(record))
+    for line in provenance_lines(record):
+        echo_wrapped(line)
+    if "worst_stage" in record:
+        echo_wrapped(f"slowest stage: {record['worst_stage']}")
+    echo_wrapped(f"recipe {p.workload.recipe.summary()}")
+    if "outer" in payload:
+        echo_wrapped(str(payload["outer"]))
+    click.echo("")
+    emit_compact([_prediction_row(record)], width=terminal_width())
+    click.echo("")
+    click.echo("every field: --wide or --format json")
+
+
 FAILURE_FLAGS = ("failures_per_gpu_hour", "restart_s", "checkpoint_write_gbit_s_per_node",
                  "checkpoint_mode", "train_tokens", "usd_per_gpu_hour")
 """`predict` options of the failure model (they need --failures)."""
@@ -211,32 +268,40 @@ def _failure_spec(enabled: bool, values: dict[str, Any]) -> api.FailureSpec | No
 @click.argument("model_name", metavar="MODEL")
 @_workload_options
 @_strategy_options
+@allow_oom_option()
+@wide_option()
 @_failure_options
 @format_option()
 def predict(model_name: str, gpu_name: str, nodes: int, gpus_per_node: int, seq_len: int,
             micro_batch: int, accum: int, ac: str, profile_name: str | None, strategy: str,
             islands: int | None, inner_steps: int, wan_gbit_s: float, wan_latency_ms: float,
-            dtype: str, fragments: int, delay: int, fmt: str, recipe_name: str, failures: bool,
-            **recipe_flags: Any) -> None:
+            dtype: str, fragments: int, delay: int, allow_oom: bool, wide: bool, fmt: str,
+            recipe_name: str, failures: bool, **recipe_flags: Any) -> None:
     """Predict one training step of MODEL: time, throughput, MFU, memory and what bounds it
-    (with --failures: the run's expected goodput, wall time and cost)."""
+    (with --failures: the run's expected goodput, wall time and cost). A configuration whose
+    peak exceeds the GPU's usable memory exits 1 with the smallest fix that fits (computed),
+    unless --allow-oom."""
     _refuse_strategy_flags(strategy, same_cluster=bool(recipe_flags.get("islands_same_cluster")))
     failure = _failure_spec(failures, {k: recipe_flags.pop(k) for k in FAILURE_FLAGS})
-    p = api.predict(_spec(model_name, gpu_name=gpu_name, nodes=nodes, gpus_per_node=gpus_per_node,
-                          seq_len=seq_len, micro_batch=micro_batch, accum=accum,
-                          profile_name=profile_name, recipe_name=recipe_name, ac=ac,
-                          recipe_flags=recipe_flags),
-                    _outer_spec(strategy, islands=islands, inner_steps=inner_steps,
-                                fragments=fragments, delay=delay, dtype=dtype,
-                                wan_gbit_s=wan_gbit_s, wan_latency_ms=wan_latency_ms,
-                                flags=recipe_flags), failure)
+    try:
+        p = api.predict(_spec(model_name, gpu_name=gpu_name, nodes=nodes,
+                              gpus_per_node=gpus_per_node, seq_len=seq_len,
+                              micro_batch=micro_batch, accum=accum, profile_name=profile_name,
+                              recipe_name=recipe_name, ac=ac, recipe_flags=recipe_flags),
+                        _outer_spec(strategy, islands=islands, inner_steps=inner_steps,
+                                    fragments=fragments, delay=delay, dtype=dtype,
+                                    wan_gbit_s=wan_gbit_s, wan_latency_ms=wan_latency_ms,
+                                    flags=recipe_flags), failure, allow_oom=allow_oom)
+    except api.DoesNotFitError as err:
+        echo_does_not_fit(err.answer, fmt)
+        raise
     payload = dict(p.record)
     if strategy != "fsdp":
         payload["outer"] = describe_outer(p.outer, p.link)
     w = p.workload
-    emit_mapping(_recipe_payload(payload, w.recipe, fmt), fmt,
-                 title=f"{w.model.name} on {p.islands} x {nodes}x{gpus_per_node} "
-                       f"{w.gpu.name} ({strategy})")
+    _emit_prediction(p, _recipe_payload(payload, w.recipe, fmt), fmt, wide=wide,
+                     title=f"{w.model.name} on {p.islands} x {nodes}x{gpus_per_node} "
+                           f"{w.gpu.name} ({strategy})")
 
 
 # ---- simulate --------------------------------------------------------------------------------
@@ -250,12 +315,14 @@ def predict(model_name: str, gpu_name: str, nodes: int, gpus_per_node: int, seq_
 @click.option("--trace", "trace_path", type=_PATH, default=None,
               help="Write a Chrome/Perfetto trace JSON here.")
 @click.option("--plot", "plot_path", type=_PATH, default=None, help="Write a PNG timeline here.")
+@wide_option()
 @format_option()
 def simulate(model_name: str, gpu_name: str, nodes: int, gpus_per_node: int, seq_len: int,
              micro_batch: int, accum: int, ac: str, profile_name: str | None, strategy: str,
              islands: int | None, inner_steps: int, wan_gbit_s: float, wan_latency_ms: float,
              dtype: str, fragments: int, delay: int, steps: int | None, trace_path: Path | None,
-             plot_path: Path | None, fmt: str, recipe_name: str, **recipe_flags: Any) -> None:
+             plot_path: Path | None, wide: bool, fmt: str, recipe_name: str,
+             **recipe_flags: Any) -> None:
     """Simulate MODEL's step timeline (or a DiLoCo / Streaming DiLoCo run) and export it."""
     _refuse_strategy_flags(strategy, same_cluster=bool(recipe_flags.get("islands_same_cluster")),
                            simulate=True)
@@ -279,7 +346,48 @@ def simulate(model_name: str, gpu_name: str, nodes: int, gpus_per_node: int, seq
                                                         metadata={"title": title}))
     if plot_path:
         summary["plot"] = str(trace.plot_timelines([(title, sim.spans)], plot_path))
-    emit_mapping(_recipe_payload(summary, w.recipe, fmt), fmt, title=title)
+    if fmt != "table" or wide:
+        emit_mapping(_recipe_payload(summary, w.recipe, fmt), fmt, title=title)
+        return
+    echo_wrapped(f"{title}: {_simulation_answer(summary)}")
+    echo_wrapped(f"profile {w.profile.name} ({w.profile.provenance})")
+    if w.profile.provenance == "prior":
+        echo_wrapped(prior_warning(w.gpu.name))
+    echo_wrapped(f"recipe {w.recipe.summary()}")
+    if "outer" in summary:
+        echo_wrapped(str(summary["outer"]))
+    click.echo("")
+    shown = [k for k, v in summary.items() if k not in _NOT_IN_COMPACT
+             and not isinstance(v, dict | list)]
+    emit_compact([{"quantity": k.removesuffix("_s").replace("_s_", "_").replace("_", " "),
+                   "value": compact_value(k, summary[k])} for k in shown],
+                 width=terminal_width())
+    click.echo("")
+    for key in ("trace", "plot"):
+        if key in summary:
+            click.echo(f"wrote {summary[key]}")
+    click.echo("every field: --wide or --format json")
+
+
+_NOT_IN_COMPACT = frozenset({"outer", "provenance", "trace", "plot"})
+"""Summary keys the answer-first view of `simulate` prints on their own lines."""
+
+
+def _simulation_answer(summary: dict[str, Any]) -> str:
+    """The headline figure of a simulation summary (FSDP step, DiLoCo amortised step, Streaming
+    DiLoCo run)."""
+    if "amortised_step_s" in summary:
+        return (f"{format_duration(summary['amortised_step_s'])} per inner step amortised "
+                f"(outer step {format_duration(summary['outer_step_s'])} every "
+                f"{summary['inner_steps']} inner steps)")
+    if "total_s" in summary:
+        return (f"{summary['steps']} inner steps of "
+                f"{format_duration(summary['inner_step_time_s'])} take "
+                f"{format_duration(summary['total_s'])}, "
+                f"{format_duration(summary['blocked_s'])} blocked on the exchange")
+    return (f"{format_duration(summary['step_time_s'])} per step, "
+            f"{summary['bound']}-bound, exposed comm "
+            f"{format_duration(summary['exposed_comm_s'])}")
 
 
 # ---- sweep -----------------------------------------------------------------------------------

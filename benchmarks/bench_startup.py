@@ -1,0 +1,82 @@
+"""Startup benchmark: wall time of `shardmeter --help` and of one `shardmeter predict`, each a
+fresh process as a user runs it (issue 29: targets 0.5 s and 1.5 s on the reference machine).
+
+Run: python -m benchmarks.bench_startup [--runs 5] [--json PATH]
+Each command runs once to warm the file cache, then `--runs` times; the median, min and max wall
+seconds are printed (and written as JSON with the command, date, machine and Python) with the
+target each is held to. Nothing is written to docs/ (docs/PERFORMANCE.md is the lead's).
+
+The CLI runs as `python -c "from planner.cli import main; main()" ARGS` with this checkout first on
+PYTHONPATH (the console script `shardmeter` is the same entry point, planner.cli:main).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CASES = (
+    ("help", ("--help",), 0.5),
+    ("predict", ("predict", "Llama-3-8B", "--gpu", "H100-SXM5-80GB", "--seq-len", "8192"), 1.5),
+)
+"""(name, shardmeter arguments, target wall seconds)."""
+
+
+def _command(args: tuple[str, ...]) -> list[str]:
+    return [sys.executable, "-c", "from planner.cli import main; main()", *args]
+
+
+def wall_seconds(args: tuple[str, ...], *, runs: int) -> list[float]:
+    """Wall seconds of `runs` fresh `shardmeter args` processes after one warm-up run."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "80"}
+    times = []
+    for i in range(runs + 1):
+        start = time.perf_counter()
+        done = subprocess.run(_command(args), cwd=ROOT, env=env, capture_output=True, text=True,
+                              check=False)
+        elapsed = time.perf_counter() - start
+        if done.returncode != 0:
+            raise SystemExit(f"shardmeter {' '.join(args)} exited {done.returncode}:\n"
+                             f"{done.stderr}")
+        if i:  # the first run warms the file cache
+            times.append(elapsed)
+    return times
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=5, help="Timed runs per command (median).")
+    parser.add_argument("--json", type=Path, default=None, help="Also write the results here.")
+    options = parser.parse_args(argv)
+    if options.runs < 1:
+        parser.error("--runs must be >= 1")
+    results = []
+    for name, args, target in CASES:
+        times = wall_seconds(args, runs=options.runs)
+        median = statistics.median(times)
+        results.append({"case": name, "command": "shardmeter " + " ".join(args),
+                        "runs": len(times), "median_s": median, "min_s": min(times),
+                        "max_s": max(times), "target_s": target, "within_target": median <= target})
+        print(f"{name:8s} median {median:.3f} s (min {min(times):.3f}, max {max(times):.3f}, "
+              f"{len(times)} runs); target {target} s: "
+              f"{'met' if median <= target else 'NOT met'}")
+    if options.json:
+        options.json.write_text(json.dumps({
+            "benchmark": "python -m benchmarks.bench_startup",
+            "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+            "machine": platform.platform(), "cpus": os.cpu_count(),
+            "python": platform.python_version(), "results": results}, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
