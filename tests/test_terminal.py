@@ -38,6 +38,8 @@ FITTING = {
     "catalog-gpus": ["catalog", "gpus"],
     "catalog-prices": ["catalog", "prices"],
     "catalog-links": ["catalog", "links"],
+    "layout": ["layout", "Llama-3.2-1B", "--gpu", "H100-SXM5-80GB", "--nodes", "2", "--seq-len",
+               "2048", "--global-batch", "64", "--max-pp", "2"],
 }
 """Commands whose answer-first view is checked, and a word the answer (first 3 lines) holds."""
 ANSWER_WORDS = {
@@ -51,6 +53,7 @@ ANSWER_WORDS = {
     "catalog-gpus": ("catalog GPUs",),
     "catalog-prices": ("prices", "cheapest"),
     "catalog-links": ("catalog links",),
+    "layout": ("best:", "tok/s/GPU", "MFU"),
 }
 
 

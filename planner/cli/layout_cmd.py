@@ -10,11 +10,54 @@ import pandas as pd
 
 from perfmodel import api
 from perfmodel.api.layout import DEFAULT_TOP, LayoutRequest, explain, rank_layouts
-from planner.cli.common import CheckpointParam, emit_json, emit_table, format_option
+from perfmodel.numbers import format_number, format_percent
+from planner.cli.common import (
+    CheckpointParam,
+    echo_wrapped,
+    emit_compact,
+    emit_json,
+    emit_table,
+    format_option,
+    terminal_width,
+    wide_option,
+)
 from planner.cli.recipe_opts import recipe_from_options, recipe_option_list
 
 _TABLE_COLUMNS = ("rank", "layout_text", "ac", "micro_batch", "accum", "tokens_per_s_per_gpu",
                   "mfu", "peak_gib", "bubble_fraction", "why")
+"""Columns of the full table (`--wide`)."""
+_SCHEDULES = {"gpipe": "gpipe", "1f1b": "1f1b", "interleaved-1f1b": "i1f1b"}
+
+
+def short_layout(layout: dict[str, Any]) -> str:
+    """A layout in a few characters for the compact table: degrees > 1 only (dp = dp_shard, rep =
+    dp_replicate), the pipeline's schedule and virtual stages, +sp under tensor parallelism."""
+    parts = [f"tp{layout['tp']}"] if layout["tp"] > 1 else []
+    if layout["pp"] > 1:
+        v = layout["virtual_stages"]
+        parts.append(f"pp{layout['pp']}" + (f"v{v}" if v > 1 else "")
+                     + f" {_SCHEDULES.get(layout['pp_schedule'], layout['pp_schedule'])}")
+    if layout["cp"] > 1:
+        parts.append(f"cp{layout['cp']}")
+    if layout["dp_replicate"] > 1:
+        parts.append(f"rep{layout['dp_replicate']}")
+    parts.append(f"dp{layout['dp_shard']}")
+    if layout["tp"] > 1 and layout["sequence_parallel"]:
+        parts.append("+sp")
+    return " ".join(parts)
+
+
+def _compact_row(entry: dict[str, Any]) -> dict[str, str]:
+    row = {"#": str(entry["rank"]), "layout": short_layout(entry["layout"]), "ac": entry["ac"],
+           "m": str(entry["micro_batch"]), "k": str(entry["accum"]),
+           "tok/s/GPU": format_number(entry["tokens_per_s_per_gpu"]),
+           "MFU %": format_number(entry["mfu"] * 100, digits=3),
+           "peak GiB": format_number(entry["peak_gib"])}
+    if entry["layout"]["pp"] > 1 or entry.get("bubble_fraction", 0.0) > 0:
+        row["bubble %"] = format_number(entry["bubble_fraction"] * 100, digits=3)
+    else:
+        row["bubble %"] = "-"
+    return row
 
 
 @click.command()
@@ -37,11 +80,12 @@ _TABLE_COLUMNS = ("rank", "layout_text", "ac", "micro_batch", "accum", "tokens_p
                    "tp=8,pp=16,dp_shard=128,v=4,ac=none.")
 @click.option("--profile", "profile_name", default=None,
               help="Hardware profile name or YAML path (default: the GPU's).")
+@wide_option()
 @format_option()
 def layout(model_name: str, gpu_name: str, nodes: int, gpus_per_node: int, seq_len: int,
            global_batch: int, top: int, ac_modes: tuple[str, ...], max_tp: int | None,
-           max_pp: int | None, named: str | None, profile_name: str | None, fmt: str,
-           recipe_name: str, **flags: Any) -> None:
+           max_pp: int | None, named: str | None, profile_name: str | None, wide: bool,
+           fmt: str, recipe_name: str, **flags: Any) -> None:
     """Rank the layouts (tp, pp, cp, HSDP, schedule, checkpointing, micro-batch) of one island
     of MODEL for a global batch, by throughput."""
     parallel = {k: v for k, v in (("max_tp", max_tp), ("max_pp", max_pp)) if v is not None}
@@ -58,7 +102,8 @@ def layout(model_name: str, gpu_name: str, nodes: int, gpus_per_node: int, seq_l
             emit_json({"rank": result.rank, "of": result.of, "gap_pct": result.gap_pct,
                        "layout": result.entry, "best": result.best, "explanation": result.lines})
             return
-        click.echo("\n".join(result.lines))
+        for line in result.lines:
+            echo_wrapped(line)
         return
     ranking = rank_layouts(request)
     if fmt == "json":
@@ -71,19 +116,28 @@ def layout(model_name: str, gpu_name: str, nodes: int, gpus_per_node: int, seq_l
         click.echo(flat.to_csv(index=False), nl=False)
         return
     if frame.empty:
-        click.echo(f"no layout of {nodes} x {gpus_per_node} {gpu_name} runs a batch of "
-                   f"{global_batch} sequences of {model_name}")
+        echo_wrapped(f"no layout of {nodes} x {gpus_per_node} {gpu_name} runs a batch of "
+                     f"{global_batch} sequences of {model_name}")
     else:
         best = ranking.entries[0]
-        click.echo(f"best: {best['layout_text']}, ac {best['ac']}, m {best['micro_batch']}, "
-                   f"k {best['accum']}: {best['tokens_per_s_per_gpu']:.0f} tokens/s/GPU, MFU "
-                   f"{best['mfu']:.1%}")
-        emit_table(frame.loc[:, list(_TABLE_COLUMNS)],
-                   title=f"{ranking.total} of {ranking.candidates} layouts run the batch")
+        echo_wrapped(f"best: {best['layout_text']}, ac {best['ac']}, m {best['micro_batch']}, "
+                     f"k {best['accum']}: {format_number(best['tokens_per_s_per_gpu'])} "
+                     f"tok/s/GPU, MFU {format_percent(best['mfu'])}; {best['why']}")
+        title = f"{ranking.total} of {ranking.candidates} layouts run the batch"
+        if wide:
+            emit_table(frame.loc[:, list(_TABLE_COLUMNS)], title=title)
+        else:
+            click.echo("")
+            emit_compact([_compact_row(e) for e in ranking.entries], width=terminal_width(),
+                         title=title + (f" (top {len(ranking.entries)})"
+                                        if ranking.total > len(ranking.entries) else ""))
     if ranking.rejected:
-        click.echo(f"{len(ranking.rejected)} layouts cannot (json lists each with why), e.g. "
-                   f"{ranking.rejected[0]['layout']} ac {ranking.rejected[0]['ac']}: "
-                   f"{ranking.rejected[0]['why']}")
+        click.echo("")
+        echo_wrapped(f"{len(ranking.rejected)} layouts cannot (json lists each with why), e.g. "
+                     f"{ranking.rejected[0]['layout']} ac {ranking.rejected[0]['ac']}: "
+                     f"{ranking.rejected[0]['why']}")
+    if not wide:
+        click.echo("every column and why: --wide or --format json")
 
 
 for _option in reversed(recipe_option_list(ac=False)):
