@@ -187,9 +187,11 @@ def test_does_not_fit_names_the_worst_pipeline_rank(cli80) -> None:
 
 
 def test_no_fix_found_says_what_was_tried(cli80) -> None:
-    """405B at 8192 tokens on 40 GB A100s: no single change or node count with one layout change
-    fits; the message says so (no invented fix) and still exits 1."""
-    refused = cli80("predict", "Llama-3.1-405B", "--gpu", "A100-SXM4-40GB", "--nodes", "4",
+    """405B at 8192 tokens on single-GPU 40 GB A100 nodes: its states alone (16 B per parameter)
+    need more GPUs than 64x the nodes hold, so no change tried fits; the message says so (no
+    invented fix) and still exits 1."""
+    refused = cli80("predict", "Llama-3.1-405B", "--gpu", "A100-SXM4-40GB", "--nodes", "1",
+                    "--gpus-per-node", "1",
                     "--seq-len", "8192", "--format", "json")
     assert refused.code == 1 and refused.out == ""
     assert "no change tried fits" in refused.err and "--allow-oom" in refused.err
