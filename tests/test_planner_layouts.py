@@ -17,6 +17,7 @@ solver run. Random tables are seeded (numpy), parametrised by what they stress.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import math
 from pathlib import Path
 from typing import Any
@@ -27,7 +28,7 @@ import pytest
 import yaml
 
 from perfmodel.spec.errors import InfeasibleError, InstanceError
-from perfmodel.tables import ClusterRequest
+from perfmodel.tables import ClusterRequest, island_table_for
 from planner.analysis.pareto import compute_frontier, solve_instance
 from planner.analysis.report import plan_record, points_frame
 from planner.analysis.scenarios import plan_key, rescore
@@ -36,6 +37,7 @@ from planner.model.instance import Instance, instance_from_mapping, load_instanc
 from planner.model.island_table import (
     EXCLUDED_ATTR,
     _cluster_request,
+    check_builder_supports,
     load_island_table,
     table_arguments,
     table_exclusions,
@@ -594,6 +596,29 @@ def test_parallel_and_checkpointing_list_pass_through_untouched(tmp_path: Path) 
     del doc["training"]["activation_checkpointing"]  # the recipe's mode: no explicit ac
     recipe = instance_from_mapping(doc, tmp_path / "i.yaml")
     assert table_arguments(recipe) == {"ac": None, "recipe": {"base": "paper"}}
+
+
+def test_a_builder_without_layouts_refuses_layout_choices(tmp_path: Path) -> None:
+    """Until the performance model enumerates layouts (its island_table_for takes `parallel`), an
+    instance that asks for a layout choice is an InstanceError, never planned as plain FSDP in
+    silence; one listed mode is today's single-mode argument. With the new builder all pass."""
+    layouts = "parallel" in inspect.signature(island_table_for).parameters
+    cases = [({"parallel": {"tp": 8}}, "training.parallel"),
+             ({"activation_checkpointing": ["op-sac", "full"]}, "one checkpointing mode")]
+    for training, needle in cases:
+        instance = instance_from_mapping(_csv_instance(tmp_path, **training), tmp_path / "i.yaml")
+        arguments = table_arguments(instance)
+        if layouts:
+            check_builder_supports(arguments, instance)
+            continue
+        with pytest.raises(InstanceError, match=needle) as err:
+            check_builder_supports(arguments, instance)
+        assert "To fix:" in str(err.value)
+    one = instance_from_mapping(_csv_instance(tmp_path, activation_checkpointing=["full"]),
+                                tmp_path / "i.yaml")
+    arguments = table_arguments(one)
+    check_builder_supports(arguments, one)
+    assert arguments["ac"] == ("full" if not layouts else ["full"])
 
 
 @pytest.mark.parametrize(("value", "needle"), [

@@ -23,6 +23,7 @@ of the instance that has no row and no record.
 
 from __future__ import annotations
 
+import inspect
 import io
 from typing import Any
 
@@ -80,7 +81,7 @@ def load_island_table(instance: Instance) -> pd.DataFrame:
     """The island table the planner solves: `islands_table` if given, else built by the perf model.
 
     The builder is `perfmodel.tables.island_table_for` (fed `ClusterRequest`s built from the
-    instance), imported lazily. Either way the table is validated (`validate_island_table`).
+    instance). Either way the table is validated (`validate_island_table`).
     """
     path = instance.islands_table_path
     if path is not None:
@@ -100,9 +101,11 @@ def load_island_table(instance: Instance) -> pd.DataFrame:
     prices = gpu_prices(instance)
     requests = [ClusterRequest(**_cluster_request(c, prices[c.name])) for c in instance.clusters]
     training = instance.training
+    arguments = table_arguments(instance)
+    check_builder_supports(arguments, instance)
     built = island_table_for(instance.model_ref, seq_len=training.seq_len,
                              clusters=requests, global_batch_seqs=training.global_batch_seqs,
-                             **table_arguments(instance))
+                             **arguments)
     # The pseudo-gradient size comes from the model unless the instance overrides it.
     instance._model_parameters = built.parameters
     table = validate_island_table(built.table, f"island table of model {built.model_name!r}",
@@ -110,6 +113,32 @@ def load_island_table(instance: Instance) -> pd.DataFrame:
     # what the performance model left out, with why (ModelTable.excluded; absent: none given)
     table.attrs[EXCLUDED_ATTR] = tuple(Exclusion.of(r) for r in getattr(built, "excluded", ()))
     return table
+
+
+def check_builder_supports(arguments: dict[str, Any], instance: Instance) -> None:
+    """A layout choice (training.parallel, or several checkpointing modes) needs a performance
+    model whose `island_table_for` takes `parallel` (the layout-enumerating tables of issue 25);
+    with an older one the instance is refused (InstanceError, exit 2) rather than planned as
+    plain FSDP in silence or stopped by a TypeError."""
+    if "parallel" in inspect.signature(island_table_for).parameters:
+        return
+    where = instance.source or instance.name
+    if "parallel" in arguments:
+        raise InstanceError(
+            f"{where}: training.parallel = {short_repr(arguments['parallel'])}: this performance "
+            "model builds plain FSDP island tables only (perfmodel.tables.island_table_for takes "
+            "no parallel layouts)",
+            hint="drop training.parallel, or give an islands_table with layout columns (tp, pp, "
+                 "cp, dp, ...).")
+    if isinstance(arguments["ac"], list):
+        if len(arguments["ac"]) == 1:
+            arguments["ac"] = arguments["ac"][0]  # one mode: today's argument
+            return
+        raise InstanceError(
+            f"{where}: training.activation_checkpointing = {short_repr(arguments['ac'])}: this "
+            "performance model builds island tables for one checkpointing mode only",
+            hint="give training.activation_checkpointing one mode, or an islands_table with an "
+                 "ac column.")
 
 
 def _cluster_request(cluster: Any, usd_per_gpu_hour: float) -> dict[str, Any]:
