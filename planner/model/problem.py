@@ -178,12 +178,15 @@ class MenuItem:
 def build_menu(options: Sequence[IslandOption], pairs: Sequence[IslandPair],
                batch: int) -> tuple[MenuItem, ...]:
     """Menu items of every option, ordered by option then b (see the module docstring)."""
-    work = sum(len(pair.accum_steps_range()) for pair in pairs)
+    # the guard counts what it always counted: (B / sequences per data-parallel rank) per row,
+    # B // (n·g) for a plain FSDP row; it bounds the menu and the solvers' work after it
+    work = sum(batch // (pair.data_parallel or options[pair.option_index].num_gpus)
+               for pair in pairs)
     limit = LIMITS["menu_work"]
     if work > limit.maximum:
         raise UserInputError(
-            f"the planner's menu would take {work:,} evaluations (island-table rows x their "
-            f"accumulation steps up to training.global_batch_seqs {batch:,}), above "
+            f"the planner's menu would take {work:,} evaluations (training.global_batch_seqs "
+            f"{batch:,} x sequences per data-parallel rank x island-table rows), above "
             f"{limit.maximum:,.0f} ({limit.reason})",
             hint="lower training.global_batch_seqs, or the island options (num_nodes, "
                  "island_nodes, allowed_gpus_per_node).")
