@@ -28,7 +28,7 @@ from planner.analysis.energy import metric_of, solve_energy
 from planner.analysis.pareto import answer, fastest, solve_instance
 from planner.model.energy import FIELD
 from planner.model.instance import load_instance
-from planner.model.island_table import load_island_table
+from planner.model.island_table import load_island_table, table_exclusions
 from planner.requests import (
     FRONTIER_OBJECTIVES,
     OBJECTIVES,
@@ -104,9 +104,13 @@ class IslandsResult:
     """The validated island table of an instance."""
 
     table: pd.DataFrame = field(repr=False)
-    """One row per island option and micro-batch (planner.model.island_table columns)."""
+    """One row per island option, layout, checkpointing mode and micro-batch
+    (planner.model.island_table columns)."""
     written: Path | None
     """Where it was written (None: nowhere)."""
+    excluded: tuple[dict[str, Any], ...] = ()
+    """Clusters and island options of the instance without a row, with reason and fix
+    (`planner.model.island_table.table_exclusions`)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -165,8 +169,10 @@ def solve(request: SolveRequest) -> Solved:
 
 
 def islands(request: IslandsRequest, *, notify: Notify = quiet) -> IslandsResult:
-    """The validated (or built) island table of an instance, written where the request says."""
-    _, table = _load(request.instance_path)
+    """The validated (or built) island table of an instance, written where the request says, and
+    what it leaves out (each cluster or option without a row, with reason and fix)."""
+    instance, table = _load(request.instance_path)
+    excluded = tuple(e.record() for e in table_exclusions(instance, table))
     output = request.output_path
     if output is not None and output.suffix.lower() == ".json":
         report.write_text_atomic(output, table.to_json(orient="records", indent=2) + "\n")
@@ -174,7 +180,7 @@ def islands(request: IslandsRequest, *, notify: Notify = quiet) -> IslandsResult
     elif output is not None:
         report.write_text_atomic(output, table.to_csv(index=False))
         notify(f"wrote {len(table)} rows to {output}")
-    return IslandsResult(table=table, written=output)
+    return IslandsResult(table=table, written=output, excluded=excluded)
 
 
 def _energy_metric(objective: str, max_co2_kg: float | None,
@@ -263,7 +269,8 @@ def query(request: QueryRequest) -> PlanAnswer | ScenarioStudy:
                                request.min_throughput_fraction)
     record = {**extra, **report.plan_record(chosen, solved.problem),
               **report.frontier_meta(solved.frontier),
-              **report.failure_assumptions(solved.problem)}
+              **report.failure_assumptions(solved.problem),
+              "excluded": report.exclusion_records(solved.problem)}
     return PlanAnswer(solved=solved, plan=chosen, record=record)
 
 

@@ -33,7 +33,8 @@ if TYPE_CHECKING:
     from planner.model.problem import Plan, Problem
 
 ISLAND_KEYS = ("cluster", "nodes", "gpus_per_node", "micro_batch", "accum_steps", "tier")
-"""The fields of one island of a scored plan, in JSON."""
+"""The fields of one island of a scored plan, in JSON (then the row's layout and checkpointing
+columns, where the table has them)."""
 SUMMARY_FRACTION = 0.99
 """The summary reports the saving of the cheapest plan at this fraction of the best tokens/s."""
 
@@ -142,7 +143,8 @@ def _scored_json(scored: Sequence[ScoredPlan], names: Sequence[str],
                  robust: ScoredPlan | None) -> list[dict[str, Any]]:
     return [{"label": p.label, "found_in": list(p.found_in), "robust": p is robust,
              "max_regret": _finite(p.max_regret),
-             "islands": [dict(zip(ISLAND_KEYS, i, strict=True)) for i in p.islands],
+             "islands": [{**dict(zip(ISLAND_KEYS, i[:6], strict=True)), **dict(i[6])}
+                         for i in p.islands],
              "by_scenario": [{"scenario": n, "wall_time_s": _finite(p.wall_time_s[j]),
                               "cost_usd": _finite(p.cost_usd[j]), "regret": _finite(p.regret[j])}
                              for j, n in enumerate(names)]} for p in scored]

@@ -178,23 +178,24 @@ def explain_infeasible(instance: Instance, table: pd.DataFrame, problem: Problem
 
     batch = problem.global_batch_seqs
     if table.empty:
-        return InfeasibleError("the island table has no rows: the model fits no island option",
-                               binding="no_island_option",
-                               hint="use GPUs with more memory, more GPUs per island, "
-                                    "or activation checkpointing.")
+        return no_option_error(problem, empty_table=True)
+    if not problem.options and not any(build_problem(instance, table, relax={name}).options
+                                       for name in RELAXABLE):
+        return no_option_error(problem, empty_table=False)
     free = dataclasses.replace(problem, budget_usd=None, deadline_s=None)
     if batch_feasible(free) is not True:
         relaxed = {name: build_problem(instance, table, relax={name}) for name in RELAXABLE}
         if not problem.pairs and not any(p.pairs for p in relaxed.values()):
-            return InfeasibleError(
-                "no island option is usable: every option's smallest step m·n·g exceeds B="
-                f"{batch} or its gpus_per_node is not allowed", binding="no_island_option",
-                hint="raise training.global_batch_seqs or allow the table's gpus_per_node values.")
+            return no_option_error(problem, empty_table=False)
         if batch_feasible(build_problem(instance, table, relax=RELAXABLE)) is not True:
-            steps = sorted({p.seqs_per_accum_step for p in problem.pairs})
+            steps = sorted({p.min_accum_steps * p.seqs_per_accum_step for p in problem.pairs})
+            plain = not any(p.variant for p in problem.pairs)
             return InfeasibleError(
-                f"B={batch} sequences cannot be split exactly as Σ k·m·n·g over the island options "
-                f"(island granularities m·n·g: {steps})", binding="global_batch",
+                f"B={batch} sequences cannot be split exactly as "
+                + (f"Σ k·m·n·g over the island options (island granularities m·n·g: {steps})"
+                   if plain else "Σ k·m·dp over the island options (island granularities at "
+                                 f"their smallest k, k·m·dp: {steps})"),
+                binding="global_batch",
                 hint="choose a global batch that is a sum of these granularities, "
                      "or add options/micro-batches.")
         single = [name for name, relaxed_problem in relaxed.items()
@@ -233,6 +234,34 @@ def explain_infeasible(instance: Instance, table: pd.DataFrame, problem: Problem
                                binding="heuristic", hint="use --solver cpsat.")
     return ShardMeterError("no plan found and no single limit explains it",
                            hint="report this instance.")
+
+
+MAX_NAMED_EXCLUSIONS = 8
+"""Exclusions an InfeasibleError names before counting the rest."""
+
+
+def no_option_error(problem: Problem, *, empty_table: bool) -> InfeasibleError:
+    """Exit 1 when no island option of the instance is usable: every cluster and option named
+    with its reason (`Problem.excluded`), the hint the distinct fixes."""
+    # every option record, and the whole-cluster records of clusters without one (a cluster's
+    # summary line adds nothing to its options' lines)
+    listed = {e.cluster for e in problem.excluded
+              if e.nodes is not None or e.gpus_per_node is not None}
+    named = [e for e in problem.excluded if e.nodes is not None or e.gpus_per_node is not None
+             or e.cluster not in listed]
+    lines = [f"{e.where}: {e.reason}" for e in named[:MAX_NAMED_EXCLUSIONS]]
+    if len(named) > MAX_NAMED_EXCLUSIONS:
+        lines.append(f"... and {len(named) - MAX_NAMED_EXCLUSIONS} more "
+                     "(`shardmeter islands INSTANCE` lists them)")
+    fixes = list(dict.fromkeys(e.fix.rstrip(".") for e in named))
+    head = ("the island table has no rows: the model fits no island option" if empty_table
+            else "no island option is usable")
+    return InfeasibleError(
+        head + (":\n  " + "\n  ".join(lines) if lines else ""),
+        binding="no_island_option",
+        hint=("; or ".join(fixes[:3]) + "." if fixes
+              else "use GPUs with more memory, more GPUs per island, or activation "
+                   "checkpointing."))
 
 
 def answer(problem: Problem, found: Frontier, objective: str,

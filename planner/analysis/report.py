@@ -2,7 +2,9 @@
 
 Per-island throughput is the island's share of the run: seqs_per_step·S/(τ + σ/H) tokens/s (all
 islands advance in lockstep at the slowest island's pace plus the amortised sync); per-island cost
-is W/3600·usd_per_hour of the island.
+is W/3600·usd_per_hour of the island. Where the island table has layout or checkpointing columns,
+each island also says its `layout` and `ac` (and the row's layout columns); the clusters and
+options that contribute no row are `exclusion_records` (the JSON `excluded` list of a plan).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Any
 import pandas as pd
 
 from planner.analysis.pareto import Frontier
-from planner.model.problem import Plan, Problem
+from planner.model.problem import Island, Plan, Problem
 
 LOG = logging.getLogger(__name__)
 
@@ -99,6 +101,7 @@ def plan_record(plan: Plan, problem: Problem) -> dict[str, Any]:
             "usd_per_hour": island.usd_per_hour,
             "cost_usd": plan.wall_time_s / 3600.0 * island.usd_per_hour,
             **more,
+            **_layout_fields(island),
         })
     return {
         "label": plan_label(plan, problem),
@@ -143,6 +146,28 @@ def failure_assumptions(problem: Problem) -> dict[str, Any]:
             "checkpoint_bytes": risk.checkpoint_bytes, "egress_priced": risk.egress_on,
             "billing_applied": risk.billing_on,
             "failure_assumptions": list(risk.assumptions)}
+
+
+def _layout_fields(island: Island) -> dict[str, Any]:
+    """The island's layout and checkpointing mode, and its row's layout columns (none for a plain
+    FSDP table: its records keep their keys)."""
+    if not island.variant:
+        return {}
+    return {"layout": island.layout, "ac": island.ac,
+            **{c: _typed(v) for c, v in island.variant if c not in ("layout", "ac")}}
+
+
+def _typed(text: str) -> Any:
+    """A layout cell for JSON: whole numbers as int, true/false as bool, else the text."""
+    if text.isdigit():
+        return int(text)
+    return {"true": True, "false": False}.get(text, text)
+
+
+def exclusion_records(problem: Problem) -> list[dict[str, Any]]:
+    """The clusters and island options that contribute no row to the plan, each with its reason
+    and the smallest change that makes it usable (`Problem.excluded`)."""
+    return [e.record() for e in problem.excluded]
 
 
 def _energy_notes(problem: Problem) -> dict[str, Any]:
@@ -196,6 +221,7 @@ def points_frame(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
         row["islands"] = "; ".join(
             f"{i['cluster']}{'/' + i['tier'] if 'tier' in i else ''}:{i['nodes']}x"
             f"{i['gpus_per_node']} m{i['micro_batch']} k{i['accum_steps']}"
+            + (f" [{i['layout']}; ac {i['ac']}]" if "layout" in i else "")
             for i in record["islands"])
     return pd.DataFrame(rows)
 

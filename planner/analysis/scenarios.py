@@ -8,8 +8,9 @@ scenario is a complete instance, validated like a file (a bad value exits 2 nami
 solved independently, in parallel across processes.
 
 Cross-evaluation: a plan (its islands: cluster, nodes, GPUs per node, micro-batch, accumulation
-steps) is scored under every scenario by the planner's one evaluator; where a scenario has no
-such island row or the plan breaks its limits, the plan is infeasible there.
+steps, and the row's layout and checkpointing columns where the table has them) is scored under
+every scenario by the planner's one evaluator; where a scenario has no such island row, does not
+admit its k, or the plan breaks its limits, the plan is infeasible there.
 
 Regret. Of a frontier plan P in scenario j: C_j(P) / min{C_j(Q) : Q on j's frontier, W_j(Q) <=
 W_j(P)} − 1, the extra cost over the cheapest plan that hindsight (knowing j) would have chosen at
@@ -100,6 +101,11 @@ class ScenarioResult:
         return () if self.frontier is None else self.frontier.points
 
 
+IslandKey = tuple[str, int, int, int, int, str, tuple[tuple[str, str], ...]]
+"""One island of a plan across scenarios (`plan_key`): cluster, nodes, gpus_per_node,
+micro_batch, accum_steps, price tier, and the row's layout and checkpointing columns."""
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ScoredPlan:
     """A plan scored under every scenario of one instance."""
@@ -114,8 +120,9 @@ class ScoredPlan:
     """C under each scenario (inf: infeasible there)."""
     regret: tuple[float, ...]
     """Regret under each scenario (module docstring; inf: infeasible or no comparable plan)."""
-    islands: tuple[tuple[str, int, int, int, int, str], ...] = field(default=())
-    """(cluster, nodes, gpus_per_node, micro_batch, accum_steps, tier) of each island."""
+    islands: tuple[IslandKey, ...] = field(default=())
+    """(cluster, nodes, gpus_per_node, micro_batch, accum_steps, tier, variant) of each island
+    (`plan_key`)."""
 
     @property
     def max_regret(self) -> float:
@@ -318,31 +325,34 @@ def solve_all(instance_paths: Sequence[str], scenarios: Sequence[Scenario], solv
 # ---- cross-evaluation --------------------------------------------------------------------
 
 
-def plan_key(plan: Plan) -> tuple[tuple[str, int, int, int, int, str], ...]:
-    """What identifies a plan across scenarios: its islands (with their price tiers)."""
+def plan_key(plan: Plan) -> tuple[IslandKey, ...]:
+    """What identifies a plan across scenarios: its islands (cluster, nodes, gpus_per_node,
+    micro_batch, accum_steps, price tier, and the row's layout and checkpointing columns as
+    (column, value) pairs, empty for a plain FSDP table)."""
     return tuple(sorted((i.cluster, i.nodes, i.gpus_per_node, i.micro_batch, i.accum_steps,
-                         i.tier) for i in plan.islands))
+                         i.tier, i.variant) for i in plan.islands))
 
 
 def rescore(problem: Problem | None, key: Sequence[tuple[Any, ...]]) -> Plan | None:
     """The plan with these islands evaluated in `problem`; None where it is infeasible there.
-    An island is (cluster, nodes, gpus_per_node, micro_batch, accum_steps[, tier]); without a
-    tier it is the cluster's own price tier."""
+    An island is (cluster, nodes, gpus_per_node, micro_batch, accum_steps[, tier[, variant]]);
+    without a tier it is the cluster's own price tier, without a variant a plain FSDP row."""
     if problem is None:
         return None
     index: dict[tuple[Any, ...], int] = {}
     for pi, pair in enumerate(problem.pairs):
         option = problem.options[pair.option_index]
         index[(option.cluster, option.nodes, option.gpus_per_node, pair.micro_batch,
-               option.tier)] = pi
+               option.tier, pair.variant)] = pi
         index.setdefault((option.cluster, option.nodes, option.gpus_per_node, pair.micro_batch,
-                          None), pi)  # options list a cluster's own tier first
+                          None, pair.variant), pi)  # options list a cluster's own tier first
     choices = []
     for island in key:
         cluster, nodes, gpn, m, k = island[:5]
         tier = island[5] if len(island) > 5 else None
-        found = index.get((cluster, nodes, gpn, m, tier))
-        if found is None or k > problem.pairs[found].max_accum_steps:
+        variant = island[6] if len(island) > 6 else ()
+        found = index.get((cluster, nodes, gpn, m, tier, variant))
+        if found is None or not problem.pairs[found].admits(k):
             return None
         choices.append(IslandChoice(pair_index=found, accum_steps=k))
     if violations(problem, choices):

@@ -83,6 +83,9 @@ def islands(instance_path: Path, output: Path | None, fmt: str) -> None:
                          notify=_stderr)
     if result.written is None:
         emit_records(result.table, fmt, title="island table")
+    # the table (JSON: its rows) keeps its shape; what it leaves out follows it or goes to stderr
+    _emit_excluded(list(result.excluded), "table" if result.written is None and fmt == "table"
+                   else "stderr")
 
 
 _VARY_HELP = ("What-if: PATH=V1,V2,... into the instance (clusters.A.wan_gbit_s, "
@@ -137,6 +140,7 @@ def pareto(instance_paths: tuple[Path, ...], vary: tuple[str, ...], output: Path
     if not isinstance(result, api.FrontierResult):
         emit_study(result, fmt)
         return
+    excluded = report.exclusion_records(result.solved.problem)
     if fmt == "json":
         emit_json(result.records)
     elif fmt == "csv":
@@ -145,6 +149,7 @@ def pareto(instance_paths: tuple[Path, ...], vary: tuple[str, ...], output: Path
         emit_records(_points(result.records).drop(columns=["islands"]), fmt, title=result.title)
         emit_records(_islands(result.records), fmt, title="islands per point")
         emit_mapping(result.meta, fmt, title="solve")
+    _emit_excluded(excluded, "table" if fmt == "table" else "stderr")
     _warn_unproven(result.meta)
 
 
@@ -193,9 +198,48 @@ def plan(instance_paths: tuple[Path, ...], vary: tuple[str, ...], objective: str
     record = dict(result.record)
     _warn_unproven(record)
     if fmt == "json":
-        emit_json(record)
+        emit_json(record)  # with its "excluded" list
         return
     islands_list = record.pop("islands")
+    excluded = record.pop("excluded")
     emit_mapping(record, fmt, title=f"plan: {result.solved.name}")
     if fmt == "table":
         emit_records(islands_list, fmt, title="islands")
+    _emit_excluded(excluded, "table" if fmt == "table" else "stderr")
+
+
+MAX_EXCLUDED_SHOWN = 20
+"""Exclusions a table section or stderr lists before counting the rest (JSON lists all)."""
+
+
+def _emit_excluded(records: list[dict[str, Any]], where: str) -> None:
+    """The clusters and options that contribute no row, with reason and fix: a table section
+    after the answer (`where` "table"), else one stderr line each (CSV has no place for them;
+    `plan --format json` lists them under "excluded")."""
+    if not records:
+        return
+    shown = records[:MAX_EXCLUDED_SHOWN]
+    more = len(records) - len(shown)
+    tail = (f"{more} more: `shardmeter plan INSTANCE --format json` lists every one under "
+            "\"excluded\"") if more else ""
+    if where == "table":
+        rows = [{"cluster": r["cluster"], "nodes": _cell(r["nodes"]),
+                 "gpus_per_node": _cell(r["gpus_per_node"]), "reason": r["reason"],
+                 "fix": r["fix"]} for r in shown]
+        if tail:
+            rows.append({"cluster": "…", "nodes": "", "gpus_per_node": "", "reason": tail,
+                         "fix": ""})
+        emit_records(rows, "table", title="excluded: contributes no row (reason and fix)")
+        return
+    for r in shown:
+        option = "" if r["nodes"] is None and r["gpus_per_node"] is None else \
+            f" {_cell(r['nodes'])}x{_cell(r['gpus_per_node'])}"
+        _stderr(f"excluded: {r['cluster']}{option}: {r['reason'].rstrip('.')}. "
+                f"To fix: {r['fix'].rstrip('.')}.")
+    if tail:
+        _stderr(f"excluded: {tail}")
+
+
+def _cell(value: int | None) -> str:
+    """A node or GPU count of an exclusion ("all" for the whole cluster)."""
+    return "all" if value is None else str(value)

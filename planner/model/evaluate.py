@@ -32,11 +32,19 @@ from perfmodel.facts import cluster_fabric
 from perfmodel.spec.formulas import payload_bytes, sync_time_s
 from planner.model.energy import build_energy, plan_energy
 from planner.model.instance import Instance, alternative_prices, size_prices
-from planner.model.island_table import OPTION_KEY
+from planner.model.island_table import (
+    OPTION_KEY,
+    VARIANT_COLUMNS,
+    data_parallel,
+    layout_text,
+    table_exclusions,
+    variant_text,
+)
 from planner.model.problem import (
     PRICE_UNITS_PER_USD_PER_HOUR,
     SECONDS_PER_HOUR,
     ClusterInfo,
+    Exclusion,
     Island,
     IslandChoice,
     IslandOption,
@@ -44,6 +52,7 @@ from planner.model.problem import (
     Plan,
     Problem,
     build_menu,
+    exactly_dominated,
 )
 from planner.model.risk import build_risk, expected_point
 
@@ -102,6 +111,9 @@ def evaluate(problem: Problem, choices: Sequence[IslandChoice]) -> Plan:
                 step_time_s=pair.step_time_s(choice.accum_steps),
                 usd_per_hour=option.price_units / PRICE_UNITS_PER_USD_PER_HOUR,
                 tier=option.tier,
+                layout=pair.layout,
+                ac=pair.ac,
+                variant=pair.variant,
             )
         )
     tau = max(i.step_time_s for i in islands)
@@ -152,6 +164,12 @@ def violations(problem: Problem, choices: Sequence[IslandChoice]) -> list[str]:
         out.append(f"batch {seqs} != {problem.global_batch_seqs}")
     if any(c.accum_steps < 1 for c in choices):
         out.append("accum_steps < 1")
+    for c in choices:
+        pair = problem.pairs[c.pair_index]
+        if c.accum_steps >= 1 and not pair.admits(c.accum_steps):
+            out.append(f"accum_steps {c.accum_steps} of pair {c.pair_index} not admissible "
+                       f"({pair.min_accum_steps}..{pair.max_accum_steps}, multiple of "
+                       f"{pair.accum_multiple})")
     if len(choices) > problem.max_islands:
         out.append(f"{len(choices)} islands > {problem.max_islands}")
     nodes = [0] * len(problem.clusters)
@@ -196,7 +214,7 @@ def island_cap(problem_clusters: Sequence[ClusterInfo], options: Sequence[Island
     """Largest useful island count: limited by max_islands, nodes, GPUs and the batch."""
     if not pairs:
         return 0
-    caps = [batch // min(p.seqs_per_accum_step for p in pairs)]
+    caps = [batch // min(p.min_accum_steps * p.seqs_per_accum_step for p in pairs)]
     node_cap = 0
     for ci, info in enumerate(problem_clusters):
         sizes = [o.nodes for o in options if o.cluster_index == ci]
@@ -215,12 +233,17 @@ RELAXABLE = ("max_islands", "num_nodes", "max_gpus")
 
 
 def build_problem(instance: Instance, table: pd.DataFrame, *, relax: Collection[str] = (),
-                  budget_usd: float | None = None, deadline_hours: float | None = None) -> Problem:
+                  budget_usd: float | None = None, deadline_hours: float | None = None,
+                  reduce_rows: bool = True) -> Problem:
     """The `Problem` of an instance and its validated island table.
 
-    Rows whose gpus_per_node is not allowed for their cluster, whose island needs more nodes than
-    the cluster has, or more GPUs than max_gpus, are dropped (logged). `relax` removes limits.
-    Budget and deadline default to the instance's limits.
+    Rows whose gpus_per_node is not allowed for their cluster, whose node count the cluster does
+    not offer (num_nodes, island_nodes, max_nodes_per_island) are not options of the instance
+    (logged); options with more GPUs than max_gpus and rows without an admissible k (module
+    docstring of `planner.model.problem`) are left out and, when a whole option goes, reported in
+    `Problem.excluded` with the table's own exclusions (`table_exclusions`). With `reduce_rows`
+    exactly dominated rows are dropped (`exactly_dominated`). `relax` removes limits. Budget and
+    deadline default to the instance's limits.
     """
     batch = instance.training.global_batch_seqs
     big = batch * max([int(n) for n in table["nodes"]] or [1])
@@ -237,17 +260,27 @@ def build_problem(instance: Instance, table: pd.DataFrame, *, relax: Collection[
     options: list[IslandOption] = []
     pairs: list[IslandPair] = []
     pair_rows: list[tuple[Any, str]] = []  # (table row, GPU type) per pair, for the power model
+    costs: list[tuple[float, ...]] = []  # per pair: what `exactly_dominated` compares
+    dropped: list[Exclusion] = []
     by_size = size_prices(instance)
     # a cluster's other price tiers (`alternatives`) are options only under the failure model:
     # without it a dearer tier of the same nodes is never better, and the problem stays main's
     alt_prices = alternative_prices(instance) if instance.failures_on else {}
+    keys = [c for c in VARIANT_COLUMNS if c in table.columns]
     groups: Any = table.groupby(OPTION_KEY, sort=True)  # keys and rows: untyped pandas values
     for (cluster, nodes, gpn), rows in groups:
         spec = instance.cluster(str(cluster))
         reason = _unusable(spec.gpus_per_node_choices, clusters[index[spec.name]].num_nodes,
-                           max_gpus, int(nodes), int(gpn), spec.max_nodes_per_island)
+                           None, int(nodes), int(gpn), spec.max_nodes_per_island,
+                           spec.island_nodes)
         if reason:
             LOG.info("island option %s %dx%d dropped: %s", cluster, nodes, gpn, reason)
+            continue
+        if max_gpus is not None and int(nodes) * int(gpn) > max_gpus:
+            dropped.append(Exclusion(
+                cluster=spec.name, nodes=int(nodes), gpus_per_node=int(gpn),
+                reason=f"{int(nodes) * int(gpn)} GPUs > limits.max_gpus {max_gpus}",
+                fix=f"raise limits.max_gpus to {int(nodes) * int(gpn)}"))
             continue
         first = rows.iloc[0]
         usd = float(first["usd_per_hour"])
@@ -266,23 +299,31 @@ def build_problem(instance: Instance, table: pd.DataFrame, *, relax: Collection[
                 base, tier=tier, usd_per_hour=alt_usd, price_units=quantise_price(alt_usd),
                 source=f"{spec.price.provider} {tier}" if spec.price is not None
                 else f"{spec.name} {tier}"))
+        ordered = rows.sort_values(["micro_batch", *keys], kind="stable")
         for option in tiers:
             new_pairs = []
-            for row in rows.sort_values("micro_batch").itertuples(index=False):
-                step = int(row.micro_batch) * option.num_gpus
-                if step <= batch:
-                    # a row whose accumulation buffers do not fit the GPU may only run k = 1
-                    # (issue 9)
-                    k_max = batch // step if bool(getattr(row, "accum_fits", True)) else 1
-                    new_pairs.append(IslandPair(option_index=len(options),
-                                                micro_batch=int(row.micro_batch),
-                                                microstep_s=float(row.microstep_s),
-                                                step_fixed_s=float(row.step_fixed_s),
-                                                max_accum_steps=k_max, seqs_per_accum_step=step))
+            least = None  # the smallest first admissible batch contribution, for the exclusion
+            for row in ordered.itertuples(index=False):
+                pair, first_seqs = _pair(row, len(options), option, batch, keys)
+                least = first_seqs if least is None else min(least, first_seqs)
+                if pair is not None:
+                    new_pairs.append(pair)
                     pair_rows.append((row, option.gpu_type))
+                    costs.append(_row_costs(row))
             if new_pairs:
                 options.append(option)
                 pairs.extend(new_pairs)
+            elif option is base:
+                dropped.append(_no_admissible_k(option, batch, least))
+    rows_dropped = 0
+    if reduce_rows and pairs:
+        skip = exactly_dominated(pairs, costs)
+        if skip:
+            rows_dropped = len(skip)
+            LOG.info("%d island-table rows dropped as exactly dominated", rows_dropped)
+            kept = [i for i in range(len(pairs)) if i not in skip]
+            pairs = [pairs[i] for i in kept]
+            pair_rows = [pair_rows[i] for i in kept]
     menu = build_menu(options, pairs, batch)
     max_islands = None if "max_islands" in relax else instance.max_islands
     budget = budget_usd if budget_usd is not None else instance.limits.budget_usd
@@ -308,7 +349,90 @@ def build_problem(instance: Instance, table: pd.DataFrame, *, relax: Collection[
         levels_s=np.unique(np.array([item.step_time_s for item in menu], dtype=float)),
         energy=build_energy(instance, [r for r, _ in pair_rows], [g for _, g in pair_rows]),
         risk=risk,
+        excluded=_exclusions(instance, table, options, dropped),
+        rows_dropped=rows_dropped,
     )
+
+
+def _pair(row: Any, option_index: int, option: IslandOption, batch: int,
+          keys: Sequence[str]) -> tuple[IslandPair | None, int]:
+    """The pair of one table row (None: no admissible k) and its smallest batch contribution
+    first·m·dp (first: the row's smallest admissible k, ignoring the batch)."""
+    m = int(row.micro_batch)
+    dp = data_parallel(row, option.num_gpus)
+    step = m * dp
+    multiple = int(getattr(row, "accum_multiple", 1))
+    low = -(-int(getattr(row, "min_accum", 1)) // multiple) * multiple
+    high = batch // step
+    cap = getattr(row, "max_accum", None)
+    if cap is not None and cap == cap:  # empty (NaN): no memory bound on k
+        high = min(high, int(cap))
+    if not bool(getattr(row, "accum_fits", True)):
+        high = min(high, 1)  # accumulation buffers do not fit the GPU: k = 1 only (issue 9)
+    high = high // multiple * multiple
+    if high < low:
+        return None, low * step
+    variant = tuple((c, variant_text(getattr(row, c))) for c in keys)
+    named = dict(variant)
+    return IslandPair(option_index=option_index, micro_batch=m,
+                      microstep_s=float(row.microstep_s), step_fixed_s=float(row.step_fixed_s),
+                      max_accum_steps=high, seqs_per_accum_step=step, min_accum_steps=low,
+                      accum_multiple=multiple, data_parallel=dp,
+                      layout=named.get("layout") or layout_text(variant), ac=named.get("ac", ""),
+                      variant=variant), low * step
+
+
+def _row_costs(row: Any) -> tuple[float, ...]:
+    """What `exactly_dominated` compares of a row: times, activity split, TDP and memory
+    (columns the table lacks count as equal)."""
+    return tuple(float(getattr(row, c, 0.0)) for c in DOMINANCE_COLUMNS)
+
+
+DOMINANCE_COLUMNS = ("step_fixed_s", "microstep_s", "compute_fixed_s", "compute_micro_s",
+                     "comm_only_fixed_s", "comm_only_micro_s", "tdp_w", "memory_gib",
+                     "memory_accum_gib")
+"""Row quantities where smaller is never worse (`planner.model.problem.exactly_dominated`)."""
+
+
+def _no_admissible_k(option: IslandOption, batch: int, least: int | None) -> Exclusion:
+    """Why an option with rows keeps none: every row's smallest batch contribution exceeds B, or
+    its schedule's smallest k does not fit the memory (accum_fits, max_accum)."""
+    if least is not None and least > batch:
+        return Exclusion(cluster=option.cluster, nodes=option.nodes,
+                         gpus_per_node=option.gpus_per_node,
+                         reason=f"its smallest batch contribution (k·m·dp) is {least} sequences, "
+                                f"above training.global_batch_seqs {batch}",
+                         fix=f"raise training.global_batch_seqs to at least {least}, or use "
+                             "fewer GPUs (or more tensor/pipeline parallelism) per island")
+    return Exclusion(cluster=option.cluster, nodes=option.nodes,
+                     gpus_per_node=option.gpus_per_node,
+                     reason="no row can run the accumulation steps its schedule needs within the "
+                            "GPU's memory (accum_fits false or max_accum below min_accum)",
+                     fix="allow more activation checkpointing (training.activation_checkpointing) "
+                         "or a schedule with fewer micro-batches in flight (training.parallel)")
+
+
+def _exclusions(instance: Instance, table: pd.DataFrame, options: Sequence[IslandOption],
+                dropped: Sequence[Exclusion]) -> tuple[Exclusion, ...]:
+    """The table's exclusions, the options left out here, and a line for every cluster with no
+    usable option (its options' fixes); in instance cluster order, then nodes and GPUs."""
+    found = [*table_exclusions(instance, table), *dropped]
+    used = {o.cluster for o in options}
+    for cluster in instance.clusters:
+        if cluster.name in used or any(e.cluster == cluster.name and e.nodes is None
+                                       and e.gpus_per_node is None for e in found):
+            continue
+        own = [e for e in found if e.cluster == cluster.name]
+        fixes = list(dict.fromkeys(e.fix for e in own))
+        found.append(Exclusion(
+            cluster=cluster.name,
+            reason=(f"none of its {len(own)} island options is usable (each is listed)" if own
+                    else "it offers no island option"),
+            fix="; or ".join(fixes[:3]) if fixes
+            else "check island_nodes, max_nodes_per_island and allowed_gpus_per_node"))
+    order = {c.name: i for i, c in enumerate(instance.clusters)}
+    return tuple(sorted(found, key=lambda e: (order.get(e.cluster, len(order)), e.nodes or 0,
+                                              e.gpus_per_node or 0)))
 
 
 def _fabric(cluster: Any) -> dict[str, float | None]:
@@ -331,9 +455,12 @@ def _catalog_fabric(gpu: str) -> tuple[float, float] | None:
 
 
 def _unusable(allowed: Sequence[int], num_nodes: int, max_gpus: int | None, nodes: int, gpn: int,
-              max_nodes_per_island: int | None = None) -> str:
+              max_nodes_per_island: int | None = None,
+              island_nodes: Sequence[int] | None = None) -> str:
     if max_nodes_per_island is not None and nodes > max_nodes_per_island:
         return f"{nodes} nodes > max_nodes_per_island {max_nodes_per_island}"
+    if island_nodes is not None and nodes not in island_nodes:
+        return f"{nodes} nodes not in island_nodes {list(island_nodes)}"
     if gpn not in allowed:
         return f"gpus_per_node {gpn} not in allowed_gpus_per_node {list(allowed)}"
     if nodes > num_nodes:

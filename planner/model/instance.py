@@ -132,18 +132,32 @@ class Training(_Strict):
     strategy: Strategy = "diloco"
     inner_steps: int | None = Field(default=None, gt=0)  # H
     pseudo_gradient_dtype: Dtype = "fp32"
-    activation_checkpointing: str = "op-sac"
-    """A checkpointing policy: none, full, op-sac, attn or layer:N (`selective` reads as op-sac)."""
+    activation_checkpointing: str | tuple[str, ...] = "op-sac"
+    """A checkpointing policy: none, full, op-sac, attn or layer:N (`selective` reads as op-sac),
+    or a list of them for the planner to choose from per island (the island table then has an
+    `ac` column)."""
     recipe: dict[str, Any] | None = None
     """Training recipe for the island tables: `base:` (torchtitan | paper) plus TrainingRecipe
     fields (`perfmodel.spec.recipe.recipe_from_mapping`); an explicit activation_checkpointing
     wins."""
-
+    parallel: dict[str, Any] | None = None
+    """Parallel layouts the island tables may use: pinned degrees (`tp: 8`), limits (`max_tp`,
+    `max_pp`), schedules (`schedules: [1f1b]`), ...; passed through untouched to the performance
+    model, which validates it (None: its default, plain FSDP)."""
 
     @field_validator("activation_checkpointing", mode="before")
     @classmethod
-    def _canonical_checkpointing(cls, value: Any) -> str:
+    def _canonical_checkpointing(cls, value: Any) -> str | tuple[str, ...]:
         try:
+            if isinstance(value, list | tuple):
+                if not value:
+                    raise ValueError("an empty list; give at least one mode")
+                modes = tuple(checkpoint_mode(v) for v in value)
+                repeated = sorted({m for m in modes if modes.count(m) > 1})
+                if repeated:
+                    raise ValueError(f"mode(s) {', '.join(repeated)} listed twice; list each "
+                                     "mode once")
+                return modes
             return checkpoint_mode(value)
         except ShardMeterError as err:  # pydantic reports it with the field's path
             raise ValueError(f"{err.message}; {err.hint}") from None
@@ -211,6 +225,10 @@ class Cluster(_Strict):
     max_nodes_per_island: int | None = Field(default=None, gt=0)
     """Largest island in nodes (1: the nodes have no fast fabric and cannot form multi-node
     islands, as cloud pods without InfiniBand); None: up to num_nodes."""
+    island_nodes: tuple[int, ...] | None = None
+    """Node counts an island of this cluster may use (e.g. [256, 512, 1024, 2048]: keeps the island
+    table of a large cluster small); None: every count 1..num_nodes. Each at most num_nodes, no
+    repeats."""
     region: str | None = None
     """Grid region of the data centre, a key of catalogs/energy/carbon_intensity.csv
     (`gcp/us-central1`, `country/FIN`, ...): sets the CO2 of its energy (None: CO2 unknown)."""
@@ -252,6 +270,15 @@ class Cluster(_Strict):
             return tuple(sorted(set(self.allowed_gpus_per_node)))
         powers = [2**i for i in range(self.gpus_per_node.bit_length()) if 2**i < self.gpus_per_node]
         return tuple(sorted({*powers, self.gpus_per_node}))
+
+    @property
+    def island_node_counts(self) -> tuple[int, ...]:
+        """Node counts of this cluster's island options: island_nodes (else 1..num_nodes) up to
+        num_nodes and max_nodes_per_island, ascending."""
+        counts = self.island_nodes if self.island_nodes is not None \
+            else range(1, self.num_nodes + 1)
+        top = min(self.num_nodes, self.max_nodes_per_island or self.num_nodes)
+        return tuple(sorted(n for n in counts if n <= top))
 
     @property
     def wan_bw_bytes_per_s(self) -> float:
@@ -539,6 +566,8 @@ def _check_semantics(instance: Instance, path: Path) -> None:
                 fail(f"{where}.allowed_gpus_per_node", list(allowed),
                      f"values {bad} are outside 1..gpus_per_node={c.gpus_per_node}",
                      f"use values between 1 and {c.gpus_per_node}.")
+        if c.island_nodes is not None:
+            _check_island_nodes(f"{where}.island_nodes", c, fail)
         priced = (c.price_usd_per_gpu_hour is not None) + (c.price is not None)
         if priced > 1 or (priced == 0 and instance.islands_table is None):
             fail(f"{where}.price_usd_per_gpu_hour", c.price_usd_per_gpu_hour,
@@ -673,6 +702,21 @@ def _check_recipe_outer(instance: Instance, fail: Any) -> None:
             fail(f"training.recipe.outer.{key}", outer[key],
                  f"contradicts training.{key} = {planned!r} (the planner uses training.{key})",
                  f"drop recipe.outer.{key}, or give both the same value.")
+
+
+def _check_island_nodes(where: str, cluster: Cluster, fail: Any) -> None:
+    """island_nodes: a non-empty list of distinct node counts, each 1..num_nodes."""
+    counts = list(cluster.island_nodes or ())
+    if not counts:
+        fail(where, counts, "empty list",
+             "list at least one node count, or drop the field (every count 1..num_nodes).")
+    bad = [n for n in counts if n < 1 or n > cluster.num_nodes]
+    if bad:
+        fail(where, counts, f"values {bad} are outside 1..num_nodes={cluster.num_nodes}",
+             f"use node counts between 1 and {cluster.num_nodes}, or raise num_nodes.")
+    repeated = sorted({n for n in counts if counts.count(n) > 1})
+    if repeated:
+        fail(where, counts, f"values {repeated} are listed twice", "list each node count once.")
 
 
 def _check_region(where: str, region: str, fail: Any) -> None:

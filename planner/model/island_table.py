@@ -2,9 +2,23 @@
 
 `load_island_table` is the single place that produces the table (DESIGN §3): a user's CSV
 (`islands_table:`), checked against the instance's clusters, or the performance model's table
-(`perfmodel.tables.island_table_for`, imported lazily). `validate_island_table` checks columns,
-types, signs, duplicates and cluster names. Problems are `InstanceError`s naming the file, line,
-column and value, with a "To fix:" hint. Re-exported by `planner.model.instance`.
+(`perfmodel.tables.island_table_for`). `validate_island_table` checks columns, types, signs,
+duplicates and cluster names. Problems are `InstanceError`s naming the file, line, column and
+value, with a "To fix:" hint. Re-exported by `planner.model.instance`.
+
+Rows are (cluster, nodes, gpus_per_node) x layout x checkpointing x micro_batch. The layout
+columns (`LAYOUT_COLUMNS`) are optional: a table without them is plain FSDP, one row per option
+and micro-batch, planned exactly as before they existed. With them, a row says its tensor,
+pipeline and context parallel degrees (tp, pp, cp), its replicas (dp_replicate), virtual stages
+and pipeline schedule, sequence parallelism, its checkpointing mode (ac), its data-parallel ranks
+dp = n·g/(tp·pp·cp) (an island's batch contribution is k·m·dp) and the accumulation steps its
+schedule admits (min_accum <= k <= max_accum, k a multiple of accum_multiple); `layout` is a
+display string. The planner never parses layouts or recipes: it validates these columns and
+carries them per row (`planner.model.problem.IslandPair`).
+
+What the table leaves out is never silent: the performance model's exclusion records travel with
+the table (`EXCLUDED_ATTR` in `DataFrame.attrs`), and `table_exclusions` adds every island option
+of the instance that has no row and no record.
 """
 
 from __future__ import annotations
@@ -12,13 +26,21 @@ from __future__ import annotations
 import io
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from perfmodel.facts import LIMITS, cap_message, check_limit, get_gpu, read_text, short_repr
-from perfmodel.spec.errors import CatalogError, InstanceError, did_you_mean
+from perfmodel.spec.errors import CatalogError, InstanceError, ShardMeterError, did_you_mean
 from perfmodel.spec.formulas import GIB
-from perfmodel.tables import IDENTITY_COLUMNS, ClusterRequest, island_table_for, table_identity
+from perfmodel.tables import (
+    IDENTITY_COLUMNS,
+    ClusterRequest,
+    checkpoint_mode,
+    island_table_for,
+    table_identity,
+)
 from planner.model.instance import Instance, gpu_prices
+from planner.model.problem import Exclusion
 
 TABLE_COLUMNS = ("cluster", "gpu_type", "nodes", "gpus_per_node", "micro_batch", "microstep_s",
                  "step_fixed_s", "usd_per_hour", "memory_gib", "bound")
@@ -30,16 +52,35 @@ OPTION_KEY = ["cluster", "nodes", "gpus_per_node"]
 ENERGY_COLUMNS = ("compute_fixed_s", "compute_micro_s", "comm_only_fixed_s", "comm_only_micro_s",
                   "tdp_w")
 """The step's activity split and the GPU's TDP (perfmodel.tables; the power model of issue 14)."""
-OPTIONAL_COLUMNS = ("memory_accum_gib", "accum_fits", *ENERGY_COLUMNS, *IDENTITY_COLUMNS)
+DEGREE_COLUMNS = ("tp", "pp", "cp", "dp_replicate", "virtual_stages", "dp")
+"""Integer layout columns (>= 1): tensor, pipeline, context parallel degrees, replicas, virtual
+stages per pipeline rank, data-parallel ranks dp = n·g/(tp·pp·cp)."""
+ACCUM_COLUMNS = ("min_accum", "accum_multiple", "max_accum")
+"""The k a row's schedule admits: min_accum <= k <= max_accum (max_accum empty: no memory bound),
+k a multiple of accum_multiple (defaults 1, 1, none)."""
+PP_SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b")
+"""Values of the pp_schedule column (empty where pp is 1)."""
+VARIANT_COLUMNS = ("tp", "pp", "cp", "dp_replicate", "virtual_stages", "pp_schedule",
+                   "sequence_parallel", "dp", "ac", "layout")
+"""The columns that tell rows of one option and micro-batch apart (with the option and
+micro_batch: the row key)."""
+LAYOUT_COLUMNS = (*VARIANT_COLUMNS, *ACCUM_COLUMNS)
+"""Optional layout and checkpointing columns (absent: plain FSDP with the instance's mode)."""
+OPTIONAL_COLUMNS = ("memory_accum_gib", "accum_fits", *ENERGY_COLUMNS, *LAYOUT_COLUMNS,
+                    *IDENTITY_COLUMNS)
 """Kept when present: peak memory with k >= 2 accumulation micro-steps, and whether it fits the GPU
-(a row with accum_fits false may only run k = 1; a table without the column allows every k)."""
+(a row with accum_fits false may only run k = 1; a table without the column allows every k); the
+activity split; the layout columns; what the table was built for."""
+EXCLUDED_ATTR = "excluded"
+"""`DataFrame.attrs` key of the performance model's exclusion records
+(`planner.model.problem.Exclusion`) of a table it built."""
 
 
 def load_island_table(instance: Instance) -> pd.DataFrame:
     """The island table the planner solves: `islands_table` if given, else built by the perf model.
 
     The builder is `perfmodel.tables.island_table_for` (fed `ClusterRequest`s built from the
-    instance), imported lazily. Either way the table is validated (`validate_island_table`).
+    instance). Either way the table is validated (`validate_island_table`).
     """
     path = instance.islands_table_path
     if path is not None:
@@ -57,69 +98,124 @@ def load_island_table(instance: Instance) -> pd.DataFrame:
         check_table_identity(table, str(path), instance)
         return table
     prices = gpu_prices(instance)
-    requests = [
-        ClusterRequest(name=c.name, gpu=c.gpu, num_nodes=c.num_nodes, gpus_per_node=c.gpus_per_node,
-                       allowed_gpus_per_node=c.gpus_per_node_choices,
-                       usd_per_gpu_hour=prices[c.name], wan_bw_bytes_per_s=c.wan_bw_bytes_per_s,
-                       wan_latency_s=c.wan_latency_s)
-        for c in instance.clusters
-    ]
+    requests = [ClusterRequest(**_cluster_request(c, prices[c.name])) for c in instance.clusters]
     training = instance.training
-    explicit_ac, extra = _recipe_arguments(instance)
+    arguments = table_arguments(instance)
     built = island_table_for(instance.model_ref, seq_len=training.seq_len,
-                             ac=training.activation_checkpointing if explicit_ac else None,
                              clusters=requests, global_batch_seqs=training.global_batch_seqs,
-                             **extra)
+                             **arguments)
     # The pseudo-gradient size comes from the model unless the instance overrides it.
     instance._model_parameters = built.parameters
-    return validate_island_table(built.table, f"island table of model {built.model_name!r}",
-                                 instance)
+    table = validate_island_table(built.table, f"island table of model {built.model_name!r}",
+                                  instance)
+    # what the performance model left out, with why (ModelTable.excluded)
+    table.attrs[EXCLUDED_ATTR] = tuple(Exclusion.of(r) for r in built.excluded)
+    return table
 
 
-def _recipe_arguments(instance: Instance) -> tuple[bool, dict[str, Any]]:
-    """(is activation_checkpointing explicit, the recipe keyword) of an instance: the recipe
-    section reaches perfmodel as a mapping (the planner never parses recipes); an explicit
-    activation_checkpointing wins over the recipe's."""
+def _cluster_request(cluster: Any, usd_per_gpu_hour: float) -> dict[str, Any]:
+    """The `ClusterRequest` fields of an instance cluster; `island_nodes` (the node counts an
+    island may use) goes along, so the performance model tabulates only those (the planner
+    drops other node counts either way: `build_problem`)."""
+    fields: dict[str, Any] = {
+        "name": cluster.name, "gpu": cluster.gpu, "num_nodes": cluster.num_nodes,
+        "gpus_per_node": cluster.gpus_per_node,
+        "allowed_gpus_per_node": cluster.gpus_per_node_choices,
+        "usd_per_gpu_hour": usd_per_gpu_hour, "wan_bw_bytes_per_s": cluster.wan_bw_bytes_per_s,
+        "wan_latency_s": cluster.wan_latency_s}
+    if cluster.island_nodes is not None:
+        fields["island_nodes"] = tuple(cluster.island_nodes)
+    return fields
+
+
+def table_arguments(instance: Instance) -> dict[str, Any]:
+    """The training keywords of `perfmodel.tables.island_table_for` for an instance, passed
+    through untouched (the planner never parses recipes or layouts; perfmodel validates them):
+    `ac` (one checkpointing mode, or a list of modes to choose from) when explicit — an explicit
+    activation_checkpointing wins over the recipe's, so with a recipe and no explicit mode it is
+    left out; `recipe` (the training.recipe mapping) and `parallel` (the training.parallel
+    mapping: pinned degrees, limits, schedules) when given."""
     training = instance.training
     explicit_ac = training.recipe is None or "activation_checkpointing" in training.model_fields_set
-    return explicit_ac, ({} if training.recipe is None else {"recipe": training.recipe})
+    ac = training.activation_checkpointing
+    out: dict[str, Any] = {"ac": (list(ac) if isinstance(ac, tuple) else ac) if explicit_ac
+                           else None}
+    if training.recipe is not None:
+        out["recipe"] = training.recipe
+    if training.parallel is not None:
+        out["parallel"] = training.parallel
+    return out
 
 
 def check_table_identity(frame: pd.DataFrame, source: str, instance: Instance) -> None:
     """A fixed island table must say what it was built for (IDENTITY_COLUMNS: model, seq_len,
     recipe) and say the instance's run: a table of another model, sequence length or recipe
     would price a different job (an 8B table planning a 70B run; a 1024-token table a
-    8192-token run). A table that does not say is refused: it cannot be checked."""
+    8192-token run). A table that does not say is refused: it cannot be checked.
+
+    With an `ac` column each row is checked against the recipe with its own checkpointing mode,
+    which must be one the instance allows; an instance that lists several modes needs that
+    column (one recipe column cannot say which mode a row trains)."""
     missing = [c for c in IDENTITY_COLUMNS if c not in frame.columns]
-    explicit_ac, extra = _recipe_arguments(instance)
+    arguments = table_arguments(instance)
+    modes = arguments["ac"]
+    allowed = None if modes is None else [modes] if isinstance(modes, str) else list(modes)
     training = instance.training
-    want = table_identity(instance.model_ref, seq_len=training.seq_len,
-                          ac=training.activation_checkpointing if explicit_ac else None, **extra)
+    where = instance.source or instance.name
+    if allowed is not None and len(allowed) > 1 and "ac" not in frame.columns:
+        raise InstanceError(
+            f"{source}: instance {where} chooses among checkpointing modes "
+            f"{', '.join(allowed)}, but the island table has no 'ac' column saying each row's",
+            hint="add an ac column (one mode per row), or give training.activation_checkpointing "
+                 "one mode.")
+    recipe = {"recipe": arguments["recipe"]} if "recipe" in arguments else {}
+    identities: dict[str | None, Any] = {}
+
+    def identity(mode: str | None) -> Any:
+        # a layout pin or limit changes which rows a table has, not what each row trains
+        if mode not in identities:
+            identities[mode] = table_identity(instance.model_ref, seq_len=training.seq_len,
+                                              ac=mode, **recipe)
+        return identities[mode]
+
+    row_modes: list[str | None]
+    if "ac" in frame.columns:
+        row_modes = [str(v) for v in frame["ac"]]
+        for row, value in frame["ac"].items():
+            if allowed is not None and value not in allowed:
+                raise InstanceError(
+                    f"{source}, line {_row(row) + 2}: column 'ac' = {short_repr(value)}: "
+                    f"instance {where} allows activation checkpointing "
+                    f"{', '.join(allowed)} only",
+                    hint=f"drop the rows of other modes, or list {value} in "
+                         "training.activation_checkpointing.")
+    else:
+        row_modes = [None if allowed is None else allowed[0]] * len(frame)
+    want = identity(row_modes[0] if row_modes else (allowed or [None])[0])
     expected = {"model": want.model, "seq_len": want.seq_len, "recipe": want.recipe}
     if missing:
         raise InstanceError(
             f"{source}: the island table does not say what it was built for (missing column(s) "
-            f"{', '.join(missing)}), so it cannot be checked against instance "
-            f"{instance.source or instance.name}",
+            f"{', '.join(missing)}), so it cannot be checked against instance {where}",
             hint="add the columns with the run the table describes: "
                  + ", ".join(f"{c}={expected[c]}" for c in missing)
                  + " (`shardmeter islands INSTANCE -o table.csv` writes them).")
     for column in IDENTITY_COLUMNS:
         values = frame[column]
-        for row, value in values.items():
+        for position, (row, value) in enumerate(values.items()):
             text = str(value).strip()
             if column == "seq_len":
                 ok = _same_int(value, want.seq_len)
             elif column == "model":
                 ok = text.lower() in {want.model.lower(), instance.model.lower()}
             else:
-                ok = text == want.recipe
+                expected["recipe"] = identity(row_modes[position]).recipe
+                ok = text == expected["recipe"]
             if not ok:
                 raise InstanceError(
                     f"{source}, line {_row(row) + 2}: column {column!r} = {short_repr(value)}: "
-                    f"the table was built for another run than instance "
-                    f"{instance.source or instance.name}, which trains {column} "
-                    f"{expected[column]!r}",
+                    f"the table was built for another run than instance {where}, which trains "
+                    f"{column} {expected[column]!r}",
                     hint=f"give a table built for {column} {expected[column]} (`shardmeter "
                          "islands INSTANCE -o table.csv`), or drop islands_table to build it from "
                          "the performance model.")
@@ -177,6 +273,7 @@ def validate_island_table(frame: pd.DataFrame, source: str,
         frame["memory_accum_gib"] = numbers.astype(float)
     if len(frame) > LIMITS["table_rows"].maximum:
         check_limit("table_rows", len(frame), field="rows", where=source, error=InstanceError)
+    _validate_layout_columns(frame, [c for c in LAYOUT_COLUMNS if c in extra], fail)
     for column in ("cluster", "gpu_type", "bound"):
         frame[column] = frame[column].fillna("").astype(str).str.strip()  # an empty cell is ""
     for column in TABLE_COLUMNS[2:9]:
@@ -203,12 +300,16 @@ def validate_island_table(frame: pd.DataFrame, source: str,
         if bound.lower() not in _BOUNDS:
             fail(_row(row), "bound", bound, f"expected one of {sorted(_BOUNDS)}",
                  "use compute, communication or mixed.")
-    dupes = frame.duplicated(subset=[*OPTION_KEY, "micro_batch"], keep=False)
+    variant = [c for c in VARIANT_COLUMNS if c in extra]
+    _check_layout_sizes(frame, variant, fail)
+    dupes = frame.duplicated(subset=[*OPTION_KEY, *variant, "micro_batch"], keep=False)
     if dupes.any():
         rows = [int(r) + 2 for r in frame.index[dupes]]
-        raise InstanceError(f"{source}: duplicate (cluster, nodes, gpus_per_node, "
-                            f"micro_batch) rows on lines {rows}",
-                            hint="keep one row per island option and micro-batch.")
+        key = ", ".join([*OPTION_KEY, *variant, "micro_batch"])
+        raise InstanceError(f"{source}: duplicate ({key}) rows on lines {rows}",
+                            hint="keep one row per island option"
+                                 + (", layout, checkpointing mode" if variant else "")
+                                 + " and micro-batch.")
     per_gpu = frame["usd_per_hour"] / (frame["nodes"] * frame["gpus_per_node"])
     for row in per_gpu.index[per_gpu > LIMITS["usd_per_gpu_hour"].maximum]:
         fail(_row(row), "usd_per_hour", frame.at[row, "usd_per_hour"],
@@ -230,6 +331,178 @@ def validate_island_table(frame: pd.DataFrame, source: str,
                      f"({instance.source or 'no file'}); "
                      + did_you_mean(cluster, names), "use the cluster names of the instance file.")
     return frame
+
+
+Fail = Any
+"""`validate_island_table`'s fail(row, column, value, problem, hint) (raises InstanceError)."""
+
+
+def _validate_layout_columns(frame: pd.DataFrame, columns: list[str], fail: Fail) -> None:
+    """Types and ranges of the layout columns present, normalised in place: degrees and
+    accumulation bounds integers >= 1 (max_accum may be empty), pp_schedule one of PP_SCHEDULES,
+    sequence_parallel a boolean, ac a checkpointing mode (canonical name), layout text."""
+    cap = LIMITS["flag_int"].maximum
+    for column in (c for c in (*DEGREE_COLUMNS, *ACCUM_COLUMNS) if c in columns):
+        empty = frame[column].map(_is_empty)
+        numbers = pd.to_numeric(frame[column].where(~empty), errors="coerce")
+        for row in numbers.index[(numbers.isna() & (~empty | (column != "max_accum")))
+                                 | numbers.abs().eq(float("inf"))]:
+            fail(_row(row), column, frame.at[row, column], "not a number",
+                 "put a whole number >= 1 there"
+                 + (" (or leave it empty: no bound)." if column == "max_accum" else "."))
+        known = numbers.dropna()
+        for row in known.index[(known != known.round()) | (known < 1) | (known > cap)]:
+            fail(_row(row), column, known[row], f"not a whole number between 1 and {cap:.0f}",
+                 f"{column} counts ranks, stages or micro-steps: a whole number >= 1.")
+        frame[column] = numbers.astype(float) if column == "max_accum" else numbers.astype(int)
+    if "pp_schedule" in columns:
+        schedules = frame["pp_schedule"].map(
+            lambda v: "" if _is_empty(v) else str(v).strip().lower())
+        pp = frame["pp"] if "pp" in columns else pd.Series(1, index=frame.index)
+        for row, value in schedules.items():
+            if value not in PP_SCHEDULES and not (value == "" and pp.at[row] == 1):
+                fail(_row(row), "pp_schedule", frame.at[row, "pp_schedule"],
+                     f"expected one of {list(PP_SCHEDULES)}"
+                     + (" (empty only where pp is 1)" if value == "" else ""),
+                     f"use {', '.join(PP_SCHEDULES)}.")
+        frame["pp_schedule"] = schedules
+    if "sequence_parallel" in columns:
+        values = []
+        for row, value in frame["sequence_parallel"].items():
+            if _is_empty(value):
+                values.append(False)
+                continue
+            text = str(value).strip().lower()
+            if isinstance(value, bool | np.bool_):
+                values.append(bool(value))
+            elif text in ("true", "1", "yes", "1.0"):
+                values.append(True)
+            elif text in ("false", "0", "no", "0.0"):
+                values.append(False)
+            else:
+                fail(_row(row), "sequence_parallel", value, "not a boolean", "use true or false.")
+        frame["sequence_parallel"] = values
+    if "ac" in columns:
+        modes = []
+        for row, value in frame["ac"].items():
+            try:
+                modes.append(checkpoint_mode(value))
+            except ShardMeterError as err:
+                fail(_row(row), "ac", value, f"not a checkpointing mode ({err.message})",
+                     err.hint or "use none, full, op-sac, attn or layer:N.")
+        frame["ac"] = modes
+    if "layout" in columns:
+        frame["layout"] = frame["layout"].map(lambda v: "" if _is_empty(v) else str(v).strip())
+
+
+def _check_layout_sizes(frame: pd.DataFrame, columns: list[str], fail: Fail) -> None:
+    """A row's degrees must tile its island: tp·pp·cp·dp = n·g (dp given) or tp·pp·cp divides
+    n·g; dp_replicate divides dp; and its schedule must admit some k (the first multiple of
+    accum_multiple at or above min_accum is at most max_accum)."""
+    if "max_accum" in frame.columns:
+        multiple = frame["accum_multiple"] if "accum_multiple" in frame.columns else 1
+        low = frame["min_accum"] if "min_accum" in frame.columns else 1
+        first = -(-low // multiple) * multiple
+        for row in frame.index[frame["max_accum"].notna() & (first > frame["max_accum"])]:
+            fail(_row(row), "max_accum", frame.at[row, "max_accum"],
+                 "the row admits no accumulation step k (min_accum, accum_multiple and max_accum "
+                 "leave none)", "drop the row: its schedule does not fit.")
+    if not any(c in columns for c in ("tp", "pp", "cp", "dp", "dp_replicate")):
+        return
+    one = pd.Series(1, index=frame.index)
+    gpus = frame["nodes"] * frame["gpus_per_node"]
+    model = frame.get("tp", one) * frame.get("pp", one) * frame.get("cp", one)
+    if "dp" in columns:
+        for row in frame.index[model * frame["dp"] != gpus]:
+            fail(_row(row), "dp", frame.at[row, "dp"],
+                 f"tp·pp·cp·dp = {model[row] * frame.at[row, 'dp']} is not the island's "
+                 f"{gpus[row]} GPUs", "give dp = nodes x gpus_per_node / (tp x pp x cp).")
+        dp = frame["dp"]
+    else:
+        for row in frame.index[gpus % model != 0]:
+            fail(_row(row), "tp", frame.get("tp", one)[row],
+                 f"tp·pp·cp = {model[row]} does not divide the island's {gpus[row]} GPUs",
+                 "use degrees whose product divides the GPU count.")
+        dp = gpus // model
+    if "dp_replicate" in columns:
+        for row in frame.index[dp % frame["dp_replicate"] != 0]:
+            fail(_row(row), "dp_replicate", frame.at[row, "dp_replicate"],
+                 f"does not divide the {dp[row]} data-parallel ranks",
+                 "dp_replicate x dp_shard = dp: use a divisor of dp.")
+
+
+def _is_empty(value: Any) -> bool:
+    """An empty CSV cell (NaN, None or blank text)."""
+    return value is None or (isinstance(value, float) and value != value) or (
+        isinstance(value, str) and not value.strip())
+
+
+def data_parallel(row: Any, num_gpus: int) -> int:
+    """dp of a validated table row (a namedtuple of `itertuples`): its `dp`, else
+    n·g/(tp·pp·cp) (n·g for plain FSDP)."""
+    if hasattr(row, "dp"):
+        return int(row.dp)
+    degrees = int(getattr(row, "tp", 1)) * int(getattr(row, "pp", 1)) * int(getattr(row, "cp", 1))
+    return num_gpus // degrees
+
+
+def variant_text(value: Any) -> str:
+    """A layout cell as text: integers without a decimal point, booleans as true/false."""
+    if isinstance(value, bool | np.bool_):
+        return "true" if value else "false"
+    if isinstance(value, int | np.integer) or (isinstance(value, float) and value.is_integer()):
+        return str(int(value))
+    return str(value)
+
+
+def layout_text(variant: tuple[tuple[str, str], ...]) -> str:
+    """A display string for a row without a `layout` column: its degrees and schedule, e.g.
+    "tp 2 x pp 4 x dp 16 (1f1b)" ("" when it has none)."""
+    named = dict(variant)
+    parts = [f"{c} {named[c]}" for c in ("tp", "pp", "cp", "dp_replicate", "dp") if c in named]
+    extras = [named[c] for c in ("pp_schedule",) if named.get(c)]
+    if named.get("virtual_stages", "1") != "1":
+        extras.append(f"v {named['virtual_stages']}")
+    if named.get("sequence_parallel") == "true":
+        extras.append("sp")
+    return " x ".join(parts) + (f" ({', '.join(extras)})" if extras else "")
+
+
+def table_exclusions(instance: Instance, table: pd.DataFrame) -> tuple[Exclusion, ...]:
+    """Every cluster or island option of the instance that contributes no row to `table`: the
+    performance model's records (`EXCLUDED_ATTR`), then each option of the instance (its node
+    counts x allowed GPUs per node) with no row and no record, said to have no row."""
+    given = tuple(Exclusion.of(r) for r in table.attrs.get(EXCLUDED_ATTR, ()))
+    present = {(str(c), int(n), int(g)) for c, n, g in
+               table.loc[:, OPTION_KEY].drop_duplicates().itertuples(index=False)}
+
+    def named(cluster: str, nodes: int, gpn: int) -> bool:
+        return any(e.cluster == cluster and e.nodes in (None, nodes)
+                   and e.gpus_per_node in (None, gpn) for e in given)
+
+    out = list(given)
+    path = instance.islands_table_path
+    mode = table_arguments(instance)["ac"]
+    ac_flag = f" --ac {mode}" if isinstance(mode, str) else ""
+    for c in instance.clusters:
+        for nodes in c.island_node_counts:
+            for gpn in c.gpus_per_node_choices:
+                if (c.name, nodes, gpn) in present or named(c.name, nodes, gpn):
+                    continue
+                if path is None:
+                    reason = "the performance model's island table has no row for it"
+                    fix = (f"see why with `shardmeter memory {instance.model} --gpu {c.gpu} "
+                           f"--nodes {nodes} --gpus-per-node {gpn} --seq-len "
+                           f"{instance.training.seq_len}{ac_flag}`; more activation checkpointing "
+                           "(training.activation_checkpointing: full) or more GPUs per island "
+                           "may make it fit")
+                else:
+                    reason = f"the island table {path} has no row for it"
+                    fix = ("add its rows to the table, or leave it out of the instance "
+                           "(island_nodes, allowed_gpus_per_node, max_nodes_per_island)")
+                out.append(Exclusion(cluster=c.name, nodes=nodes, gpus_per_node=gpn,
+                                     reason=reason, fix=fix))
+    return tuple(out)
 
 
 ROUNDING_S = 1e-9

@@ -1,21 +1,23 @@
 """Reference and baseline planners: brute-force enumeration and the paper's heuristic.
 
 `BruteForce` enumerates every feasible plan of a (small) problem — every multiset of islands
-(option, micro-batch m, accumulation steps k) with Σ k·m·n·g = B within the island, node and GPU
-limits — and answers the epsilon-constraint oracle by scanning them. It is the reference the
-CP-SAT and MILP backends are tested against.
+(table row: option, layout, checkpointing mode, micro-batch m; admissible accumulation steps k)
+with Σ k·m·dp = B within the island, node and GPU limits — and answers the epsilon-constraint
+oracle by scanning them. It is the reference the DP, CP-SAT and MILP backends are tested against.
 
 With `reduce=True` it enumerates fewer islands using an exact reduction: price, node and GPU use
 of an island depend only on its option, and its batch contribution only on the option and on
-s = k·m (sequences per GPU per inner step); its step time t enters W only through τ = max t.
-Replacing an island's (m, k) by another (m', k') of the same option with k'·m' = s and a smaller or
-equal t keeps the plan feasible and can only lower τ, so W and C do not grow. Hence for each
-(option, s) only the (m, k) of minimum t matters (ties → smallest m, m must divide s), and the
-reduced enumeration reaches every non-dominated (W, C) point.
+b = k·m·dp (sequences per inner step); its step time t enters W only through τ = max t.
+Replacing an island's (row, k) by another (row', k') of the same option with k'·m'·dp' = b and a
+smaller or equal t keeps the plan feasible and can only lower τ, so W and C do not grow. Hence
+for each (option, b) only the (row, k) of minimum t matters (ties → smallest m, then the first
+row), and the reduced enumeration reaches every non-dominated (W, C) point (the menu of
+`planner.model.problem`).
 
 `heuristic_plans` is the paper's proportional heuristic (section III-D): for each admissible
 combination of island options, split B in proportion to the islands' throughput at their largest
-micro-batch, then refine per-island batches in steps of the island's granularity n·g·m until the
+micro-batch (of several rows with that micro-batch, the one of most sequences per second), then
+refine per-island batches in steps of the island's granularity (accum_multiple·m·dp) until the
 sum is exactly B, falling back to smaller micro-batches when the granularity cannot reach B.
 """
 
@@ -50,7 +52,7 @@ class _Cand:
     accum_steps: int
     """k."""
     seqs: int
-    """k·m·n·g."""
+    """k·m·dp."""
     cluster_index: int
     """Cluster of the option."""
     nodes: int
@@ -64,20 +66,21 @@ class TooManyPlans(ShardMeterError):
 
 
 def island_candidates(problem: Problem, *, reduce: bool) -> list[_Cand]:
-    """Every (pair, k) island, or with `reduce` the min-t (m, k) per (option, k·m)."""
-    best: dict[tuple[int, int], tuple[float, int, int]] = {}
+    """Every admissible (pair, k) island, or with `reduce` the min-t (row, k) per (option,
+    k·m·dp)."""
+    best: dict[tuple[int, int], tuple[float, int, int, int]] = {}
     out = []
     for pi, pair in enumerate(problem.pairs):
-        for k in range(1, pair.max_accum_steps + 1):
+        for k in pair.accum_steps_range():
             if not reduce:
                 out.append((pi, k))
                 continue
-            key = (pair.option_index, k * pair.micro_batch)
+            key = (pair.option_index, k * pair.seqs_per_accum_step)
             t = pair.step_time_s(k)
             if key not in best or (t, pair.micro_batch) < best[key][:2]:
-                best[key] = (t, pair.micro_batch, pi)
+                best[key] = (t, pair.micro_batch, pi, k)
     if reduce:
-        out = [(pi, s // problem.pairs[pi].micro_batch) for (_, s), (_, _, pi) in best.items()]
+        out = [(pi, k) for (_, _, pi, k) in best.values()]
     cands = []
     for pi, k in out:
         pair = problem.pairs[pi]
@@ -177,8 +180,7 @@ def option_combinations(problem: Problem, limit: int) -> tuple[list[tuple[int, .
     pairs_of: dict[int, list[int]] = {}
     for pi, pair in enumerate(problem.pairs):
         pairs_of.setdefault(pair.option_index, []).append(pi)
-    min_step = {o: min(problem.pairs[p].seqs_per_accum_step for p in ps)
-                for o, ps in pairs_of.items()}
+    min_step = {o: min(_first_seqs(problem.pairs[p]) for p in ps) for o, ps in pairs_of.items()}
     opts = sorted(pairs_of)
     out: list[tuple[int, ...]] = []
     nodes = [0] * len(problem.clusters)
@@ -216,15 +218,15 @@ def proportional_split(problem: Problem, option_ids: tuple[int, ...]) -> list[Is
     by_option: dict[int, list[int]] = {}
     for pi, pair in enumerate(problem.pairs):
         by_option.setdefault(pair.option_index, []).append(pi)
-    ladders = [sorted(by_option[o], key=lambda p: -problem.pairs[p].micro_batch)
+    ladders = [sorted(by_option[o], key=lambda p: (-problem.pairs[p].micro_batch,
+                                                   -_rate(problem.pairs[p]), p))
                for o in option_ids]
     level = [0] * len(option_ids)
     while True:
         pairs = [problem.pairs[ladders[i][level[i]]] for i in range(len(option_ids))]
-        rate = [p.seqs_per_accum_step / p.step_time_s(1) for p in pairs]
+        rate = [_rate(p) for p in pairs]
         share = [problem.global_batch_seqs * r / sum(rate) for r in rate]
-        first_ks = [min(p.max_accum_steps, max(1, int(s // p.seqs_per_accum_step)))
-                    for s, p in zip(share, pairs, strict=True)]
+        first_ks = [_nearest_k(p, s) for s, p in zip(share, pairs, strict=True)]
         ks = _refine(problem.global_batch_seqs, pairs, first_ks)
         if ks is not None:
             return [IslandChoice(pair_index=ladders[i][level[i]], accum_steps=k)
@@ -235,24 +237,45 @@ def proportional_split(problem: Problem, option_ids: tuple[int, ...]) -> list[Is
         level[max(lower, key=lambda i: (pairs[i].seqs_per_accum_step, -i))] += 1
 
 
+def _first_seqs(pair: Any) -> int:
+    """The smallest batch contribution of a row: its smallest admissible k times m·dp."""
+    return int(pair.min_accum_steps * pair.seqs_per_accum_step)
+
+
+def _rate(pair: Any) -> float:
+    """Sequences per second of a row at its smallest admissible k (k = 1 for plain rows)."""
+    return float(_first_seqs(pair) / pair.step_time_s(pair.min_accum_steps))
+
+
+def _nearest_k(pair: Any, share: float) -> int:
+    """The admissible k whose batch contribution is at or below `share` sequences (the smallest
+    admissible k when none is; the largest when all are below)."""
+    q = pair.accum_multiple
+    below = int(share // pair.seqs_per_accum_step) // q * q
+    return int(min(pair.max_accum_steps, max(pair.min_accum_steps, below)))
+
+
 def _refine(batch: int, pairs: list[Any], ks: list[int]) -> list[int] | None:
-    """Move k one granule at a time until Σ k·m·n·g = B (None if stuck)."""
+    """Move k one granule (accum_multiple micro-steps) at a time until Σ k·m·dp = B (None if
+    stuck)."""
     total = sum(k * p.seqs_per_accum_step for k, p in zip(ks, pairs, strict=True))
     while total > batch:
-        down = [i for i, k in enumerate(ks) if k > 1]
+        down = [i for i, k in enumerate(ks) if k - pairs[i].accum_multiple
+                >= pairs[i].min_accum_steps]
         if not down:
             return None
         i = max(down, key=lambda i: (pairs[i].step_time_s(ks[i]), -i))
-        ks[i] -= 1
-        total -= pairs[i].seqs_per_accum_step
+        ks[i] -= pairs[i].accum_multiple
+        total -= pairs[i].accum_multiple * pairs[i].seqs_per_accum_step
     while total < batch:
-        up = [i for i, p in enumerate(pairs) if p.seqs_per_accum_step <= batch - total
-              and ks[i] < p.max_accum_steps]
+        up = [i for i, p in enumerate(pairs)
+              if p.accum_multiple * p.seqs_per_accum_step <= batch - total
+              and ks[i] + p.accum_multiple <= p.max_accum_steps]
         if not up:
             return None
-        i = min(up, key=lambda i: (pairs[i].step_time_s(ks[i] + 1), i))
-        ks[i] += 1
-        total += pairs[i].seqs_per_accum_step
+        i = min(up, key=lambda i: (pairs[i].step_time_s(ks[i] + pairs[i].accum_multiple), i))
+        ks[i] += pairs[i].accum_multiple
+        total += pairs[i].accum_multiple * pairs[i].seqs_per_accum_step
     return ks
 
 

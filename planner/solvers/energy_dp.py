@@ -17,8 +17,10 @@ dominated
 by its own plan at a lower level, so only classes with a changed cluster are evaluated, and the
 sweep stops once a found point with W <= steps·τ̄' has E <= LB(τ̄') = steps·B·min_i
 (max(τ̄', t_i)·a_i + b_i)/b_i_seqs (every plan with τ >= τ̄' has each L >= max(τ̄', t_i)).
-Items are every (pair, k) (not the time menu: a slower (m, k) may use less energy), less those
-another item of the same option and batch share beats on both t and b.
+Items are every admissible (pair, k) — every table row (layout, checkpointing mode, micro-batch)
+at every k its schedule admits (`planner.model.problem.IslandPair.accum_steps_range`) — not the
+time menu (a slower (row, k) may use less energy), less those another item of the same option
+and batch share beats on both t and b.
 Caps on energy/CO2 and a deadline filter the frontier exactly (the fastest plan within a cap is
 a frontier point). A cost budget is a third objective the DP does not trace: refused (exit 2).
 """
@@ -103,9 +105,9 @@ def energy_unsupported(problem: Problem) -> str | None:
 
 def energy_items(problem: Problem, metric: str, clusters: Sequence[int],
                  usd_weight: float = 0.0) -> list[EnergyItem]:
-    """Every (pair, k), less items another of the same option and batch share beats on t and b,
-    and less the dearer price tiers of one node layout (`Cluster.alternatives`: same energy,
-    higher cost); `usd_weight` λ adds λ·price per second to a (cost = W·Σ price)."""
+    """Every admissible (pair, k), less items another of the same option and batch share beats on
+    t and b, and less the dearer price tiers of one node layout (`Cluster.alternatives`: same
+    energy, higher cost); `usd_weight` λ adds λ·price per second to a (cost = W·Σ price)."""
 
     position = {c: i for i, c in enumerate(clusters)}
     cheapest_tier: dict[tuple[int, int, int], int] = {}
@@ -120,7 +122,7 @@ def energy_items(problem: Problem, metric: str, clusters: Sequence[int],
         if cheapest_tier[(option.cluster_index, option.nodes,
                           option.gpus_per_node)] != pair.option_index:
             continue  # a dearer price tier of the same islands (issue 28's alternatives)
-        for k in range(1, pair.max_accum_steps + 1):
+        for k in pair.accum_steps_range():
             seqs = k * pair.seqs_per_accum_step
             if seqs > problem.global_batch_seqs:
                 break

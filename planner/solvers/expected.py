@@ -135,7 +135,7 @@ class _OptionChoice:
     gpus: int
     price_units: int
     items: dict[int, DpItem]
-    """s (sequences per GPU) -> the admitted item of that s."""
+    """b (the island's sequences per inner step, k·m·dp) -> the admitted item of that b."""
 
 
 class _Search:
@@ -236,7 +236,7 @@ class _Search:
                     or price + k * option.price_units > self.cap:
                 break
             for s in sorted(self._sums(option, k)):
-                seqs = s * option.gpus
+                seqs = s  # items are keyed by b = k·m·dp, the island's sequences
                 if b + seqs > self.batch:
                     break
                 chosen.append((option, k, s))
@@ -327,7 +327,7 @@ def expected_frontier(problem: Problem, *, time_limit_s: float | None = None,
                                       nodes=option.nodes, gpus=option.num_gpus,
                                       price_units=option.price_units, items={})
                 by_cluster[item.cluster][option_index] = entry
-            entry.items.setdefault(problem.menu[item.menu_index].seqs_per_gpu, item)
+            entry.items.setdefault(problem.menu[item.menu_index].seqs, item)
             position += 1
         for k in sorted(changed):
             tables.refresh(k)
