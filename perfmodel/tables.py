@@ -158,7 +158,7 @@ def build_island_table(model: ModelSpec, *, seq_len: int, ac: str | None = None,
 LAYOUT_TABLE_COLUMNS = (*TABLE_COLUMNS, *LAYOUT_COLUMNS, "worst_stage")
 """A layout table's columns: TABLE_COLUMNS, then each row's layout and checkpointing
 (`perfmodel.sim.layouts.LAYOUT_COLUMNS`: sequences per micro-step m·dp, admissible k from
-min_accum to max_accum (0: unbounded) in steps of accum_multiple), then the pipeline's worst
+min_accum to max_accum (empty: unbounded) in steps of accum_multiple), then the pipeline's worst
 stage ('' without a pipeline). T(k), C(k) and X(k) are affine in k for every admissible k."""
 
 
@@ -217,6 +217,8 @@ def build_layout_table(model: ModelSpec, *, seq_len: int, clusters: Sequence[Clu
     if not frames:
         return pd.DataFrame({c: [] for c in LAYOUT_TABLE_COLUMNS}), tuple(excluded)
     frame = pd.concat(frames, ignore_index=True).loc[:, list(LAYOUT_TABLE_COLUMNS)]
+    # the column contract's "no memory bound on k" is an empty cell (the rows' 0)
+    frame["max_accum"] = frame["max_accum"].where(frame["max_accum"] > 0)
     frame.attrs["recipe"] = recipe.to_dict()
     return frame, tuple(excluded)
 

@@ -15,8 +15,10 @@ Claim and why, per kind of layout:
   * pp > 1: the pipeline graph (`perfmodel.sim.pipeline`) read at its two affine points, exact
     for every admissible k (tests/test_pipeline.py); min_accum = pp (1F1B, interleaved: a
     multiple of pp), GPipe any k >= 1; the memory of the worst pipeline rank at k = min_accum;
-    a schedule whose in-flight micro-batches grow with k (GPipe) gets max_accum = the largest k
-    that fits (memory is non-decreasing in k: bisection).
+    a schedule whose in-flight micro-batches grow with k gets max_accum = the largest k that
+    fits (memory is non-decreasing in k: bisection): GPipe (all k in flight), and interleaved
+    1F1B, whose warm-up holds more micro-batches as k grows until it saturates
+    (`perfmodel.spec.pipeline.in_flight`; max_accum 0 when the saturated schedule fits).
 Rows are then reduced exactly (`drop_dominated`): a row is removed when another row of the same
 island and the same sequences per micro-step (m·dp) admits every k it admits and is no slower,
 no busier (energy) and no larger in memory at every such k.
@@ -45,6 +47,7 @@ from perfmodel.spec.formulas import GIB
 from perfmodel.spec.hardware import IslandSpec
 from perfmodel.spec.layout import ParallelLayout
 from perfmodel.spec.layout_space import LayoutSpace
+from perfmodel.spec.pipeline import in_flight
 from perfmodel.spec.recipe import TrainingRecipe
 
 LAYOUT_COLUMNS = ("tp", "pp", "cp", "dp_replicate", "dp_shard", "virtual_stages", "pp_schedule",
@@ -193,6 +196,10 @@ def _rows(model: ModelSpec, profile: CostModel, island: IslandSpec, seq_len: int
         # GPipe's bound on k holds at the largest m; smaller m allow at least as many
         frame["max_accum"] = [
             _gpipe_max_accum(model, world, seq_len, recipe, usable, int(m)) for m in mb]
+    if layout.pp > 1 and layout.pp_schedule == "interleaved-1f1b":
+        frame["max_accum"] = [
+            _interleaved_max_accum(model, world, seq_len, recipe, usable, int(m), min_accum,
+                                   multiple) for m in mb]
     return frame.loc[:, list(ROW_COLUMNS)]
 
 
@@ -213,6 +220,39 @@ def _gpipe_max_accum(model: ModelSpec, world: int, seq_len: int, recipe: Trainin
         return MAX_GPIPE_ACCUM
     while hi - lo > 1:
         mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+    return lo
+
+
+def _saturating_accum(layout: ParallelLayout, min_accum: int, multiple: int) -> int:
+    """The smallest admissible k from which interleaved 1F1B holds no more micro-batches in
+    flight on any rank (its warm-up is full): memory is the same for every larger k."""
+    def held(k: int) -> tuple[tuple[tuple[int, int], ...], ...]:
+        return tuple(tuple(sorted(in_flight(layout.pp_schedule, layout.pp,
+                                            layout.virtual_stages, k, r).items()))
+                     for r in range(layout.pp))
+
+    k = min_accum
+    while k < MAX_GPIPE_ACCUM and held(k) != held(k + multiple):
+        k += multiple
+    return k
+
+
+def _interleaved_max_accum(model: ModelSpec, world: int, seq_len: int, recipe: TrainingRecipe,
+                           usable: int, micro_batch: int, min_accum: int, multiple: int) -> int:
+    """The largest admissible k whose interleaved-1F1B peak fits (0: every k fits, the
+    saturated schedule included; min_accum - 1 is never returned for a row: the row exists only
+    when k = min_accum fits)."""
+    def fits(k: int) -> bool:
+        return memory_breakdown(model, num_gpus=world, seq_len=seq_len, micro_batch=micro_batch,
+                                recipe=recipe, accum_steps=k).peak_bytes <= usable
+
+    top = _saturating_accum(recipe.parallel, min_accum, multiple)
+    if fits(top):
+        return 0
+    lo, hi = min_accum, top  # fits(lo), not fits(hi), both multiples of `multiple`
+    while hi - lo > multiple:
+        mid = lo + (hi - lo) // (2 * multiple) * multiple
         lo, hi = (mid, hi) if fits(mid) else (lo, mid)
     return lo
 

@@ -644,6 +644,10 @@ def _check_limits(instance: Instance, path: Path) -> None:
     check("parameters", instance.parameters, "parameters")
     for i, c in enumerate(instance.clusters):
         for name, key in _CLUSTER_LIMITS:
+            # a cluster that lists its island sizes tabulates only those: it may be as large as
+            # one predicted step allows (`island_nodes`: a 16k-GPU cluster stays a small table)
+            if key == "nodes" and c.island_nodes is not None:
+                key = "step_nodes"
             check(key, getattr(c, name), f"clusters[{i}].{name}")
         if c.pue is not None and c.pue > MAX_PUE:
             raise InstanceError(f"{path}: field 'clusters[{i}].pue' = {c.pue!r}: above {MAX_PUE} "

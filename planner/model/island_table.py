@@ -510,7 +510,7 @@ ROUNDING_S = 1e-9
 error."""
 MAX_MEMORY_GIB = LIMITS["memory_gib"].maximum
 _COLUMN_MAXIMA: dict[str, tuple[float, str]] = {
-    "nodes": (LIMITS["nodes"].maximum, LIMITS["nodes"].reason),
+    "nodes": (LIMITS["step_nodes"].maximum, LIMITS["step_nodes"].reason),
     "micro_batch": (LIMITS["micro_batch"].maximum, LIMITS["micro_batch"].reason),
     "microstep_s": (LIMITS["step_time_s"].maximum, LIMITS["step_time_s"].reason),
     "step_fixed_s": (LIMITS["step_time_s"].maximum, LIMITS["step_time_s"].reason),

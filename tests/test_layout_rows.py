@@ -1,0 +1,144 @@
+"""The rows of one island over layouts and checkpointing modes (perfmodel.sim.layouts): each row
+is the step `predict` gives at its k, the exact reduction drops only rows another row beats at
+every admissible k, layouts that fit nothing name the limit, and a schedule whose in-flight
+micro-batches grow with k bounds k by what fits."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import replace
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from perfmodel import api
+from perfmodel.costs.memory import memory_breakdown
+from perfmodel.profiles.profile import default_profile
+from perfmodel.sim.fsdp import resolve_recipe
+from perfmodel.sim.layouts import (
+    _saturating_accum,
+    drop_dominated,
+    island_layout_rows,
+)
+from perfmodel.spec.catalog import get_gpu, get_model
+from perfmodel.spec.hardware import IslandSpec
+from perfmodel.spec.layout import ParallelLayout
+from perfmodel.spec.layout_space import LayoutSpace
+from perfmodel.spec.pipeline import in_flight
+
+MODEL, GPU, SEQ = "Llama-3.2-1B", "H100-SXM5-80GB", 2048
+
+
+def _island(gpu_name: str = GPU, nodes: int = 1, gpn: int = 8) -> IslandSpec:
+    gpu = get_gpu(gpu_name)
+    return IslandSpec(gpu=gpu, num_nodes=nodes, gpus_per_node=gpn,
+                      intra_link=gpu.intra_node_link, inter_link=gpu.inter_node_link,
+                      nics_per_node=gpu.nics_per_node)
+
+
+@pytest.fixture(scope="module")
+def rows() -> pd.DataFrame:
+    space = LayoutSpace.parse({"max_tp": 2, "max_pp": 2}, ["op-sac", "full"])
+    return island_layout_rows(get_model(MODEL), default_profile(GPU), _island(), seq_len=SEQ,
+                              space=space, recipe=resolve_recipe(None, None),
+                              global_batch_seqs=64, max_micro_batches=2).rows
+
+
+def test_rows_are_the_predicted_step_at_their_k(rows: pd.DataFrame) -> None:
+    """A row's T(k) = step_fixed_s + k·microstep_s is what `predict` says for that layout, mode,
+    micro-batch and k (pipelines at k = min_accum and a larger admissible k)."""
+    assert set(rows["pp"]) == {1, 2} and set(rows["tp"]) == {1, 2}
+    picks = rows.groupby(["pp", "tp", "ac"], sort=True).head(1)
+    for row in picks.itertuples(index=False):
+        layout = ParallelLayout(tp=int(row.tp), pp=int(row.pp), dp_replicate=int(row.dp_replicate),
+                                virtual_stages=int(row.virtual_stages),
+                                pp_schedule=row.pp_schedule or "1f1b",
+                                sequence_parallel=bool(row.sequence_parallel) or int(row.tp) == 1)
+        recipe = replace(resolve_recipe(None, str(row.ac)), parallel=layout)
+        for k in (int(row.min_accum), int(row.min_accum) + int(row.accum_multiple)):
+            got = api.predict(api.WorkloadSpec(model_name=MODEL, gpu_name=GPU, seq_len=SEQ,
+                                               micro_batch=int(row.micro_batch), accum=k,
+                                               recipe=recipe))
+            assert got.record["step_time_s"] == pytest.approx(
+                row.step_fixed_s + k * row.microstep_s, rel=1e-9), (row.layout, row.ac, k)
+
+
+def test_the_reduction_drops_only_rows_beaten_at_every_k(rows: pd.DataFrame) -> None:
+    """Brute force over k = 1..64: every removed row has a kept row with the same m·dp that is
+    admissible at each of its k and no slower, no busier and no larger there."""
+    kept = drop_dominated(rows)
+    removed = rows.merge(kept, how="left", indicator=True).query("_merge == 'left_only'")
+    assert len(kept) + len(removed) == len(rows)
+
+    def admits(r: pd.Series, k: int) -> bool:
+        hi = r["max_accum"] if r["max_accum"] > 0 else np.inf
+        hi = hi if r["accum_fits"] else 1
+        return bool(r["min_accum"] <= k <= hi and k % r["accum_multiple"] == 0)
+
+    for _, gone in removed.iterrows():
+        ks = [k for k in range(1, 65) if admits(gone, k)]
+        same = kept[kept["micro_batch"] * kept["dp"] == gone["micro_batch"] * gone["dp"]]
+        assert any(
+            all(admits(other, k) for k in ks)
+            and all(other["step_fixed_s"] + k * other["microstep_s"]
+                    <= gone["step_fixed_s"] + k * gone["microstep_s"] + 1e-12 for k in ks)
+            and other["memory_gib"] <= gone["memory_gib"]
+            for _, other in same.iterrows()), gone["layout"]
+    # and no kept row is beaten that way by another kept row
+    for (_, a), (_, b) in itertools.permutations(kept.iterrows(), 2):
+        if a["micro_batch"] * a["dp"] != b["micro_batch"] * b["dp"]:
+            continue
+        cols = ["step_fixed_s", "microstep_s", "compute_fixed_s", "compute_micro_s",
+                "memory_gib", "memory_accum_gib"]
+        same_k = (a["min_accum"], a["accum_multiple"], a["max_accum"], a["accum_fits"]) == (
+            b["min_accum"], b["accum_multiple"], b["max_accum"], b["accum_fits"])
+        assert not (same_k and all(a[c] <= b[c] for c in cols)
+                    and any(a[c] < b[c] for c in cols)), (a["layout"], b["layout"])
+
+
+def test_layouts_that_fit_nothing_name_the_limit() -> None:
+    """Llama-3.1-70B on one 8-GPU node: every candidate's micro-batch 1 exceeds the usable
+    memory, and each record says by how much."""
+    space = LayoutSpace.parse({"max_tp": 8}, ["full"])
+    out = island_layout_rows(get_model("Llama-3.1-70B"), default_profile(GPU), _island(),
+                             seq_len=8192, space=space, recipe=resolve_recipe(None, None))
+    assert out.rows.empty and len(out.rejected) == out.candidates > 0
+    for r in out.rejected:
+        assert r.over_bytes > 0 and "GiB over the" in r.reason
+
+
+def test_interleaved_in_flight_grows_with_k_then_saturates() -> None:
+    """Interleaved 1F1B (pp 4, V 2): rank 0 holds 8 micro-batch chunks at k = 4 and 12 from
+    k = 8 on, so memory read at k = min_accum alone would understate larger k."""
+    held = [sum(in_flight("interleaved-1f1b", 4, 2, k, 0).values()) for k in (4, 8, 12, 16)]
+    assert held[0] < held[1] == held[2] == held[3]
+    layout = ParallelLayout(pp=4, virtual_stages=2, pp_schedule="interleaved-1f1b")
+    assert _saturating_accum(layout, 4, 4) == 8
+
+
+def test_interleaved_rows_bound_k_by_memory() -> None:
+    """Each interleaved row's max_accum is the largest k that fits (or 0 when the saturated
+    schedule fits), checked against the memory model one multiple above."""
+    model, island = get_model("Llama-3.1-8B"), _island("A100-SXM4-40GB", nodes=2)
+    space = LayoutSpace.parse({"pp": 4, "tp": 2, "virtual_stages": 2,
+                               "schedules": ["interleaved-1f1b"]}, ["none"])
+    out = island_layout_rows(model, default_profile("A100-SXM4-40GB"), island, seq_len=5120,
+                             space=space, recipe=resolve_recipe(None, None))
+    assert not out.rows.empty
+    usable = island.gpu.usable_memory_bytes
+    bounded = 0
+    for row in out.rows.itertuples(index=False):
+        layout = ParallelLayout(tp=2, pp=4, virtual_stages=2, pp_schedule="interleaved-1f1b")
+        recipe = replace(resolve_recipe(None, "none"), parallel=layout)
+
+        def peak(k: int, m: int = int(row.micro_batch), r: object = recipe) -> float:
+            return memory_breakdown(model, num_gpus=island.num_gpus, seq_len=5120,
+                                    micro_batch=m, recipe=r, accum_steps=k).peak_bytes
+
+        if row.max_accum == 0:
+            assert peak(_saturating_accum(layout, 4, 4)) <= usable
+        else:
+            bounded += 1
+            assert peak(int(row.max_accum)) <= usable < peak(int(row.max_accum) + 4)
+    assert bounded > 0  # the case exercises the bound (a larger micro-batch binds)
