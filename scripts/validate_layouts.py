@@ -51,6 +51,7 @@ from perfmodel.spec.catalog import get_model
 from perfmodel.spec.errors import DatasetError, UserInputError
 from perfmodel.spec.layout import ParallelLayout
 from perfmodel.spec.paths import catalog_dir
+from perfmodel.spec.pipeline import check_schedule
 from perfmodel.spec.recipe import DEFAULT_RECIPE, TrainingRecipe
 
 RUNS_CSV = catalog_dir() / "published" / "layout-runs.csv"
@@ -372,10 +373,9 @@ def _not_expressible(row: Mapping[str, str]) -> list[str]:
     if row["num_experts"] or row["ep"] or "MoE" in row["model_family"]:
         out.append("mixture-of-experts model: the step model refuses MoE "
                    "(ModelSpec.check_step_modelled; issue 26)")
-    pp = _int(row, "pp") or 1
-    if pp > 1:
-        out.append(f"pipeline parallelism (pp {pp}): issue 24 (the pipeline engineer evaluates "
-                   "this row)")
+    if _schedule(row) is None:
+        out.append(f"pipeline schedule {row['pp_schedule']!r} is not modelled (gpipe, 1f1b, "
+                   "interleaved-1f1b)")
     if row["gpu"] not in GPU_MAP:
         out.append(f"GPU {row['gpu']!r} has no catalog entry")
     if not row["num_gpus"]:
@@ -388,31 +388,57 @@ def _not_expressible(row: Mapping[str, str]) -> list[str]:
     return out
 
 
+_SCHEDULES = {"": "1f1b", "1f1b": "1f1b", "gpipe": "gpipe",
+              "interleaved 1f1b": "interleaved-1f1b", "interleaved-1f1b": "interleaved-1f1b"}
+"""Published schedule names -> ParallelLayout.pp_schedule (others are not modelled)."""
+
+
+def _schedule(row: Mapping[str, str]) -> str | None:
+    """The row's pipeline schedule (interleaved when it names virtual stages > 1; Megatron's
+    default is 1F1B); None when it is one ShardMeter does not model (DualPipe, zero bubble)."""
+    name = _SCHEDULES.get(row["pp_schedule"].strip().lower())
+    if name == "1f1b" and (_int(row, "virtual_stages") or 1) > 1:
+        return "interleaved-1f1b"
+    return name
+
+
+def _pipeline(row: Mapping[str, str]) -> dict[str, Any]:
+    """The pipeline fields of the row's ParallelLayout."""
+    pp = _int(row, "pp") or 1
+    v = _int(row, "virtual_stages") or 1
+    return {"pp": pp, "virtual_stages": v if pp > 1 else 1,
+            "pp_schedule": (_schedule(row) or "1f1b") if pp > 1 else "1f1b"}
+
+
 def _layout(row: Mapping[str, str], rules: SourceRules, assumptions: list[str],
             ) -> tuple[ParallelLayout, int, str]:
     """The row's ParallelLayout, its data-parallel degree and the recipe's accumulation mode."""
     gpus = int(row["num_gpus"])
     tp, cp = _int(row, "tp") or 1, _int(row, "cp") or 1
+    pipe = _pipeline(row)
+    pp = pipe["pp"]
     if rules.framework == "megatron":
-        dp = gpus // (tp * cp)
-        if dp * tp * cp != gpus or (row["dp"] and int(row["dp"]) != dp):
-            raise UserInputError(f"{row['run_id']}: DP = {gpus}/(tp {tp} x cp {cp}) is not "
-                                 f"{row['dp'] or 'an integer'}")
+        dp = gpus // (tp * cp * pp)
+        if dp * tp * cp * pp != gpus or (row["dp"] and int(row["dp"]) != dp):
+            raise UserInputError(f"{row['run_id']}: DP = {gpus}/(tp {tp} x cp {cp} x pp {pp}) "
+                                 f"is not {row['dp'] or 'an integer'}")
         sp = _setting(row, "sequence_parallel", rules, assumptions)
         sp = sp if isinstance(sp, bool) else sp == "yes"
         async_tp = bool(rules.defaults.get("async_tp", (False, ""))[0])
         if async_tp:
             assumptions.append(f"async_tp True: {rules.defaults['async_tp'][1]}")
         return (ParallelLayout(dp_shard=1, dp_replicate=dp, tp=tp, cp=cp,
-                               sequence_parallel=sp or tp == 1, async_tp=async_tp and tp > 1),
+                               sequence_parallel=sp or tp == 1, async_tp=async_tp and tp > 1,
+                               **pipe),
                 dp, "no_sync")
     if rules.framework == "torchtitan":
         shard = int(row["dp_shard"])
-        if shard * tp * cp != gpus:
-            raise UserInputError(f"{row['run_id']}: dp_shard {shard} x tp {tp} x cp {cp} is not "
-                                 f"{gpus} GPUs")
+        if shard * tp * cp * pp != gpus:
+            raise UserInputError(f"{row['run_id']}: dp_shard {shard} x tp {tp} x cp {cp} x pp "
+                                 f"{pp} is not {gpus} GPUs")
         return (ParallelLayout(dp_shard=shard, tp=tp, cp=cp, sequence_parallel=True,
-                               async_tp="async TP" in row["framework"]), shard, "reduce_scatter")
+                               async_tp="async TP" in row["framework"], **pipe),
+                shard, "reduce_scatter")
     # fms-fsdp: FSDP1 FULL_SHARD over every GPU, or HYBRID_SHARD: shard in a node, replicate
     if "(HSDP)" in row["framework"]:
         nodes = gpus // GPUS_PER_NODE
@@ -468,10 +494,17 @@ def plan_row(row: Mapping[str, str]) -> RowPlan:
                            f"{micro}")
     elif rules.framework == "megatron":
         return refused("global batch not published")
+    if layout.pp > 1:
+        try:
+            check_schedule(layout.pp_schedule, layout.pp, layout.virtual_stages, accum)
+        except UserInputError as err:
+            return refused(f"{accum} micro-batches per step do not run its schedule: "
+                           f"{err.message}")
     recipe = DEFAULT_RECIPE.with_overrides(
         name=f"published:{rules.framework}", ac=ac, accum_mode=accum_mode, parallel=layout,
         reduce_dtype="bf16" if rules.framework == "fms" else DEFAULT_RECIPE.reduce_dtype)
-    kind = "layout" if (layout.tp, layout.cp, layout.dp_replicate) != (1, 1, 1) else \
+    kind = "layout" if (layout.tp, layout.cp, layout.dp_replicate, layout.pp) != (1, 1, 1, 1) \
+        else \
         "fsdp-reference"
     return RowPlan(run_id=row["run_id"], source_id=row["source_id"], model=row["model"],
                    kind=kind, model_name=model_name, model_config=config,
