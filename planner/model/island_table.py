@@ -30,7 +30,13 @@ import numpy as np
 import pandas as pd
 
 from perfmodel.facts import LIMITS, cap_message, check_limit, get_gpu, read_text, short_repr
-from perfmodel.spec.errors import CatalogError, InstanceError, ShardMeterError, did_you_mean
+from perfmodel.spec.errors import (
+    CatalogError,
+    InstanceError,
+    ShardMeterError,
+    UserInputError,
+    did_you_mean,
+)
 from perfmodel.spec.formulas import GIB
 from perfmodel.tables import (
     IDENTITY_COLUMNS,
@@ -101,9 +107,17 @@ def load_island_table(instance: Instance) -> pd.DataFrame:
     requests = [ClusterRequest(**_cluster_request(c, prices[c.name])) for c in instance.clusters]
     training = instance.training
     arguments = table_arguments(instance)
-    built = island_table_for(instance.model_ref, seq_len=training.seq_len,
-                             clusters=requests, global_batch_seqs=training.global_batch_seqs,
-                             **arguments)
+    where = str(instance.source or instance.name)
+    try:
+        built = island_table_for(instance.model_ref, seq_len=training.seq_len,
+                                 clusters=requests, global_batch_seqs=training.global_batch_seqs,
+                                 **arguments)
+    except UserInputError as err:
+        if where in err.message or type(err) not in (UserInputError, InstanceError):
+            raise
+        # the performance model validates what the instance passes through (training.parallel,
+        # the checkpointing modes, the recipe): its message names the field, this the file
+        raise InstanceError(f"{where}: {err.message}", hint=err.hint) from None
     # The pseudo-gradient size comes from the model unless the instance overrides it.
     instance._model_parameters = built.parameters
     table = validate_island_table(built.table, f"island table of model {built.model_name!r}",
