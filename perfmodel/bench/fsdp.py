@@ -77,7 +77,8 @@ class FsdpCase:
 
 @dataclass(frozen=True, slots=True)
 class FsdpSettings:
-    """How the FSDP2 steps are run."""
+    """How the FSDP2 (and pipeline: `perfmodel.bench.pipeline.PipelineSettings`) steps are
+    run."""
 
     backend: str
     """'gloo' (CPU) or 'nccl' (CUDA)."""
@@ -92,7 +93,8 @@ class FsdpSettings:
     threads: int = 1
     """torch threads per rank."""
     recipe: TrainingRecipe = DEFAULT_RECIPE
-    """Training recipe the workers train (MixedPrecisionPolicy, resharding, accumulation, AC)."""
+    """Training recipe the workers train (MixedPrecisionPolicy, resharding, accumulation, AC;
+    under a pipeline the layout is the case's)."""
 
 
 def case_spec(path: Path, raw: Mapping[str, Any]) -> ModelSpec:
@@ -194,7 +196,18 @@ def run_fsdp(cases: Sequence[FsdpCase], out_path: str | Path, settings: FsdpSett
         raise UserInputError("no FSDP cases to run", hint="list shapes in the --space file.")
     check_layout(cases, settings.recipe.parallel, world_size=nproc if torchrun_args is None
                  else None)
-    check_run_inputs(out=out_path, columns=COLUMNS, key_columns=KEY_COLUMNS, dtype=settings.dtype,
+    return launch_workers("perfmodel.bench.fsdp_worker", cases, out_path, settings,
+                          columns=COLUMNS, key_columns=KEY_COLUMNS, nproc=nproc,
+                          torchrun_args=torchrun_args, what="FSDP2 benchmark")
+
+
+def launch_workers(worker: str, cases: Sequence[Any], out_path: str | Path,
+                   settings: FsdpSettings, *, columns: Sequence[str], key_columns: Sequence[str],
+                   nproc: int, torchrun_args: str | None, what: str) -> Path:
+    """Check the output and run settings, write the case plan (each case's `to_json`) next to
+    the output and launch `worker` under torchrun with the settings; returns the plan path.
+    Shared by the FSDP2 and pipeline benchmarks, whose workers take the same arguments."""
+    check_run_inputs(out=out_path, columns=columns, key_columns=key_columns, dtype=settings.dtype,
                      threads=settings.threads, nproc=nproc, iters=settings.iters,
                      warmup=settings.warmup)
     plan = Path(f"{out_path}.plan.json")
@@ -204,8 +217,6 @@ def run_fsdp(cases: Sequence[FsdpCase], out_path: str | Path, settings: FsdpSett
             "--link", settings.link, "--dtype", settings.dtype, "--iters", str(settings.iters),
             "--warmup", str(settings.warmup), "--threads", str(settings.threads),
             "--recipe", json.dumps(recipe_mapping(settings.recipe))]
-    launch(torchrun_command("perfmodel.bench.fsdp_worker", args, nproc=nproc,
-                            torchrun_args=torchrun_args),
-           threads=settings.threads, what="FSDP2 benchmark",
-           log_path=f"{out_path}{WORKER_LOG_SUFFIX}")
+    launch(torchrun_command(worker, args, nproc=nproc, torchrun_args=torchrun_args),
+           threads=settings.threads, what=what, log_path=f"{out_path}{WORKER_LOG_SUFFIX}")
     return plan

@@ -33,16 +33,14 @@ import pandas as pd
 
 from perfmodel.api.predict import simulate
 from perfmodel.api.workload import WorkloadSpec
-from perfmodel.bench.comm import WORKER_LOG_SUFFIX, launch, torchrun_command
 from perfmodel.bench.common import (
-    check_run_inputs,
     positive_int,
     read_space_yaml,
     reject_unknown_keys,
 )
-from perfmodel.bench.fsdp import SPEC_KEYS, case_spec
+from perfmodel.bench.fsdp import SPEC_KEYS, FsdpSettings, case_spec, launch_workers
 from perfmodel.costs.features import spec_from_row
-from perfmodel.profiles.fsdp_compare import SHAPE_COLUMNS, recipe_cell, recipe_mapping, row_recipe
+from perfmodel.profiles.fsdp_compare import SHAPE_COLUMNS, recipe_cell, row_recipe
 from perfmodel.profiles.profile import load_profile
 from perfmodel.spec.arch import ModelSpec
 from perfmodel.spec.catalog import get_link
@@ -50,7 +48,7 @@ from perfmodel.spec.errors import ConfigError, UserInputError
 from perfmodel.spec.hf_config import spec_from_hf_config
 from perfmodel.spec.layout import PP_SCHEDULES, ParallelLayout
 from perfmodel.spec.pipeline import check_schedule, stage_blocks
-from perfmodel.spec.recipe import DEFAULT_RECIPE, TrainingRecipe
+from perfmodel.spec.recipe import TrainingRecipe
 
 logger = logging.getLogger(__name__)
 
@@ -118,24 +116,9 @@ class PipelineCase:
                                       "config.json).")
 
 
-@dataclass(frozen=True, slots=True)
-class PipelineSettings:
-    """How the pipeline steps are run."""
-
-    backend: str
-    """'gloo' (CPU) or 'nccl' (CUDA)."""
-    link: str
-    """Link recorded per row (catalogs/links.csv)."""
-    dtype: str
-    """Parameter/activation dtype."""
-    iters: int
-    """Timed steps per case."""
-    warmup: int
-    """Untimed steps per case."""
-    threads: int = 1
-    """torch threads per rank."""
-    recipe: TrainingRecipe = DEFAULT_RECIPE
-    """Training recipe (its dtypes and activation checkpointing; the layout is the case's)."""
+PipelineSettings = FsdpSettings
+"""How the pipeline steps are run: the FSDP2 benchmark's settings (its workers take the same
+arguments; the layout is each case's)."""
 
 
 def case_recipe(settings_recipe: TrainingRecipe, case: PipelineCase, pp: int) -> TrainingRecipe:
@@ -211,21 +194,9 @@ def run_pipeline(cases: Sequence[PipelineCase], out_path: str | Path, settings: 
                              hint="pass --nproc 2 (the pipeline ranks).")
     for case in cases:
         case.check(nproc, "pipeline space")
-    check_run_inputs(out=out_path, columns=COLUMNS, key_columns=KEY_COLUMNS, dtype=settings.dtype,
-                     threads=settings.threads, nproc=nproc, iters=settings.iters,
-                     warmup=settings.warmup)
-    plan = Path(f"{out_path}.plan.json")
-    plan.parent.mkdir(parents=True, exist_ok=True)
-    plan.write_text(json.dumps([c.to_json() for c in cases], indent=1) + "\n")
-    args = ["--out", str(out_path), "--plan", str(plan), "--backend", settings.backend,
-            "--link", settings.link, "--dtype", settings.dtype, "--iters", str(settings.iters),
-            "--warmup", str(settings.warmup), "--threads", str(settings.threads),
-            "--recipe", json.dumps(recipe_mapping(settings.recipe))]
-    launch(torchrun_command("perfmodel.bench.pipeline_worker", args, nproc=nproc,
-                            torchrun_args=torchrun_args),
-           threads=settings.threads, what="pipeline benchmark",
-           log_path=f"{out_path}{WORKER_LOG_SUFFIX}")
-    return plan
+    return launch_workers("perfmodel.bench.pipeline_worker", cases, out_path, settings,
+                          columns=COLUMNS, key_columns=KEY_COLUMNS, nproc=nproc,
+                          torchrun_args=torchrun_args, what="pipeline benchmark")
 
 
 # ---- prediction ------------------------------------------------------------------------------
