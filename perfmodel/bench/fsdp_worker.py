@@ -58,19 +58,28 @@ from perfmodel.spec.recipe import DEFAULT_RECIPE, TrainingRecipe, recipe_from_ma
 logger = logging.getLogger("perfmodel.bench.fsdp_worker")
 
 
-def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__)
+def parse_worker_args(argv: Sequence[str] | None, *, description: str | None, launcher: str,
+                      iters: int, warmup: int) -> argparse.Namespace:
+    """The arguments `perfmodel.bench.fsdp.launch_workers` passes a benchmark worker (FSDP2 or
+    pipeline); `iters`/`warmup` are the defaults of a worker run by hand."""
+    p = argparse.ArgumentParser(description=description)
     p.add_argument("--out", required=True)
-    p.add_argument("--plan", required=True, help="JSON list of cases (written by bench fsdp)")
+    p.add_argument("--plan", required=True, help=f"JSON list of cases (written by {launcher})")
     p.add_argument("--backend", default="gloo")
     p.add_argument("--link", default="gloo-loopback")
     p.add_argument("--dtype", default="float32")
-    p.add_argument("--iters", type=int, default=5)
-    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--iters", type=int, default=iters)
+    p.add_argument("--warmup", type=int, default=warmup)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--recipe", default=None,
                    help="TrainingRecipe as a JSON mapping (default torchtitan)")
     return p.parse_args(argv)
+
+
+def recipe_argument(args: argparse.Namespace) -> TrainingRecipe:
+    """The --recipe argument of a worker (default torchtitan)."""
+    return DEFAULT_RECIPE if not args.recipe else recipe_from_mapping(json.loads(args.recipe),
+                                                                      source="--recipe")
 
 
 def shard_model(case: FsdpCase, device: torch.device, dtype: torch.dtype,
@@ -217,15 +226,14 @@ def run_case(case: FsdpCase, args: argparse.Namespace, device: torch.device,
 def _recipe(args: argparse.Namespace) -> TrainingRecipe:
     """The recipe to train; a parallel layout resolved on this job's ranks (so the dataset's
     recipe cell names every degree, dp_shard included)."""
-    recipe = DEFAULT_RECIPE if not args.recipe else recipe_from_mapping(json.loads(args.recipe),
-                                                                        source="--recipe")
+    recipe = recipe_argument(args)
     if recipe.parallel.is_default:
         return recipe
     return replace(recipe, parallel=recipe.parallel.resolve(dist.get_world_size()))
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    args = _parse(argv)
+    args = parse_worker_args(argv, description=__doc__, launcher="bench fsdp", iters=5, warmup=2)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     context = cuda_context_bytes() if args.backend == "nccl" else 0
     device = setup(args.backend, args.threads)

@@ -22,7 +22,7 @@ import torch.distributed as dist
 from perfmodel.bench.comm_worker import done_keys_rank0, setup
 from perfmodel.bench.common import CsvLog, dtype_name, median_iqr, resolve_dtype
 from perfmodel.bench.environment import append_environment, environment_record
-from perfmodel.bench.fsdp_worker import timed_steps
+from perfmodel.bench.fsdp_worker import parse_worker_args, recipe_argument, timed_steps
 from perfmodel.bench.model import build_model, random_tokens
 from perfmodel.bench.pipeline import COLUMNS, KEY_COLUMNS, PipelineCase, case_recipe, row_key
 from perfmodel.bench.pipeline_stages import (
@@ -32,35 +32,15 @@ from perfmodel.bench.pipeline_stages import (
     train_step,
 )
 from perfmodel.profiles.fsdp_compare import recipe_cell
-from perfmodel.spec.recipe import DEFAULT_RECIPE, TrainingRecipe, recipe_from_mapping
 
 logger = logging.getLogger("perfmodel.bench.pipeline_worker")
-
-
-def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("--out", required=True)
-    p.add_argument("--plan", required=True, help="JSON list of cases (written by bench pipeline)")
-    p.add_argument("--backend", default="gloo")
-    p.add_argument("--link", default="gloo-loopback")
-    p.add_argument("--dtype", default="float32")
-    p.add_argument("--iters", type=int, default=10)
-    p.add_argument("--warmup", type=int, default=3)
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--recipe", default=None, help="TrainingRecipe as a JSON mapping")
-    return p.parse_args(argv)
-
-
-def _recipe(args: argparse.Namespace) -> TrainingRecipe:
-    return DEFAULT_RECIPE if not args.recipe else recipe_from_mapping(json.loads(args.recipe),
-                                                                      source="--recipe")
 
 
 def run_case(case: PipelineCase, args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
     """Measure one case; returns its dataset row."""
     dtype = resolve_dtype(args.dtype)
     pp, rank = dist.get_world_size(), dist.get_rank()
-    recipe = case_recipe(_recipe(args), case, pp)
+    recipe = case_recipe(recipe_argument(args), case, pp)
     model = checkpoint_blocks(build_model(case.spec, device=device, dtype=dtype, seed=0), recipe)
     run = pipeline_schedule(model, schedule=case.pp_schedule, pp=pp,
                             virtual_stages=case.virtual_stages, rank=rank,
@@ -96,7 +76,8 @@ def run_case(case: PipelineCase, args: argparse.Namespace, device: torch.device)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    args = _parse(argv)
+    args = parse_worker_args(argv, description=__doc__, launcher="bench pipeline", iters=10,
+                             warmup=3)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     device = setup(args.backend, args.threads)
     rank, pp = dist.get_rank(), dist.get_world_size()
@@ -110,7 +91,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                    "link": args.link}))
     dtype = dtype_name(resolve_dtype(args.dtype))
     for case in cases:
-        recipe = case_recipe(_recipe(args), case, pp)
+        recipe = case_recipe(recipe_argument(args), case, pp)
         if log.key_of(row_key(case, pp, args.backend, dtype, recipe)) in done:
             continue
         row = run_case(case, args, device)
