@@ -388,6 +388,17 @@ def _is_layout_table(ac: Any, parallel: Mapping[str, Any] | None) -> bool:
     return parallel is not None or isinstance(ac, list | tuple)
 
 
+def _one_mode(ac: str | Sequence[str] | None) -> str | None:
+    """The single checkpointing mode of a plain FSDP table (None: the recipe's); a list of
+    modes makes a layout table (`_is_layout_table`), so reaching here with one is a caller's
+    error, reported as such."""
+    if ac is None or isinstance(ac, str):
+        return ac
+    raise UserInputError(f"activation checkpointing {list(ac)!r}: a list of modes needs a "
+                         "layout table",
+                         hint="pass one mode, or the list as a list (the planner chooses).")
+
+
 def table_identity(model: str, *, seq_len: int, ac: str | Sequence[str] | None = None,
                    recipe: TrainingRecipe | Mapping[str, Any] | None = None,
                    parallel: Mapping[str, Any] | None = None) -> TableIdentity:
@@ -402,9 +413,8 @@ def table_identity(model: str, *, seq_len: int, ac: str | Sequence[str] | None =
         key = recipe_key(base)
         return TableIdentity(model=get_model(model).name, seq_len=seq_len,
                              recipe=f"{key};{LAYOUT_KEY}")
-    assert ac is None or isinstance(ac, str)
     return TableIdentity(model=get_model(model).name, seq_len=seq_len,
-                         recipe=recipe_key(resolve_recipe(recipe, ac)))
+                         recipe=recipe_key(resolve_recipe(recipe, _one_mode(ac))))
 
 
 def island_table_for(model: str, *, seq_len: int, ac: str | Sequence[str] | None = None,
@@ -442,9 +452,8 @@ def island_table_for(model: str, *, seq_len: int, ac: str | Sequence[str] | None
             global_batch_seqs=global_batch_seqs,
             island_nodes={c.name: c.island_nodes for c in clusters if c.island_nodes})
     else:
-        assert ac is None or isinstance(ac, str)
-        table = build_island_table(spec, seq_len=seq_len, ac=ac, clusters=specs, recipe=recipe,
-                                   global_batch_seqs=global_batch_seqs)
+        table = build_island_table(spec, seq_len=seq_len, ac=_one_mode(ac), clusters=specs,
+                                   recipe=recipe, global_batch_seqs=global_batch_seqs)
     identity = table_identity(model, seq_len=seq_len, ac=ac, recipe=recipe, parallel=parallel)
     table = table.assign(model=identity.model, seq_len=identity.seq_len, recipe=identity.recipe)
     return ModelTable(table=table, parameters=spec.total_params, model_name=spec.name,
