@@ -71,19 +71,21 @@ def spec_of_row(row: Mapping[str, str]) -> ModelSpec:
                      vocab_size=int(row["vocab_size"]), **layout)
 
 
-def read_rows(path: str | Path) -> list[dict[str, str]]:
-    """Rows of a tracker CSV; DatasetError naming missing columns."""
+def read_rows(path: str | Path, *, required: Sequence[str] = _REQUIRED,
+              create_hint: str = "run `shardmeter bench memory --grid N -o FILE` to create it.",
+              writer: str = "shardmeter bench memory") -> list[dict[str, str]]:
+    """Rows of a tracker CSV (the FSDP one by default; the pipeline one passes its columns and
+    generator); DatasetError naming missing columns."""
 
     path = Path(path)
     if not path.is_file():
-        raise DatasetError(f"{path} not found",
-                           hint="run `shardmeter bench memory --grid N -o FILE` to create it.")
+        raise DatasetError(f"{path} not found", hint=create_hint)
     with path.open(newline="") as fh:
         rows = list(csv.DictReader(fh))
-    missing = [c for c in _REQUIRED if rows and c not in rows[0]]
+    missing = [c for c in required if rows and c not in rows[0]]
     if missing:
         raise DatasetError(f"{path}: missing column(s) {', '.join(missing)}",
-                           hint="give a CSV written by `shardmeter bench memory`.")
+                           hint=f"give a CSV written by `{writer}`.")
     for i, row in enumerate(rows):  # datasets written before the rename say `selective`
         if "ac" in row:
             row["ac"] = canonical_ac(row["ac"], where=f"{path}, line {i + 2}: column 'ac'")

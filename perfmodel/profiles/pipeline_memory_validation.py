@@ -10,17 +10,15 @@ per schedule, per AC mode, per ground truth) into MAPE and worst case. No torch 
 
 from __future__ import annotations
 
-import csv
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from perfmodel.costs.memory import MemoryConfig, RankMemory, pipeline_memory
 from perfmodel.formatting import markdown_table
-from perfmodel.profiles.memory_validation import dataset_path, spec_of_row
-from perfmodel.spec.errors import DatasetError
+from perfmodel.profiles.memory_validation import dataset_path, read_rows, spec_of_row
 from perfmodel.spec.formulas import GIB
-from perfmodel.spec.recipe import canonical_ac, named_recipe
+from perfmodel.spec.recipe import named_recipe
 
 DATASET = "memory-tracker-pipeline.csv"
 """The shipped pipeline grid under catalogs/profiles/data/."""
@@ -39,19 +37,9 @@ _REQUIRED = ("model", "family", "hidden_size", "num_hidden_layers", "num_attenti
 
 def read_pipeline_rows(path: str | Path) -> list[dict[str, str]]:
     """Rows of a pipeline tracker CSV; DatasetError naming missing columns."""
-    path = Path(path)
-    if not path.is_file():
-        raise DatasetError(f"{path} not found",
-                           hint="run `python -m scripts.bench_pipeline_memory --grid -o FILE`.")
-    with path.open(newline="") as fh:
-        rows = list(csv.DictReader(fh))
-    missing = [c for c in _REQUIRED if rows and c not in rows[0]]
-    if missing:
-        raise DatasetError(f"{path}: missing column(s) {', '.join(missing)}",
-                           hint="give a CSV written by `python -m scripts.bench_pipeline_memory`.")
-    for i, row in enumerate(rows):
-        row["ac"] = canonical_ac(row["ac"], where=f"{path}, line {i + 2}: column 'ac'")
-    return rows
+    return read_rows(path, required=_REQUIRED,
+                     create_hint="run `python -m scripts.bench_pipeline_memory --grid -o FILE`.",
+                     writer="python -m scripts.bench_pipeline_memory")
 
 
 def predict_pipeline_row(row: Mapping[str, str],
