@@ -30,7 +30,7 @@ brute force; rejected layouts name the limit).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -203,14 +203,29 @@ def _rows(model: ModelSpec, profile: CostModel, island: IslandSpec, seq_len: int
     return frame.loc[:, list(ROW_COLUMNS)]
 
 
-def _gpipe_max_accum(model: ModelSpec, world: int, seq_len: int, recipe: TrainingRecipe,
-                     usable: int, micro_batch: int) -> int:
-    """The largest k whose GPipe peak (k micro-batches in flight) fits (bisection; memory is
-    non-decreasing in k)."""
+def _fits_at(model: ModelSpec, world: int, seq_len: int, recipe: TrainingRecipe, usable: int,
+             micro_batch: int) -> Callable[[int], bool]:
+    """Whether the worst rank's peak at k micro-batches per step fits the usable memory."""
     def fits(k: int) -> bool:
         return memory_breakdown(model, num_gpus=world, seq_len=seq_len, micro_batch=micro_batch,
                                 recipe=recipe, accum_steps=k).peak_bytes <= usable
+    return fits
 
+
+def _last_fitting(fits: Callable[[int], bool], lo: int, hi: int, step: int) -> int:
+    """Bisection over the multiples of `step` from lo to hi, given fits(lo) and not fits(hi)
+    (memory is non-decreasing in k): the largest that fits."""
+    while hi - lo > step:
+        mid = lo + (hi - lo) // (2 * step) * step
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+    return lo
+
+
+def _gpipe_max_accum(model: ModelSpec, world: int, seq_len: int, recipe: TrainingRecipe,
+                     usable: int, micro_batch: int) -> int:
+    """The largest k whose GPipe peak (k micro-batches in flight) fits (doubling, then
+    bisection; memory is non-decreasing in k)."""
+    fits = _fits_at(model, world, seq_len, recipe, usable, micro_batch)
     if not fits(1):
         return 0
     lo, hi = 1, 2
@@ -218,10 +233,7 @@ def _gpipe_max_accum(model: ModelSpec, world: int, seq_len: int, recipe: Trainin
         lo, hi = hi, hi * 2
     if hi > MAX_GPIPE_ACCUM:
         return MAX_GPIPE_ACCUM
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
-    return lo
+    return _last_fitting(fits, lo, hi, 1)
 
 
 def _saturating_accum(layout: ParallelLayout, min_accum: int, multiple: int) -> int:
@@ -232,9 +244,12 @@ def _saturating_accum(layout: ParallelLayout, min_accum: int, multiple: int) -> 
                                             layout.virtual_stages, k, r).items()))
                      for r in range(layout.pp))
 
-    k = min_accum
-    while k < MAX_GPIPE_ACCUM and held(k) != held(k + multiple):
-        k += multiple
+    k, now = min_accum, held(min_accum)
+    while k < MAX_GPIPE_ACCUM:
+        after = held(k + multiple)
+        if after == now:
+            break
+        k, now = k + multiple, after
     return k
 
 
@@ -243,18 +258,11 @@ def _interleaved_max_accum(model: ModelSpec, world: int, seq_len: int, recipe: T
     """The largest admissible k whose interleaved-1F1B peak fits (0: every k fits, the
     saturated schedule included; min_accum - 1 is never returned for a row: the row exists only
     when k = min_accum fits)."""
-    def fits(k: int) -> bool:
-        return memory_breakdown(model, num_gpus=world, seq_len=seq_len, micro_batch=micro_batch,
-                                recipe=recipe, accum_steps=k).peak_bytes <= usable
-
+    fits = _fits_at(model, world, seq_len, recipe, usable, micro_batch)
     top = _saturating_accum(recipe.parallel, min_accum, multiple)
     if fits(top):
         return 0
-    lo, hi = min_accum, top  # fits(lo), not fits(hi), both multiples of `multiple`
-    while hi - lo > multiple:
-        mid = lo + (hi - lo) // (2 * multiple) * multiple
-        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
-    return lo
+    return _last_fitting(fits, min_accum, top, multiple)
 
 
 def drop_dominated(rows: pd.DataFrame, keys: Sequence[str] = ()) -> pd.DataFrame:
