@@ -1,0 +1,63 @@
+"""`perfmodel.api.layout` (`shardmeter layout`): each ranked entry is what `predict` says for its
+layout, checkpointing mode, micro-batch and k; entries are ordered by throughput; the best
+layout explained is rank 1 with gap 0; a named layout that cannot run says why."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from perfmodel import api
+from perfmodel.api.layout import LayoutRequest, explain, rank_layouts
+from perfmodel.spec.errors import UserInputError
+from perfmodel.spec.layout import ParallelLayout
+from perfmodel.spec.recipe import DEFAULT_RECIPE
+
+MODEL, GPU, SEQ, BATCH = "Llama-3.2-1B", "H100-SXM5-80GB", 2048, 64
+
+
+@pytest.fixture(scope="module")
+def request_() -> LayoutRequest:
+    return LayoutRequest(workload=api.WorkloadSpec(model_name=MODEL, gpu_name=GPU, seq_len=SEQ),
+                         global_batch_seqs=BATCH, parallel={"max_tp": 2, "max_pp": 2},
+                         checkpointing=["op-sac", "full"], top=6)
+
+
+@pytest.fixture(scope="module")
+def ranking(request_: LayoutRequest):  # type: ignore[no-untyped-def]
+    return rank_layouts(request_)
+
+
+def test_entries_are_the_predicted_steps_in_throughput_order(ranking) -> None:  # type: ignore[no-untyped-def]
+    entries = ranking.entries
+    assert len(entries) == 6 and ranking.total >= len(entries)
+    assert [e["rank"] for e in entries] == list(range(1, 7))
+    rates = [e["tokens_per_s_per_gpu"] for e in entries]
+    assert rates == sorted(rates, reverse=True)
+    for e in entries:
+        layout = ParallelLayout(**e["layout"])
+        assert e["micro_batch"] * e["accum"] * layout.dp == BATCH
+        recipe = replace(DEFAULT_RECIPE.with_overrides(ac=e["ac"]), parallel=layout)
+        got = api.predict(api.WorkloadSpec(model_name=MODEL, gpu_name=GPU, seq_len=SEQ,
+                                           micro_batch=e["micro_batch"], accum=e["accum"],
+                                           recipe=recipe))
+        assert got.record["step_time_s"] == pytest.approx(e["step_time_s"], rel=1e-9)
+        assert got.record["peak_gib"] == pytest.approx(e["peak_gib"], rel=1e-9)
+
+
+def test_the_best_layout_explained_is_rank_one_with_no_gap(request_, ranking) -> None:  # type: ignore[no-untyped-def]
+    best = ranking.entries[0]
+    layout = best["layout"]
+    named = (f"tp={layout['tp']},pp={layout['pp']},dp_shard={layout['dp_shard']},"
+             f"dp_replicate={layout['dp_replicate']},ac={best['ac']}")
+    if layout["pp"] > 1:
+        named += f",v={layout['virtual_stages']},schedule={layout['pp_schedule']}"
+    result = explain(request_, named)
+    assert result.rank == 1 and result.gap_pct == pytest.approx(0.0, abs=1e-9)
+
+
+def test_a_named_layout_that_cannot_run_says_why(request_) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(UserInputError) as err:
+        explain(request_, "tp=3,pp=1,dp_shard=1")
+    assert "To fix:" in str(err.value)
