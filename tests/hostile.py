@@ -87,3 +87,21 @@ def case_ids(cases: Sequence[tuple[str, ...]]) -> list[str]:
     for case in cases:
         assert case[0] in KINDS, case
     return [f"{c[0]}-{c[1]}" for c in cases]
+
+
+def tiny_space(name: str, *, max_micro_batch: int) -> str:
+    """A design-space YAML of one-block llama shapes small enough for a benchmark run inside a
+    test (the compute benches of the hostile, kill and resume tests)."""
+    return f"""
+name: {name}
+families: [llama]
+tie_word_embeddings: [false]
+hidden_size: {{min: 16, max: 32, multiple_of: 8}}
+num_hidden_layers: {{min: 1, max: 1}}
+num_attention_heads: {{min: 2, max: 2}}
+num_key_value_heads: {{min: 1, max: 2}}
+intermediate_size: {{min: 32, max: 64, multiple_of: 16}}
+vocab_size: {{min: 64, max: 128, multiple_of: 64}}
+seq_len: [16]
+max_micro_batch: {max_micro_batch}
+"""

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from hostile import refused, run
+from hostile import refused, run, tiny_space
 
 from perfmodel.bench import compute as cb
 from perfmodel.bench.comm import launch
@@ -26,19 +26,7 @@ from perfmodel.bench.space import load_space
 from perfmodel.profiles import fsdp_compare
 from perfmodel.spec.errors import ShardMeterError
 
-SPACE = """
-name: hostile
-families: [llama]
-tie_word_embeddings: [false]
-hidden_size: {min: 16, max: 32, multiple_of: 8}
-num_hidden_layers: {min: 1, max: 1}
-num_attention_heads: {min: 2, max: 2}
-num_key_value_heads: {min: 1, max: 2}
-intermediate_size: {min: 32, max: 64, multiple_of: 16}
-vocab_size: {min: 64, max: 128, multiple_of: 64}
-seq_len: [16]
-max_micro_batch: 4
-"""
+SPACE = tiny_space("hostile", max_micro_batch=4)
 
 
 @pytest.fixture

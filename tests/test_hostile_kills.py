@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from hostile import INSTANCES, accepted, run
+from hostile import INSTANCES, accepted, run, tiny_space
 
 pytestmark = pytest.mark.slow
 
@@ -63,19 +63,7 @@ def _counts(path: Path, *keys: str) -> Counter[tuple[str, ...]]:
 
 # ---- bench compute ----------------------------------------------------------------------------
 
-SPACE = """
-name: kills
-families: [llama]
-tie_word_embeddings: [false]
-hidden_size: {min: 16, max: 32, multiple_of: 8}
-num_hidden_layers: {min: 1, max: 1}
-num_attention_heads: {min: 2, max: 2}
-num_key_value_heads: {min: 1, max: 2}
-intermediate_size: {min: 32, max: 64, multiple_of: 16}
-vocab_size: {min: 64, max: 128, multiple_of: 64}
-seq_len: [16]
-max_micro_batch: 4
-"""
+SPACE = tiny_space("kills", max_micro_batch=4)
 N_CONFIGS = 6
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from hostile import tiny_space
 
 from perfmodel.bench.common import CsvLog
 from perfmodel.spec.errors import DatasetError
@@ -176,19 +177,7 @@ def test_fit_rejects_nan_rows(run_cli, tmp_path: Path) -> None:
 
 # ---- the real benchmark ------------------------------------------------------------------
 
-SPACE = """
-name: resume
-families: [llama]
-tie_word_embeddings: [false]
-hidden_size: {min: 16, max: 32, multiple_of: 8}
-num_hidden_layers: {min: 1, max: 1}
-num_attention_heads: {min: 2, max: 2}
-num_key_value_heads: {min: 1, max: 2}
-intermediate_size: {min: 32, max: 64, multiple_of: 16}
-vocab_size: {min: 64, max: 128, multiple_of: 64}
-seq_len: [16]
-max_micro_batch: 2
-"""
+SPACE = tiny_space("resume", max_micro_batch=2)
 N_CONFIGS = 6
 BENCH = ["bench", "compute", "-n", str(N_CONFIGS), "--iters", "2", "--warmup", "0"]
 
