@@ -52,7 +52,7 @@ from perfmodel.spec.recipe import (
 
 __all__ = ["IDENTITY_COLUMNS", "LAYOUT_TABLE_COLUMNS", "TABLE_COLUMNS", "ClusterRequest",
            "Exclusion", "ModelTable", "TableIdentity", "build_island_table", "build_layout_table",
-           "checkpoint_mode", "island_table_for", "recipe_key", "table_identity"]
+           "checkpoint_mode", "gpu_profile", "island_table_for", "recipe_key", "table_identity"]
 
 logger = logging.getLogger(__name__)
 
@@ -293,6 +293,13 @@ def _profile_for(gpu_name: str,
                 return profile
 
     return default_profile(gpu_name)
+
+
+def gpu_profile(gpu_name: str) -> tuple[str, str]:
+    """(profile name, provenance) of the profile the island tables of a GPU are built with
+    (`default_profile`: measured > calibrated > prior): what a plan on that GPU rests on."""
+    profile = _profile_for(gpu_name, None)
+    return profile.name, profile.provenance
 
 
 # ---- the planner's entry point (the planner imports perfmodel only through this module) -------

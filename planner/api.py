@@ -221,10 +221,8 @@ def frontier(request: FrontierRequest, *,
                                 max_co2_kg=request.max_co2_kg,
                                 max_energy_kwh=request.max_energy_kwh,
                                 options=request.options))
-    records = report.frontier_records(solved.frontier, solved.problem)
-    if metric is not None:
-        for record in records:  # cost is not monotone along a time-vs-energy frontier
-            record.pop("usd_per_hour_saved", None)
+    records = report.frontier_records(solved.frontier, solved.problem, min_gain=request.min_gain,
+                                      metric=solved.metric)
     if request.csv_path is not None:
         report.write_csv(records, request.csv_path)
     if request.plot_path is not None:

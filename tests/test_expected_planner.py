@@ -180,7 +180,7 @@ def test_solvers_that_cannot_optimise_expected_values_refuse() -> None:
 def test_pareto_and_plan_with_failures_through_the_cli(run_cli) -> None:
     result = run_cli("pareto", str(TWO), "--failures", "--format", "json")
     assert result.code == 0, result.err
-    records = json.loads(result.out)
+    records = json.loads(result.out)["frontier"]
     for key in ("goodput", "expected_wall_time_s", "expected_cost_usd", "failure_free_wall_time_s",
                 "egress_usd", "checkpoint_interval_s", "wall_time_s", "cost_usd", "islands"):
         assert key in records[0]
@@ -190,7 +190,7 @@ def test_pareto_and_plan_with_failures_through_the_cli(run_cli) -> None:
     record = json.loads(plan.out)
     assert record["failures"] is True and record["failure_assumptions"]
     assert record["expected_cost_usd"] == min(r["expected_cost_usd"] for r in records)
-    plain = json.loads(run_cli("pareto", str(TWO), "--format", "json").out)
+    plain = json.loads(run_cli("pareto", str(TWO), "--format", "json").out)["frontier"]
     assert all(r["goodput"] == 1 and r["expected_wall_time_s"] == r["wall_time_s"]
                and r["expected_cost_usd"] == r["cost_usd"] for r in plain)
     refused = run_cli("pareto", str(TWO), "--failures", "--solver", "cpsat")
@@ -222,7 +222,8 @@ def test_alternative_without_a_price_list_is_a_user_error(tmp_path: Path) -> Non
 
 
 def test_deadline_and_budget_act_on_expected_values(run_cli) -> None:
-    records = json.loads(run_cli("pareto", str(TWO), "--failures", "--format", "json").out)
+    records = json.loads(run_cli("pareto", str(TWO), "--failures", "--format",
+                                 "json").out)["frontier"]
     fastest_h = min(r["expected_wall_time_s"] for r in records) / 3600
     cheapest = min(r["expected_cost_usd"] for r in records)
     late = run_cli("plan", str(TWO), "--failures", "--deadline-hours", str(fastest_h * 0.999))

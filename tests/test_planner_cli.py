@@ -28,7 +28,9 @@ def test_every_shipped_instance_loads() -> None:
 def test_pareto_json_has_required_keys(instance: Path, run_cli) -> None:
     code, out, err = run_cli("pareto", str(instance), "--format", "json")
     assert code == 0, err
-    points = json.loads(out)
+    document = json.loads(out)
+    assert document["schema_version"] == 1
+    points = document["frontier"]
     assert isinstance(points, list) and points
     for point in points:
         assert {"wall_time_s", "cost_usd", "tokens_per_s", "islands", "proven_exact"} <= set(point)
@@ -53,7 +55,7 @@ def test_pareto_writes_csv_and_both_plots(tmp_path: Path, run_cli) -> None:
         assert path.stat().st_size > 1000 and path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     frame = pd.read_csv(csv)
     assert (
-        {"wall_time_s", "cost_usd", "tokens_per_s", "label"} <= set(frame.columns)
+        {"wall_time_s", "cost_usd", "tokens_per_s", "cluster", "provider"} <= set(frame.columns)
         and len(frame) >= 1
     )
 
@@ -62,7 +64,7 @@ def test_pareto_writes_csv_and_both_plots(tmp_path: Path, run_cli) -> None:
 def test_pareto_other_solvers_csv(solver: str, run_cli) -> None:
     code, out, err = run_cli("pareto", str(TWO), "--solver", solver, "--format", "csv")
     assert code == 0, err
-    assert out.splitlines()[0].startswith("point,label,wall_time_h")
+    assert out.splitlines()[0].startswith("point,wall_time_h")
 
 
 def test_exact_solvers_agree_through_cli(run_cli) -> None:
@@ -70,7 +72,8 @@ def test_exact_solvers_agree_through_cli(run_cli) -> None:
     for solver in ("cpsat", "milp", "brute"):
         code, out, err = run_cli("pareto", str(TWO), "--solver", solver, "--format", "json")
         assert code == 0, err
-        fronts[solver] = [(p["wall_time_s"], p["cost_usd"]) for p in json.loads(out)]
+        fronts[solver] = [(p["wall_time_s"], p["cost_usd"])
+                          for p in json.loads(out)["frontier"]]
     assert fronts["cpsat"] == fronts["milp"] == fronts["brute"]
 
 

@@ -752,6 +752,10 @@ def test_plan_shows_layout_ac_and_exclusions(tmp_path: Path, run_cli) -> None:
                "allowed_gpus_per_node, max_nodes_per_island)"}]
     code, out, err = run_cli("plan", str(path))
     assert code == 0, err
+    assert "excluded: 1 cluster or island option contributes no row (B 1x4)" in out
+    assert ", ac op-sac" in out  # the island groups name layout and checkpointing
+    code, out, err = run_cli("plan", str(path), "--wide")
+    assert code == 0, err
     assert "excluded" in out and "has no row for it" in out and "ac" in out
     code, out, err = run_cli("islands", str(path))
     assert code == 0 and "excluded" in out and "has no row for it" in out

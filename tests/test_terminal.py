@@ -261,3 +261,43 @@ def test_simulate_names_the_files_it_wrote(cli80, tmp_path) -> None:
     trace = tmp_path / "a-rather-long-folder-name-for-the-trace" / "step.json"
     result = cli80(*FITTING["simulate"], "--trace", str(trace))
     assert result.code == 0 and f"wrote {trace}" in result.out and trace.exists()
+
+
+# ---- planner commands (issue 29: pareto, plan, pareto --vary) ------------------------------------
+
+CASE_STUDY = "instances/paper-case-study.yaml"
+PLANNER = {
+    "pareto": ["pareto", CASE_STUDY],
+    "plan": ["plan", CASE_STUDY],
+    "pareto-vary": ["pareto", CASE_STUDY, "--vary", "clusters.A.wan_gbit_s=1,10,100"],
+}
+"""The README's planner commands, rendered at 80 columns."""
+PLANNER_ANSWER = {
+    "pareto": ("fastest:", "cheapest:"),
+    "plan": ("plan (fastest)",),
+    "pareto-vary": ("robust choice",),
+}
+"""What the first 10 lines say (the first line starts with the first of them)."""
+
+
+@pytest.mark.parametrize("name", list(PLANNER))
+def test_planner_answer_first_at_80_columns(cli80, name: str) -> None:
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    args = [str(root / a) if a.endswith(".yaml") else a for a in PLANNER[name]]
+    result = cli80(*args)
+    assert result.code == 0, result.err
+    lines = _fits_the_terminal(result.out)
+    words = PLANNER_ANSWER[name]
+    assert lines[0].startswith(words[0]), lines[:3]
+    head = "\n".join(lines[:10])
+    for word in words:
+        assert word in head, (word, lines[:10])
+    if name == "pareto":  # what to rent where, and for how long and how much
+        fastest = next(i for i, line in enumerate(lines) if line.startswith("fastest:"))
+        cheapest = next(i for i, line in enumerate(lines) if line.startswith("cheapest:"))
+        assert fastest < cheapest < 10
+        assert "H200-SXM-141GB) @ RunPod community" in " ".join(x.strip() for x in lines[:10])
+        assert "$" in lines[fastest] and ("days" in lines[fastest] or " h" in lines[fastest])
+    assert "num_solves" not in result.out and "price_resolution" not in result.out

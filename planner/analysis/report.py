@@ -5,11 +5,25 @@ islands advance in lockstep at the slowest island's pace plus the amortised sync
 is W/3600·usd_per_hour of the island. Where the island table has layout or checkpointing columns,
 each island also says its `layout` and `ac` (and the row's layout columns); the clusters and
 options that contribute no row are `exclusion_records` (the JSON `excluded` list of a plan).
+
+Claim: every plan says what to rent where: identical islands fold into `island_groups` ("8 ×
+(1 node × 8 H200-SXM-141GB) @ RunPod community (A), m 4, k 1") carrying provider, tier, price
+list and region; plan and pareto JSON are versioned objects (`frontier_document`,
+`plan_document`, schemas in planner/schemas/) naming each GPU's profile provenance; the frontier
+stays exact (every point kept) but points whose gain over a neighbour is below `min_gain` are
+marked `near_duplicate`, and `usd_per_hour_saved` is measured against a faster point that saves
+at least that fraction of wall time (`marginal_costs`).
+Why: a label like "1x8x8 A100 + 1x8x8 H200" drops the GPU variant and the provider; a dollar
+difference divided by 15 seconds saved reads as hundreds of thousands of dollars per hour.
+Checked by: tests/test_plan_output.py (groups sum to the plan, near-duplicates and the per-hour
+figure on the case study, the JSON validates against its schema, CSV rows per island group) and
+tests/test_terminal.py (pareto, plan and pareto --vary at 80 columns).
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -17,13 +31,23 @@ from typing import Any
 
 import pandas as pd
 
+from perfmodel.tables import gpu_profile
 from planner.analysis.pareto import Frontier
-from planner.model.problem import Island, Plan, Problem
+from planner.model.energy import FIELD
+from planner.model.instance import Instance
+from planner.model.problem import ClusterInfo, Island, Plan, Problem
+from planner.requests import DEFAULT_MIN_GAIN
 
 LOG = logging.getLogger(__name__)
 
 TOP_THROUGHPUT_PLANS = 20
 """Plans shown in the figure-8 style chart."""
+SCHEMA_VERSION = 1
+"""`schema_version` of plan and pareto JSON (planner/schemas/plan.schema.json and
+pareto.schema.json): raised when a key changes meaning or goes; new keys do not raise it."""
+GROUP_KEYS = ("cluster", "tier", "gpu_type", "nodes", "gpus_per_node", "micro_batch",
+              "accum_steps", "layout", "ac")
+"""Islands of a plan with equal values of these keys form one island group."""
 
 
 def plan_label(plan: Plan, problem: Problem | None = None) -> str:
@@ -66,15 +90,58 @@ def _source(problem: Problem, cluster: str, tier: str | None = None) -> str:
     return cluster
 
 
-def marginal_costs(points: Sequence[Plan]) -> list[float | None]:
-    """Per point (fastest first): USD paid per hour of wall time saved by the next faster point,
-    (C_faster − C)/(W − W_faster)·3600; None for the fastest. A jump marks the knee."""
+def marginal_costs(points: Sequence[Plan], min_gain: float = DEFAULT_MIN_GAIN,
+                   metric: str = "cost") -> list[float | None]:
+    """Per point (fastest first): USD (or kWh, kg CO2 for `metric` energy, co2) paid per hour of
+    wall time saved by moving to a faster point, (X_j − X)/(W − W_j)·3600, where j is the
+    slowest faster point that saves at least `min_gain` of this point's wall time W; None for
+    the fastest point and where no faster point saves that much. A jump marks the knee.
+
+    Why not the adjacent point: two exact frontier points seconds apart on a run of days divide a
+    real cost difference by almost no time and read as hundreds of thousands of dollars per hour
+    saved; measured against the nearest point that saves a noticeable share of the run, the
+    figure is the price of time along the frontier. `min_gain` 0 gives the adjacent quotient."""
     ordered = sorted(points, key=lambda p: p.wall_time_s)
-    out: list[float | None] = [None]
-    for faster, plan in zip(ordered, ordered[1:], strict=False):
-        saved_h = (plan.wall_time_s - faster.wall_time_s) / 3600.0
-        out.append((faster.cost_usd - plan.cost_usd) / saved_h if saved_h > 0 else None)
+    out: list[float | None] = []
+    for i, plan in enumerate(ordered):
+        value: float | None = None
+        for faster in reversed(ordered[:i]):
+            saved_s = plan.wall_time_s - faster.wall_time_s
+            if saved_s > 0 and saved_s >= min_gain * plan.wall_time_s:
+                value = (_metric(faster, metric) - _metric(plan, metric)) / (saved_s / 3600.0)
+                break
+        out.append(value)
     return out
+
+
+def near_duplicates(points: Sequence[Plan], min_gain: float = DEFAULT_MIN_GAIN,
+                    metric: str = "cost") -> list[bool]:
+    """Per point (fastest first): is its gain over a neighbour below `min_gain`? A point is
+    marked when it is faster than the next slower point by less than `min_gain` of that point's
+    wall time (it costs more for almost no time), or cheaper (less `metric`) than the next faster
+    point by less than `min_gain` of that point's figure (it is slower for almost no saving).
+    Every point stays on the frontier: it is exact; the mark says which choices barely differ."""
+    ordered = sorted(points, key=lambda p: p.wall_time_s)
+    marks = [False] * len(ordered)
+    for i, (fast, slow) in enumerate(zip(ordered, ordered[1:], strict=False)):
+        if _gain(slow.wall_time_s, fast.wall_time_s) < min_gain:
+            marks[i] = True
+        if _gain(_metric(fast, metric), _metric(slow, metric)) < min_gain:
+            marks[i + 1] = True
+    return marks
+
+
+def _metric(plan: Plan, metric: str) -> float:
+    """The plan's second objective: cost_usd, energy_kwh or co2_kg."""
+    value = plan.cost_usd if metric == "cost" else getattr(plan, FIELD[metric])
+    return math.nan if value is None else float(value)
+
+
+def _gain(reference: float, better: float) -> float:
+    """(reference − better)/reference: the fraction `better` gains (inf when reference is 0)."""
+    if not reference > 0:
+        return math.inf
+    return (reference - better) / reference
 
 
 def plan_record(plan: Plan, problem: Problem) -> dict[str, Any]:
@@ -82,11 +149,12 @@ def plan_record(plan: Plan, problem: Problem) -> dict[str, Any]:
     islands)."""
     period_s = plan.inner_step_s + plan.sync_s / problem.inner_steps
     risky = problem.risk is not None
+    clusters = {c.name: c for c in problem.clusters}
     islands = []
     for island in plan.islands:
         tokens_per_s = island.seqs_per_step * problem.seq_len / period_s
         gpus = island.nodes * island.gpus_per_node
-        more = {"tier": island.tier, "participation": island.participation} if risky else {}
+        more = {"participation": island.participation} if risky else {}
         islands.append({
             "cluster": island.cluster,
             "gpu_type": island.gpu_type,
@@ -100,6 +168,8 @@ def plan_record(plan: Plan, problem: Problem) -> dict[str, Any]:
             "tokens_per_s_per_gpu": tokens_per_s / gpus,
             "usd_per_hour": island.usd_per_hour,
             "cost_usd": plan.wall_time_s / 3600.0 * island.usd_per_hour,
+            "tier": island.tier,
+            **_price_fields(clusters.get(island.cluster)),
             **more,
             **_layout_fields(island),
         })
@@ -121,7 +191,51 @@ def plan_record(plan: Plan, problem: Problem) -> dict[str, Any]:
         **_energy_notes(problem),
         **expected_fields(plan, problem),
         "islands": islands,
+        "island_groups": island_groups(islands),
     }
+
+
+def _price_fields(cluster: ClusterInfo | None) -> dict[str, Any]:
+    """Who an island is rented from: provider, price list and region of its cluster."""
+    if cluster is None:
+        return {"provider": None, "price_list": "", "region": None}
+    return {"provider": cluster.provider, "price_list": cluster.price_list,
+            "region": cluster.region}
+
+
+def island_groups(islands: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Identical islands of a plan record (equal GROUP_KEYS) as one group each, most islands
+    first: `count`, the shared fields (with provider, price list and region) and the group's
+    summed tokens/s, USD per hour and cost; `description` says it in one line."""
+    groups: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for island in islands:
+        key = tuple(island.get(k) for k in GROUP_KEYS)
+        group = groups.get(key)
+        if group is None:
+            group = {"count": 0, **{k: island[k] for k in GROUP_KEYS if k in island},
+                     **{k: island.get(k) for k in ("provider", "price_list", "region")},
+                     "tokens_per_s": 0.0, "usd_per_hour": 0.0, "cost_usd": 0.0}
+            groups[key] = group
+        group["count"] += 1
+        for total in ("tokens_per_s", "usd_per_hour", "cost_usd"):
+            group[total] += island[total]
+    out = sorted(groups.values(), key=lambda g: (-g["count"], str(g["cluster"]), -g["nodes"]))
+    for group in out:
+        group["description"] = describe_group(group)
+    return out
+
+
+def describe_group(group: dict[str, Any]) -> str:
+    """'8 × (1 node × 8 H200-SXM-141GB) @ RunPod community (A), m 4, k 1' (with a layout:
+    ', tp2 pp2 1f1b dp4, ac full')."""
+    nodes = group["nodes"]
+    seller = group.get("provider") or "instance price"
+    text = (f"{group['count']} × ({nodes} node{'s' if nodes != 1 else ''} × "
+            f"{group['gpus_per_node']} {group['gpu_type']}) @ {seller} {group['tier']} "
+            f"({group['cluster']}), m {group['micro_batch']}, k {group['accum_steps']}")
+    if group.get("layout"):
+        text += f", {group['layout']}, ac {group.get('ac')}"
+    return text
 
 
 def expected_fields(plan: Plan, problem: Problem) -> dict[str, Any]:
@@ -181,13 +295,20 @@ def _energy_notes(problem: Problem) -> dict[str, Any]:
     return {}
 
 
-def frontier_records(frontier: Frontier, problem: Problem) -> list[dict[str, Any]]:
-    """Frontier points (fastest first) with the frontier's provenance on each point."""
+def frontier_records(frontier: Frontier, problem: Problem, *,
+                     min_gain: float = DEFAULT_MIN_GAIN,
+                     metric: str = "cost") -> list[dict[str, Any]]:
+    """Frontier points (fastest first) with the frontier's provenance on each point, each marked
+    `near_duplicate` (`near_duplicates` at `min_gain`); on the time-vs-cost frontier each also
+    has `usd_per_hour_saved` (`marginal_costs`)."""
     out = []
-    marginal = marginal_costs(frontier.points)
+    marginal = marginal_costs(frontier.points, min_gain, metric)
+    marks = near_duplicates(frontier.points, min_gain, metric)
     for i, plan in enumerate(sorted(frontier.points, key=lambda p: p.wall_time_s)):
         record = {"point": i, **plan_record(plan, problem)}
-        record["usd_per_hour_saved"] = marginal[i]
+        if metric == "cost":
+            record["usd_per_hour_saved"] = marginal[i]
+        record["near_duplicate"] = marks[i]
         record["solver"] = frontier.solver
         record["proven_exact"] = frontier.proven_exact
         out.append(record)
@@ -207,6 +328,67 @@ def frontier_meta(frontier: Frontier) -> dict[str, Any]:
         "cross_checks": frontier.cross_checks,
         **({"not_exact_because": frontier.note} if not frontier.proven_exact else {}),
     }
+
+
+def gpu_profiles(instance: Instance, gpu_types: Sequence[str]) -> list[dict[str, str]]:
+    """Per GPU type (sorted, once each): the profile its island-table rows rest on and that
+    profile's provenance, measured > calibrated > prior (`perfmodel.tables.gpu_profile`). An
+    instance with a fixed `islands_table` rests on that file's figures: profile = the file,
+    provenance "island table"."""
+    fixed = instance.islands_table_path
+    out = []
+    for gpu in sorted(set(gpu_types)):
+        if fixed is not None:
+            out.append({"gpu_type": gpu, "profile": str(fixed), "provenance": "island table"})
+            continue
+        name, provenance = gpu_profile(gpu)
+        out.append({"gpu_type": gpu, "profile": name, "provenance": provenance})
+    return out
+
+
+def _gpus_of(records: Sequence[dict[str, Any]]) -> list[str]:
+    return [str(i["gpu_type"]) for r in records for i in r["islands"]]
+
+
+def frontier_document(records: list[dict[str, Any]], meta: dict[str, Any], *,
+                      instance: Instance, problem: Problem, metric: str = "cost",
+                      min_gain: float = DEFAULT_MIN_GAIN) -> dict[str, Any]:
+    """`pareto --format json`: the frontier's points under `frontier` (fastest first), with the
+    schema version, the objectives, the profile provenance of every GPU on the frontier, how it
+    was solved and what was left out (planner/schemas/pareto.schema.json)."""
+    return {"schema_version": SCHEMA_VERSION, "instance": problem.name,
+            "objectives": ["time", metric], "min_gain": min_gain,
+            "profiles": gpu_profiles(instance, _gpus_of(records)), "frontier": records,
+            "solve": meta, "excluded": exclusion_records(problem)}
+
+
+def plan_document(record: dict[str, Any], *, instance: Instance) -> dict[str, Any]:
+    """`plan --format json`: the plan record (what was asked, the plan with its islands and
+    island groups, how it was solved, `excluded`) with the schema version and the profile
+    provenance of its GPUs (planner/schemas/plan.schema.json)."""
+    return {"schema_version": SCHEMA_VERSION, **record,
+            "profiles": gpu_profiles(instance, _gpus_of([record]))}
+
+
+GROUP_CSV_KEYS = ("count", "cluster", "gpu_type", "nodes", "gpus_per_node", "micro_batch",
+                  "accum_steps", "tier", "provider", "price_list", "region", "layout", "ac")
+"""The island-group columns of plan and frontier CSV (layout and ac where the table has them)."""
+
+
+def group_rows(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Plan and frontier CSV: one row per island group of every plan record, the plan's figures
+    repeated on each of its rows, then the group's (`group_` summed tokens/s, USD/h, cost)."""
+    plan_keys = ("point", "wall_time_h", "wall_time_s", "cost_usd", "usd_per_hour_saved",
+                 "near_duplicate", "tokens_per_s", "num_gpus", "usd_per_hour", "goodput")
+    rows = []
+    for record in records:
+        head = {k: record[k] for k in plan_keys if k in record}
+        for group in record["island_groups"]:
+            rows.append({**head, **{k: group[k] for k in GROUP_CSV_KEYS if k in group},
+                         "group_tokens_per_s": group["tokens_per_s"],
+                         "group_usd_per_hour": group["usd_per_hour"],
+                         "group_cost_usd": group["cost_usd"]})
+    return rows
 
 
 def points_frame(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
@@ -257,8 +439,9 @@ def write_text_atomic(path: str | Path, text: str) -> None:
 
 
 def write_csv(records: Sequence[dict[str, Any]], path: str | Path) -> None:
-    """Frontier CSV: one row per point (written atomically)."""
-    write_text_atomic(path, points_frame(records).to_csv(index=False))
+    """Frontier CSV: one row per island group of every point (`group_rows`; written
+    atomically)."""
+    write_text_atomic(path, pd.DataFrame(group_rows(records)).to_csv(index=False))
 
 
 # ---- plots ----------------------------------------------------------------------------------

@@ -423,6 +423,26 @@ _NUMERIC = re.compile(r"^[-+$]?[\d.,]+( ?[%a-zA-Z/µ]+)?$|^-$")
 """A cell that reads as a number (right-aligned in compact tables)."""
 
 
+def _compact_lines(rows: Sequence[Mapping[str, str]]) -> list[str]:
+    """The compact table of `rows` as plain text lines (numeric columns right-aligned)."""
+    headers = list(rows[0])
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, collapse_padding=True,
+                  padding=(0, 1), title=None)
+    for header in headers:
+        numeric = all(_NUMERIC.match(row.get(header, "") or "-") for row in rows)
+        table.add_column(header, no_wrap=True,
+                         justify="right" if numeric else "left")
+    for row in rows:
+        table.add_row(*(row.get(h, "") for h in headers))
+    return _render(table)
+
+
+def compact_fits(rows: Sequence[Mapping[str, str]], *, width: int | None = None) -> bool:
+    """Would `emit_compact` print `rows` as a table (not as records) at `width` columns?"""
+    return not rows or max(cell_len(line) for line in _compact_lines(rows)) <= (
+        width or terminal_width())
+
+
 def emit_compact(rows: Sequence[Mapping[str, str]], *, width: int | None = None,
                  title: str | None = None) -> None:
     """Print rows of formatted cells (header -> text, the units in the headers) as a compact
@@ -433,15 +453,7 @@ def emit_compact(rows: Sequence[Mapping[str, str]], *, width: int | None = None,
     if not rows:
         return
     headers = list(rows[0])
-    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, collapse_padding=True,
-                  padding=(0, 1), title=None)
-    for header in headers:
-        numeric = all(_NUMERIC.match(row.get(header, "") or "-") for row in rows)
-        table.add_column(header, no_wrap=True,
-                         justify="right" if numeric else "left")
-    for row in rows:
-        table.add_row(*(row.get(h, "") for h in headers))
-    lines = _render(table)
+    lines = _compact_lines(rows)
     if title:
         click.echo(title)
     if max(cell_len(line) for line in lines) <= limit:

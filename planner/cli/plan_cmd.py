@@ -13,17 +13,25 @@ from typing import Any
 
 import click
 
+from perfmodel.numbers import format_duration, format_number, format_percent, format_usd
 from planner import api
 from planner.analysis import report
 from planner.api import DEFAULT_TIME_LIMIT_S
 from planner.cli.common import (
+    compact_fits,
+    compact_value,
+    echo_wrapped,
+    emit_compact,
     emit_json,
     emit_mapping,
     emit_records,
     format_option,
+    prior_warning,
     refuse_unused,
+    wide_option,
 )
 from planner.cli.scenario_cmd import emit_study
+from planner.requests import DEFAULT_MIN_GAIN
 
 __all__ = ["DEFAULT_TIME_LIMIT_S", "islands", "pareto", "plan"]
 
@@ -32,6 +40,12 @@ _INSTANCE = click.Path(exists=False, dir_okay=False, path_type=Path)
 
 def _stderr(line: str) -> None:
     click.echo(line, err=True)
+
+
+def _verbose_option(func: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option("-v", "--verbose", count=True,
+                        help="Table format: add the solver's internals (solves, price "
+                             "resolution, cross-checks).")(func)
 
 
 def _warn_unproven(meta: dict[str, Any]) -> None:
@@ -124,32 +138,45 @@ def _energy_options(func: Callable[..., Any]) -> Callable[..., Any]:
 @click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write a figure-7 style PNG here and a figure-8 style PNG next to it "
                    "(*_throughput.png); with scenarios, their frontiers side by side.")
+@click.option("--min-gain", type=click.FloatRange(min=0, max=1, max_open=True),
+              default=DEFAULT_MIN_GAIN, show_default=True,
+              help="Mark frontier points whose gain over a neighbour is below this fraction of "
+                   "wall time or cost (all points stay; usd_per_hour_saved is measured against "
+                   "a point that saves at least this fraction of wall time).")
 @_solver_options
 @format_option()
+@wide_option()
+@_verbose_option
 def pareto(instance_paths: tuple[Path, ...], vary: tuple[str, ...], output: Path | None,
            plot: Path | None, fmt: str, objectives: str, max_co2_kg: float | None,
-           max_energy_kwh: float | None, **solve: Any) -> None:
+           max_energy_kwh: float | None, min_gain: float, wide: bool, verbose: int,
+           **solve: Any) -> None:
     """The exact cost-time Pareto frontier of INSTANCE (one or several files; what-ifs with
     --vary)."""
     _refuse_solver_flags(solve)
     request = api.FrontierRequest(instance_paths=instance_paths, vary=vary, objectives=objectives,
                                   max_co2_kg=max_co2_kg, max_energy_kwh=max_energy_kwh,
-                                  csv_path=output, plot_path=plot,
+                                  csv_path=output, plot_path=plot, min_gain=min_gain,
                                   options=api.SolveOptions(**solve))
     result = api.frontier(request, notify=_stderr)
     if not isinstance(result, api.FrontierResult):
-        emit_study(result, fmt)
+        emit_study(result, fmt, wide=wide)
         return
-    excluded = report.exclusion_records(result.solved.problem)
+    solved = result.solved
+    excluded = report.exclusion_records(solved.problem)
     if fmt == "json":
-        emit_json(result.records)
+        emit_json(report.frontier_document(result.records, result.meta,
+                                           instance=solved.instance, problem=solved.problem,
+                                           metric=solved.metric, min_gain=min_gain))
     elif fmt == "csv":
-        click.echo(_points(result.records).to_csv(index=False), nl=False)
-    else:
+        emit_records(report.group_rows(result.records), "csv")
+    elif wide:
         emit_records(_points(result.records).drop(columns=["islands"]), fmt, title=result.title)
         emit_records(_islands(result.records), fmt, title="islands per point")
         emit_mapping(result.meta, fmt, title="solve")
-    _emit_excluded(excluded, "table" if fmt == "table" else "stderr")
+    else:
+        _frontier_view(result, min_gain=min_gain, verbose=_is_verbose(verbose))
+    _emit_excluded(excluded, "stderr" if fmt != "table" else "table" if wide else "summary")
     _warn_unproven(result.meta)
 
 
@@ -176,9 +203,11 @@ def _islands(records: list[dict[str, Any]]) -> Any:
               help="Cheapest plan with tokens/s >= this fraction of the best; reports the saving.")
 @_solver_options
 @format_option()
+@wide_option()
+@_verbose_option
 def plan(instance_paths: tuple[Path, ...], vary: tuple[str, ...], objective: str,
          min_throughput_fraction: float | None, fmt: str, max_co2_kg: float | None,
-         max_energy_kwh: float | None, **solve: Any) -> None:
+         max_energy_kwh: float | None, wide: bool, verbose: int, **solve: Any) -> None:
     """One plan of INSTANCE: fastest, cheapest, least CO2/energy, or cheapest near the best
     throughput (what-ifs with --vary)."""
     _refuse_solver_flags(solve)
@@ -193,19 +222,220 @@ def plan(instance_paths: tuple[Path, ...], vary: tuple[str, ...], objective: str
                                options=api.SolveOptions(**solve))
     result = api.query(request)
     if not isinstance(result, api.PlanAnswer):
-        emit_study(result, fmt)
+        emit_study(result, fmt, wide=wide)
         return
     record = dict(result.record)
     _warn_unproven(record)
-    if fmt == "json":
-        emit_json(record)  # with its "excluded" list
+    if fmt == "json":  # with its "excluded" list
+        emit_json(report.plan_document(record, instance=result.solved.instance))
+        return
+    if fmt == "csv":
+        emit_records(report.group_rows([record]), "csv")
+        _emit_excluded(record["excluded"], "stderr")
+        return
+    if not wide:
+        _plan_view(result, verbose=_is_verbose(verbose))
+        _emit_excluded(record["excluded"], "summary")
         return
     islands_list = record.pop("islands")
     excluded = record.pop("excluded")
+    record.pop("island_groups")
     emit_mapping(record, fmt, title=f"plan: {result.solved.name}")
-    if fmt == "table":
-        emit_records(islands_list, fmt, title="islands")
-    _emit_excluded(excluded, "table" if fmt == "table" else "stderr")
+    emit_records(islands_list, fmt, title="islands")
+    _emit_excluded(excluded, "table")
+
+
+# ---- answer-first views (80 columns; --wide: the full tables) ---------------------------------
+
+
+def _is_verbose(local: int) -> bool:
+    """-v on the command or on `shardmeter` itself."""
+    root = click.get_current_context().find_root()
+    return local > 0 or int(root.params.get("verbose") or 0) > 0
+
+
+SOLVE_SUMMARY_KEYS = ("solver", "proven_exact", "points", "solve_time_s")
+"""Solve facts every view shows (in one line); the rest of the solve record needs -v."""
+
+
+def _frontier_view(result: api.FrontierResult, *, min_gain: float, verbose: bool) -> None:
+    """Answer first: the fastest and the cheapest plan (what to rent where, wall time, cost),
+    the GPUs' profile provenance, then one compact row per frontier point."""
+    records = result.records
+    metric = result.solved.metric
+    if not records:
+        click.echo(f"{result.title}: no plan")
+        return
+    second = _second_key(metric)
+    fast = records[0]
+    least = min(records, key=lambda r: (r[second], r["wall_time_s"]))
+    _answer_line("fastest", fast, second)
+    _answer_line("cheapest" if metric == "cost" else f"least {metric}", least, second)
+    _profile_lines(report.gpu_profiles(result.solved.instance, report._gpus_of(records)))
+    click.echo("")
+    click.echo(f"{result.title} ({len(records)} points; {_solve_line(result.meta)})")
+    names = _cluster_names(records)
+    rows = []
+    for r in records:
+        row = {"#": f"{r['point']}{'*' if r.get('near_duplicate') else ''}",
+               "wall time": format_duration(r["wall_time_s"]),
+               _SECOND_HEADER[metric]: _second_cell(metric, r[second])}
+        if metric == "cost":
+            saved = r.get("usd_per_hour_saved")
+            row["$/h saved"] = "-" if saved is None else format_usd(saved)
+        else:
+            row["cost"] = format_usd(r["cost_usd"])
+        row["tok/s"] = format_number(r["tokens_per_s"])
+        row["GPUs"] = format_number(r["num_gpus"])
+        row["islands"] = ", ".join(f"{g['count']}×{g['nodes']}×{g['gpus_per_node']} "
+                                   f"{names[(g['cluster'], g['tier'])]}"
+                                   for g in r["island_groups"])
+        rows.append(row)
+    if not compact_fits(rows):  # the GPU count is the islands' sum: the first to go
+        rows = [{k: v for k, v in row.items() if k != "GPUs"} for row in rows]
+    emit_compact(rows)
+    if any(r.get("near_duplicate") for r in records):
+        echo_wrapped(f"* near-duplicate: gains less than {format_number(min_gain * 100)} % of "
+                     "wall time or cost over a neighbour (--min-gain)")
+    _legend(records, names)
+    if verbose:
+        _emit_solve(result.meta)
+
+
+def _legend(records: list[dict[str, Any]], names: dict[tuple[str, str], str]) -> None:
+    """One line per (cluster, tier) on the page: GPU, provider and tier, price list, region."""
+    for (cluster, tier), short in names.items():
+        group = next(g for r in records for g in r["island_groups"]
+                     if (g["cluster"], g["tier"]) == (cluster, tier))
+        named = "" if short in (cluster, f"{cluster}/{tier}") else f" = {cluster}"
+        echo_wrapped(f"{short}{named}: {group['gpu_type']} @ "
+                     f"{group.get('provider') or 'instance price'}"
+                     f" {tier}; price list {group['price_list']}"
+                     + (f"; region {group['region']}" if group.get("region") else ""))
+
+
+def _second_key(metric: str) -> str:
+    return {"cost": "cost_usd", "energy": "energy_kwh", "co2": "co2_kg"}[metric]
+
+
+_SECOND_HEADER = {"cost": "cost", "energy": "energy kWh", "co2": "CO2 kg"}
+"""Compact-table header of the frontier's second objective (units in the header or cells)."""
+
+
+def _second_cell(metric: str, value: float | None) -> str:
+    if value is None:
+        return "-"
+    return format_usd(value) if metric == "cost" else format_number(value)
+
+
+def _answer_line(name: str, record: dict[str, Any], second: str) -> None:
+    """'fastest: 2.046 days, $15,020, 565,800 tok/s on 128 GPUs — 1 × (8 nodes × 8 ...)'."""
+    extra = "" if second == "cost_usd" else \
+        f", {format_number(record[second] or 0)} {second.rsplit('_', 1)[-1]}"
+    groups = "; ".join(g["description"] for g in record["island_groups"])
+    echo_wrapped(f"{name}: {format_duration(record['wall_time_s'])}, "
+                 f"{format_usd(record['cost_usd'])}{extra} on {record['num_gpus']} GPUs: {groups}")
+
+
+def _profile_lines(profiles: list[dict[str, str]]) -> None:
+    """'profiles: H200-SXM-141GB prior, A100-PCIe-80GB calibrated' and one warning line when a
+    plan rests on a prior."""
+    echo_wrapped("profiles: " + ", ".join(f"{p['gpu_type']} {p['provenance']}"
+                                          for p in profiles))
+    priors = [p["gpu_type"] for p in profiles if p["provenance"] == "prior"]
+    if len(priors) == 1:
+        echo_wrapped(prior_warning(priors[0]))
+    elif priors:
+        echo_wrapped(f"warning: the profiles of {', '.join(priors)} are datasheet priors: times "
+                     "are estimates")
+
+
+def _solve_line(meta: dict[str, Any]) -> str:
+    """'exact, dp, 0.4 s' (or 'NOT proven exact')."""
+    exact = "exact" if meta.get("proven_exact") else "NOT proven exact"
+    return f"{exact}, {meta.get('solver')}, {format_duration(float(meta.get('solve_time_s', 0)))}"
+
+
+def _emit_solve(meta: dict[str, Any]) -> None:
+    """-v: every solve fact, one compact 'key value' row each."""
+    rows = [{"solve": key, "value": compact_value(key, value)} for key, value in meta.items()
+            if key not in SOLVE_SUMMARY_KEYS]
+    emit_compact(rows)
+
+
+SHORT_NAME_CHARS = 4
+"""Cluster names longer than this are shown as letters (a, b, ...) in compact tables, the
+legend under the table naming each."""
+
+
+def _cluster_names(records: list[dict[str, Any]]) -> dict[tuple[str, str], str]:
+    """Short names of the (cluster, tier) pairs on the page: the cluster, with '/tier' where one
+    cluster appears at several tiers; letters a, b, ... when a name would be long."""
+    pairs = sorted({(g["cluster"], g["tier"]) for r in records for g in r["island_groups"]})
+    clusters = [c for c, _ in pairs]
+    names = {(c, t): c if clusters.count(c) == 1 else f"{c}/{t}" for c, t in pairs}
+    if max(len(n) for n in names.values()) <= SHORT_NAME_CHARS:
+        return names
+    return {pair: _letters(i) for i, pair in enumerate(pairs)}
+
+
+def _letters(index: int) -> str:
+    """0 -> 'a', 25 -> 'z', 26 -> 'aa', ..."""
+    text = ""
+    index += 1
+    while index:
+        index, rest = divmod(index - 1, 26)
+        text = chr(ord("a") + rest) + text
+    return text
+
+
+def _plan_view(result: api.PlanAnswer, *, verbose: bool) -> None:
+    """Answer first: what was asked and the plan (what to rent where, wall time, cost), the GPUs'
+    profile provenance, then the island groups and the plan's figures in compact tables."""
+    record = result.record
+    name = f"{record.get('query', 'plan')}"
+    echo_wrapped(f"plan ({name}) for {result.solved.name}: "
+                 f"{format_duration(record['wall_time_s'])}, {format_usd(record['cost_usd'])}, "
+                 f"{format_number(record['tokens_per_s'])} tok/s on {record['num_gpus']} GPUs")
+    for group in record["island_groups"]:
+        echo_wrapped("  " + group["description"], indent="    ")
+    _profile_lines(report.gpu_profiles(result.solved.instance, report._gpus_of([record])))
+    click.echo("")
+    emit_compact([{"n": str(g["count"]), "cluster": g["cluster"], "GPU": g["gpu_type"],
+                   "nodes×GPUs": f"{g['nodes']}×{g['gpus_per_node']}",
+                   "m": str(g["micro_batch"]), "k": str(g["accum_steps"]),
+                   "tok/s": format_number(g["tokens_per_s"]),
+                   "$/h": format_usd(g["usd_per_hour"]), "cost": format_usd(g["cost_usd"])}
+                  for g in record["island_groups"]])
+    click.echo("")
+    failures = "egress_usd" in record  # the expected figures differ from the plan's
+    figures = {label: (format_percent(record[key]) if key == "goodput"
+                       else compact_value(key, record[key]))
+               for key, label in PLAN_FIGURES.items()
+               if record.get(key) is not None and (failures or key not in FAILURE_FIGURES)}
+    for key, value in record.items():
+        if key.startswith("saving_pct"):
+            figures[key.removeprefix("saving_pct_").replace("_", " ") + " saving"] = \
+                f"{format_number(float(value))} %"
+    emit_compact([{"figure": label, "value": value} for label, value in figures.items()])
+    _legend([record], _cluster_names([record]))
+    click.echo(_solve_line(record))
+    if verbose:
+        _emit_solve({k: v for k, v in record.items() if k in SOLVE_DETAIL_KEYS})
+
+
+PLAN_FIGURES = {"tokens_per_s_per_gpu": "throughput per GPU", "usd_per_hour": "price per hour",
+                "inner_step_s": "inner step", "sync_s": "outer sync", "energy_kwh": "energy kWh",
+                "co2_kg": "CO2 kg", "goodput": "goodput", "expected_wall_time_s":
+                "expected wall time", "expected_cost_usd": "expected cost",
+                "egress_usd": "egress"}
+"""The plan figures the compact view shows after the answer, with their labels (every key:
+--wide)."""
+FAILURE_FIGURES = ("goodput", "expected_wall_time_s", "expected_cost_usd", "egress_usd")
+"""Figures shown only when failures are modelled (else they equal the plan's own)."""
+SOLVE_DETAIL_KEYS = ("num_solves", "price_resolution_usd_per_hour", "max_cost_rounding_usd",
+                     "cross_checks", "cost_rounding_bound_usd", "not_exact_because")
+"""Solver internals a plan shows with -v."""
 
 
 MAX_EXCLUDED_SHOWN = 20
@@ -222,6 +452,13 @@ def _emit_excluded(records: list[dict[str, Any]], where: str) -> None:
     more = len(records) - len(shown)
     tail = (f"{more} more: `shardmeter plan INSTANCE --format json` lists every one under "
             "\"excluded\"") if more else ""
+    if where == "summary":
+        options = ", ".join(_excluded_option(r) for r in records[:8])
+        echo_wrapped(f"excluded: {len(records)} cluster or island option"
+                     f"{'s contribute' if len(records) != 1 else ' contributes'} no row ({options}"
+                     f"{', …' if len(records) > 8 else ''}); --wide or --format json says why "
+                     "and how to fix")
+        return
     if where == "table":
         rows = [{"cluster": r["cluster"], "nodes": _cell(r["nodes"]),
                  "gpus_per_node": _cell(r["gpus_per_node"]), "reason": r["reason"],
@@ -238,6 +475,13 @@ def _emit_excluded(records: list[dict[str, Any]], where: str) -> None:
                 f"To fix: {r['fix'].rstrip('.')}.")
     if tail:
         _stderr(f"excluded: {tail}")
+
+
+def _excluded_option(record: dict[str, Any]) -> str:
+    """'B 1x2' (an island option) or 'B' (the whole cluster)."""
+    if record["nodes"] is None and record["gpus_per_node"] is None:
+        return str(record["cluster"])
+    return f"{record['cluster']} {_cell(record['nodes'])}x{_cell(record['gpus_per_node'])}"
 
 
 def _cell(value: int | None) -> str:

@@ -252,6 +252,7 @@ def build_problem(instance: Instance, table: pd.DataFrame, *, relax: Collection[
                     wan_bw_bytes_per_s=c.wan_bw_bytes_per_s, wan_latency_s=c.wan_latency_s,
                     price_source=(f"{c.price.provider} {c.price.tier}" if c.price is not None
                                   else c.name),
+                    provider=c.provider, price_list=price_list_of(c), region=c.region,
                     **_fabric(c))
         for c in instance.clusters
     )
@@ -433,6 +434,14 @@ def _exclusions(instance: Instance, table: pd.DataFrame, options: Sequence[Islan
     order = {c.name: i for i, c in enumerate(instance.clusters)}
     return tuple(sorted(found, key=lambda e: (order.get(e.cluster, len(order)), e.nodes or 0,
                                               e.gpus_per_node or 0)))
+
+
+def price_list_of(cluster: Any) -> str:
+    """The price list a cluster's prices come from: "provider DATE" (DATE "newest" when the
+    instance names no snapshot date), or "instance file" for an explicit price."""
+    if cluster.price is None:
+        return "instance file"
+    return f"{cluster.price.provider} {cluster.price.as_of or 'newest'}"
 
 
 def _fabric(cluster: Any) -> dict[str, float | None]:

@@ -76,6 +76,13 @@ class ClusterInfo:
     price_source: str = ""
     """Where the price comes from, for labels: "provider tier" of a price-list reference, else
     the cluster name."""
+    provider: str | None = None
+    """Provider of the cluster's price list (None: priced in the instance file)."""
+    price_list: str = ""
+    """The price list its prices come from: "provider DATE" (DATE "newest" when the instance
+    names no snapshot date), or "instance file" for an explicit price."""
+    region: str | None = None
+    """Grid region of its data centre (None: not given)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
