@@ -25,6 +25,7 @@ from planner.analysis.pareto import (
     fastest_within_budget,
 )
 from planner.analysis.scenarios import Scenario, solve_all
+from planner.requests import DEFAULT_MIN_GAIN
 from scripts._docgen import check_or_write
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -133,7 +134,8 @@ def frontier_section(result: Any) -> str:
         + "\n\n"
         + f"Solver: {meta['solver']}; proven exact: {meta['proven_exact']}; {meta['points']} "
         "points. "
-        + "`usd_per_hour_saved`: what the next faster point costs per hour of wall time it saves "
+        + "`usd_per_hour_saved`: what the nearest faster point that saves at least "
+        f"{DEFAULT_MIN_GAIN:.1%} of the wall time costs per hour of wall time it saves "
         "(a jump marks the knee)."
     )
 

@@ -19,6 +19,7 @@ import pytest
 
 from planner import api
 from planner.analysis import report
+from planner.requests import DEFAULT_MIN_GAIN
 
 ROOT = Path(__file__).resolve().parent.parent
 TWO = ROOT / "instances" / "small-two-clusters.yaml"
@@ -149,12 +150,12 @@ def test_near_duplicates_are_marked_not_dropped(case_study: api.Solved) -> None:
     points = list(case_study.frontier.points)
     records = report.frontier_records(case_study.frontier, case_study.problem)
     assert len(records) == len(points)  # exactness: every point stays
-    marks = _check_marks(points, report.DEFAULT_MIN_GAIN)
+    marks = _check_marks(points, DEFAULT_MIN_GAIN)
     assert [r["near_duplicate"] for r in records] == marks
     ordered = sorted(points, key=lambda p: p.wall_time_s)
     close = [i for i in range(len(ordered) - 1)
              if ordered[i + 1].wall_time_s - ordered[i].wall_time_s
-             < report.DEFAULT_MIN_GAIN * ordered[i + 1].wall_time_s]
+             < DEFAULT_MIN_GAIN * ordered[i + 1].wall_time_s]
     assert close, "the case study has two points within 0.1 % of wall time"
     assert all(marks[i] for i in close)
     assert not any(_check_marks(points, 0.0))  # exact frontier: no ties at min_gain 0
@@ -170,7 +171,7 @@ def test_usd_per_hour_saved_uses_a_point_that_saves_time(case_study: api.Solved)
         faster, plan = points[i - 1], points[i]
         assert value == pytest.approx((faster.cost_usd - plan.cost_usd) * 3600
                                       / (plan.wall_time_s - faster.wall_time_s))
-    gain = report.DEFAULT_MIN_GAIN
+    gain = DEFAULT_MIN_GAIN
     sensible = report.marginal_costs(points, gain)
     for i, value in enumerate(sensible):
         plan = points[i]

@@ -40,6 +40,8 @@ FITTING = {
     "catalog-links": ["catalog", "links"],
     "layout": ["layout", "Llama-3.2-1B", "--gpu", "H100-SXM5-80GB", "--nodes", "2", "--seq-len",
                "2048", "--global-batch", "64", "--max-pp", "2"],
+    "sweep": ["sweep", "Llama-3-8B", "--gpu", "H100-SXM5-80GB", "--seq-len", "8192"],
+    "streaming": ["streaming", "--example", "all"],
 }
 """Commands whose answer-first view is checked, and a word the answer (first 3 lines) holds."""
 ANSWER_WORDS = {
@@ -54,6 +56,8 @@ ANSWER_WORDS = {
     "catalog-prices": ("prices", "cheapest"),
     "catalog-links": ("catalog links",),
     "layout": ("best:", "tok/s/GPU", "MFU"),
+    "sweep": ("best fitting micro-batch", "tok/s/GPU", "-bound"),
+    "streaming": ("A: F 3, τ 2, H 6", "never blocked", "tuner —"),
 }
 
 

@@ -43,7 +43,7 @@ def _stderr(line: str) -> None:
 
 
 def _verbose_option(func: Callable[..., Any]) -> Callable[..., Any]:
-    return click.option("-v", "--verbose", count=True,
+    return click.option("-v", "--verbose", is_flag=True, default=False,
                         help="Table format: add the solver's internals (solves, price "
                              "resolution, cross-checks).")(func)
 
@@ -149,7 +149,7 @@ def _energy_options(func: Callable[..., Any]) -> Callable[..., Any]:
 @_verbose_option
 def pareto(instance_paths: tuple[Path, ...], vary: tuple[str, ...], output: Path | None,
            plot: Path | None, fmt: str, objectives: str, max_co2_kg: float | None,
-           max_energy_kwh: float | None, min_gain: float, wide: bool, verbose: int,
+           max_energy_kwh: float | None, min_gain: float, wide: bool, verbose: bool,
            **solve: Any) -> None:
     """The exact cost-time Pareto frontier of INSTANCE (one or several files; what-ifs with
     --vary)."""
@@ -207,7 +207,7 @@ def _islands(records: list[dict[str, Any]]) -> Any:
 @_verbose_option
 def plan(instance_paths: tuple[Path, ...], vary: tuple[str, ...], objective: str,
          min_throughput_fraction: float | None, fmt: str, max_co2_kg: float | None,
-         max_energy_kwh: float | None, wide: bool, verbose: int, **solve: Any) -> None:
+         max_energy_kwh: float | None, wide: bool, verbose: bool, **solve: Any) -> None:
     """One plan of INSTANCE: fastest, cheapest, least CO2/energy, or cheapest near the best
     throughput (what-ifs with --vary)."""
     _refuse_solver_flags(solve)
@@ -248,10 +248,10 @@ def plan(instance_paths: tuple[Path, ...], vary: tuple[str, ...], objective: str
 # ---- answer-first views (80 columns; --wide: the full tables) ---------------------------------
 
 
-def _is_verbose(local: int) -> bool:
+def _is_verbose(local: bool) -> bool:
     """-v on the command or on `shardmeter` itself."""
     root = click.get_current_context().find_root()
-    return local > 0 or int(root.params.get("verbose") or 0) > 0
+    return local or int(root.params.get("verbose") or 0) > 0
 
 
 SOLVE_SUMMARY_KEYS = ("solver", "proven_exact", "points", "solve_time_s")

@@ -20,7 +20,7 @@ from perfmodel.api.workload import (
     Workload,
     simulate_inner_step,
 )
-from perfmodel.numbers import format_duration, format_number
+from perfmodel.numbers import format_duration, format_number, format_percent
 from perfmodel.sim import trace
 from perfmodel.spec.errors import UserInputError
 from perfmodel.spec.inputs import check_limit
@@ -454,10 +454,11 @@ def _int_list(option: str, text: str) -> list[int]:
                    "4 micro-batches.")
 @recipe_options_no_ac
 @format_option()
+@wide_option()
 def sweep(model_names: tuple[str, ...], models: str | None, gpu_name: str, nodes_text: str,
           gpn_text: str, seq_len: int, mb_text: str, accum: int, ac: str | None,
           profile_name: str | None, plot_path: Path | None, timeline_path: Path | None, fmt: str,
-          recipe_name: str, **recipe_flags: Any) -> None:
+          wide: bool, recipe_name: str, **recipe_flags: Any) -> None:
     """Sweep micro-batch sizes: iteration time, throughput and where compute-bound begins."""
 
     names = list(model_names) + [m.strip() for m in (models or "").split(",") if m.strip()]
@@ -476,12 +477,56 @@ def sweep(model_names: tuple[str, ...], models: str | None, gpu_name: str, nodes
                    "outputs": outputs, "recipe": recipe.to_dict()})
     elif fmt == "csv":
         emit_records(table, "csv")
+    elif not wide:
+        _sweep_view(table.to_dict(orient="records"), result.summary, gpu_name=gpu_name,
+                    seq_len=seq_len)
+        for path in outputs:
+            echo_wrapped(f"wrote {path}")
     else:
         emit_table(table.drop(columns=["nodes", "gpus_per_node"]), title="micro-batch sweep")
         click.echo(f"recipe: {recipe.summary()}")
         emit_table(pd.DataFrame(result.summary), title="regime transitions")
         for path in outputs:
             click.echo(f"wrote {path}")
+
+
+def _sweep_view(points: list[dict[Any, Any]], summary: list[dict[str, Any]], *, gpu_name: str,
+                seq_len: int) -> None:
+    """Answer first: per model and GPU count the fastest micro-batch that fits (time per step,
+    tok/s/GPU, bound) and the profile's provenance, then the sweep as a compact table
+    (`--wide`: every column)."""
+    several = len({p["model"] for p in points}) > 1
+    for row in summary:
+        fitting = [p for p in points if p["model"] == row["model"] and p["gpus"] == row["gpus"]
+                   and p["fits"]]
+        head = f"{row['model']} on {row['gpus']} {gpu_name}, S {seq_len:,}: "
+        if not fitting:
+            echo_wrapped(head + "no micro-batch of the sweep fits the GPU's memory")
+            continue
+        best = max(fitting, key=lambda p: p["tokens_per_s_per_gpu"])
+        echo_wrapped(head + f"best fitting micro-batch {best['micro_batch']}: "
+                     f"{compact_value('step_time_s', best['step_time_s'])} per step, "
+                     f"{format_number(best['tokens_per_s_per_gpu'])} tok/s/GPU, "
+                     f"{best['bound']}-bound; largest that fits {row['max_micro_batch']}"
+                     + (f", compute-bound from m {row['transition_micro_batch']}"
+                        if row.get("transition_micro_batch") else ""))
+    provenances = sorted({str(r.get("provenance")) for r in summary if r.get("provenance")})
+    echo_wrapped(f"profile of {gpu_name}: {', '.join(provenances) or 'unknown'}")
+    if "prior" in provenances:
+        echo_wrapped(prior_warning(gpu_name))
+    click.echo("")
+    rows = []
+    for p in points:
+        row = {"model": str(p["model"])} if several else {}
+        row.update({"GPUs": str(p["gpus"]), "m": str(p["micro_batch"]),
+                    "step": compact_value("step_time_s", p["step_time_s"]),
+                    "rel. step": format_number(p["relative_step_time"], digits=3),
+                    "tok/s/GPU": format_number(p["tokens_per_s_per_gpu"]),
+                    "compute idle": format_percent(p["compute_idle_frac"]),
+                    "bound": str(p["bound"]), "fits": "yes" if p["fits"] else "no"})
+        rows.append(row)
+    emit_compact(rows)
+    click.echo("every column and the regime transitions: --wide or --format json")
 
 
 def _sweep_plots(table: Any, first: Workload, micro_batches: list[int], plot_path: Path | None,

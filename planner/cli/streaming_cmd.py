@@ -11,9 +11,18 @@ import click
 
 from perfmodel import api
 from perfmodel.api.workload import Workload, positive
+from perfmodel.numbers import format_duration, format_number
 from perfmodel.sim import trace
 from perfmodel.spec.errors import UserInputError
-from planner.cli.common import emit_json, emit_records, format_option, refuse_unused
+from planner.cli.common import (
+    echo_wrapped,
+    emit_compact,
+    emit_json,
+    emit_records,
+    format_option,
+    refuse_unused,
+    wide_option,
+)
 from planner.cli.outer_opts import dtype_option, outer_option_list
 from planner.cli.recipe_opts import recipe_from_options
 from planner.cli.sim_cmd import _PATH, _apply, _workload_option_list
@@ -126,6 +135,7 @@ def _streaming_options(func: Any) -> Any:
 @click.argument("model_name", metavar="MODEL", required=False)
 @_streaming_options
 @format_option()
+@wide_option()
 def streaming(model_name: str | None, gpu_name: str | None, nodes: int, gpus_per_node: int,
               seq_len: int | None, micro_batch: int | None, accum: int | None, ac: str,
               profile_name: str | None, recipe_name: str, islands: int, wan_gbit_s: float,
@@ -134,7 +144,7 @@ def streaming(model_name: str | None, gpu_name: str | None, nodes: int, gpus_per
               islands_same_cluster: bool, steps: int | None, max_delay_steps: int | None,
               max_sync_every: int | None, example: str | None, for_utilisation: bool,
               utilisation_text: str, step_time_s: float | None, plot_path: Path | None,
-              trace_path: Path | None, fmt: str, **recipe_flags: Any) -> None:
+              trace_path: Path | None, fmt: str, wide: bool, **recipe_flags: Any) -> None:
     """Streaming DiLoCo: simulate a fragment schedule, find blocking, tune fragments and delay.
 
     The tuner keeps H and recommends ONE configuration: the shortest delay τ, then the fewest
@@ -181,7 +191,8 @@ def streaming(model_name: str | None, gpu_name: str | None, nodes: int, gpus_per
     study = api.streaming(model_name, outer, steps=steps, max_delay_steps=max_delay_steps,
                           max_sync_every=max_sync_every, example=example, **where)
     _outputs(study.panels, study.spans, study.workload, plot_path, trace_path)
-    _emit_streaming(study.records, fmt, [str(p) for p in (plot_path, trace_path) if p])
+    _emit_streaming(study.records, fmt, [str(p) for p in (plot_path, trace_path) if p],
+                    wide=wide)
 
 
 def _outputs(panels: list[Any], spans: list[Any], w: Workload, plot_path: Path | None,
@@ -194,7 +205,8 @@ def _outputs(panels: list[Any], spans: list[Any], w: Workload, plot_path: Path |
         trace.write_chrome_trace(spans, trace_path)
 
 
-def _emit_streaming(records: list[dict[str, Any]], fmt: str, outputs: list[str]) -> None:
+def _emit_streaming(records: list[dict[str, Any]], fmt: str, outputs: list[str], *,
+                    wide: bool = False) -> None:
     if fmt == "json":
         emit_json({"cases": records, "outputs": outputs})
         return
@@ -203,6 +215,11 @@ def _emit_streaming(records: list[dict[str, Any]], fmt: str, outputs: list[str])
     ]
     if fmt == "csv":
         emit_records(flat, "csv")
+        return
+    if not wide:
+        _streaming_view(records)
+        for path in outputs:
+            echo_wrapped(f"wrote {path}")
         return
     keys = (
         "case",
@@ -228,6 +245,39 @@ def _emit_streaming(records: list[dict[str, Any]], fmt: str, outputs: list[str])
             click.echo(f"{r['case']}: remedy — {remedy}")
     for path in outputs:
         click.echo(f"wrote {path}")
+
+
+def _streaming_view(records: list[dict[str, Any]]) -> None:
+    """Answer first: per case whether the schedule blocks and what the tuner recommends, then
+    the cases as a compact table (units in the headers), then the remedies (`--wide`: the
+    former table)."""
+    for r in records:
+        blocked = float(r["blocked_s"] or 0.0)
+        verdict = (f"blocked {format_duration(blocked)} in {r['sync_every']} inner steps"
+                   if blocked > 0 else "never blocked")
+        echo_wrapped(f"{r['case']}: F {r['fragments']}, τ {r['delay_steps']}, H "
+                     f"{r['sync_every']} over {format_number(r['wan_gbit_s'])} Gbit/s: {verdict}; "
+                     f"tuner — {r['tuner']}")
+    click.echo("")
+    emit_compact([{"case": str(r["case"]), "WAN Gbit/s": format_number(r["wan_gbit_s"]),
+                   "F": str(r["fragments"]), "τ": str(r["delay_steps"]), "H": str(r["sync_every"]),
+                   "inner step": format_duration(r["inner_step_time_s"]),
+                   "exchange": format_duration(r["exchange_s_max"]),
+                   "blocked": format_duration(float(r["blocked_s"] or 0.0)),
+                   "tuned F/τ/H": "/".join(_cell(r[k]) for k in ("tuned_fragments",
+                                                                 "tuned_delay_steps",
+                                                                 "tuned_sync_every"))}
+                  for r in records])
+    echo_wrapped(f"recipe {records[0]['recipe']}")
+    for r in records:
+        if r["note"]:
+            echo_wrapped(f"{r['case']}: {r['note']}")
+        for remedy in r["remedies"]:
+            echo_wrapped(f"{r['case']}: remedy — {remedy}")
+
+
+def _cell(value: Any) -> str:
+    return "-" if value is None else str(value)
 
 
 # ---- --bandwidth-for-utilisation ---------------------------------------------------------------
