@@ -305,3 +305,21 @@ def test_planner_answer_first_at_80_columns(cli80, name: str) -> None:
         assert "H200-SXM-141GB) @ RunPod community" in " ".join(x.strip() for x in lines[:10])
         assert "$" in lines[fastest] and ("days" in lines[fastest] or " h" in lines[fastest])
     assert "num_solves" not in result.out and "price_resolution" not in result.out
+
+
+def test_fit_answers_first_at_80_columns(cli80, tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`fit comm` on the shipped CPU dataset: the answer (what was fitted, where, the worst CV
+    error) first, then the fit at 80 columns; --wide the former table."""
+    from pathlib import Path
+
+    data = Path(__file__).resolve().parent.parent / "catalogs/profiles/data/cpu-comm.csv"
+    out = tmp_path / "cpu.yaml"
+    result = cli80("fit", "comm", str(data), "-o", str(out), "--hardware", "cpu")
+    assert result.code == 0, result.err
+    lines = _fits_the_terminal(result.out)
+    head = " ".join(line.strip() for line in lines[:3])
+    assert head.startswith("fitted comm") and "worst CV MAPE" in head and str(out) in head
+    assert "latency" in result.out and "GB/s" in result.out
+    monkeypatch.setenv("COLUMNS", "1000")  # --wide folds cells at 80 columns, as before
+    wide = cli80("fit", "comm", str(data), "-o", str(out), "--hardware", "cpu", "--wide")
+    assert wide.code == 0 and "cv_mape_pct" in wide.out

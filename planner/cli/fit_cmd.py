@@ -36,7 +36,17 @@ import pandas as pd
 
 from perfmodel.api import fit as api_fit
 from perfmodel.costs.comm import BACKENDS
-from planner.cli.common import emit_json, emit_records, emit_table, format_option
+from perfmodel.numbers import format_number
+from planner.cli.common import (
+    compact_value,
+    echo_wrapped,
+    emit_compact,
+    emit_json,
+    emit_records,
+    emit_table,
+    format_option,
+    wide_option,
+)
 
 
 @click.group()
@@ -71,16 +81,18 @@ def _common_options(func: Any) -> Any:
               help="Also cross-validate the whole fit, feature selection included, leaving one "
                    "model out at a time (one refit per model and phase).")
 @format_option()
+@wide_option()
 def fit_compute(data: str, output: str, hardware: str | None, base: str | None, name: str | None,
                 backend: str | None, selection: str, tolerance: float, nested_cv: bool,
-                fmt: str) -> None:
+                fmt: str, wide: bool) -> None:
     """Fit forward/backward/optimizer regressions from a compute dataset."""
     result = api_fit.fit_compute(api_fit.ComputeFitRequest(
         data_path=data, output_path=output, hardware=hardware, base=base, name=name,
         backend=backend, selection=selection, tolerance=tolerance, nested_cv=nested_cv))
     click.echo(f"wrote {output} (provenance: measured compute {', '.join(result.fitted)})",
                err=True)
-    emit_records(result.records, fmt, title=f"compute fit -> {output}")
+    _emit_fit(result.records, fmt, wide=wide, title=f"compute fit -> {output}",
+              answer=f"fitted compute ({', '.join(result.fitted)}) into {output}")
 
 
 @fit.command("comm")
@@ -88,15 +100,18 @@ def fit_compute(data: str, output: str, hardware: str | None, base: str | None, 
 @click.option("--backend", type=click.Choice(BACKENDS), default=None,
               help="Use only rows of this backend (needed when the dataset has several).")
 @format_option()
+@wide_option()
 def fit_comm_cmd(data: str, output: str, hardware: str | None, base: str | None, name: str | None,
-                 backend: str | None, fmt: str) -> None:
+                 backend: str | None, fmt: str, wide: bool) -> None:
     """Fit latency/bandwidth coefficients per (op, link) from a communication dataset."""
     result = api_fit.fit_comm(api_fit.CommFitRequest(
         data_path=data, output_path=output, hardware=hardware, base=base, name=name,
         backend=backend))
     click.echo(f"wrote {output} (provenance: measured comm, backend {result.profile.backend})",
                err=True)
-    emit_records(result.records, fmt, title=f"comm fit -> {output}")
+    _emit_fit(result.records, fmt, wide=wide, title=f"comm fit -> {output}",
+              answer=f"fitted comm ({len(result.records)} op/link pairs, backend "
+                     f"{result.profile.backend}) into {output}")
 
 
 @fit.command("overlap")
@@ -104,7 +119,8 @@ def fit_comm_cmd(data: str, output: str, hardware: str | None, base: str | None,
 @click.option("-o", "--output", required=True, type=click.Path(exists=True, dir_okay=False),
               help="Measured profile YAML to update (its compute and comm are used as they are).")
 @format_option()
-def fit_overlap(data: str, output: str, fmt: str) -> None:
+@wide_option()
+def fit_overlap(data: str, output: str, fmt: str, wide: bool) -> None:
     """Fit the profile's overlap_slowdown (compute slowed while a collective runs) and
     fsdp_copy_s_per_byte (FSDP2's copies around each collective) from measured FSDP2 steps
     (`shardmeter bench fsdp` CSV); reports the step MAPE before, fitted, and with each model
@@ -112,7 +128,45 @@ def fit_overlap(data: str, output: str, fmt: str) -> None:
     result = api_fit.fit_overlap(api_fit.OverlapFitRequest(data_path=data, output_path=output))
     click.echo(f"wrote {output} (overlap_slowdown {result.profile.overlap_slowdown}, "
                f"fsdp_copy_s_per_byte {result.profile.fsdp_copy_s_per_byte:.3g})", err=True)
-    emit_records(result.records, fmt, title=f"overlap fit -> {output}")
+    _emit_fit(result.records, fmt, wide=wide, title=f"overlap fit -> {output}",
+              answer=f"fitted overlap_slowdown {format_number(result.profile.overlap_slowdown)} "
+                     f"into {output}")
+
+
+def _emit_fit(records: list[dict[str, Any]], fmt: str, *, wide: bool, title: str,
+              answer: str) -> None:
+    """JSON / CSV / the full table (`--wide`) as before; else the answer, its worst
+    cross-validated error where the records have one, and the records as a compact table (units
+    read from the keys; a record layout when too wide)."""
+    if fmt != "table" or wide:
+        emit_records(records, fmt, title=title)
+        return
+    errors = [float(r[k]) for r in records for k in r if k.endswith("mape_pct")
+              and isinstance(r[k], int | float) and r[k] == r[k]]
+    echo_wrapped(answer + (f"; worst CV MAPE {format_number(max(errors))} %" if errors else ""))
+    emit_compact([{_fit_header(k): _fit_cell(k, v) for k, v in r.items()} for r in records])
+    click.echo("every column: --wide or --format json")
+
+
+def _fit_header(key: str) -> str:
+    """A record key as a header with its unit: 'bandwidth_bytes_per_s' -> 'bandwidth GB/s'."""
+    if key.endswith("_bytes_per_s"):
+        return key.removesuffix("_bytes_per_s").replace("_", " ") + " GB/s"
+    if key.endswith("_pct"):
+        return key.removesuffix("_pct").replace("_", " ") + " %"
+    if key.endswith("_s"):  # the cell carries the unit (µs, ms, s, ...)
+        return key.removesuffix("_s").replace("_", " ")
+    return {"configurations": "configs"}.get(key, key.replace("_", " "))
+
+
+def _fit_cell(key: str, value: Any) -> str:
+    """A record value in the unit `_fit_header` names."""
+    if key.endswith("_bytes_per_s") and isinstance(value, int | float) \
+            and not isinstance(value, bool):
+        return format_number(float(value) / 1e9)
+    if key.endswith("_pct") and isinstance(value, int | float) and not isinstance(value, bool):
+        return format_number(float(value))
+    return compact_value(key, value)
 
 
 # ---- validate ------------------------------------------------------------------------------
