@@ -157,7 +157,7 @@ def _section_sweeps(doc: Doc) -> None:
         "--micro-batches",
         "1..32",
     )
-    doc.run(*args)
+    doc.run(*args, "--wide")  # the full tables the text reads (the default view answers first)
     summary = _json(*args)["summary"][0]
     doc.say(
         f"Result: {summary['changes'] or 'no regime change'}; first compute-bound micro-batch "
@@ -188,7 +188,7 @@ def _section_sweeps(doc: Doc) -> None:
         "--micro-batches",
         "1..32",
     )
-    doc.run(*args)
+    doc.run(*args, "--wide")
     rows = _json(*args)["summary"]
     by_model: dict[str, dict[int, Any]] = {}
     for r in rows:
@@ -288,7 +288,7 @@ def _section_figure6(doc: Doc) -> None:
         "lines are single changes that also remove blocking, and it says why when nothing works.",
         "",
     )
-    doc.run("streaming", "--example", "all")
+    doc.run("streaming", "--example", "all", "--wide")
     cases = {c["case"]: c for c in _json("streaming", "--example", "all")["cases"]}
     verdict = ", ".join(
         f"{k} {'blocks' if c['blocks'] else 'does not block'}" for k, c in cases.items()
@@ -320,7 +320,7 @@ def _section_figure6(doc: Doc) -> None:
         "--delay",
         "2",
     )
-    doc.run(*args)
+    doc.run(*args, "--wide")
     case = _json(*args)["cases"][0]
     tuned = (
         (
