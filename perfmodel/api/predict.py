@@ -202,14 +202,19 @@ def resolve_strategy(w: Workload, spec: OuterSpec) -> tuple[Workload, OuterRecip
     return w, outer, link
 
 
-def provenance(w: Workload) -> dict[str, str]:
+def provenance(w: Workload) -> dict[str, Any]:
     """Which profile and provenance (measured / calibrated / prior) the compute and each link
-    of the island's ring use (links a profile lacks fall back to the catalog prior)."""
-    out = {"compute_provenance": f"{w.profile.compute_provenance('forward')} ({w.profile.name})"}
+    of the island's ring use (links a profile lacks fall back to the catalog prior).
+
+    `link_provenance` is a list of {"link", "provenance"} objects in ring order, so the record's
+    keys do not depend on the hardware (schema_version 2; version 1 had one `link_<name>_provenance`
+    key per link). Checked by tests/test_schemas.py and tests/test_calibrate.py."""
+    links = []
     for link in w.island.ring_links:
         kinds = {w.profile.comm_provenance(op, [link]) for op in ("all_gather", "reduce_scatter")}
-        out[f"link_{link}_provenance"] = "/".join(sorted(kinds))
-    return out
+        links.append({"link": link, "provenance": "/".join(sorted(kinds))})
+    return {"compute_provenance": f"{w.profile.compute_provenance('forward')} ({w.profile.name})",
+            "link_provenance": links}
 
 
 def predict(workload: WorkloadSpec, outer: OuterSpec | None = None,

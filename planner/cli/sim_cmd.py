@@ -25,7 +25,7 @@ from perfmodel.sim import trace
 from perfmodel.spec.errors import UserInputError
 from perfmodel.spec.inputs import check_limit
 from planner.cli.common import (
-    SCHEMA_VERSION,
+    PREDICT_SCHEMA_VERSION,
     CheckpointParam,
     allow_oom_option,
     compact_value,
@@ -207,7 +207,7 @@ def _emit_prediction(p: api.Prediction, payload: dict[str, Any], fmt: str, *, wi
     """JSON / CSV / the full table (`--wide`) as before; else the answer first: the answer
     sentence, the profile it rests on, the columns that matter."""
     if fmt == "json":
-        emit_json({"schema_version": SCHEMA_VERSION, **payload})
+        emit_json({"schema_version": PREDICT_SCHEMA_VERSION, **payload})
         return
     if fmt != "table" or wide:
         emit_mapping(payload, fmt, title=title)
