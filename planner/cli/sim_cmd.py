@@ -120,7 +120,8 @@ def _strategy_options(func: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--islands", type=int, default=None,
                      help="Islands M (default 1 for fsdp, else 2)."),
         click.option("--inner-steps", type=int, default=None,
-                     help="DiLoCo H (default: the recipe's, else 100; streaming: F·τ)."),
+                     help="DiLoCo H (default: the recipe's, else 100, for diloco and "
+                          "streaming-diloco alike)."),
         *_wan_options(),
         click.option("--fragments", type=int, default=None,
                      help="Streaming DiLoCo fragments F (default: the recipe's, else 3)."),

@@ -5,7 +5,16 @@ field path, the offending value, and a "To fix:" hint. The island table the plan
 (`load_island_table`, DESIGN §3) lives in `planner.model.island_table` and is re-exported here.
 
 `strategy: fsdp` means one island (max_islands is forced to 1, σ = 0). `streaming-diloco` is
-planned with the same blocking σ formula as `diloco` for now (an upper bound on its sync cost).
+refused with its reason (ConfigError, exit 2): the planner prices DiLoCo's blocking sync σ only,
+and planning a streaming run by it would silently report DiLoCo's times under streaming's name;
+`shardmeter streaming` tunes Streaming DiLoCo and `strategy: diloco` plans the blocking bound
+(tests/test_price_scenarios.py).
+
+`price_scale` multiplies every price of a cluster (its own, its alternatives', its per-size list
+prices), whether listed (`price:`) or explicit, so "what if H100s were 30 % cheaper?" is
+`--vary clusters.X.price_scale=0.7` (`gpu.NAME.price_scale` for every cluster of a GPU type,
+`planner.analysis.scenarios`). A CSV island table is priced at the unscaled prices it was written
+for and its rows are scaled on loading (`planner.model.island_table.load_island_table`).
 """
 
 from __future__ import annotations
@@ -215,6 +224,9 @@ class Cluster(_Strict):
     allowed_gpus_per_node: tuple[int, ...] | None = None
     price_usd_per_gpu_hour: float | None = Field(default=None, gt=0)
     price: PriceRef | None = None
+    price_scale: float = Field(default=1.0, gt=0, le=1000)
+    """Multiplier on every price of this cluster (own price, list price, alternatives), e.g.
+    0.7 for 30 % cheaper: a what-if (`--vary clusters.NAME.price_scale=0.7`); 1 = as priced."""
     wan_gbit_s: float | None = Field(default=None, gt=0)
     wan_latency_ms: float | None = Field(default=None, ge=0)
     fabric_gbit_s: float | None = Field(default=None, gt=0)
@@ -421,17 +433,20 @@ def catalog_price(ref: PriceLookup) -> float:
     return price_usd_per_gpu_hour(ref.provider, ref.gpu, ref.tier, ref.as_of)
 
 
-def gpu_prices(instance: Instance, resolve_price: PriceResolver | None = None) -> dict[str, float]:
-    """USD per GPU-hour of every cluster, resolving `price:` references."""
+def gpu_prices(instance: Instance, resolve_price: PriceResolver | None = None, *,
+               scaled: bool = True) -> dict[str, float]:
+    """USD per GPU-hour of every cluster, resolving `price:` references, times the cluster's
+    `price_scale` (`scaled=False`: as listed, the prices a CSV island table is written for)."""
     resolver = resolve_price or catalog_price
     out = {}
     for cluster in instance.clusters:
+        scale = cluster.price_scale if scaled else 1.0
         if cluster.price_usd_per_gpu_hour is not None:
-            out[cluster.name] = cluster.price_usd_per_gpu_hour
+            out[cluster.name] = cluster.price_usd_per_gpu_hour * scale
         elif cluster.price is not None:
             ref = PriceLookup(provider=cluster.price.provider, gpu=cluster.gpu,
                               tier=cluster.price.tier, as_of=cluster.price.as_of)
-            out[cluster.name] = float(resolver(ref))
+            out[cluster.name] = float(resolver(ref)) * scale
     return out
 
 
@@ -451,7 +466,7 @@ def alternative_prices(instance: Instance,
                                                    as_of=cluster.price.as_of)))
             else:  # caught by _check_semantics
                 continue
-            out.setdefault(cluster.name, {})[alt.tier] = price
+            out.setdefault(cluster.name, {})[alt.tier] = price * cluster.price_scale
     return out
 
 
@@ -549,6 +564,13 @@ def _check_semantics(instance: Instance, path: Path) -> None:
              f"{batch_tokens:,} tokens): the run would be shorter than one step",
              f"set train_tokens >= {batch_tokens:,}, or lower global_batch_seqs.")
     _check_recipe_outer(instance, fail)
+    if training.strategy == "streaming-diloco":
+        fail("training.strategy", training.strategy,
+             "the planner does not model Streaming DiLoCo: it prices DiLoCo's blocking outer "
+             "sync only, so a plan would show DiLoCo's times under streaming's name",
+             "plan with `strategy: diloco` (its blocking sync bounds a streaming run's from "
+             "above), and tune the streaming schedule of the chosen islands with `shardmeter "
+             "streaming` (or `shardmeter predict --strategy streaming-diloco`).")
     names: set[str] = set()
     for i, c in enumerate(instance.clusters):
         where = f"clusters[{i}]"
@@ -808,5 +830,6 @@ def size_prices(instance: Instance) -> dict[str, dict[int, float]]:
                 continue
             if r.gpus_per_node not in best or r.as_of > best[r.gpus_per_node].as_of:
                 best[r.gpus_per_node] = r
-        out[cluster.name] = {size: r.usd_per_gpu_hour for size, r in best.items()}
+        out[cluster.name] = {size: r.usd_per_gpu_hour * cluster.price_scale
+                             for size, r in best.items()}
     return out
