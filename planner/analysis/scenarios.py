@@ -366,8 +366,10 @@ def _scenario_table(instance_path: str, scenario: Scenario, instance: Any) -> An
     scenario's price per GPU-hour (a table built by the performance model is priced anew)."""
 
     path = Path(instance_path)
-    raw = read_instance_yaml(path)
-    expanded = [(e, v) for p, v in scenario.overrides for e in expand_path(raw, p, str(path))]
+    expanded = list(scenario.overrides)
+    if any(p.startswith("gpu.") for p, _ in expanded):  # which clusters a GPU path reaches
+        raw = read_instance_yaml(path)
+        expanded = [(e, v) for p, v in expanded for e in expand_path(raw, p, str(path))]
     priced = [p for p, _ in expanded if _is_price_path(p)]
     if instance.islands_table is None or not priced:
         return load_island_table(instance)

@@ -71,7 +71,10 @@ Dtype = Literal["fp32", "bf16", "int8", "fp4"]
 
 class _Strict(BaseModel):
     # NaN/inf are never a valid size, price or latency; YAML's true/false are never numbers.
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    # attribute docstrings become field descriptions: docs/INSTANCE.md is generated from them
+    # (scripts/make_instance_doc.py)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False,
+                              use_attribute_docstrings=True)
 
     @field_validator("*", mode="before")
     @classmethod
@@ -113,8 +116,11 @@ class PriceRef(_Strict):
     """A reference into the price lists (`catalogs/prices/`)."""
 
     provider: str = Field(min_length=1)
+    """Provider as the price lists name it (`shardmeter catalog prices`), e.g. Lambda."""
     tier: Tier = "on-demand"
+    """Price tier: on-demand, spot (preemptible) or community."""
     as_of: str | None = None
+    """Date of the price list, YYYY-MM-DD (default: the newest list of that provider)."""
     per_instance_size: bool = False
     """Price an island of g GPUs per node at the list's per-GPU price for a g-GPU instance when
     the list has that size (e.g. a 1-GPU slice at its own rate, not the 8-GPU one)."""
@@ -133,14 +139,21 @@ class PriceRef(_Strict):
 
 
 class Training(_Strict):
-    """What is trained and how (DESIGN §3 symbols in comments)."""
+    """What is trained and how (S, B, D, H: the planner's symbols, in the comments)."""
 
     seq_len: int = Field(gt=0)  # S
+    """Sequence length S, tokens."""
     global_batch_seqs: int = Field(gt=0)  # B
+    """Global batch B: sequences per (inner) optimizer step over all islands."""
     train_tokens: float = Field(gt=0)  # D
+    """Tokens D to train on; wall time and cost scale with it."""
     strategy: Strategy = "diloco"
+    """fsdp (one island), diloco (islands sync pseudo-gradients every H inner steps);
+    streaming-diloco is refused by the planner (`shardmeter streaming` tunes it)."""
     inner_steps: int | None = Field(default=None, gt=0)  # H
+    """DiLoCo H: inner steps between outer syncs (default 1: every step; ignored for fsdp)."""
     pseudo_gradient_dtype: Dtype = "fp32"
+    """Data type of the pseudo-gradients sent between islands (bytes per parameter on the WAN)."""
     activation_checkpointing: str | tuple[str, ...] = "op-sac"
     """A checkpointing policy: none, full, op-sac, attn or layer:N (`selective` reads as op-sac),
     or a list of them for the planner to choose from per island (the island table then has an
@@ -218,17 +231,28 @@ class Cluster(_Strict):
         return None if value is None else _not_blank(value)
 
     name: str = Field(min_length=1)
+    """Cluster name (unique in the file); plans and `--vary clusters.NAME....` use it."""
     gpu: str = Field(min_length=1)
+    """Catalog GPU type (`shardmeter catalog gpus`), e.g. H100-SXM5-80GB."""
     num_nodes: int = Field(gt=0)
+    """Nodes available to rent."""
     gpus_per_node: int = Field(gt=0)
+    """GPUs per node."""
     allowed_gpus_per_node: tuple[int, ...] | None = None
+    """GPUs per node an island may use (default: the powers of two below gpus_per_node, and
+    gpus_per_node)."""
     price_usd_per_gpu_hour: float | None = Field(default=None, gt=0)
+    """Your own price, USD per GPU-hour (give this or `price:`, or neither when islands_table
+    prices the islands)."""
     price: PriceRef | None = None
+    """A dated list price from catalogs/prices/ (instead of price_usd_per_gpu_hour)."""
     price_scale: float = Field(default=1.0, gt=0, le=1000)
     """Multiplier on every price of this cluster (own price, list price, alternatives), e.g.
     0.7 for 30 % cheaper: a what-if (`--vary clusters.NAME.price_scale=0.7`); 1 = as priced."""
     wan_gbit_s: float | None = Field(default=None, gt=0)
+    """WAN uplink of the site for DiLoCo syncs between clusters, Gbit/s (required unless fsdp)."""
     wan_latency_ms: float | None = Field(default=None, ge=0)
+    """WAN latency, ms (default 0)."""
     fabric_gbit_s: float | None = Field(default=None, gt=0)
     """Inter-node fabric bandwidth per node for a sync among islands of this cluster alone
     (default: the GPU's catalog inter-node link x NICs per node; the WAN when unknown)."""
@@ -307,21 +331,34 @@ class Limits(_Strict):
     """Optional caps on every plan."""
 
     max_islands: int | None = Field(default=None, gt=0)
+    """Most islands in a plan (fsdp: always 1)."""
     max_gpus: int | None = Field(default=None, gt=0)
+    """Most GPUs in a plan."""
     budget_usd: float | None = Field(default=None, gt=0)
+    """Most a plan may cost, USD."""
     deadline_hours: float | None = Field(default=None, gt=0)
+    """Longest a plan may take, hours."""
 
 
 class Instance(_Strict):
-    """A planner instance (see module docstring and DESIGN §3)."""
+    """A planner instance: the model, how it is trained, the clusters to plan on, and caps."""
 
     name: str = Field(min_length=1)
+    """Name of the instance; it labels the outputs."""
     model: str = Field(min_length=1)
+    """Catalog model (`shardmeter catalog models`) or a config.json path (relative to this
+    file)."""
     training: Training
+    """What is trained and how."""
     clusters: tuple[Cluster, ...] = Field(min_length=1)
+    """Node pools islands are carved from (at least one)."""
     limits: Limits = Limits()
+    """Caps on every plan."""
     islands_table: str | None = None
+    """A CSV island table (relative to this file) instead of building it with the performance
+    model (columns: README / planner.model.island_table.TABLE_COLUMNS)."""
     parameters: int | None = Field(default=None, gt=0)
+    """Parameters exchanged between islands (default: the model's count)."""
     failures: Failures | None = None
     """Expected values under failures, preemptions and the full bill (None: off, as today)."""
 
