@@ -632,7 +632,8 @@ def _check_semantics(instance: Instance, path: Path) -> None:
             fail(f"{where}.price_usd_per_gpu_hour", c.price_usd_per_gpu_hour,
                  "give exactly one of price_usd_per_gpu_hour and price (or neither when "
                  "islands_table prices the islands)",
-                 "set `price_usd_per_gpu_hour: 3.59` or `price: {provider: ..., tier: on-demand}`.")
+                 "set `price_usd_per_gpu_hour: 3.59` or `price: {provider: ..., tier: on-demand}` "
+                 "(a what-if on a price: `--vary clusters.NAME.price_scale=0.7`, listed or not).")
         if c.region is not None:
             _check_region(f"{where}.region", c.region, fail)
         tiers = [c.tier]
