@@ -267,8 +267,13 @@ def expand_path(raw: dict[str, Any], path: str, source: str) -> list[str]:
     name = rest.rsplit(".", 1)[0] if "." in rest else rest
     raise UserInputError(f"{path}: {source} has no cluster with gpu {name!r} (GPU types: "
                          f"{', '.join(gpus)})",
-                         hint=f"{did_you_mean(name, gpus)} Write gpu.<GPU type>.<cluster field>, "
-                              "e.g. gpu.H100-SXM5-80GB.price_scale=0.7.")
+                         hint=f"{_sentence(did_you_mean(name, gpus))} Write gpu.<GPU type>."
+                              "<cluster field>, e.g. gpu.H100-SXM5-80GB.price_scale=0.7.")
+
+
+def _sentence(text: str) -> str:
+    """`text` ending as a sentence (a did-you-mean question keeps its question mark)."""
+    return text if text.endswith(("?", ".")) else text + "."
 
 
 def _set(raw: dict[str, Any], path: str, value: Any, source: str) -> None:
@@ -291,7 +296,7 @@ def _set(raw: dict[str, Any], path: str, value: Any, source: str) -> None:
                 node[part] = {}
             node = node[part]
         else:
-            raise UserInputError(f"--vary {path}: {source}: {'.'.join(parts[:depth])} is a "
+            raise UserInputError(f"what-if path {path}: {source}: {'.'.join(parts[:depth])} is a "
                                  "value, not a mapping",
                                  hint="point the path at a field of the instance file.")
 
@@ -303,7 +308,8 @@ def _list_index(items: list[Any], part: str, where: str, source: str) -> int:
     if part.isdigit() and int(part) < len(items):
         return int(part)
     names = [str(i.get("name")) for i in items if isinstance(i, dict)]
-    raise UserInputError(f"--vary {where}: {source} has no entry {part!r} (names: {names})",
+    raise UserInputError(f"what-if path {where} (--vary / --scenario): {source} has no entry "
+                         f"{part!r} (names: {names})",
                          hint="address a cluster by its name or its index.")
 
 

@@ -25,8 +25,8 @@ def schema_text(name: str) -> str:
     """The JSON Schema of output `name`, as shipped (a wrong name: did-you-mean, exit 2)."""
     if name not in SCHEMA_NAMES:
         raise UserInputError(f"schema {name!r}: no such output schema",
-                             hint=f"{did_you_mean(name, SCHEMA_NAMES)} Pass one of: "
-                                  f"{', '.join(SCHEMA_NAMES)}.")
+                             hint=f"pass one of: {', '.join(SCHEMA_NAMES)} "
+                                  f"({did_you_mean(name, SCHEMA_NAMES)}).")
     resource = resources.files(__name__).joinpath(f"{name}.schema.json")
     if not resource.is_file():
         raise UserInputError(f"schema {name!r}: this installation ships no {name}.schema.json",
