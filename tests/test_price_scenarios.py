@@ -81,6 +81,18 @@ def test_price_scale_on_a_csv_table_scales_its_rows(tmp_path: Path) -> None:
     assert list(table.sort_values("cluster")["usd_per_hour"]) == [2.0, 0.25]
 
 
+def test_price_scale_reaches_a_cluster_only_the_table_prices(tmp_path: Path) -> None:
+    path = _write(tmp_path, price_b=0.5)
+    raw = yaml.safe_load(path.read_text())
+    for cluster in raw["clusters"]:  # no price in the file: the CSV's usd_per_hour prices them
+        del cluster["price_usd_per_gpu_hour"]
+    path.write_text(yaml.safe_dump(raw))
+    scenarios = scenarios_of([parse_vary("clusters.B.price_scale=1,4")])
+    base, dear = solve_all([str(path)], scenarios, {}, workers=1)
+    assert [p.cost_usd for p in base.points] == pytest.approx([2.0, 1.0], rel=1e-6)
+    assert [p.cost_usd for p in dear.points] == pytest.approx([2.0], rel=1e-6)  # B: 4 USD, 2 h
+
+
 def test_a_linked_scenario_halves_every_cost_and_keeps_every_time(tmp_path: Path) -> None:
     path = _write(tmp_path, price_b=0.5)
     linked = parse_linked("half:clusters.A.price_scale=0.5,clusters.B.price_scale=0.5")

@@ -369,7 +369,9 @@ def _scenario_table(instance_path: str, scenario: Scenario, instance: Any) -> An
     """The scenario's island table. A CSV table carries the base prices in usd_per_hour, so when a
     scenario changes a cluster's price, the table is read as the base prices it was written for
     and the rows of every cluster are repriced: usd_per_hour = nodes x GPUs per node x the
-    scenario's price per GPU-hour (a table built by the performance model is priced anew)."""
+    scenario's price per GPU-hour, or, for a cluster the table alone prices, its rows times the
+    scenario's price_scale over the file's (a table built by the performance model is priced
+    anew)."""
 
     path = Path(instance_path)
     expanded = list(scenario.overrides)
@@ -382,10 +384,16 @@ def _scenario_table(instance_path: str, scenario: Scenario, instance: Any) -> An
     rest = [(p, v) for p, v in expanded if not _is_price_path(p)]
     base = instance_from_mapping(apply_overrides(read_instance_yaml(path), rest, str(path)), path)
     table = load_island_table(base).copy()
-    for cluster, price in gpu_prices(instance).items():
-        rows = table["cluster"] == cluster
-        table.loc[rows, "usd_per_hour"] = (table.loc[rows, "nodes"]
-                                           * table.loc[rows, "gpus_per_node"] * price)
+    prices = gpu_prices(instance)
+    for cluster in instance.clusters:
+        rows = table["cluster"] == cluster.name
+        if cluster.name in prices:
+            table.loc[rows, "usd_per_hour"] = (table.loc[rows, "nodes"]
+                                               * table.loc[rows, "gpus_per_node"]
+                                               * prices[cluster.name])
+        else:  # the table prices this cluster's islands: only its price_scale can change
+            ratio = cluster.price_scale / base.cluster(cluster.name).price_scale
+            table.loc[rows, "usd_per_hour"] = table.loc[rows, "usd_per_hour"] * ratio
     return table
 
 
