@@ -192,7 +192,8 @@ def _energy_metric(objective: str, max_co2_kg: float | None,
 def _single(paths: tuple[Path, ...], vary: tuple[str, ...]) -> Path:
     """Energy and CO2 queries solve one instance without what-ifs."""
     if len(paths) > 1 or vary:
-        raise UserInputError("energy and CO2 queries take one instance without --vary",
+        raise UserInputError("energy and CO2 queries take one instance without --vary or "
+                             "--scenario",
                              hint="run one instance at a time.")
     return paths[0]
 
@@ -216,7 +217,7 @@ def frontier(request: FrontierRequest, *,
         raise UserInputError(f"--plot draws time-vs-cost frontiers only, not time-vs-{metric}",
                              hint="drop --plot, or use --objectives time,cost.")
     path = request.instance_paths[0] if metric is None else _single(request.instance_paths,
-                                                                    request.vary)
+                                                                    request.vary + request.scenario)
     solved = solve(SolveRequest(instance_path=path, metric=metric or "cost",
                                 max_co2_kg=request.max_co2_kg,
                                 max_energy_kwh=request.max_energy_kwh,
@@ -256,7 +257,8 @@ def query(request: QueryRequest) -> PlanAnswer | ScenarioStudy:
 
         return query_study(request)
     if metric is not None:
-        solved = solve(SolveRequest(instance_path=_single(request.instance_paths, request.vary),
+        solved = solve(SolveRequest(instance_path=_single(request.instance_paths,
+                                                    request.vary + request.scenario),
                                     metric=metric, max_co2_kg=request.max_co2_kg,
                                     max_energy_kwh=request.max_energy_kwh, options=request.options))
         chosen, extra = energy_answer(solved, request.objective, has_cap=metric_cap(request),

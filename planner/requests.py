@@ -48,9 +48,10 @@ def _caps(request: FrontierRequest | QueryRequest | SolveRequest) -> None:
     _positive("max_co2_kg", request.max_co2_kg, "give the cap in kg CO2e, or None.", "kg_co2")
 
 
-def _is_study(instance_paths: tuple[Path, ...], vary: tuple[str, ...]) -> bool:
-    """Several files or what-ifs: a scenario study."""
-    return len(instance_paths) > 1 or bool(vary)
+def _is_study(instance_paths: tuple[Path, ...], vary: tuple[str, ...],
+              scenario: tuple[str, ...] = ()) -> bool:
+    """Several files, what-ifs or named scenarios: a scenario study."""
+    return len(instance_paths) > 1 or bool(vary) or bool(scenario)
 
 
 def _choice(name: str, value: str, choices: tuple[str, ...]) -> None:
@@ -166,6 +167,9 @@ class FrontierRequest:
     """Instance YAML files (several: a scenario study)."""
     vary: tuple[str, ...] = ()
     """What-ifs `PATH=V1,V2,...` into the instance (all combinations; a scenario study)."""
+    scenario: tuple[str, ...] = ()
+    """Linked what-ifs `NAME:PATH=V,PATH=V,...`: each one named scenario setting several paths
+    together; with `base` they form one axis, crossed with `vary` (a scenario study)."""
     objectives: str = "time,cost"
     """The two objectives: time,cost, time,co2 or time,energy."""
     max_co2_kg: float | None = None
@@ -188,7 +192,7 @@ class FrontierRequest:
     @property
     def scenarios(self) -> bool:
         """Several files or what-ifs: a scenario study."""
-        return _is_study(self.instance_paths, self.vary)
+        return _is_study(self.instance_paths, self.vary, self.scenario)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -199,6 +203,9 @@ class QueryRequest:
     """Instance YAML files (several: a scenario study)."""
     vary: tuple[str, ...] = ()
     """What-ifs `PATH=V1,V2,...` into the instance (all combinations; a scenario study)."""
+    scenario: tuple[str, ...] = ()
+    """Linked what-ifs `NAME:PATH=V,PATH=V,...`: each one named scenario setting several paths
+    together; with `base` they form one axis, crossed with `vary` (a scenario study)."""
     objective: str = "time"
     """time: fastest (ties: cheaper); cost: cheapest (ties: faster); co2/energy: least CO2/energy
     (ties: faster)."""
@@ -225,4 +232,4 @@ class QueryRequest:
     @property
     def scenarios(self) -> bool:
         """Several files or what-ifs: a scenario study."""
-        return _is_study(self.instance_paths, self.vary)
+        return _is_study(self.instance_paths, self.vary, self.scenario)

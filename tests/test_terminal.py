@@ -105,7 +105,7 @@ def test_memory_states_the_profile(cli80) -> None:
 
 def test_wide_shows_every_field(cli80, monkeypatch: pytest.MonkeyPatch) -> None:
     record = json.loads(cli80(*FITTING["predict"], "--format", "json").out)
-    assert record.pop("schema_version") == 1
+    assert record.pop("schema_version") == 2
     wide = cli80(*FITTING["predict"], "--wide").out
     assert all(key in wide for key in record), [k for k in record if k not in wide]
     memory = json.loads(cli80(*FITTING["memory"], "--format", "json").out)

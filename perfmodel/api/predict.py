@@ -182,8 +182,12 @@ def memory_report(spec: WorkloadSpec, *, allow_oom: bool = True) -> MemoryReport
 def resolve_strategy(w: Workload, spec: OuterSpec) -> tuple[Workload, OuterRecipe, WanLink]:
     """`w` training with the outer settings of `spec`, those settings, and the sync link."""
     if spec.strategy == "streaming-diloco":
+        # H defaults to DiLoCo's (100), as in Douillard et al. 2025 (each fragment syncs every H
+        # inner steps, the F fragments staggered by H/F), so `predict` compares the two
+        # strategies at the same sync period; the tuner (`shardmeter streaming`) keeps F·max(τ, 1).
         outer = streaming_outer(w.recipe, model=w.model, fragments=spec.fragments,
-                                delay=spec.delay_steps, sync_every=spec.inner_steps,
+                                delay=spec.delay_steps,
+                                sync_every=_streaming_inner_steps(w, spec),
                                 dtype=spec.pseudo_gradient_dtype,
                                 fragment_pattern=spec.fragment_pattern,
                                 overlap_backward=spec.overlap_backward)
@@ -202,14 +206,30 @@ def resolve_strategy(w: Workload, spec: OuterSpec) -> tuple[Workload, OuterRecip
     return w, outer, link
 
 
-def provenance(w: Workload) -> dict[str, str]:
+def _streaming_inner_steps(w: Workload, spec: OuterSpec) -> int | None:
+    """H of `predict`/`simulate --strategy streaming-diloco`: --inner-steps, else the recipe's
+    outer.inner_steps when it sets one (None: `streaming_outer` reads it), else DiLoCo's default
+    (DILOCO_DEFAULT_INNER_STEPS). Checked by tests/test_price_scenarios.py."""
+    if spec.inner_steps is not None:
+        return spec.inner_steps
+    if w.recipe.outer.inner_steps != OuterRecipe().inner_steps:
+        return None
+    return DILOCO_DEFAULT_INNER_STEPS
+
+
+def provenance(w: Workload) -> dict[str, Any]:
     """Which profile and provenance (measured / calibrated / prior) the compute and each link
-    of the island's ring use (links a profile lacks fall back to the catalog prior)."""
-    out = {"compute_provenance": f"{w.profile.compute_provenance('forward')} ({w.profile.name})"}
+    of the island's ring use (links a profile lacks fall back to the catalog prior).
+
+    `link_provenance` is a list of {"link", "provenance"} objects in ring order, so the record's
+    keys do not depend on the hardware (schema_version 2; version 1 had one `link_<name>_provenance`
+    key per link). Checked by tests/test_schemas.py and tests/test_calibrate.py."""
+    links = []
     for link in w.island.ring_links:
         kinds = {w.profile.comm_provenance(op, [link]) for op in ("all_gather", "reduce_scatter")}
-        out[f"link_{link}_provenance"] = "/".join(sorted(kinds))
-    return out
+        links.append({"link": link, "provenance": "/".join(sorted(kinds))})
+    return {"compute_provenance": f"{w.profile.compute_provenance('forward')} ({w.profile.name})",
+            "link_provenance": links}
 
 
 def predict(workload: WorkloadSpec, outer: OuterSpec | None = None,

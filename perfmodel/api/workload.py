@@ -6,7 +6,8 @@ caller and those messages are part of its output; the API takes the same values 
 
 Outer settings: a value that is set wins; otherwise a value a recipe file sets (anything other
 than `OuterRecipe`'s default) is kept; otherwise the historical default applies (`predict
---strategy diloco` H = 100; Streaming DiLoCo F = 3, τ = 2, H = F·τ).
+--strategy diloco` and `streaming-diloco` H = 100; Streaming DiLoCo F = 3, τ = 2; the `streaming`
+tuner H = F·τ).
 """
 
 from __future__ import annotations

@@ -53,8 +53,12 @@ _WIDE_CONSOLE = 1000
 DEFAULT_COLUMNS = 80
 """Width of the answer-first views when stdout is not a terminal and COLUMNS is unset."""
 SCHEMA_VERSION = 1
-"""`schema_version` of the JSON that `predict` and `memory` print (raised when a key changes
-meaning or goes; new keys do not raise it)."""
+"""`schema_version` of the JSON that `memory` and `layout` print (raised when a key changes
+meaning or goes; new keys do not raise it). Their JSON Schemas are planner/schemas/*.schema.json
+(`shardmeter schema NAME`, checked against real outputs by tests/test_schemas.py)."""
+PREDICT_SCHEMA_VERSION = 2
+"""`schema_version` of `predict`'s JSON: 2 since its per-link `link_<name>_provenance` keys became
+one `link_provenance` list (CHANGELOG.md)."""
 
 
 def format_option(default: str = "table") -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -488,9 +492,7 @@ def compact_value(key: str, value: Any) -> str:
 def provenance_lines(record: Mapping[str, Any]) -> list[str]:
     """The profile a prediction rests on, and a one-line warning when its GPU's profile is the
     catalog prior (datasheet figures, no measurement or calibration)."""
-    links = [f"{key.removeprefix('link_').removesuffix('_provenance')} {value}"
-             for key, value in record.items()
-             if key.startswith("link_") and key.endswith("_provenance")]
+    links = [f"{item['link']} {item['provenance']}" for item in record.get("link_provenance", ())]
     lines = [f"profile {record['profile']} ({record['provenance']})"
              + (f"; links: {', '.join(links)}" if links else "")]
     if record["provenance"] == "prior":

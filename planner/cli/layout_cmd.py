@@ -12,6 +12,7 @@ from perfmodel import api
 from perfmodel.api.layout import DEFAULT_TOP, LayoutRequest, explain, rank_layouts
 from perfmodel.numbers import format_number, format_percent
 from planner.cli.common import (
+    SCHEMA_VERSION,
     CheckpointParam,
     echo_wrapped,
     emit_compact,
@@ -99,16 +100,18 @@ def layout(model_name: str, gpu_name: str, nodes: int, gpus_per_node: int, seq_l
     if named is not None:
         result = explain(request, named)
         if fmt == "json":
-            emit_json({"rank": result.rank, "of": result.of, "gap_pct": result.gap_pct,
-                       "layout": result.entry, "best": result.best, "explanation": result.lines})
+            emit_json({"schema_version": SCHEMA_VERSION, "rank": result.rank, "of": result.of,
+                       "gap_pct": result.gap_pct, "layout": result.entry, "best": result.best,
+                       "explanation": result.lines})
             return
         for line in result.lines:
             echo_wrapped(line)
         return
     ranking = rank_layouts(request)
     if fmt == "json":
-        emit_json({"layouts": ranking.entries, "ranked": ranking.total,
-                   "considered": ranking.candidates, "rejected": ranking.rejected})
+        emit_json({"schema_version": SCHEMA_VERSION, "layouts": ranking.entries,
+                   "ranked": ranking.total, "considered": ranking.candidates,
+                   "rejected": ranking.rejected})
         return
     frame = pd.DataFrame(ranking.entries)
     if fmt == "csv":

@@ -89,9 +89,13 @@ def islands(instance_path: Path, output: Path | None, fmt: str) -> None:
 
 
 _VARY_HELP = ("What-if: PATH=V1,V2,... into the instance (clusters.A.wan_gbit_s, "
-              "training.inner_steps, clusters.B.price.tier, clusters.A.max_nodes_per_island, "
-              "...); repeatable (all combinations). Each scenario is solved, every plan scored "
+              "training.inner_steps, clusters.B.price.tier, clusters.A.price_scale (0.7: 30% "
+              "cheaper), gpu.H100-SXM5-80GB.price_scale (every cluster of that GPU), ...); "
+              "repeatable (all combinations). Each scenario is solved, every plan scored "
               "under every scenario with its regret; scenarios run in parallel.")
+_SCENARIO_HELP = ("A linked what-if: one named scenario setting several paths together, e.g. "
+                  "cheap-h100:clusters.A.price_scale=0.7,clusters.B.price_scale=0.7; "
+                  "repeatable (with base, one axis, crossed with --vary).")
 
 
 def _refuse_solver_flags(solve: dict[str, Any]) -> None:
@@ -115,6 +119,8 @@ def _energy_options(func: Callable[..., Any]) -> Callable[..., Any]:
 @click.command("pareto")
 @click.argument("instance_paths", metavar="INSTANCE...", nargs=-1, required=True, type=_INSTANCE)
 @click.option("--vary", "vary", multiple=True, metavar="PATH=V1,V2,...", help=_VARY_HELP)
+@click.option("--scenario", "scenario", multiple=True, metavar="NAME:PATH=V,PATH=V,...",
+              help=_SCENARIO_HELP)
 @click.option("--objectives", type=click.Choice(api.FRONTIER_OBJECTIVES), default="time,cost",
               show_default=True,
               help="The two objectives of the frontier (energy/CO2: the exact energy DP).")
@@ -126,13 +132,15 @@ def _energy_options(func: Callable[..., Any]) -> Callable[..., Any]:
                    "(*_throughput.png); with scenarios, their frontiers side by side.")
 @_solver_options
 @format_option()
-def pareto(instance_paths: tuple[Path, ...], vary: tuple[str, ...], output: Path | None,
+def pareto(instance_paths: tuple[Path, ...], vary: tuple[str, ...], scenario: tuple[str, ...],
+           output: Path | None,
            plot: Path | None, fmt: str, objectives: str, max_co2_kg: float | None,
            max_energy_kwh: float | None, **solve: Any) -> None:
     """The exact cost-time Pareto frontier of INSTANCE (one or several files; what-ifs with
     --vary)."""
     _refuse_solver_flags(solve)
-    request = api.FrontierRequest(instance_paths=instance_paths, vary=vary, objectives=objectives,
+    request = api.FrontierRequest(instance_paths=instance_paths, vary=vary, scenario=scenario,
+                                  objectives=objectives,
                                   max_co2_kg=max_co2_kg, max_energy_kwh=max_energy_kwh,
                                   csv_path=output, plot_path=plot,
                                   options=api.SolveOptions(**solve))
@@ -166,6 +174,8 @@ def _islands(records: list[dict[str, Any]]) -> Any:
 @click.command("plan")
 @click.argument("instance_paths", metavar="INSTANCE...", nargs=-1, required=True, type=_INSTANCE)
 @click.option("--vary", "vary", multiple=True, metavar="PATH=V1,V2,...", help=_VARY_HELP)
+@click.option("--scenario", "scenario", multiple=True, metavar="NAME:PATH=V,PATH=V,...",
+              help=_SCENARIO_HELP)
 @click.option("--objective", type=click.Choice(api.OBJECTIVES), default="time",
               show_default=True,
               help="time: fastest plan (ties → cheaper); cost: cheapest plan (ties → faster); "
@@ -176,7 +186,8 @@ def _islands(records: list[dict[str, Any]]) -> Any:
               help="Cheapest plan with tokens/s >= this fraction of the best; reports the saving.")
 @_solver_options
 @format_option()
-def plan(instance_paths: tuple[Path, ...], vary: tuple[str, ...], objective: str,
+def plan(instance_paths: tuple[Path, ...], vary: tuple[str, ...], scenario: tuple[str, ...],
+         objective: str,
          min_throughput_fraction: float | None, fmt: str, max_co2_kg: float | None,
          max_energy_kwh: float | None, **solve: Any) -> None:
     """One plan of INSTANCE: fastest, cheapest, least CO2/energy, or cheapest near the best
@@ -187,7 +198,8 @@ def plan(instance_paths: tuple[Path, ...], vary: tuple[str, ...], objective: str
                       "(the query is the cheapest plan near the best throughput)",
                       fix="drop --objective time, or use --objective co2 or energy (least of "
                           "that near the best throughput).")
-    request = api.QueryRequest(instance_paths=instance_paths, vary=vary, objective=objective,
+    request = api.QueryRequest(instance_paths=instance_paths, vary=vary, scenario=scenario,
+                               objective=objective,
                                min_throughput_fraction=min_throughput_fraction,
                                max_co2_kg=max_co2_kg, max_energy_kwh=max_energy_kwh,
                                options=api.SolveOptions(**solve))

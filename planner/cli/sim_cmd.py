@@ -25,7 +25,7 @@ from perfmodel.sim import trace
 from perfmodel.spec.errors import UserInputError
 from perfmodel.spec.inputs import check_limit
 from planner.cli.common import (
-    SCHEMA_VERSION,
+    PREDICT_SCHEMA_VERSION,
     CheckpointParam,
     allow_oom_option,
     compact_value,
@@ -120,7 +120,8 @@ def _strategy_options(func: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--islands", type=int, default=None,
                      help="Islands M (default 1 for fsdp, else 2)."),
         click.option("--inner-steps", type=int, default=None,
-                     help="DiLoCo H (default: the recipe's, else 100; streaming: F·τ)."),
+                     help="DiLoCo H (default: the recipe's, else 100, for diloco and "
+                          "streaming-diloco alike)."),
         *_wan_options(),
         click.option("--fragments", type=int, default=None,
                      help="Streaming DiLoCo fragments F (default: the recipe's, else 3)."),
@@ -207,7 +208,7 @@ def _emit_prediction(p: api.Prediction, payload: dict[str, Any], fmt: str, *, wi
     """JSON / CSV / the full table (`--wide`) as before; else the answer first: the answer
     sentence, the profile it rests on, the columns that matter."""
     if fmt == "json":
-        emit_json({"schema_version": SCHEMA_VERSION, **payload})
+        emit_json({"schema_version": PREDICT_SCHEMA_VERSION, **payload})
         return
     if fmt != "table" or wide:
         emit_mapping(payload, fmt, title=title)

@@ -102,8 +102,8 @@ def load_island_table(instance: Instance) -> pd.DataFrame:
         table = validate_island_table(frame, str(path), instance)
         check_table_against_clusters(table, str(path), instance)
         check_table_identity(table, str(path), instance)
-        return table
-    prices = gpu_prices(instance)
+        return scale_prices(table, instance)
+    prices = gpu_prices(instance, scaled=False)
     requests = [ClusterRequest(**_cluster_request(c, prices[c.name])) for c in instance.clusters]
     training = instance.training
     arguments = table_arguments(instance)
@@ -124,7 +124,20 @@ def load_island_table(instance: Instance) -> pd.DataFrame:
                                   instance)
     # what the performance model left out, with why (ModelTable.excluded)
     table.attrs[EXCLUDED_ATTR] = tuple(Exclusion.of(r) for r in built.excluded)
-    return table
+    return scale_prices(table, instance)
+
+
+def scale_prices(table: pd.DataFrame, instance: Instance) -> pd.DataFrame:
+    """`table` (priced and checked at the clusters' unscaled prices) with each cluster's rows'
+    usd_per_hour times its `price_scale` (a what-if); the table itself when nothing is scaled."""
+    scaled = [c for c in instance.clusters if c.price_scale != 1.0]
+    if not scaled:
+        return table
+    out = table.copy()
+    for cluster in scaled:
+        rows = out["cluster"] == cluster.name
+        out.loc[rows, "usd_per_hour"] = out.loc[rows, "usd_per_hour"] * cluster.price_scale
+    return out
 
 
 def _cluster_request(cluster: Any, usd_per_gpu_hour: float) -> dict[str, Any]:
@@ -559,7 +572,7 @@ def check_table_against_clusters(frame: pd.DataFrame, source: str, instance: Ins
                             hint="add one row per island option and micro-batch, "
                                  "or drop islands_table "
                                  "to build the table from the performance model.")
-    prices = gpu_prices(instance)
+    prices = gpu_prices(instance, scaled=False)
 
     def fail(row: int, column: str, value: Any, problem: str, hint: str) -> None:
         value = value.item() if hasattr(value, "item") else value
