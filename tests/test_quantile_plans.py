@@ -25,7 +25,12 @@ from planner.model.evaluate import cost_usd, wall_time_s
 from planner.model.instance import load_instance
 from planner.model.island_table import load_island_table
 from planner.model.problem import Plan, Problem
-from planner.model.uncertainty import ErrorModel, conformal_quantile
+from planner.model.uncertainty import (
+    ErrorModel,
+    cluster_groups,
+    conformal_quantile,
+    plan_at_quantile,
+)
 from planner.solvers.baselines import BruteForce
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -272,3 +277,29 @@ def test_missing_or_malformed_residuals_exit_2(instance_path: Path, tmp_path: Pa
     monkeypatch.setattr(uncertainty, "residuals_path", lambda: bad)
     code, _, err = run_cli("pareto", str(instance_path), "--quantile", "0.9")
     assert code == 2 and "line 3" in err and "'measured'" in err and "To fix:" in err
+
+
+def test_plan_at_quantile_is_the_model_at_u_equal_q(instance_path: Path) -> None:
+    """The point plan's Q-time and Q-cost (`plan_at_quantile`, used by docs/CASE_STUDY.md) are
+    W(U = Q) and C(U = Q) of the sampled model."""
+    problem, table = _point_problem(instance_path)
+    groups = cluster_groups(table)
+    assert groups == GROUP_OF_CLUSTER
+    found = api.frontier(api.FrontierRequest(instance_paths=(instance_path,)))
+    assert isinstance(found, api.FrontierResult)
+    for plan in found.solved.frontier.points:
+        walls, costs = _walls_and_costs(problem, plan, table, np.array([0.9]))
+        wall_s, cost = plan_at_quantile(problem, plan, groups, MODEL, 0.9)
+        assert (wall_s, cost) == pytest.approx((walls[0], costs[0]), rel=1e-12)
+        assert wall_s > plan.wall_time_s  # both groups' P90 multipliers exceed 1
+
+
+def test_a_built_island_table_keeps_each_rows_provenance() -> None:
+    """The performance model's table says which profile predicted each row (its residual
+    group); the validated table keeps that column."""
+    from perfmodel.facts import PROVENANCES
+
+    table = api.islands(api.IslandsRequest(
+        instance_path=ROOT / "instances" / "paper-case-study.yaml")).table
+    assert len(table) > 0 and set(table["provenance"]) <= set(PROVENANCES)
+    assert set(cluster_groups(table)) == {"A", "B"}

@@ -53,6 +53,8 @@ import pandas as pd
 
 from perfmodel.facts import PROVENANCES, catalog_dir, read_text
 from perfmodel.spec.errors import ConfigError, InstanceError, UserInputError
+from planner.model.evaluate import cost_usd, wall_time_s
+from planner.model.problem import Plan, Problem
 
 RESIDUAL_COLUMNS = ("group", "quantity", "case", "source", "predicted", "measured", "role")
 """The columns of catalogs/uncertainty/residuals.csv (the contract with the residual generator,
@@ -73,6 +75,12 @@ GROUP_COLUMN = "provenance"
 def residuals_path() -> Path:
     """Where the residual pairs live (catalogs/uncertainty/residuals.csv)."""
     return catalog_dir() / "uncertainty" / "residuals.csv"
+
+
+def _shown(path: Path) -> str:
+    """A path as outputs show it: relative to the repository when inside it."""
+    resolved, root = path.resolve(), catalog_dir().resolve().parent
+    return str(resolved.relative_to(root)) if resolved.is_relative_to(root) else str(path)
 
 
 def check_quantile(value: object, name: str = "quantile") -> float:
@@ -186,7 +194,7 @@ class ErrorModel:
         if not ratios:
             raise ConfigError(f"{path}: no calibration row of quantity {TIME_QUANTITY} in the "
                               "groups " + ", ".join(PROVENANCES), hint=fix)
-        return cls.from_ratios(ratios, source=str(path))
+        return cls.from_ratios(ratios, source=_shown(path))
 
     def multiplier(self, group: str, quantile: float) -> float:
         """F_g⁻¹(Q): the step-time multiplier of `group` at level `quantile`; an error with a fix
@@ -238,3 +246,24 @@ def quantile_table(table: pd.DataFrame, model: ErrorModel, quantile: float,
         scaled[column] = scaled[column].astype(float) * factors
     scaled.attrs = dict(table.attrs)
     return scaled
+
+
+def plan_at_quantile(problem: Problem, plan: Plan, groups: Mapping[str, str], model: ErrorModel,
+                     quantile: float) -> tuple[float, float]:
+    """(Q-quantile wall time s, Q-quantile cost USD) of a plan evaluated on point estimates:
+    each island's step time times its group's Q-multiplier (`groups`: cluster -> residual group),
+    σ unscaled, through the evaluator's own W and C (exact: W and C are nondecreasing in U)."""
+    tau_s = max(island.step_time_s * model.multiplier(groups[island.cluster], quantile)
+                for island in plan.islands)
+    wall_s = wall_time_s(problem, tau_s, plan.sync_s)
+    return wall_s, cost_usd(wall_s, plan.price_units)
+
+
+def cluster_groups(table: pd.DataFrame) -> dict[str, str]:
+    """cluster -> residual group of an island table with a provenance column (one per cluster:
+    a cluster has one GPU, hence one profile)."""
+    if GROUP_COLUMN not in table.columns:
+        raise InstanceError(f"island table: no {GROUP_COLUMN!r} column",
+                            hint="let ShardMeter build the table, or add the column.")
+    pairs = table.groupby("cluster")[GROUP_COLUMN].unique()
+    return {str(c): str(v[0]) for c, v in pairs.items() if len(v) == 1}
