@@ -220,7 +220,7 @@ def test_bad_quantile_exits_2_with_a_fix(value: str, run_cli) -> None:
         assert "quantile" in err and "To fix:" in err
 
 
-def test_quantile_request_refusals() -> None:
+def test_quantile_request_refusals(instance_path: Path) -> None:
     with pytest.raises(UserInputError, match="failures"):
         api.SolveOptions(quantile=0.9, failures=True)
     with pytest.raises(UserInputError, match="error_model without quantile"):
@@ -228,6 +228,9 @@ def test_quantile_request_refusals() -> None:
     with pytest.raises(UserInputError, match="scenario"):
         api.frontier(api.FrontierRequest(instance_paths=(TWO,), vary=("training.inner_steps=50",),
                                          options=_options(0.9)))
+    with pytest.raises(UserInputError, match="checked for time and cost only"):
+        api.query(api.QueryRequest(instance_paths=(instance_path,), objective="energy",
+                                   options=_options(0.9)))
     with pytest.raises(InstanceError, match="provenance") as caught:  # table without the column
         api.frontier(api.FrontierRequest(instance_paths=(TWO,), options=_options(0.9)))
     assert "add a provenance column" in (caught.value.hint or "")
