@@ -267,7 +267,8 @@ def quantile_section(result: Any) -> str:
                 "`python -m scripts.make_residuals`, then this generator.")
     model = ErrorModel.from_residuals()
     pct = round(100 * CONFIDENCE)
-    rows, groups = [], None
+    rows = []
+    groups = cluster_groups(load_island_table(load_instance(INSTANCE)))
     for factor in DEADLINE_FACTORS:
         deadline_s = factor * fastest(result.points).wall_time_s
         point = cheapest_within_deadline(result.points, deadline_s)
@@ -280,8 +281,6 @@ def quantile_section(result: Any) -> str:
             answer = None
         if point is None:
             continue
-        if groups is None:
-            groups = cluster_groups(load_island_table(load_instance(INSTANCE)))
         wall_q, cost_q = plan_at_quantile(result.problem, point, groups, model, CONFIDENCE)
         held = answer.plan if isinstance(answer, api.PlanAnswer) else None
         rows.append({
@@ -300,7 +299,8 @@ def quantile_section(result: Any) -> str:
     return f"""The error model: {model.describe(CONFIDENCE)}. Query: the cheapest plan within a \
 deadline, `shardmeter plan instances/paper-case-study.yaml --objective cost --deadline-hours H` \
 without and with `--quantile {CONFIDENCE}`; the {pct} % plan's time and cost are P{pct} figures \
-(both clusters' profiles are priors, one residual group). "Extra cost" is the {pct} % plan's \
+(residual group of each cluster's profile: \
+{", ".join(f"{c} {g}" for c, g in sorted(groups.items()))}). "Extra cost" is the {pct} % plan's \
 P{pct} cost over the point-estimate plan's predicted cost.
 
 {table}"""

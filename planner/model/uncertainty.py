@@ -22,11 +22,15 @@ U, so W(U) and C(U) are nondecreasing functions of U: their Q-quantiles are W(Q)
 reached at the same U = Q — the plan's deterministic value on the table scaled by r_g(Q). The
 map plan -> (W_Q, C_Q) is therefore the old evaluator on new data, and every backend (DP, CP-SAT,
 MILP, brute force) stays exact with no change. Independent errors across groups would not: then
-P(W <= x) = Π_g F_g(x-dependent threshold of group g) is a product of CDFs over the groups a plan
-uses, the Q-quantile of a plan depends on which groups it mixes, and the DP's class (islands,
-cluster set) would have to carry the set of groups and a quantile per level; we chose the
-comonotone model because it is also the cautious one for a plan mixing groups (its τ = max of
-scaled times is reached together) and it keeps the solvers as they are.
+P(W <= x) = Π_g F_g(min over the plan's islands i of group g of x'/t_i) (x' = x·B·S/D − σ/H) is a
+product of CDFs over the groups a plan uses, the Q-quantile of a plan depends on which groups it
+mixes, and the DP's class (islands, cluster set) would have to carry the set of groups and a
+quantile per level. We chose the comonotone model because a group's islands share one profile
+(their errors do move together) and it keeps the solvers as they are. Its limit, stated: for a
+plan that mixes groups it is the optimistic coupling — P(max_i r_i·t_i <= x) <= min_g F_g(...)
+(Fréchet), reached when the errors move together — so under any other dependence across groups
+(independence included) such a plan's Q-time is at least the one reported; a plan of one group
+is exact under every dependence.
 
 The synchronisation σ is not scaled (the contract of the residual groups scales step times; the
 WAN all-reduce has its own group, "collectives", outside this model), and the activity split of
