@@ -14,6 +14,7 @@ from typing import Any
 
 from perfmodel.facts import check_limit
 from perfmodel.spec.errors import UserInputError
+from planner.model.uncertainty import ErrorModel, check_quantile
 from planner.solvers.registry import DEFAULT_TIME_LIMIT_S, MILP_BACKENDS, SOLVERS
 
 OBJECTIVES = ("time", "cost", "co2", "energy")
@@ -87,9 +88,23 @@ class SolveOptions:
     """Score plans by their expected values under failures, preemptions and the full bill
     (`planner.model.risk`), as an instance's `failures:` section does; caps then apply to
     expected values."""
+    quantile: float | None = None
+    """Plan on Q-quantiles (0 < Q < 1): wall time, cost and the caps are the Q-quantiles under
+    the error model (`planner.model.uncertainty`); None: point estimates."""
+    error_model: ErrorModel | None = None
+    """The error model of `quantile` (None: `ErrorModel.from_residuals()`, the residuals file)."""
 
     def __post_init__(self) -> None:
         _choice("solver", self.solver, SOLVERS)
+        if self.quantile is not None:
+            check_quantile(self.quantile)
+            if self.failures:
+                raise UserInputError("quantile and failures together: the expected values "
+                                     "under failures are not quantiles of the error model",
+                                     hint="drop --quantile or drop --failures.")
+        elif self.error_model is not None:
+            raise UserInputError("error_model without quantile: it acts only on a quantile",
+                                 hint="set quantile (e.g. 0.9) or drop error_model.")
         if not isinstance(self.failures, bool):
             raise UserInputError(f"failures = {self.failures!r}: not true or false",
                                  hint="set failures to True or False.")

@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from perfmodel.formatting import markdown_table
+from perfmodel.spec.errors import InfeasibleError
+from planner import api
 from planner.analysis import report
 from planner.analysis.pareto import (
     cheapest_at_throughput,
@@ -25,6 +27,14 @@ from planner.analysis.pareto import (
     fastest_within_budget,
 )
 from planner.analysis.scenarios import Scenario, solve_all
+from planner.model.instance import load_instance
+from planner.model.island_table import load_island_table
+from planner.model.uncertainty import (
+    ErrorModel,
+    cluster_groups,
+    plan_at_quantile,
+    residuals_path,
+)
 from scripts._docgen import check_or_write
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -241,6 +251,61 @@ def heuristic_section(result: Any) -> str:
     )
 
 
+CONFIDENCE = 0.9
+"""The quantile of section 6's plan (`shardmeter plan --quantile 0.9`)."""
+
+
+DEADLINE_FACTORS = (2.0, 1.5)
+"""Section 6's deadlines, as multiples of the fastest point-estimate wall time."""
+
+
+def quantile_section(result: Any) -> str:
+    """Section 6: the cheapest plan within a deadline, on point estimates and at the CONFIDENCE
+    quantile of the error model (catalogs/uncertainty/residuals.csv), for each DEADLINE_FACTORS."""
+    if not residuals_path().is_file():
+        return (f"Not computed: {residuals_path().relative_to(ROOT)} is missing. To fix: run "
+                "`python -m scripts.make_residuals`, then this generator.")
+    model = ErrorModel.from_residuals()
+    pct = round(100 * CONFIDENCE)
+    rows = []
+    groups = cluster_groups(load_island_table(load_instance(INSTANCE)))
+    for factor in DEADLINE_FACTORS:
+        deadline_s = factor * fastest(result.points).wall_time_s
+        point = cheapest_within_deadline(result.points, deadline_s)
+        options = api.SolveOptions(deadline_hours=deadline_s / 3600, quantile=CONFIDENCE,
+                                   error_model=model)
+        try:
+            answer = api.query(api.QueryRequest(instance_paths=(INSTANCE,), objective="cost",
+                                                options=options))
+        except InfeasibleError:
+            answer = None
+        if point is None:
+            continue
+        wall_q, cost_q = plan_at_quantile(result.problem, point, groups, model, CONFIDENCE)
+        held = answer.plan if isinstance(answer, api.PlanAnswer) else None
+        rows.append({
+            "deadline h": f"{deadline_s / 3600:.4g} ({factor:g} x fastest)",
+            "point plan": report.plan_label(point, result.problem),
+            "point plan USD": f"{point.cost_usd:,.0f}",
+            f"point plan P{pct} h": f"{wall_q / 3600:.4g}"
+                                    + (" (misses)" if wall_q > deadline_s else " (meets)"),
+            f"point plan P{pct} USD": f"{cost_q:,.0f}",
+            f"{pct} % plan": report.plan_label(held, result.problem) if held else "none",
+            f"{pct} % plan P{pct} h": f"{held.wall_time_s / 3600:.4g}" if held else "-",
+            f"{pct} % plan P{pct} USD": f"{held.cost_usd:,.0f}" if held else "-",
+            "extra cost": f"{100 * (held.cost_usd / point.cost_usd - 1):+.1f} %"
+                          if held else "no plan meets it"})
+    table = md_table(rows, list(rows[0])) if rows else "No plan meets the deadlines."
+    return f"""The error model: {model.describe(CONFIDENCE)}. Query: the cheapest plan within a \
+deadline, `shardmeter plan instances/paper-case-study.yaml --objective cost --deadline-hours H` \
+without and with `--quantile {CONFIDENCE}`; the {pct} % plan's time and cost are P{pct} figures \
+(residual group of each cluster's profile: \
+{", ".join(f"{c} {g}" for c, g in sorted(groups.items()))}). "Extra cost" is the {pct} % plan's \
+P{pct} cost over the point-estimate plan's predicted cost.
+
+{table}"""
+
+
 def build(workers: int | None, write_figures: bool) -> str:
     from importlib.metadata import version
 
@@ -323,6 +388,10 @@ overrides are listed in `sweep()` of the script). The first eight frontiers side
 What the sweep shows (computed from the table above):
 
 {conclusions(rows)}
+
+## 6. A plan that holds with 90 % probability
+
+{quantile_section(base)}
 """
 
 

@@ -63,6 +63,11 @@ def _solver_options(func: Callable[..., Any]) -> Callable[..., Any]:
                      help="Plan on expected values under failures, spot preemptions, "
                           "checkpoints, egress and billing (as an instance's failures: section; "
                           "catalogs/reliability/). Caps then apply to expected values."),
+        click.option("--quantile", type=float, default=None, metavar="Q",
+                     help="Plan on Q-quantiles (0 < Q < 1, e.g. 0.9): time, cost and the caps "
+                          "are those that hold with probability Q under the comonotone "
+                          "per-provenance error model of catalogs/uncertainty/residuals.csv "
+                          "(planner.model.uncertainty)."),
     ]
     for option in reversed(options):
         func = option(func)

@@ -29,7 +29,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from perfmodel.facts import LIMITS, cap_message, check_limit, get_gpu, read_text, short_repr
+from perfmodel.facts import (
+    LIMITS,
+    PROVENANCES,
+    cap_message,
+    check_limit,
+    get_gpu,
+    read_text,
+    short_repr,
+)
 from perfmodel.spec.errors import (
     CatalogError,
     InstanceError,
@@ -73,10 +81,12 @@ micro_batch: the row key)."""
 LAYOUT_COLUMNS = (*VARIANT_COLUMNS, *ACCUM_COLUMNS)
 """Optional layout and checkpointing columns (absent: plain FSDP with the instance's mode)."""
 OPTIONAL_COLUMNS = ("memory_accum_gib", "accum_fits", *ENERGY_COLUMNS, *LAYOUT_COLUMNS,
-                    *IDENTITY_COLUMNS)
+                    *IDENTITY_COLUMNS, "provenance")
 """Kept when present: peak memory with k >= 2 accumulation micro-steps, and whether it fits the GPU
 (a row with accum_fits false may only run k = 1; a table without the column allows every k); the
-activity split; the layout columns; what the table was built for."""
+activity split; the layout columns; what the table was built for; the provenance of the profile
+that predicted the row (measured, calibrated, prior: its residual group under `--quantile`,
+planner.model.uncertainty)."""
 EXCLUDED_ATTR = "excluded"
 """`DataFrame.attrs` key of the performance model's exclusion records
 (`planner.model.problem.Exclusion`) of a table it built."""
@@ -303,6 +313,12 @@ def validate_island_table(frame: pd.DataFrame, source: str,
     _validate_layout_columns(frame, [c for c in LAYOUT_COLUMNS if c in extra], fail)
     for column in ("cluster", "gpu_type", "bound"):
         frame[column] = frame[column].fillna("").astype(str).str.strip()  # an empty cell is ""
+    if "provenance" in extra:
+        frame["provenance"] = frame["provenance"].fillna("").astype(str).str.strip()
+        for row, value in frame["provenance"].items():
+            if value not in PROVENANCES:
+                fail(_row(row), "provenance", value, "not a profile provenance",
+                     "use one of " + ", ".join(PROVENANCES) + ".")
     for column in TABLE_COLUMNS[2:9]:
         numbers = pd.to_numeric(frame[column], errors="coerce")
         for row in numbers.index[numbers.isna() | numbers.abs().eq(float("inf"))]:
