@@ -42,6 +42,22 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 INSTANCE = ROOT / "instances" / "paper-case-study.yaml"
+MULTICLOUD = ROOT / "instances" / "llama-70b-multicloud.yaml"
+FREE_MODES = ["none", "op-sac", "full"]
+"""Section 7: the checkpointing modes the planner may choose from when layouts are free."""
+LAYOUT_STUDIES = (
+    (INSTANCE, "pinned: FSDP, op-sac (as shipped)", ()),
+    (INSTANCE, "free: tp <= 8, checkpointing none/op-sac/full",
+     (("training.parallel", {"max_tp": 8}),
+      ("training.activation_checkpointing", FREE_MODES))),
+    (MULTICLOUD, "pinned: FSDP, op-sac",
+     (("training.parallel", None), ("training.activation_checkpointing", "op-sac"))),
+    (MULTICLOUD, "free: tp <= 8, pp <= 4, checkpointing none/op-sac/full (as shipped)", ()),
+)
+"""Section 7 (issue 25): each instance with the layout pinned to plain FSDP and one checkpointing
+mode, and with layouts and checkpointing left to the planner (the paper's 8B model without
+pipelines: its islands are at most 10 nodes and one H200 or A100 holds its stage-free shard, so
+pipeline candidates would only multiply the table build in CI)."""
 DOC = ROOT / "docs" / "CASE_STUDY.md"
 FIGURES = ROOT / "docs" / "figures"
 PAPER_SAVING_PCT = 21.69
@@ -306,6 +322,73 @@ P{pct} cost over the point-estimate plan's predicted cost.
 {table}"""
 
 
+def _island_choice(island: Any) -> str:
+    """One island of a plan as '<cluster> <nodes>x<gpus> <layout>, ac <mode>'."""
+    return (f"{island.cluster} {island.nodes}x{island.gpus_per_node} "
+            f"{island.layout or 'fsdp'}, ac {island.ac or '-'}")
+
+
+def _clusters_used(plan: Any) -> str:
+    counts: dict[str, int] = {}
+    for island in plan.islands:
+        counts[island.cluster] = counts.get(island.cluster, 0) + 1
+    return ", ".join(f"{name} ({n})" if n > 1 else name for name, n in sorted(counts.items()))
+
+
+def layouts_section(workers: int | None) -> str:
+    """Section 7: what changes when the planner may choose layouts and checkpointing: the
+    frontier's two ends, the clusters each uses, and every cluster the pinned plan leaves out
+    (with the performance model's reason) that the free plan brings back."""
+
+    results = []
+    for path, name, overrides in LAYOUT_STUDIES:
+        results += solve_all([str(path)], [Scenario(name=name, overrides=overrides)], {},
+                             workers=workers)
+    rows: list[dict[str, Any]] = []
+    notes: list[str] = []
+    for (path, name, _), result in zip(LAYOUT_STUDIES, results, strict=True):
+        if result.frontier is None or result.problem is None:
+            rows.append({"instance": path.name, "layouts": name, "points": 0,
+                         "fastest plan": f"no plan: {result.error}"})
+            continue
+        best, low = fastest(result.points), min(result.points, key=lambda p: (p.cost_usd,
+                                                                                 p.wall_time_s))
+        listed = sorted({e.cluster for e in result.problem.excluded
+                         if e.nodes is None and e.gpus_per_node is None})
+        rows.append({
+            "instance": path.name, "layouts": name, "points": len(result.points),
+            "fastest h": best.wall_time_s / 3600, "fastest USD": best.cost_usd,
+            "cheapest h": low.wall_time_s / 3600, "cheapest USD": low.cost_usd,
+            "clusters (fastest)": _clusters_used(best),
+            "clusters left out": ", ".join(listed) or "none",
+            "exact": result.frontier.proven_exact,
+        })
+        notes.append(f"- `{path.name}`, {name}: fastest plan "
+                     + "; ".join(sorted({_island_choice(i) for i in best.islands})) + ".")
+        for excluded in result.problem.excluded:
+            if excluded.nodes is None and excluded.gpus_per_node is None:
+                notes.append(f"  - left out: {excluded.cluster}: {excluded.reason}"
+                             + (f" (fix: {excluded.fix})" if excluded.fix else ""))
+    columns = ["instance", "layouts", "points", "fastest h", "fastest USD", "cheapest h",
+               "cheapest USD", "clusters (fastest)", "clusters left out", "exact"]
+    lines = [md_table(rows, columns), "", *notes, ""]
+    for base, free in ((rows[0], rows[1]), (rows[2], rows[3])):
+        if "fastest h" not in base or "fastest h" not in free:
+            continue
+        gain_time = 100.0 * (1.0 - free["fastest h"] / base["fastest h"])
+        gain_cost = 100.0 * (1.0 - free["cheapest USD"] / base["cheapest USD"])
+        back = sorted(set(base["clusters left out"].split(", "))
+                      - set(free["clusters left out"].split(", ")) - {"none"})
+        lines.append(
+            f"- `{base['instance']}`: with free layouts the fastest plan is {gain_time:.1f} % "
+            f"{'faster' if gain_time >= 0 else 'slower'} and the cheapest "
+            f"{abs(gain_cost):.1f} % {'cheaper' if gain_cost >= 0 else 'dearer'} than pinned to "
+            "FSDP; "
+            + (f"clusters that come back: {', '.join(back)}." if back
+               else "no cluster the pinned plan left out comes back."))
+    return "\n".join(lines)
+
+
 def build(workers: int | None, write_figures: bool) -> str:
     from importlib.metadata import version
 
@@ -392,6 +475,17 @@ What the sweep shows (computed from the table above):
 ## 6. A plan that holds with 90 % probability
 
 {quantile_section(base)}
+
+## 7. What free layouts change (issue 25)
+
+The same planner with the layout (tensor / pipeline / HSDP degrees, schedule) and the
+checkpointing mode left to it, per island, against the layout pinned to plain FSDP with one
+checkpointing mode: the paper's instance and `instances/llama-70b-multicloud.yaml` (Llama-3.1-70B
+at 8k context on six clusters of five providers). Both frontiers of each pair are exact for
+their table; the free table contains every pinned row, so the free frontier can only be at least
+as good. Reproduce a row with `shardmeter pareto INSTANCE --vary training.parallel=...`.
+
+{layouts_section(workers)}
 """
 
 
