@@ -100,12 +100,12 @@ def test_memory_states_the_profile(cli80) -> None:
     out = cli80(*FITTING["memory"]).out
     assert "GPU profile H100-SXM5-80GB-calibrated (calibrated)" in out
     record = json.loads(cli80(*FITTING["memory"], "--format", "json").out)
-    assert record["provenance"] == "calibrated" and record["schema_version"] == 1
+    assert record["provenance"] == "calibrated" and record["schema_version"] == 2
 
 
 def test_wide_shows_every_field(cli80, monkeypatch: pytest.MonkeyPatch) -> None:
     record = json.loads(cli80(*FITTING["predict"], "--format", "json").out)
-    assert record.pop("schema_version") == 1
+    assert record.pop("schema_version") == 2
     wide = cli80(*FITTING["predict"], "--wide").out
     assert all(key in wide for key in record), [k for k in record if k not in wide]
     memory = json.loads(cli80(*FITTING["memory"], "--format", "json").out)

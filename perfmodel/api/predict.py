@@ -56,6 +56,16 @@ from perfmodel.sim.pipeline import step_result
 from perfmodel.spec import formulas
 from perfmodel.spec.formulas import GIB
 from perfmodel.spec.recipe import OuterRecipe, TrainingRecipe
+from perfmodel.uncertainty.intervals import (
+    ErrorModel,
+    Query,
+    annotate,
+    check_level,
+    error_model,
+    largest_fitting,
+    layout_kind,
+    p_fits,
+)
 
 if TYPE_CHECKING:
     from perfmodel.diloco.tuner import WanLink
@@ -144,10 +154,16 @@ class MemoryReport:
     """Every reported quantity, in output order (`breakdown_gib` nested)."""
 
 
-def memory_report(spec: WorkloadSpec, *, allow_oom: bool = True) -> MemoryReport:
+def memory_report(spec: WorkloadSpec, *, allow_oom: bool = True,
+                  interval_level: float | None = None,
+                  fit_probability: float | None = None) -> MemoryReport:
     """Per-GPU memory of training `spec` as its recipe trains it (layout included), at its k
     micro-steps, and the largest micro-batch that fits; with `allow_oom` False a peak beyond the
-    GPU's usable memory raises `DoesNotFitError` (exit 1) with the smallest fix that fits."""
+    GPU's usable memory raises `DoesNotFitError` (exit 1) with the smallest fix that fits. The
+    peak carries its p10/p90 (and `interval_level`'s bounds) from the memory residuals, `p_fits`
+    the probability that it fits; with `fit_probability`, `max_micro_batch` is the largest
+    micro-batch that fits with that probability (`perfmodel.uncertainty.intervals`)."""
+    _check_uncertainty_options(interval_level, fit_probability)
     model, gpu, island, recipe = resolve_placement(
         spec.model_name, gpu_name=spec.gpu_name, nodes=spec.nodes,
         gpus_per_node=spec.gpus_per_node, seq_len=spec.seq_len, micro_batch=spec.micro_batch,
@@ -176,7 +192,40 @@ def memory_report(spec: WorkloadSpec, *, allow_oom: bool = True) -> MemoryReport
     record.update(profile=profile.name, provenance=profile.provenance)
     if not allow_oom and not record["fits"]:
         raise does_not_fit(spec, answer=memory_answer(record), what="memory report")
-    return MemoryReport(breakdown=breakdown, max_micro_batch=largest, record=record)
+    mem = error_model("memory", "peak_memory_bytes",
+                      Query(num_gpus=gpus, seq_len=spec.seq_len, params=model.total_params,
+                            layout=layout_kind(recipe.parallel.tp, recipe.parallel.pp)))
+    record = _with_fit_probability(record, mem, fit_probability, lambda budget: max_micro_batch(
+        model, gpu_memory_bytes=int(budget), num_gpus=gpus, seq_len=spec.seq_len, recipe=recipe,
+        accum_steps=spec.accum), usable_bytes=gpu.usable_memory_bytes)
+    record = annotate(record, time=None, memory=mem, level=interval_level)
+    return MemoryReport(breakdown=breakdown, max_micro_batch=record["max_micro_batch"],
+                        record=record)
+
+
+def _check_uncertainty_options(interval_level: float | None,
+                               fit_probability: float | None) -> None:
+    if interval_level is not None:
+        check_level(interval_level, field="--interval")
+    if fit_probability is not None:
+        check_level(fit_probability, field="--fit-probability")
+
+
+def _with_fit_probability(record: dict[str, Any], mem: ErrorModel, probability: float | None,
+                          fits_within: Any, *, usable_bytes: float) -> dict[str, Any]:
+    """`record` with `p_fits` after `fits`; with `probability`, `max_micro_batch` the largest
+    micro-batch that fits with it (and `fit_probability` after it)."""
+    chance = p_fits(mem, peak_bytes=record["peak_gib"], usable_bytes=record["usable_memory_gib"])
+    out: dict[str, Any] = {}
+    for key, value in record.items():
+        out[key] = value
+        if key == "fits":
+            out["p_fits"] = chance
+        if key == "max_micro_batch" and probability is not None:
+            out[key] = largest_fitting(fits_within, mem, usable_bytes=usable_bytes,
+                                       probability=probability)
+            out["fit_probability"] = probability
+    return out
 
 
 def resolve_strategy(w: Workload, spec: OuterSpec) -> tuple[Workload, OuterRecipe, WanLink]:
@@ -213,12 +262,18 @@ def provenance(w: Workload) -> dict[str, str]:
 
 
 def predict(workload: WorkloadSpec, outer: OuterSpec | None = None,
-            failures: FailureSpec | None = None, *, allow_oom: bool = True) -> Prediction:
+            failures: FailureSpec | None = None, *, allow_oom: bool = True,
+            interval_level: float | None = None,
+            fit_probability: float | None = None) -> Prediction:
     """Predict one training step: time, throughput, MFU, memory and what bounds it; with
     `failures`, also the run's expected goodput, wall time and cost (`perfmodel.costs.reliability`:
     the step figures stay failure-free); with `allow_oom` False a peak beyond the GPU's usable
     memory raises `DoesNotFitError` (exit 1) carrying the prediction's answer line and the
-    smallest fix that fits."""
+    smallest fix that fits. Every figure carries its p10/p90 (and `interval_level`'s bounds) from
+    the residuals of the profile's provenance and of the memory model, `p_fits` the probability
+    that the peak fits; `fit_probability` sets the probability `max_micro_batch` is asked at
+    (`perfmodel.uncertainty.intervals`)."""
+    _check_uncertainty_options(interval_level, fit_probability)
     w = workload.resolve()
     spec = outer or OuterSpec()
     # the strategy check comes before the outer settings' checks
@@ -228,9 +283,23 @@ def predict(workload: WorkloadSpec, outer: OuterSpec | None = None,
     if not allow_oom and not prediction.record["fits"]:
         raise does_not_fit(workload, answer=prediction_answer(prediction.record),
                            what="prediction")
-    if failures is None:
-        return prediction
-    return _with_failures(prediction, failures)
+    if failures is not None:
+        prediction = _with_failures(prediction, failures)
+    return _with_intervals(prediction, interval_level, fit_probability)
+
+
+def _with_intervals(p: Prediction, level: float | None, probability: float | None) -> Prediction:
+    """`p` with every figure's interval, `p_fits` and (asked) the probable max micro-batch."""
+    w = p.workload
+    kind = layout_kind(w.recipe.parallel.tp, w.recipe.parallel.pp)
+    query = Query(num_gpus=w.island.num_gpus, seq_len=w.seq_len, params=w.model.total_params,
+                  layout=kind)
+    time = error_model(w.profile.provenance, "step_time_s", replace(query, strategy=p.strategy))
+    mem = error_model("memory", "peak_memory_bytes", query)
+    record = _with_fit_probability(p.record, mem, probability, lambda budget: max_micro_batch(
+        w.model, gpu_memory_bytes=int(budget), num_gpus=w.island.num_gpus, seq_len=w.seq_len,
+        recipe=w.recipe, accum_steps=w.accum), usable_bytes=w.gpu.usable_memory_bytes)
+    return replace(p, record=annotate(record, time=time, memory=mem, level=level))
 
 
 def _with_failures(p: Prediction, failures: FailureSpec) -> Prediction:
