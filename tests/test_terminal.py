@@ -121,6 +121,17 @@ def test_wide_shows_every_field(cli80, monkeypatch: pytest.MonkeyPatch) -> None:
     assert "usd_per_gpu_hour" in prices and "offer" in prices
 
 
+@pytest.mark.parametrize("name", ["predict", "predict-pp", "memory"])
+def test_interval_table_fits_the_terminal(cli80, name: str) -> None:
+    """Issue 27: the headline figures' p10 / p50 / p90 beside the point, at 80 columns."""
+    lines = _fits_the_terminal(cli80(*FITTING[name]).out)
+    header = next(i for i, line in enumerate(lines) if line.split()[:1] == ["figure"])
+    assert lines[header].split() == ["figure", "point", "p10", "p50", "p90"]
+    assert any("80 % band from the" in line for line in lines[:header])
+    assert any(line.split()[:2] in (["step", "(s)"], ["peak", "GiB"])
+               for line in lines[header + 2:])
+
+
 def test_json_keeps_its_keys(cli80) -> None:
     """JSON gains schema_version only: the keys users read stay."""
     record = json.loads(cli80(*FITTING["predict"], "--format", "json").out)
