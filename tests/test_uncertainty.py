@@ -174,6 +174,25 @@ def test_holdout_rows_never_form_a_multiplier(tmp_path: Path) -> None:
                    for k in base)
 
 
+def test_the_fresh_cpu_holdout_joins_as_holdout_rows(tmp_path: Path) -> None:
+    """Once catalogs/profiles/data/cpu-holdout.csv exists, its steps (predicted by the shipped
+    profile) are measured holdout rows; the calibration rows stay as they were."""
+    from perfmodel.profiles.cache import ResultCache
+    from perfmodel.uncertainty.residuals import COMPUTE_DATA, measured_residuals
+
+    lines = COMPUTE_DATA.read_text().splitlines()
+    fresh = tmp_path / "cpu-holdout.csv"
+    fresh.write_text("\n".join([lines[0], *[x for x in lines[1:] if x.startswith("Phi-1.5,")]])
+                     + "\n")
+    cache = ResultCache(folder=ROOT / "catalogs" / "cv-cache", mode="check")
+    before = measured_residuals(cache, holdout_path=tmp_path / "absent.csv")
+    after = measured_residuals(cache, holdout_path=fresh)
+    added = after[len(before):]
+    assert after[:len(before)] == before and added
+    assert {r.role for r in added} == {"holdout"} and {r.source for r in added} == {str(fresh)}
+    assert all(r.case.startswith("Phi-1.5/") and r.predicted > 0 for r in added)
+
+
 def test_coverage_counts_inside_and_outside(tmp_path: Path) -> None:
     path = tmp_path / "r.csv"
     lines = [",".join(COLUMNS)]

@@ -288,14 +288,18 @@ def predict(workload: WorkloadSpec, outer: OuterSpec | None = None,
     return _with_intervals(prediction, interval_level, fit_probability)
 
 
+def _query(w: Workload, strategy: str) -> Query:
+    """Where a workload lies, for the intervals' widening rule."""
+    return Query(num_gpus=w.island.num_gpus, seq_len=w.seq_len, params=w.model.total_params,
+                 layout=layout_kind(w.recipe.parallel.tp, w.recipe.parallel.pp),
+                 strategy=strategy)
+
+
 def _with_intervals(p: Prediction, level: float | None, probability: float | None) -> Prediction:
     """`p` with every figure's interval, `p_fits` and (asked) the probable max micro-batch."""
     w = p.workload
-    kind = layout_kind(w.recipe.parallel.tp, w.recipe.parallel.pp)
-    query = Query(num_gpus=w.island.num_gpus, seq_len=w.seq_len, params=w.model.total_params,
-                  layout=kind)
-    time = error_model(w.profile.provenance, "step_time_s", replace(query, strategy=p.strategy))
-    mem = error_model("memory", "peak_memory_bytes", query)
+    time = error_model(w.profile.provenance, "step_time_s", _query(w, p.strategy))
+    mem = error_model("memory", "peak_memory_bytes", _query(w, "fsdp"))
     record = _with_fit_probability(p.record, mem, probability, lambda budget: max_micro_batch(
         w.model, gpu_memory_bytes=int(budget), num_gpus=w.island.num_gpus, seq_len=w.seq_len,
         recipe=w.recipe, accum_steps=w.accum), usable_bytes=w.gpu.usable_memory_bytes)
@@ -401,7 +405,8 @@ def _prediction(w: Workload, *, strategy: str, wan: WanLink, outer: OuterRecipe)
 def simulate(workload: WorkloadSpec, outer: OuterSpec | None = None, *,
              steps: int | None = None) -> Simulation:
     """Simulate the step timeline (FSDP), or `steps` inner steps of a DiLoCo / Streaming DiLoCo run
-    (default H, resp. H+τ+1)."""
+    (default H, resp. H+τ+1). The step and run times carry their p10/p50/p90 from the residuals
+    of the profile's provenance (`perfmodel.uncertainty.intervals`)."""
 
     spec = outer or OuterSpec()
     w, settings, link = resolve_strategy(workload.resolve(), spec)
@@ -418,8 +423,9 @@ def simulate(workload: WorkloadSpec, outer: OuterSpec | None = None, *,
     else:
         spans, summary = streaming_spans(w.model, step, link, StreamingConfig.from_recipe(settings),
                                          steps)
+    time = error_model(w.profile.provenance, "step_time_s", _query(w, spec.strategy))
     return Simulation(workload=w, strategy=spec.strategy, outer=settings, link=link, step=step,
-                      spans=spans, summary=summary)
+                      spans=spans, summary=annotate(summary, time=time, memory=None))
 
 
 def step_summary(step: StepResult) -> dict[str, Any]:

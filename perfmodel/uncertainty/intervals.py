@@ -53,7 +53,8 @@ DEFAULT_LEVEL = 0.8
 """The band every prediction carries: p10 and p90."""
 WIDEN_PER_DIMENSION = 0.5
 """Log-spread added per extrapolated dimension (see the module docstring)."""
-TIME_KEYS = ("step_time_s", "inner_step_time_s", "wall_time_s", "expected_wall_time_s",
+TIME_KEYS = ("step_time_s", "inner_step_time_s", "amortised_step_s", "outer_step_s", "total_s",
+             "wall_time_s", "expected_wall_time_s",
              "cost_usd", "expected_cost_usd", "energy_kwh", "energy_j", "co2_kg")
 """Record keys that scale with the step time."""
 RATE_KEYS = ("tokens_per_s", "tokens_per_s_per_gpu", "expected_tokens_per_s", "mfu")

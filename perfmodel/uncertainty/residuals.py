@@ -9,7 +9,9 @@ Why, per group (the `group` column; the first three are the profile provenances 
   catalogs/profiles/data/cpu-compute.csv (catalogs/cv-cache/compute-loao.json, read, never
   recomputed), one step-time pair per (model, sequence, micro-batch): forward + backward + the
   model's mean optimizer step. The Sobol shapes are calibration rows; the five named models of
-  the paper's Table I are holdout rows (each is out of fold already; they form no interval).
+  the paper's Table I are holdout rows (each is out of fold already; they form no interval), and
+  so is the fresh CPU holdout (catalogs/profiles/data/cpu-holdout.csv, predicted by the shipped
+  profile without a refit) once it is measured.
 * calibrated — the calibrated GPU profiles: the leave-one-model-size-out predictions of
   catalogs/published/calibration-cv.csv (calibration rows); the published torchtitan runs no fit
   reads (catalogs/published/validation-torchtitan.csv), predicted by the shipped calibrated
@@ -40,7 +42,7 @@ import hashlib
 import io
 import json
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -60,6 +62,7 @@ from perfmodel.profiles.calibrate import (
     predict_tokens_per_s_per_gpu,
     scaled_prior_profile,
 )
+from perfmodel.profiles.fit import predict_compute_dataset
 from perfmodel.profiles.memory_validation import predict_row, read_rows, spec_of_row
 from perfmodel.profiles.pipeline_memory_validation import predict_pipeline_row, read_pipeline_rows
 from perfmodel.profiles.profile import load_profile
@@ -77,6 +80,8 @@ PUBLISHED = REPO_ROOT / "catalogs" / "published"
 CPU_PROFILE = REPO_ROOT / "catalogs" / "profiles" / "cpu-x86-2core.yaml"
 COMPUTE_DATA = DATA / "cpu-compute.csv"
 COMM_DATA = DATA / "cpu-comm.csv"
+CPU_HOLDOUT = DATA / "cpu-holdout.csv"
+"""The fresh CPU holdout (scripts/validation_heldout.py): measured holdout rows once it exists."""
 NAMED_MODELS = ("SmolLM-360M", "Llama-3.2-1B", "Phi-1.5", "Gemma-2B", "Yi-6B")
 """The paper's Table I models in cpu-compute.csv: the measured group's holdout rows."""
 CALIBRATED_GPUS = ("A100-SXM4-40GB", "A100-SXM4-80GB", "H100-SXM5-80GB")
@@ -129,17 +134,19 @@ class Residual:
 
 
 def _shown(path: Path) -> str:
-    return str(path.resolve().relative_to(REPO_ROOT))
+    resolved = path.resolve()
+    return (str(resolved.relative_to(REPO_ROOT)) if resolved.is_relative_to(REPO_ROOT)
+            else str(resolved))
 
 
 # ---- measured: the CPU compute LOAO --------------------------------------------------------
 
-def measured_residuals(cache: ResultCache) -> list[Residual]:
-    """Step-time pairs of the nested leave-one-architecture-out compute predictions."""
-    frame = load_compute_dataset(str(COMPUTE_DATA))
-    settings = compute_fit_settings(load_profile(str(CPU_PROFILE)))
-    predicted = nested_predictions(frame, str(COMPUTE_DATA), settings, cache)
-    whole = frame.assign(predicted_s=predicted).dropna(subset=["predicted_s"])
+def step_pairs(frame: pd.DataFrame, predicted_s: np.ndarray, *, group: str, source: str,
+               role: Callable[[str], str]) -> list[Residual]:
+    """One step-time pair per (model, sequence, micro-batch) of a compute dataset with its
+    per-row predictions: forward + backward (+ the model's mean optimizer step), whole-model
+    rows, repeats as their mean — the step `perfmodel.costs.compute.mape_table` scores."""
+    whole = frame.assign(predicted_s=predicted_s).dropna(subset=["predicted_s"])
     whole = whole[whole["unit"] == "model"]
     keys = ["model", "seq_len", "micro_batch"]
     passes = whole[whole["phase"].isin(("forward", "backward"))]
@@ -158,11 +165,26 @@ def measured_residuals(cache: ResultCache) -> list[Residual]:
         if opt is not None:
             measured, pred = measured + opt["time_s"], pred + opt["predicted_s"]
         out.append(Residual(
-            group="measured", quantity="step_time_s", case=f"{model}/S{seq_len}/m{micro_batch}",
-            source=f"{_shown(COMPUTE_DATA)} (catalogs/cv-cache/{NESTED_CV_CACHE}.json)",
-            predicted=float(pred), measured=float(measured),
-            role="holdout" if model in NAMED_MODELS else "calibration", num_gpus=1,
-            seq_len=int(seq_len), params=params[str(model)], layout="fsdp"))
+            group=group, quantity="step_time_s", case=f"{model}/S{seq_len}/m{micro_batch}",
+            source=source, predicted=float(pred), measured=float(measured),
+            role=role(str(model)), num_gpus=1, seq_len=int(seq_len), params=params[str(model)],
+            layout="fsdp"))
+    return out
+
+
+def measured_residuals(cache: ResultCache, holdout_path: Path = CPU_HOLDOUT) -> list[Residual]:
+    """Step-time pairs of the nested leave-one-architecture-out compute predictions, then (once
+    measured) the fresh CPU holdout predicted by the shipped profile as it is (all holdout)."""
+    frame = load_compute_dataset(str(COMPUTE_DATA))
+    profile = load_profile(str(CPU_PROFILE))
+    predicted = nested_predictions(frame, str(COMPUTE_DATA), compute_fit_settings(profile), cache)
+    out = step_pairs(frame, predicted, group="measured",
+                     source=f"{_shown(COMPUTE_DATA)} (catalogs/cv-cache/{NESTED_CV_CACHE}.json)",
+                     role=lambda m: "holdout" if m in NAMED_MODELS else "calibration")
+    if holdout_path.is_file():
+        fresh = load_compute_dataset(str(holdout_path))
+        out += step_pairs(fresh, predict_compute_dataset(profile, fresh), group="measured",
+                          source=_shown(holdout_path), role=lambda m: "holdout")
     return out
 
 

@@ -273,7 +273,7 @@ def _emit_memory(payload: dict[str, Any], fmt: str, *, wide: bool = False) -> No
         emit_json({"schema_version": SCHEMA_VERSION, **payload})
         return
     if fmt == "csv":
-        flat = {k: v for k, v in payload.items() if k != "breakdown_gib"}
+        flat = {k: v for k, v in payload.items() if k != "breakdown_gib"}  # lists: emit_mapping
         flat.update({f"{k}_gib": v for k, v in payload["breakdown_gib"].items()})
         emit_mapping(flat, "csv")
         return

@@ -344,11 +344,14 @@ def emit_table(frame: pd.DataFrame, *, title: str | None = None, float_digits: i
 
 
 def emit_mapping(payload: dict[str, Any], fmt: str, *, title: str | None = None) -> None:
-    """Write one record: JSON object, one-row CSV, or a two-column key/value table."""
+    """Write one record: JSON object, one-row CSV (a list of strings as one '; '-joined cell,
+    other lists and mappings left out), or a two-column key/value table."""
     if fmt == "json":
         emit_json(payload)
     elif fmt == "csv":
-        flat = {k: v for k, v in payload.items() if not isinstance(v, dict | list)}
+        flat = {k: "; ".join(v) if isinstance(v, list) and all(isinstance(x, str) for x in v)
+                else v for k, v in payload.items()}  # a list of words: one cell ("" if empty)
+        flat = {k: v for k, v in flat.items() if not isinstance(v, dict | list)}
         import pandas as pd  # lazy: pandas costs about 0.25 s at startup; only CSV needs it here
 
         click.echo(pd.DataFrame([flat]).to_csv(index=False), nl=False)
