@@ -336,6 +336,15 @@ def test_fit_probability_sets_max_micro_batch() -> None:
     assert budgets == [pytest.approx(1e9)]
 
 
+def test_fit_probability_flag_through_the_cli(run_cli) -> None:
+    for args in (PREDICT, MEMORY):
+        plain = json.loads(run_cli(*args, "--format", "json").out)
+        asked = json.loads(run_cli(*args, "--fit-probability", "0.95", "--format", "json").out)
+        assert asked["fit_probability"] == 0.95 and "fit_probability" not in plain
+        assert asked["max_micro_batch"] <= plain["max_micro_batch"]
+        assert asked["p_fits"] == plain["p_fits"]  # the configuration itself is unchanged
+
+
 def test_uncertainty_module_reads_a_catalog_copy(tmp_catalogs: Path) -> None:
     """The residuals are read from the catalog folder (SHARDMETER_CATALOGS honoured)."""
     assert (tmp_catalogs / "uncertainty" / "residuals.csv").is_file()
