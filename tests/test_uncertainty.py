@@ -210,6 +210,18 @@ def test_coverage_counts_inside_and_outside(tmp_path: Path) -> None:
         lower=1, upper=1).verdict.startswith("n/a")
 
 
+def test_rotating_gpu_coverage_holds_each_gpu_out(tmp_path: Path) -> None:
+    path = tmp_path / "r.csv"
+    lines = [",".join(COLUMNS)]
+    lines += [f"prior,step_time_s,from-B:A/{i},s,1.0,{1 + i / 100},calibration" for i in range(19)]
+    lines += [f"prior,step_time_s,from-A:B/{i},s,1.0,{2 + i / 100},holdout" for i in range(19)]
+    path.write_text("\n".join(lines) + "\n")
+    a, b = coverage_module.rotating_gpu_coverage(path)
+    assert (a.source, a.calibration_rows, a.holdout_rows) == ("held-out GPU A", 19, 19)
+    assert (b.lower, b.upper) == (1.01, 1.17)  # formed from A's pairs only
+    assert b.covered == 0.0 and a.covered == 0.0  # each GPU's errors lie outside the other's
+
+
 def test_validation_part_intervals_is_current() -> None:
     from scripts import make_validation
 

@@ -95,3 +95,30 @@ def coverage(path: Path, *, level: float = 0.8) -> list[CoverageRow]:
                 holdout_rows=len(pairs), covered=float(np.mean(inside)) if inside else float("nan"),
                 lower=lower, upper=upper))
     return rows
+
+
+def rotating_gpu_coverage(path: Path, *, level: float = 0.8) -> list[CoverageRow]:
+    """The prior group's leave-one-GPU-out in turn, reported beside the fixed split: for each
+    calibrated GPU, the interval formed from the prior pairs of the OTHER target GPUs (every
+    role) and scored on this GPU's pairs (case ids 'from-REFERENCE:TARGET/...'). Pairs of other
+    GPUs' runs predicted from the held-out GPU's calibrated profile stay in: no measurement of
+    the held-out GPU is a ratio forming the interval, though its runs shaped that profile. A
+    diagnostic of the doc only: the shipped multipliers use the fixed split of `residuals.py`."""
+    pairs: list[tuple[str, float]] = []
+    with path.open(newline="") as handle:
+        for row in csv.DictReader(handle):
+            if row["group"] == "prior" and row["case"].startswith("from-"):
+                target = row["case"].split(":", 1)[1].split("/", 1)[0]
+                pairs.append((target, float(row["measured"]) / float(row["predicted"])))
+    rows = []
+    for target in sorted({t for t, _ in pairs}):
+        others = np.array([r for t, r in pairs if t != target])
+        mine = [r for t, r in pairs if t == target]
+        lower = conformal_quantile(others, (1 - level) / 2)
+        upper = conformal_quantile(others, (1 + level) / 2)
+        rows.append(CoverageRow(
+            group="prior", quantity="step_time_s", source=f"held-out GPU {target}",
+            calibration_rows=int(others.size), holdout_rows=len(mine),
+            covered=float(np.mean([lower <= r <= upper for r in mine])), lower=lower,
+            upper=upper))
+    return rows

@@ -21,7 +21,10 @@ Why, per group (the `group` column; the first three are the profile provenances 
   the prior scaled, as `scripts.make_prior_profiles` scales it, from each OTHER calibrated GPU's
   profile. Runs of A100-SXM4-40GB and A100-SXM4-80GB are calibration rows; runs of
   H100-SXM5-80GB — the reference of the Hopper-and-newer priors — are the held-out GPU (holdout
-  rows), as are the torchtitan runs predicted by the prior scaled from the H100.
+  rows), as are the torchtitan runs predicted by the prior scaled from the H100. The calibration
+  rows keep the A100 runs predicted from the H100's calibrated profile (the scaling every
+  Hopper-and-newer prior uses): no H100 measurement is a calibration ratio, though the H100's
+  runs shaped that profile.
 * memory — the memory model against FSDPMemTracker: the grid datasets memory-tracker.csv,
   -layouts.csv and -pipeline.csv are calibration rows, their *-heldout.csv companions and the
   real-allocator runs memory-tracker-real.csv are holdout rows (quantity peak_memory_bytes).
