@@ -8,6 +8,7 @@ catalog and profiles (`perfmodel.api.workload`), runs the models and returns a d
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -212,7 +213,8 @@ def _check_uncertainty_options(interval_level: float | None,
 
 
 def _with_fit_probability(record: dict[str, Any], mem: ErrorModel, probability: float | None,
-                          fits_within: Any, *, usable_bytes: float) -> dict[str, Any]:
+                          fits_within: Callable[[float], int], *,
+                          usable_bytes: float) -> dict[str, Any]:
     """`record` with `p_fits` after `fits`; with `probability`, `max_micro_batch` the largest
     micro-batch that fits with it (and `fit_probability` after it)."""
     chance = p_fits(mem, peak_bytes=record["peak_gib"], usable_bytes=record["usable_memory_gib"])

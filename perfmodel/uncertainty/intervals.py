@@ -4,7 +4,7 @@ Claim: the p-quantile of a predicted time is point × multiplier(group, "step_ti
 multiplier is the split-conformal quantile (`perfmodel.uncertainty.conformal`) of the ratios
 measured / predicted of the group's calibration rows in catalogs/uncertainty/residuals.csv (never
 its holdout rows); throughputs and MFU are time's reciprocals (their p10 is point / the p90
-multiplier), costs, wall times, energies and CO2 scale with time; a peak's quantiles use the
+multiplier), costs and wall times scale with time; a peak's quantiles use the
 memory group. P(fits) is the conformal P(r <= usable / predicted peak), and the largest
 micro-batch that fits with probability p is the one whose predicted peak stays within usable /
 multiplier("memory", ..., p).
@@ -54,8 +54,7 @@ DEFAULT_LEVEL = 0.8
 WIDEN_PER_DIMENSION = 0.5
 """Log-spread added per extrapolated dimension (see the module docstring)."""
 TIME_KEYS = ("step_time_s", "inner_step_time_s", "amortised_step_s", "outer_step_s", "total_s",
-             "wall_time_s", "expected_wall_time_s",
-             "cost_usd", "expected_cost_usd", "energy_kwh", "energy_j", "co2_kg")
+             "wall_time_s", "expected_wall_time_s", "cost_usd", "expected_cost_usd")
 """Record keys that scale with the step time."""
 RATE_KEYS = ("tokens_per_s", "tokens_per_s_per_gpu", "expected_tokens_per_s", "mfu")
 """Record keys that scale with the reciprocal of the step time."""
