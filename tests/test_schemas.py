@@ -61,7 +61,7 @@ def test_real_outputs_match_their_schema(run_cli, case: str) -> None:
 def test_link_provenance_is_a_list_and_v1_keys_are_refused(run_cli) -> None:
     result = run_cli("predict", *SMALL, "--nodes", "2", "--format", "json")
     record = json.loads(result.out)
-    assert record["schema_version"] == 2
+    assert record["schema_version"] == 3
     assert [item["link"] for item in record["link_provenance"]] == ["nvlink3", "ib-hdr200"]
     assert not [k for k in record if k.startswith("link_") and k != "link_provenance"]
     old = {**record, "link_nvlink3_provenance": "prior"}

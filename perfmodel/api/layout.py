@@ -32,9 +32,11 @@ from perfmodel.spec.recipe import TrainingRecipe, canonical_ac
 
 DEFAULT_TOP = 10
 """Entries `rank_layouts` simulates in full and returns by default."""
-RECORD_KEYS = ("rank", "layout", "layout_text", "ac", "micro_batch", "accum", "step_time_s",
-               "tokens_per_s_per_gpu", "mfu", "peak_gib", "bound", "bubble_fraction",
-               "exposed_comm_s", "worst_stage", "why")
+BANDED = ("step_time_s", "tokens_per_s_per_gpu", "mfu", "peak_gib")
+"""Figures of an entry that carry `predict`'s p10 / p90 beside them (issue 27)."""
+RECORD_KEYS = ("rank", "layout", "layout_text", "ac", "micro_batch", "accum",
+               *(f"{k}{q}" for k in BANDED for q in ("", "_p10", "_p90")), "p_fits", "bound",
+               "bubble_fraction", "exposed_comm_s", "worst_stage", "interval_group", "why")
 """Keys of one ranked entry (`predict`'s names where `predict` has them)."""
 
 
@@ -189,11 +191,11 @@ def _entry(request: LayoutRequest, recipe: TrainingRecipe, row: Any, rank: int) 
     return {
         "rank": rank, "layout": layout.to_dict(), "layout_text": layout.describe(),
         "ac": str(row["ac"]), "micro_batch": int(row["micro_batch"]),
-        "accum": int(row["accum"]), "step_time_s": rec["step_time_s"],
-        "tokens_per_s_per_gpu": rec["tokens_per_s_per_gpu"], "mfu": rec["mfu"],
-        "peak_gib": rec["peak_gib"], "bound": rec["bound"], "bubble_fraction": bubble,
+        "accum": int(row["accum"]),
+        **{f"{k}{q}": rec[f"{k}{q}"] for k in BANDED for q in ("", "_p10", "_p90")},
+        "p_fits": rec["p_fits"], "bound": rec["bound"], "bubble_fraction": bubble,
         "exposed_comm_s": rec["exposed_comm_s"], "worst_stage": rec.get("worst_stage", ""),
-        "why": _why(rec, bubble),
+        "interval_group": rec["interval_group"], "why": _why(rec, bubble),
     }
 
 

@@ -8,6 +8,7 @@ catalog and profiles (`perfmodel.api.workload`), runs the models and returns a d
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -56,6 +57,16 @@ from perfmodel.sim.pipeline import step_result
 from perfmodel.spec import formulas
 from perfmodel.spec.formulas import GIB
 from perfmodel.spec.recipe import OuterRecipe, TrainingRecipe
+from perfmodel.uncertainty.intervals import (
+    ErrorModel,
+    Query,
+    annotate,
+    check_level,
+    error_model,
+    largest_fitting,
+    layout_kind,
+    p_fits,
+)
 
 if TYPE_CHECKING:
     from perfmodel.diloco.tuner import WanLink
@@ -144,10 +155,16 @@ class MemoryReport:
     """Every reported quantity, in output order (`breakdown_gib` nested)."""
 
 
-def memory_report(spec: WorkloadSpec, *, allow_oom: bool = True) -> MemoryReport:
+def memory_report(spec: WorkloadSpec, *, allow_oom: bool = True,
+                  interval_level: float | None = None,
+                  fit_probability: float | None = None) -> MemoryReport:
     """Per-GPU memory of training `spec` as its recipe trains it (layout included), at its k
     micro-steps, and the largest micro-batch that fits; with `allow_oom` False a peak beyond the
-    GPU's usable memory raises `DoesNotFitError` (exit 1) with the smallest fix that fits."""
+    GPU's usable memory raises `DoesNotFitError` (exit 1) with the smallest fix that fits. The
+    peak carries its p10/p90 (and `interval_level`'s bounds) from the memory residuals, `p_fits`
+    the probability that it fits; with `fit_probability`, `max_micro_batch` is the largest
+    micro-batch that fits with that probability (`perfmodel.uncertainty.intervals`)."""
+    _check_uncertainty_options(interval_level, fit_probability)
     model, gpu, island, recipe = resolve_placement(
         spec.model_name, gpu_name=spec.gpu_name, nodes=spec.nodes,
         gpus_per_node=spec.gpus_per_node, seq_len=spec.seq_len, micro_batch=spec.micro_batch,
@@ -176,7 +193,41 @@ def memory_report(spec: WorkloadSpec, *, allow_oom: bool = True) -> MemoryReport
     record.update(profile=profile.name, provenance=profile.provenance)
     if not allow_oom and not record["fits"]:
         raise does_not_fit(spec, answer=memory_answer(record), what="memory report")
-    return MemoryReport(breakdown=breakdown, max_micro_batch=largest, record=record)
+    mem = error_model("memory", "peak_memory_bytes",
+                      Query(num_gpus=gpus, seq_len=spec.seq_len, params=model.total_params,
+                            layout=layout_kind(recipe.parallel.tp, recipe.parallel.pp)))
+    record = _with_fit_probability(record, mem, fit_probability, lambda budget: max_micro_batch(
+        model, gpu_memory_bytes=int(budget), num_gpus=gpus, seq_len=spec.seq_len, recipe=recipe,
+        accum_steps=spec.accum), usable_bytes=gpu.usable_memory_bytes)
+    record = annotate(record, time=None, memory=mem, level=interval_level)
+    return MemoryReport(breakdown=breakdown, max_micro_batch=record["max_micro_batch"],
+                        record=record)
+
+
+def _check_uncertainty_options(interval_level: float | None,
+                               fit_probability: float | None) -> None:
+    if interval_level is not None:
+        check_level(interval_level, field="--interval")
+    if fit_probability is not None:
+        check_level(fit_probability, field="--fit-probability")
+
+
+def _with_fit_probability(record: dict[str, Any], mem: ErrorModel, probability: float | None,
+                          fits_within: Callable[[float], int], *,
+                          usable_bytes: float) -> dict[str, Any]:
+    """`record` with `p_fits` after `fits`; with `probability`, `max_micro_batch` the largest
+    micro-batch that fits with it (and `fit_probability` after it)."""
+    chance = p_fits(mem, peak_bytes=record["peak_gib"], usable_bytes=record["usable_memory_gib"])
+    out: dict[str, Any] = {}
+    for key, value in record.items():
+        out[key] = value
+        if key == "fits":
+            out["p_fits"] = chance
+        if key == "max_micro_batch" and probability is not None:
+            out[key] = largest_fitting(fits_within, mem, usable_bytes=usable_bytes,
+                                       probability=probability)
+            out["fit_probability"] = probability
+    return out
 
 
 def resolve_strategy(w: Workload, spec: OuterSpec) -> tuple[Workload, OuterRecipe, WanLink]:
@@ -233,12 +284,18 @@ def provenance(w: Workload) -> dict[str, Any]:
 
 
 def predict(workload: WorkloadSpec, outer: OuterSpec | None = None,
-            failures: FailureSpec | None = None, *, allow_oom: bool = True) -> Prediction:
+            failures: FailureSpec | None = None, *, allow_oom: bool = True,
+            interval_level: float | None = None,
+            fit_probability: float | None = None) -> Prediction:
     """Predict one training step: time, throughput, MFU, memory and what bounds it; with
     `failures`, also the run's expected goodput, wall time and cost (`perfmodel.costs.reliability`:
     the step figures stay failure-free); with `allow_oom` False a peak beyond the GPU's usable
     memory raises `DoesNotFitError` (exit 1) carrying the prediction's answer line and the
-    smallest fix that fits."""
+    smallest fix that fits. Every figure carries its p10/p90 (and `interval_level`'s bounds) from
+    the residuals of the profile's provenance and of the memory model, `p_fits` the probability
+    that the peak fits; `fit_probability` sets the probability `max_micro_batch` is asked at
+    (`perfmodel.uncertainty.intervals`)."""
+    _check_uncertainty_options(interval_level, fit_probability)
     w = workload.resolve()
     spec = outer or OuterSpec()
     # the strategy check comes before the outer settings' checks
@@ -248,9 +305,27 @@ def predict(workload: WorkloadSpec, outer: OuterSpec | None = None,
     if not allow_oom and not prediction.record["fits"]:
         raise does_not_fit(workload, answer=prediction_answer(prediction.record),
                            what="prediction")
-    if failures is None:
-        return prediction
-    return _with_failures(prediction, failures)
+    if failures is not None:
+        prediction = _with_failures(prediction, failures)
+    return _with_intervals(prediction, interval_level, fit_probability)
+
+
+def _query(w: Workload, strategy: str) -> Query:
+    """Where a workload lies, for the intervals' widening rule."""
+    return Query(num_gpus=w.island.num_gpus, seq_len=w.seq_len, params=w.model.total_params,
+                 layout=layout_kind(w.recipe.parallel.tp, w.recipe.parallel.pp),
+                 strategy=strategy)
+
+
+def _with_intervals(p: Prediction, level: float | None, probability: float | None) -> Prediction:
+    """`p` with every figure's interval, `p_fits` and (asked) the probable max micro-batch."""
+    w = p.workload
+    time = error_model(w.profile.provenance, "step_time_s", _query(w, p.strategy))
+    mem = error_model("memory", "peak_memory_bytes", _query(w, "fsdp"))
+    record = _with_fit_probability(p.record, mem, probability, lambda budget: max_micro_batch(
+        w.model, gpu_memory_bytes=int(budget), num_gpus=w.island.num_gpus, seq_len=w.seq_len,
+        recipe=w.recipe, accum_steps=w.accum), usable_bytes=w.gpu.usable_memory_bytes)
+    return replace(p, record=annotate(record, time=time, memory=mem, level=level))
 
 
 def _with_failures(p: Prediction, failures: FailureSpec) -> Prediction:
@@ -352,7 +427,8 @@ def _prediction(w: Workload, *, strategy: str, wan: WanLink, outer: OuterRecipe)
 def simulate(workload: WorkloadSpec, outer: OuterSpec | None = None, *,
              steps: int | None = None) -> Simulation:
     """Simulate the step timeline (FSDP), or `steps` inner steps of a DiLoCo / Streaming DiLoCo run
-    (default H, resp. H+τ+1)."""
+    (default H, resp. H+τ+1). The step and run times carry their p10/p50/p90 from the residuals
+    of the profile's provenance (`perfmodel.uncertainty.intervals`)."""
 
     spec = outer or OuterSpec()
     w, settings, link = resolve_strategy(workload.resolve(), spec)
@@ -369,8 +445,9 @@ def simulate(workload: WorkloadSpec, outer: OuterSpec | None = None, *,
     else:
         spans, summary = streaming_spans(w.model, step, link, StreamingConfig.from_recipe(settings),
                                          steps)
+    time = error_model(w.profile.provenance, "step_time_s", _query(w, spec.strategy))
     return Simulation(workload=w, strategy=spec.strategy, outer=settings, link=link, step=step,
-                      spans=spans, summary=summary)
+                      spans=spans, summary=annotate(summary, time=time, memory=None))
 
 
 def step_summary(step: StepResult) -> dict[str, Any]:
