@@ -259,7 +259,8 @@ def explain(request: LayoutRequest, named: str) -> Explanation:
     layout.check_model(num_layers=workload.model.num_layers, num_heads=workload.model.num_heads,
                        num_kv_heads=workload.model.num_kv_heads,
                        intermediate_size=workload.model.intermediate_size,
-                       seq_len=workload.seq_len)
+                       seq_len=workload.seq_len,
+                       num_experts=workload.model.num_experts)
     mode = ac or recipe.ac
     own_space = LayoutSpace(tp=(layout.tp,), pp=(layout.pp,), cp=(layout.cp,),
                             dp_replicate=(layout.dp_replicate,),
