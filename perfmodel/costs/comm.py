@@ -117,7 +117,7 @@ class CommModel:
 
     def resolve(self, op: str, link: str) -> LinkCoefficients:
         """Coefficients of (op, link): the profile's own, else the catalog prior."""
-        if op not in OP_MULTIPLIER:
+        if op not in OP_MULTIPLIER and op != "all_to_all":   # all_to_all: fitted ones only
             raise ValueError(f"unknown collective {op!r}; expected one of {OPS}")
         found = self.coefficients.get((op, link)) or self.coefficients.get((op, link.lower()))
         if found is not None:

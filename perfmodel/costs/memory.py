@@ -40,8 +40,12 @@ V, the output and a 4-byte log-sum-exp per head, never the S×S scores):
   experts'; plus, when the block is not checkpointed whole, the k dispatched copies of the
   token (the grouped GEMM's input) and the k expert outputs before the weighted combine (2·k·h
   elements), the fp32 router logits and scores (2·E) and the top-k indices and weights
-  (12 B each). No FSDPMemTracker ground truth of an MoE model has been compared yet: these
-  terms are the model's account of what torchtitan's MoE holds, a prior until one is.
+  (12 B each). Under ep > 1 the experts are their own FSDP unit (torchtitan), back-propagated
+  and reduce-scattered before the rest of their block: at a block's widest backward moment its
+  experts' gradient shard already exists and the reduce-scatter input still alive is the
+  previous block's dense part only. Checked by: tests/test_moe_step.py (against
+  FSDPMemTracker on catalogs/profiles/data/memory-tracker-moe.csv, `perfmodel.bench.memory_moe`:
+  fixed-capacity routing, two real-width model shapes, EP 1-8).
 Loss, unfused, as `perfmodel.bench.model` computes it: bf16 logits (b·V), their fp32 copy and the
 fp32 log-softmax (saved) at the end of forward; at the start of backward the log-softmax and the
 fp32 gradients of the NLL and of the log-softmax (12·V B/token). `chunked` divides the logits
@@ -317,6 +321,8 @@ class _Sizes:
     layout_phases: bool = False  # the phases measured for parallel layouts (`RankView`)
     all_reduce_held: bool = False  # HSDP: each unit's all-reduce buffer lives to backward's end
     unsharded_block: float = 0.0   # MoE: a block's unsharded parameters on this rank (0: P_b)
+    expert_shard: float = 0.0      # MoE, ep > 1: the expert unit's shard elements per block
+    expert_padded: float = 0.0     # MoE, ep > 1: its all-gather / reduce-scatter elements
     moe_saved: float = 0.0         # MoE: bytes per token a block not checkpointed whole adds
     token_factor: float = 1.0      # MoE: routed-expert tokens of the busiest rank over the mean
 
@@ -354,9 +360,10 @@ def _shard(params: list[tuple[int, int]], world: int) -> float:
     return float(sum(math.ceil(d0 / world) * (n // d0) for d0, n in params))
 
 
-def _moe_sizes(spec: ModelSpec, world: int, ep: int) -> tuple[float, float, float, float]:
-    """(shard, all-gather buffer, unsharded parameters, parameter tensors) of the mean block of
-    an MoE model on one of `world` FSDP ranks under expert parallelism `ep` (module doc). The
+def _moe_sizes(spec: ModelSpec, world: int, ep: int) -> tuple[float, float, float, float, float]:
+    """(shard, all-gather buffer, unsharded parameters, parameter tensors, routed-expert
+    elements gathered) of the mean block of an MoE model on one of `world` FSDP ranks under
+    expert parallelism `ep` (module doc). The
     dense part is padded per tensor like FSDP2; the experts' shard is their exact 1/world
     (torchtitan shards them on dim 0 or dim 1, whichever the E/ep experts allow)."""
     moe = spec.moe
@@ -374,9 +381,10 @@ def _moe_sizes(spec: ModelSpec, world: int, ep: int) -> tuple[float, float, floa
               if width else [])
     moe_dense = [e for j, e in enumerate(dense) if j not in mlp] + routed + shared
     experts = float(moe.num_experts * spec.expert_params)
-    shard = padded = unsharded = tensors = 0.0
+    shard = padded = unsharded = tensors = gathered = 0.0
     for i in range(spec.num_layers):
         if spec.is_moe_layer(i):
+            gathered += experts / ep
             part = _shard(moe_dense, world)
             shard += part + experts / world
             padded += world * part + experts / ep
@@ -389,7 +397,7 @@ def _moe_sizes(spec: ModelSpec, world: int, ep: int) -> tuple[float, float, floa
             unsharded += sum(n for _, n in dense)
             tensors += len(dense)
     L = spec.num_layers
-    return shard / L, padded / L, unsharded / L, tensors / L
+    return shard / L, padded / L, unsharded / L, tensors / L, gathered / L
 
 
 def _moe_activation_spec(spec: ModelSpec, token_factor: float) -> ModelSpec:
@@ -426,9 +434,12 @@ def _sizes(view: RankView, recipe: TrainingRecipe, config: MemoryConfig) -> _Siz
     shard_block, shard_root = _shard(block, world), _shard(root, world)
     padded_block, unsharded_block, block_tensors = world * shard_block, 0.0, float(len(block))
     factor = moe_token_factor(recipe, view.ep)
+    expert_shard = expert_padded = 0.0
     if spec.moe is not None:
-        shard_block, padded_block, unsharded_block, block_tensors = _moe_sizes(spec, world,
-                                                                               view.ep)
+        shard_block, padded_block, unsharded_block, block_tensors, gathered = _moe_sizes(
+            spec, world, view.ep)
+        if view.ep > 1:   # the experts are their own FSDP unit (module doc)
+            expert_padded, expert_shard = gathered, gathered * view.ep / world
     return _Sizes(b=float(b), r=float(config.reduce_grad_bytes or dtype_bytes(recipe.reduce_dtype)),
                   m=dtype_bytes(recipe.master_dtype),
                   shard_total=spec.num_layers * shard_block + shard_root,
@@ -436,6 +447,7 @@ def _sizes(view: RankView, recipe: TrainingRecipe, config: MemoryConfig) -> _Siz
                   padded_block=padded_block, padded_root=world * shard_root,
                   tensors=round(spec.num_layers * block_tensors) + len(root),
                   unsharded_block=unsharded_block, token_factor=factor,
+                  expert_shard=expert_shard, expert_padded=expert_padded,
                   moe_saved=moe_saved_bytes(spec, float(b), factor),
                   share=view.sequence_share, loss_parallel=view.tp > 1,
                   embed_grad=float(view.embedding_grad_elements),
@@ -674,12 +686,12 @@ def _phases(spec: ModelSpec, seq_len: int, z: _Sizes, recipe: TrainingRecipe, k:
         ends |= set(indices[:2] + indices[-2:])
     for j in sorted(ends & set(range(L))):
         done = L - 1 - j
-        sharded = states["sharded_grads"] or FP32 * z.shard_block * done
+        sharded = states["sharded_grads"] or FP32 * (z.shard_block * done + z.expert_shard)
         undone = r * ((j + 1) * P_b + P_r) + kept_embed if no_sync else 0.0
         # the all-gathers of up to prefetch_depth blocks ahead (below j) are live (depth 0 and
         # 1 both hold one: FSDP2's implicit prefetch)
         prefetch = b * z.padded_block * min(max(recipe.prefetch_depth, 1), j)
-        previous_rs = r * z.padded_block if done >= 1 else 0.0
+        previous_rs = r * (z.padded_block - z.expert_padded) if done >= 1 else 0.0
         ar_done = held_ar * z.shard_block * done    # HSDP all-reduce buffers of blocks done
         backward_tokens = {"activations": saved_upto(j), "temporaries": work_by_kind[whole[j]]}
         if z.layout_phases and policy.mode == "op-sac" and not whole[j]:

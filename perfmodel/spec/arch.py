@@ -457,6 +457,7 @@ class ModelSpec:
         """All parameters of one transformer block (an MoE model's mean over its layers, every
         expert counted, rounded)."""
         if self.moe is not None:
+            self.check_step_modelled("a uniform transformer block")
             return round(sum(self.layer_params(i) for i in range(self.num_layers))
                          / self.num_layers)
         return (self.block_matmul_params + self.block_bias_params
@@ -718,7 +719,7 @@ class ModelSpec:
         return self.moe
 
     def _dense_only(self, what: str) -> None:
-        if self.moe is not None or self.mla is not None:
+        if self.moe is not None:
             self.check_step_modelled(what)
 
 

@@ -428,8 +428,9 @@ def recipe_from_mapping(data: Mapping[str, Any], *, source: str = "<recipe>") ->
     if unknown_outer:
         raise UserInputError(f"{source}: unknown recipe.outer field(s) {sorted(unknown_outer)}",
                              hint=f"use {', '.join(f.name for f in fields(OuterRecipe))}.")
-    empty = [k for k, v in data.items() if v is None] + [f"outer.{k}" for k, v in outer.items()
-                                                          if v is None]
+    # moe_capacity_factor's null is its value (dropless), as every named recipe has it
+    empty = [k for k, v in data.items() if v is None and k != "moe_capacity_factor"] + [
+        f"outer.{k}" for k, v in outer.items() if v is None]
     if empty:  # `ac:` without a value is null in YAML: refused, not read as "keep the default"
         raise UserInputError(f"{source}: field {empty[0]!r} has no value (null)",
                              hint=f"give {empty[0]} a value, or drop the line.")
