@@ -32,6 +32,7 @@ from perfmodel.profiles.memory_validation import (
 from perfmodel.profiles.profile import default_profile
 from perfmodel.sim.fastpath import fast_step, model_fast_costs
 from perfmodel.sim.fsdp import inline_collectives, simulate_step, step_costs
+from perfmodel.sim.layouts import island_layout_rows
 from perfmodel.spec.arch import ModelSpec, MoeSpec
 from perfmodel.spec.catalog import get_gpu, get_model
 from perfmodel.spec.errors import ConfigError, UserInputError
@@ -266,3 +267,20 @@ def test_memory_against_the_moe_tracker_grid() -> None:
     summary = summarize(records)
     assert summary["mape_pct"] <= 3.0, summary
     assert summary["worst_pct"] <= 8.0, summary
+
+
+def test_layout_rows_carry_ep() -> None:
+    """The layout-aware table prices every ep of an MoE model as its own row (the ep a row
+    names is the ep its step and memory were priced with)."""
+    space = LayoutSpace.parse({"tp": 1, "pp": 1, "dp_replicate": 1}, "op-sac")
+    result = island_layout_rows(TINY_MOE, PROFILE, ISLAND, seq_len=256, space=space,
+                                recipe=DEFAULT_RECIPE, max_micro_batches=2)
+    rows = result.rows
+    assert set(rows["ep"]) == {1, 2, 4, 8}
+    for ep in (1, 8):
+        row = rows[(rows["ep"] == ep) & (rows["micro_batch"] == 2)].iloc[0]
+        costs = step_costs(TINY_MOE, PROFILE, ISLAND, seq_len=256, micro_batch=2,
+                           recipe=_recipe(ep=ep, dp_shard=16))
+        assert float(row["microstep_s"]) + float(row["step_fixed_s"]) == pytest.approx(
+            simulate_step(costs).step_time_s, rel=1e-9)
+        assert f"ep {ep}" in row["layout"] or ep == 1

@@ -42,6 +42,8 @@ def short_layout(layout: dict[str, Any]) -> str:
     if layout["dp_replicate"] > 1:
         parts.append(f"rep{layout['dp_replicate']}")
     parts.append(f"dp{layout['dp_shard']}")
+    if layout.get("ep", 1) > 1:
+        parts.append(f"ep{layout['ep']}")
     if layout["tp"] > 1 and layout["sequence_parallel"]:
         parts.append("+sp")
     return " ".join(parts)
