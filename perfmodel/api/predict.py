@@ -279,8 +279,16 @@ def provenance(w: Workload) -> dict[str, Any]:
     for link in w.island.ring_links:
         kinds = {w.profile.comm_provenance(op, [link]) for op in ("all_gather", "reduce_scatter")}
         links.append({"link": link, "provenance": "/".join(sorted(kinds))})
-    return {"compute_provenance": f"{w.profile.compute_provenance('forward')} ({w.profile.name})",
-            "link_provenance": links}
+    out: dict[str, Any] = {
+        "compute_provenance": f"{w.profile.compute_provenance('forward')} ({w.profile.name})",
+        "link_provenance": links}
+    layout = w.recipe.parallel
+    if layout.ep > 1:   # MoE dispatch / combine: fitted all-to-all, else the all_gather fit
+        ep_group = layout.resolve(w.island.num_gpus).ep_groups(
+            gpus_per_node=w.island.gpus_per_node, intra_link=w.island.intra_link,
+            inter_link=w.island.inter_link, nics_per_node=w.island.nics_per_node)[0]
+        out["all_to_all_provenance"] = w.profile.all_to_all_provenance(ep_group)
+    return out
 
 
 def predict(workload: WorkloadSpec, outer: OuterSpec | None = None,

@@ -135,7 +135,7 @@ def resolve_placement(model_name: str, *, gpu_name: str, nodes: int, gpus_per_no
     layout = recipe.parallel.resolve(island.num_gpus)
     layout.check_model(num_layers=model.num_layers, num_heads=model.num_heads,
                        num_kv_heads=model.num_kv_heads, intermediate_size=model.intermediate_size,
-                       seq_len=seq_len)
+                       seq_len=seq_len, num_experts=model.num_experts)
     return model, gpu, island, replace(recipe, parallel=layout)
 
 

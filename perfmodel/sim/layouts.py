@@ -56,7 +56,7 @@ from perfmodel.spec.pipeline import in_flight
 from perfmodel.spec.recipe import TrainingRecipe
 
 LAYOUT_COLUMNS = ("tp", "pp", "cp", "dp_replicate", "dp_shard", "virtual_stages", "pp_schedule",
-                  "sequence_parallel", "async_tp", "ac", "layout", "dp", "min_accum",
+                  "sequence_parallel", "async_tp", "ep", "ac", "layout", "dp", "min_accum",
                   "accum_multiple", "max_accum")
 """What a row adds to an island table row (`perfmodel.tables.TABLE_COLUMNS`): the layout's
 fields, the checkpointing mode, its display string, the data-parallel ranks dp (a micro-step
@@ -101,7 +101,8 @@ def _recipes(space: LayoutSpace, recipe: TrainingRecipe, model: ModelSpec, seq_l
     layouts = space.candidates(num_layers=model.num_layers, num_heads=model.num_heads,
                                num_kv_heads=model.num_kv_heads,
                                intermediate_size=model.intermediate_size, seq_len=seq_len,
-                               nodes=island.num_nodes, gpus_per_node=island.gpus_per_node)
+                               nodes=island.num_nodes, gpus_per_node=island.gpus_per_node,
+                               num_experts=model.num_experts)
     modes = space.checkpointing or (recipe.ac,)
     return [replace(recipe, parallel=layout, ac=ac) for layout in layouts for ac in modes]
 
@@ -206,7 +207,8 @@ def _rows(model: ModelSpec, profile: CostModel, island: IslandSpec, seq_len: int
         "dp_shard": layout.dp_shard, "virtual_stages": layout.virtual_stages,
         "pp_schedule": layout.pp_schedule if layout.pp > 1 else "",
         "sequence_parallel": bool(layout.sequence_parallel and layout.tp > 1),
-        "async_tp": layout.async_tp, "ac": recipe.ac, "layout": layout.describe(),
+        "async_tp": layout.async_tp, "ep": layout.ep, "ac": recipe.ac,
+        "layout": layout.describe(),
         "dp": layout.dp, "min_accum": min_accum, "accum_multiple": multiple,
         "max_accum": max_accum, "micro_batch": mb, "microstep_s": micro, "step_fixed_s": fixed,
         "compute_fixed_s": c_fixed, "compute_micro_s": c_micro,

@@ -18,6 +18,8 @@ What is enumerated when a field is left free (the defaults), and why:
   * sequence_parallel: on (it moves the bytes of tensor parallelism's all-reduces as an
     all-gather and a reduce-scatter and divides norm activations by tp);
   * async_tp: off (CUDA only, a prior);
+  * ep (mixture-of-experts models only; 1 for dense ones): every divisor of dp_shard · cp that
+    divides the routed experts (torchtitan borrows the EP ranks from dp_shard · cp);
   * checkpointing: the recipe's mode when `activation_checkpointing` is one mode or absent; every
     listed mode when it is a list.
 A layout is a candidate when `ParallelLayout.resolve` and `check_model` accept it on the island;
@@ -29,14 +31,14 @@ candidates, every candidate is valid, free defaults on a 16-GPU island enumerate
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from perfmodel.spec.errors import UserInputError
 from perfmodel.spec.layout import PP_SCHEDULES, ParallelLayout
 from perfmodel.spec.recipe import canonical_ac
 
-_DEGREES = ("tp", "pp", "cp", "dp_replicate", "virtual_stages")
+_DEGREES = ("tp", "pp", "cp", "dp_replicate", "virtual_stages", "ep")
 _KEYS = (*_DEGREES, *(f"max_{d}" for d in _DEGREES), "schedules", "sequence_parallel",
          "async_tp")
 
@@ -63,6 +65,9 @@ class LayoutSpace:
     """HSDP replica counts allowed (None: 1 and the shard-within-a-node layout)."""
     virtual_stages: tuple[int, ...] = (2,)
     """Virtual stages tried with interleaved-1f1b."""
+    ep: tuple[int, ...] | None = None
+    """Expert-parallel degrees allowed (None: for an MoE model every divisor of dp_shard · cp
+    that divides its routed experts; 1 for a dense model)."""
     maxima: Mapping[str, int] = field(default_factory=dict)
     """max_tp, max_pp, max_cp, max_dp_replicate, max_virtual_stages given by the instance."""
     schedules: tuple[str, ...] = ("1f1b", "interleaved-1f1b")
@@ -77,7 +82,7 @@ class LayoutSpace:
     @classmethod
     def fsdp(cls, checkpointing: Sequence[str] = ()) -> LayoutSpace:
         """Plain FSDP over every GPU (what an instance without `training.parallel` plans)."""
-        return cls(tp=(1,), pp=(1,), cp=(1,), dp_replicate=(1,), schedules=("1f1b",),
+        return cls(tp=(1,), pp=(1,), cp=(1,), dp_replicate=(1,), ep=(1,), schedules=("1f1b",),
                    checkpointing=tuple(checkpointing))
 
     @classmethod
@@ -133,9 +138,10 @@ class LayoutSpace:
 
     def candidates(self, *, num_layers: int, num_heads: int, num_kv_heads: int,
                    intermediate_size: int, seq_len: int, nodes: int,
-                   gpus_per_node: int) -> list[ParallelLayout]:
+                   gpus_per_node: int, num_experts: int = 0) -> list[ParallelLayout]:
         """Every layout of the space that an island of `nodes` x `gpus_per_node` GPUs and the
-        model accept (module doc), in a stable order."""
+        model (`num_experts` routed experts; 0: dense) accept (module doc), in a stable
+        order."""
         world = nodes * gpus_per_node
         out: list[ParallelLayout] = []
         for tp in self._allowed("tp", self.tp, _powers_of_two(gpus_per_node)):
@@ -165,7 +171,23 @@ class LayoutSpace:
                                             seq_len=seq_len)
                                     except UserInputError:
                                         continue
-                                    out.append(layout)
+                                    out += self._expert_options(layout, num_experts)
+        return out
+
+    def _expert_options(self, layout: ParallelLayout, num_experts: int) -> list[ParallelLayout]:
+        """`layout` with every allowed ep (module doc) that it and the model accept."""
+        degree = layout.fsdp_degree
+        default = ([d for d in range(1, degree + 1) if degree % d == 0 and num_experts % d == 0]
+                   if num_experts else [1])
+        out = []
+        for ep in self._allowed("ep", self.ep, default):
+            candidate = replace(layout, ep=ep)
+            try:
+                candidate.check_ep()
+                candidate.check_experts(num_experts)
+            except UserInputError:
+                continue
+            out.append(candidate)
         return out
 
     def _pipeline_options(self, pp: int, num_layers: int) -> list[dict[str, Any]]:

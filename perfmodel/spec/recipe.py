@@ -267,6 +267,18 @@ class TrainingRecipe:
     parallel: ParallelLayout = field(default_factory=ParallelLayout)
     """How the island's GPUs split the job (`perfmodel.spec.layout`): tensor, pipeline, context
     parallelism and HSDP replicas; the default is FSDP over every GPU."""
+    moe_capacity_factor: float | None = None
+    """Mixture-of-experts routing: None = dropless (every token reaches its k experts, torchtitan's
+    default); a number c = fixed capacity, each expert takes c·T·k/E token slots (tokens beyond
+    it are dropped, empty slots padded), so expert compute and all-to-all payload scale by c."""
+    moe_load_imbalance: float = 1.0
+    """Dropless MoE under expert parallelism: tokens the busiest EP rank receives over the mean
+    (>= 1). A stated prior, not a measurement: 1.0 assumes a perfectly balanced router (an
+    auxiliary-loss or bias-balanced router approaches it); it scales the experts' compute and
+    the all-to-all payload, since the slowest rank decides."""
+    moe_grouped_gemm_efficiency: float = 1.0
+    """Throughput of the experts' grouped GEMMs relative to a dense GEMM of the same FLOPs
+    (0 < x <= 1). A stated prior: 1.0 assumes none lost (no ground truth measures it yet)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -292,6 +304,7 @@ class TrainingRecipe:
         if not isinstance(self.parallel, ParallelLayout):
             raise UserInputError(f"TrainingRecipe.parallel is {self.parallel!r}",
                                  hint="pass a ParallelLayout (or a mapping in a recipe file).")
+        _check_moe_fields(self)
 
     def with_overrides(self, **overrides: Any) -> TrainingRecipe:
         """A copy with fields replaced; keys of `OuterRecipe` go to `outer`, keys of
@@ -332,6 +345,25 @@ class TrainingRecipe:
                 f"accum {self.accum_mode}, ac {self.ac}, attention {self.attention}, "
                 f"loss {self.loss}, reshard root/last block after forward "
                 f"{self.reshard_root_after_forward}/{self.reshard_last_block_after_forward}")
+
+
+def _check_moe_fields(recipe: TrainingRecipe) -> None:
+    """UserInputError naming a mixture-of-experts recipe field out of its range."""
+    if recipe.moe_capacity_factor is not None:
+        _check_float("moe_capacity_factor", recipe.moe_capacity_factor, low=0.01, high=64.0)
+    _check_float("moe_load_imbalance", recipe.moe_load_imbalance, low=1.0, high=64.0)
+    _check_float("moe_grouped_gemm_efficiency", recipe.moe_grouped_gemm_efficiency, low=0.01,
+                 high=1.0)
+
+
+def moe_token_factor(recipe: TrainingRecipe, ep: int) -> float:
+    """Routed-expert token slots the slowest rank processes over the mean T·k/E per expert: the
+    capacity factor under fixed capacity; dropless, the load imbalance when experts are spread
+    over ep > 1 ranks (one rank holding every expert computes every routed token whatever the
+    split), else 1."""
+    if recipe.moe_capacity_factor is not None:
+        return float(recipe.moe_capacity_factor)
+    return float(recipe.moe_load_imbalance) if ep > 1 else 1.0
 
 
 def recipe_field_names() -> tuple[str, ...]:
@@ -396,8 +428,9 @@ def recipe_from_mapping(data: Mapping[str, Any], *, source: str = "<recipe>") ->
     if unknown_outer:
         raise UserInputError(f"{source}: unknown recipe.outer field(s) {sorted(unknown_outer)}",
                              hint=f"use {', '.join(f.name for f in fields(OuterRecipe))}.")
-    empty = [k for k, v in data.items() if v is None] + [f"outer.{k}" for k, v in outer.items()
-                                                          if v is None]
+    # moe_capacity_factor's null is its value (dropless), as every named recipe has it
+    empty = [k for k, v in data.items() if v is None and k != "moe_capacity_factor"] + [
+        f"outer.{k}" for k, v in outer.items() if v is None]
     if empty:  # `ac:` without a value is null in YAML: refused, not read as "keep the default"
         raise UserInputError(f"{source}: field {empty[0]!r} has no value (null)",
                              hint=f"give {empty[0]} a value, or drop the line.")

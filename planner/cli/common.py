@@ -537,6 +537,11 @@ def provenance_lines(record: Mapping[str, Any]) -> list[str]:
     links = [f"{item['link']} {item['provenance']}" for item in record.get("link_provenance", ())]
     lines = [f"profile {record['profile']} ({record['provenance']})"
              + (f"; links: {', '.join(links)}" if links else "")]
+    if record.get("active_params", 0) < record.get("total_params", 0):
+        lines.append(f"mixture of experts: {format_number(record['total_params'])} total, "
+                     f"{format_number(record['active_params'])} active parameters"
+                     + (f"; all-to-all: {record['all_to_all_provenance']}"
+                        if record.get("all_to_all_provenance") else ""))
     if record["provenance"] == "prior":
         lines.append(prior_warning(str(record["gpu"])))
     return lines

@@ -43,6 +43,8 @@ def short_layout(layout: dict[str, Any]) -> str:
     if layout["dp_replicate"] > 1:
         parts.append(f"rep{layout['dp_replicate']}")
     parts.append(f"dp{layout['dp_shard']}")
+    if layout.get("ep", 1) > 1:
+        parts.append(f"ep{layout['ep']}")
     if layout["tp"] > 1 and layout["sequence_parallel"]:
         parts.append("+sp")
     return " ".join(parts)
@@ -76,6 +78,8 @@ def _compact_row(entry: dict[str, Any]) -> dict[str, str]:
                    "full).")
 @click.option("--max-tp", type=int, default=None, help="Largest tensor-parallel degree.")
 @click.option("--max-pp", type=int, default=None, help="Largest pipeline degree.")
+@click.option("--max-ep", type=int, default=None,
+              help="Largest expert-parallel degree (mixture-of-experts models).")
 @click.option("--explain", "named", default=None, metavar="LAYOUT",
               help="Where a layout ranks and what beating the best takes, e.g. "
                    "tp=8,pp=16,dp_shard=128,v=4,ac=none.")
@@ -85,11 +89,12 @@ def _compact_row(entry: dict[str, Any]) -> dict[str, str]:
 @format_option()
 def layout(model_name: str, gpu_name: str, nodes: int, gpus_per_node: int, seq_len: int,
            global_batch: int, top: int, ac_modes: tuple[str, ...], max_tp: int | None,
-           max_pp: int | None, named: str | None, profile_name: str | None, wide: bool,
-           fmt: str, recipe_name: str, **flags: Any) -> None:
-    """Rank the layouts (tp, pp, cp, HSDP, schedule, checkpointing, micro-batch) of one island
-    of MODEL for a global batch, by throughput."""
-    parallel = {k: v for k, v in (("max_tp", max_tp), ("max_pp", max_pp)) if v is not None}
+           max_pp: int | None, max_ep: int | None, named: str | None,
+           profile_name: str | None, wide: bool, fmt: str, recipe_name: str, **flags: Any) -> None:
+    """Rank the layouts (tp, pp, cp, HSDP, ep, schedule, checkpointing, micro-batch) of one
+    island of MODEL for a global batch, by throughput."""
+    parallel = {k: v for k, v in (("max_tp", max_tp), ("max_pp", max_pp), ("max_ep", max_ep))
+                if v is not None}
     request = LayoutRequest(
         workload=api.WorkloadSpec(model_name=model_name, gpu_name=gpu_name, nodes=nodes,
                                   gpus_per_node=gpus_per_node, seq_len=seq_len,

@@ -30,7 +30,7 @@ from planner.cli.common import CheckpointParam
 RECIPE_FLAG_FIELDS = ("ac", "accum_mode", "param_dtype", "reduce_dtype", "attention", "loss")
 """Keyword names the options below pass to the command, in `TrainingRecipe` field names."""
 LAYOUT_FLAG_FIELDS = ("tp", "pp", "dp_replicate", "cp", "virtual_stages", "pp_schedule",
-                      "sequence_parallel", "async_tp")
+                      "sequence_parallel", "async_tp", "ep")
 """Keyword names of the layout options, in `ParallelLayout` field names (dp_shard is what the
 other degrees leave of the island's GPUs)."""
 
@@ -57,6 +57,9 @@ def layout_option_list() -> list[Callable[..., Any]]:
         click.option("--async-tp/--no-async-tp", "async_tp", default=None,
                      help="Overlap tensor-parallel collectives with matmuls (CUDA async TP; "
                           "default: the recipe's, else off)."),
+        click.option("--ep", type=int, default=None,
+                     help="Expert-parallel degree of a mixture-of-experts model: ranks borrowed "
+                          "from dp_shard x cp (default: the recipe's, else 1)."),
     ]
 
 
