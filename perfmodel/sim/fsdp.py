@@ -61,6 +61,7 @@ import numpy as np
 
 from perfmodel.costs.features import RankShard, local_model
 from perfmodel.costs.model import CostModel
+from perfmodel.costs.precision import block_linear_params, gathered_bytes, recipe_cost_model
 from perfmodel.sim.graph import Schedule, TaskGraph
 from perfmodel.spec.arch import ModelSpec
 from perfmodel.spec.errors import UserInputError
@@ -674,6 +675,7 @@ def unit_durations(model: ModelSpec, profile: CostModel, island: IslandSpec, *, 
     if layout.world_size != layout.dp_shard:
         return layout_unit_durations(model, profile, island, seq_len=seq_len,
                                      micro_batch=micro_batch, recipe=recipe, layout=layout)
+    profile = recipe_cost_model(profile, recipe, island.gpu)   # fp8 / compile: a prior
     # recompute_factor (profile): recompute runs at its own speed relative to forward
     rf = profile.recompute_factor
     frac = recompute_fraction(model, seq_len, recipe.ac) * rf
@@ -704,7 +706,8 @@ def unit_durations(model: ModelSpec, profile: CostModel, island: IslandSpec, *, 
         root_forward_s=compute("forward", "root"), root_backward_s=compute("backward", "root"),
         optimizer_s=profile.compute_time_s("optimizer", model, seq_len, micro_batch, unit="model",
                                            num_shards=island.num_gpus),
-        block_all_gather_s=comm("all_gather", block_params * param_bytes),
+        block_all_gather_s=comm("all_gather", gathered_bytes(
+            block_params, block_linear_params(model), recipe)),
         block_reduce_scatter_s=comm("reduce_scatter", block_params * grad_bytes),
         root_all_gather_s=comm("all_gather", root_params * param_bytes),
         root_reduce_scatter_s=comm("reduce_scatter", root_params * grad_bytes),
@@ -721,6 +724,7 @@ def layout_unit_durations(model: ModelSpec, profile: CostModel, island: IslandSp
     the recipe's, resolved against the island."""
     shard = RankShard(tp=layout.tp, cp=layout.cp, sequence_parallel=layout.sequence_parallel)
     local = local_model(model, layout.tp)
+    profile = recipe_cost_model(profile, recipe, island.gpu)   # fp8 / compile: a prior
     rf = profile.recompute_factor
     frac = recompute_fraction(local, seq_len, recipe.ac) * rf
     whole_frac = recompute_fraction(local, seq_len, recipe.ac, whole=True) * rf
@@ -774,7 +778,8 @@ def layout_unit_durations(model: ModelSpec, profile: CostModel, island: IslandSp
         optimizer_s=profile.compute_time_s("optimizer", model, seq_len, micro_batch,
                                            unit="model", num_shards=layout.fsdp_degree,
                                            shard=shard),
-        block_all_gather_s=fsdp_comm("all_gather", block_params * param_bytes),
+        block_all_gather_s=fsdp_comm("all_gather", gathered_bytes(
+            block_params, block_linear_params(local), recipe)),
         block_reduce_scatter_s=fsdp_comm("reduce_scatter", block_params * grad_bytes),
         root_all_gather_s=fsdp_comm("all_gather", root_params * param_bytes),
         root_reduce_scatter_s=fsdp_comm("reduce_scatter", root_params * grad_bytes),

@@ -62,6 +62,10 @@ OUTER_OPTIMIZERS = ("nesterov",)
 """DiLoCo outer optimizer: SGD with Nesterov momentum on an fp32 global copy."""
 FRAGMENT_PATTERNS = ("contiguous", "strided")
 """Streaming DiLoCo fragments: consecutive blocks, or every F-th block (the published variant)."""
+COMPUTE_DTYPES = ("bf16", "fp8-tensorwise", "fp8-rowwise", "mxfp8")
+"""Dtype of the transformer blocks' linear-layer matmuls: bf16, or torchao's float8 training
+recipes (tensorwise and rowwise dynamic scaling; mxfp8: 1x32-block scales, Blackwell only).
+Attention (SDPA) and the LM head stay bf16 (`perfmodel.profiles.precision`)."""
 
 
 def _check_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
@@ -267,6 +271,15 @@ class TrainingRecipe:
     parallel: ParallelLayout = field(default_factory=ParallelLayout)
     """How the island's GPUs split the job (`perfmodel.spec.layout`): tensor, pipeline, context
     parallelism and HSDP replicas; the default is FSDP over every GPU."""
+    compute_dtype: str = "bf16"
+    """Dtype of the block linears' matmuls (COMPUTE_DTYPES): bf16, or a torchao float8 recipe
+    (a prior until a GPU measures it; GPUs without an FP8 rate refuse it)."""
+    fp8_all_gather: bool = False
+    """torchao's `enable_fsdp_float8_all_gather`: FSDP2 all-gathers the block linears' weights in
+    float8 (1 byte each instead of param_dtype's); only with an fp8 compute_dtype."""
+    compile: bool = False
+    """Whether the model runs under torch.compile (a sourced prior speed effect on the
+    elementwise part of compute: `perfmodel.profiles.precision`)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -292,6 +305,15 @@ class TrainingRecipe:
         if not isinstance(self.parallel, ParallelLayout):
             raise UserInputError(f"TrainingRecipe.parallel is {self.parallel!r}",
                                  hint="pass a ParallelLayout (or a mapping in a recipe file).")
+        _check_choice("compute_dtype", self.compute_dtype, COMPUTE_DTYPES)
+        for name in ("fp8_all_gather", "compile"):
+            if not isinstance(getattr(self, name), bool):
+                raise UserInputError(f"TrainingRecipe.{name} is {getattr(self, name)!r}",
+                                     hint=f"set {name} to true or false.")
+        if self.fp8_all_gather and self.compute_dtype == "bf16":
+            raise UserInputError("TrainingRecipe.fp8_all_gather is true with compute_dtype bf16",
+                                 hint="set compute_dtype to fp8-tensorwise, fp8-rowwise or "
+                                      "mxfp8, or fp8_all_gather to false.")
 
     def with_overrides(self, **overrides: Any) -> TrainingRecipe:
         """A copy with fields replaced; keys of `OuterRecipe` go to `outer`, keys of
@@ -331,7 +353,10 @@ class TrainingRecipe:
         return (f"{self.name}: params {self.param_dtype}, reduce {self.reduce_dtype}, "
                 f"accum {self.accum_mode}, ac {self.ac}, attention {self.attention}, "
                 f"loss {self.loss}, reshard root/last block after forward "
-                f"{self.reshard_root_after_forward}/{self.reshard_last_block_after_forward}")
+                f"{self.reshard_root_after_forward}/{self.reshard_last_block_after_forward}"
+                + (f", compute {self.compute_dtype}" if self.compute_dtype != "bf16" else "")
+                + (", fp8 all-gather" if self.fp8_all_gather else "")
+                + (", torch.compile" if self.compile else ""))
 
 
 def recipe_field_names() -> tuple[str, ...]:
