@@ -211,9 +211,6 @@ def provenance(w: Workload) -> dict[str, str]:
     if not effect.identity:  # fp8 / compile: nothing measured them on a GPU
         out["compute_provenance"] = (f"prior ({w.profile.name} x {effect.label} effect of "
                                      "catalogs/precision.csv; no GPU measured it)")
-        out.update(compute_dtype=w.recipe.compute_dtype, fp8_all_gather=w.recipe.fp8_all_gather,
-                   compile=w.recipe.compile, matmul_time_factor=effect.matmul_scale,
-                   elementwise_time_factor=effect.compile_scale)
     for link in w.island.ring_links:
         kinds = {w.profile.comm_provenance(op, [link]) for op in ("all_gather", "reduce_scatter")}
         out[f"link_{link}_provenance"] = "/".join(sorted(kinds))
@@ -332,8 +329,12 @@ def _prediction(w: Workload, *, strategy: str, wan: WanLink, outer: OuterRecipe)
                compute_idle_s=step.compute_idle_s, comm_idle_s=step.comm_idle_s,
                critical_path_comm_fraction=info.critical_comm_fraction, **memory(w).as_dict(),
                profile=w.profile.name, provenance=w.profile.provenance, **provenance(w))
-    if "compute_dtype" in out:
-        out["provenance"] = "prior"
+    effect = compute_effect(w.recipe, w.gpu)
+    if not effect.identity:  # fp8 / compile: a prior whatever the profile (module doc)
+        out.update(provenance="prior", compute_dtype=w.recipe.compute_dtype,
+                   fp8_all_gather=w.recipe.fp8_all_gather, compile=w.recipe.compile,
+                   matmul_time_factor=effect.matmul_scale,
+                   elementwise_time_factor=effect.compile_scale)
     return Prediction(workload=w, strategy=strategy, islands=islands, outer=outer, link=wan,
                       step_time_s=step_s, tokens_per_s=tokens_per_s, mfu=mfu, bound=bound,
                       record=out)

@@ -167,6 +167,15 @@ def check_compute_dtype(recipe: TrainingRecipe, gpu: GpuSpec) -> None:
                           hint="drop --compile for this device.")
 
 
+def supports(recipe: TrainingRecipe, gpu: GpuSpec) -> bool:
+    """Whether `gpu` can run `recipe`'s compute dtype and compile setting."""
+    try:
+        check_compute_dtype(recipe, gpu)
+    except ConfigError:
+        return False
+    return True
+
+
 def compute_effect(recipe: TrainingRecipe, gpu: GpuSpec) -> ComputeEffect:
     """The coefficient multipliers of `recipe` on `gpu` (module doc); ConfigError when the GPU
     cannot run it (`check_compute_dtype`)."""

@@ -312,8 +312,9 @@ class TrainingRecipe:
                                      hint=f"set {name} to true or false.")
         if self.fp8_all_gather and self.compute_dtype == "bf16":
             raise UserInputError("TrainingRecipe.fp8_all_gather is true with compute_dtype bf16",
-                                 hint="set compute_dtype to fp8-tensorwise, fp8-rowwise or "
-                                      "mxfp8, or fp8_all_gather to false.")
+                                 hint="pass --compute-dtype fp8-tensorwise (or set "
+                                      "compute_dtype: fp8-tensorwise, fp8-rowwise or mxfp8), "
+                                      "or drop --fp8-all-gather / set fp8_all_gather: false.")
 
     def with_overrides(self, **overrides: Any) -> TrainingRecipe:
         """A copy with fields replaced; keys of `OuterRecipe` go to `outer`, keys of
