@@ -17,7 +17,10 @@ Claims:
     param_dtype. The gathered-parameter buffers shrink the same way. torchao saves the
     high-precision input and weight for backward (`matmul_with_hp_or_float8_args`:
     `ctx.save_for_backward(input_hp, weight_hp_t)`), so saved activations do not change; the
-    float8 copies it casts around each matmul (`fp8_cast_bytes`) are transient.
+    float8 copies it casts around each matmul (`fp8_cast_bytes`) are transient. Not modelled:
+    pipeline ranks (`perfmodel.costs.memory.pipeline_memory`) keep their gathered buffers at
+    param_dtype under fp8_all_gather (an overestimate), and torchao's float8 tensor-parallel
+    all-gathers stay at param_dtype in the comm model.
 Why: a prior built only from datasheets and a linear-level microbenchmark, never from the
 end-to-end runs it is validated against (`python -m scripts.validate_fp8`). FP8 has no CPU
 ground truth (torchao float8 needs a recent CUDA GPU), so every FP8 or compile figure is
