@@ -2,25 +2,29 @@
 `fp8_all_gather` and `compile` change in a step's compute, communication and memory.
 
 Claims:
-  * Compute. Under an fp8 `compute_dtype` only the transformer blocks' linear-layer matmuls
-    change (torchao's float8 training swaps `nn.Linear` for `Float8Linear`; attention runs in
-    SDPA in bf16, and the LM head is left in bf16 as torchtitan's recipes filter it). Their
+  * Compute. Under an fp8 `compute_dtype` only linear-layer matmuls change: torchao's float8
+    training swaps `nn.Linear` for `Float8Linear`, so attention (SDPA, not a Linear) stays bf16.
+    Which linears: torchtitan's float8 converter filters nothing by default (`filter_fqns`
+    defaults to an empty list), so the LM head goes float8 too under fp8-tensorwise and
+    fp8-rowwise; its MXFP8 converter defaults to `filter_fqns=["output"]` ("By default we always
+    skip the output layer"), so under mxfp8 the LM head stays bf16 (`fp8_features`). Their
     time is the bf16 time × (bf16 rate / fp8 rate) / efficiency ratio, the rates from the GPU's
     datasheet (catalogs/gpus.csv) and the efficiency ratio = a published float8-vs-bf16
     Linear speedup (casts and scaling included) ÷ the rate ratio of the GPU it was measured on
-    (catalogs/precision.csv). The profile's `tok_block_matmul` and `gemm_fixed` coefficients
-    (forward and backward) are multiplied by that factor; nothing else.
+    (catalogs/precision.csv). The profile's coefficients of those matmul features (forward and
+    backward) are multiplied by that factor; nothing else.
   * compile: the elementwise and per-kernel features (`COMPILE_FEATURES`) are divided by a
     published torch.compile training speedup (catalogs/precision.csv, a prior per GPU family).
   * Communication and memory: with `fp8_all_gather` FSDP2 gathers the block linears' weights
-    as float8 (1 byte + the scales) instead of `param_dtype`; norms and the root stay in
-    param_dtype. The gathered-parameter buffers shrink the same way. torchao saves the
-    high-precision input and weight for backward (`matmul_with_hp_or_float8_args`:
-    `ctx.save_for_backward(input_hp, weight_hp_t)`), so saved activations do not change; the
-    float8 copies it casts around each matmul (`fp8_cast_bytes`) are transient. Not modelled:
-    pipeline ranks (`perfmodel.costs.memory.pipeline_memory`) keep their gathered buffers at
-    param_dtype under fp8_all_gather (an overestimate), and torchao's float8 tensor-parallel
-    all-gathers stay at param_dtype in the comm model.
+    as float8 (1 byte + the scales) instead of `param_dtype`, and the root's LM head where it is
+    float8 (untied); norms and the embedding stay in param_dtype. The gathered-parameter
+    buffers of the blocks shrink the same way (the root's buffer is kept at param_dtype).
+    torchao saves the high-precision input and weight for backward
+    (`matmul_with_hp_or_float8_args`: `ctx.save_for_backward(input_hp, weight_hp_t)`), so saved
+    activations do not change; the float8 copies it casts around each matmul (`fp8_cast_bytes`)
+    are transient. Not modelled: pipeline ranks (`perfmodel.costs.memory.pipeline_memory`) keep
+    their gathered buffers at param_dtype under fp8_all_gather (an overestimate), and torchao's
+    float8 tensor-parallel all-gathers stay at param_dtype in the comm model.
 Why: a prior built only from datasheets and a linear-level microbenchmark, never from the
 end-to-end runs it is validated against (`python -m scripts.validate_fp8`). FP8 has no CPU
 ground truth (torchao float8 needs a recent CUDA GPU), so every FP8 or compile figure is
@@ -55,6 +59,15 @@ logger = logging.getLogger(__name__)
 
 FP8_MATMUL_FEATURES = ("tok_block_matmul", "gemm_fixed")
 """Profile features that are the block linears' matmuls (forward and backward)."""
+LM_HEAD_BF16 = ("mxfp8",)
+"""Compute dtypes whose torchtitan converter skips the LM head ("output") by default."""
+
+
+def fp8_features(dtype: str) -> tuple[str, ...]:
+    """The profile features whose matmuls run in float8 under `dtype` (module doc)."""
+    if dtype == "bf16":
+        return ()
+    return FP8_MATMUL_FEATURES + (() if dtype in LM_HEAD_BF16 else ("tok_lm_head",))
 COMPILE_FEATURES = ("tok_hidden", "tok_ffn", "tok_vocab", "layers", "const")
 """Elementwise and per-kernel-overhead features torch.compile's fusion acts on."""
 FP8_BYTES = 1.0
@@ -91,6 +104,8 @@ class ComputeEffect:
 
     label: str
     """What changed, for profile names and outputs (e.g. `fp8-tensorwise+compile`)."""
+    matmul_features: tuple[str, ...]
+    """The features `matmul_scale` applies to (`fp8_features`)."""
     matmul_scale: float
     """Multiplier on `FP8_MATMUL_FEATURES` (1 under bf16)."""
     compile_scale: float
@@ -198,7 +213,8 @@ def compute_effect(recipe: TrainingRecipe, gpu: GpuSpec) -> ComputeEffect:
         compiled = 1.0 / _row("compile", "*").speedup
         labels.append("compile")
     return ComputeEffect(label="+".join(labels) or "bf16", matmul_scale=matmul,
-                         compile_scale=compiled)
+                         compile_scale=compiled,
+                         matmul_features=fp8_features(recipe.compute_dtype))
 
 
 _SCALED: dict[tuple[int, ComputeEffect], tuple[HardwareProfile, HardwareProfile]] = {}
@@ -212,7 +228,7 @@ def scaled_profile(profile: HardwareProfile, effect: ComputeEffect) -> HardwareP
     hit = _SCALED.get(key)
     if hit is not None and hit[0] is profile:
         return hit[1]
-    scales = {**{f: effect.matmul_scale for f in FP8_MATMUL_FEATURES},
+    scales = {**{f: effect.matmul_scale for f in effect.matmul_features},
               **{f: effect.compile_scale for f in COMPILE_FEATURES}}
     compute: dict[str, PhaseCoefficients] = {}
     for phase, coefs in profile.compute.items():
@@ -252,6 +268,15 @@ def recipe_cost_model(profile: CostModel, recipe: TrainingRecipe, gpu: GpuSpec) 
 def block_linear_params(spec: ModelSpec) -> float:
     """Weight elements of one block's linears (the tensors torchao converts to float8)."""
     return float(sum(i * o for i, o in (*spec.attn_linears, *spec.mlp_linears)))
+
+
+def root_linear_params(spec: ModelSpec, recipe: TrainingRecipe) -> float:
+    """Weight elements of the root's LM head when it runs in float8 (untied, and not a dtype
+    whose converter skips it); 0 otherwise."""
+    if recipe.compute_dtype == "bf16" or recipe.compute_dtype in LM_HEAD_BF16 \
+            or spec.tie_word_embeddings:
+        return 0.0
+    return float(spec.vocab_size * spec.hidden_size)
 
 
 def gathered_bytes(params: float, fp8_params: float, recipe: TrainingRecipe) -> float:

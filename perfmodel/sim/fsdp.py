@@ -61,7 +61,12 @@ import numpy as np
 
 from perfmodel.costs.features import RankShard, local_model
 from perfmodel.costs.model import CostModel
-from perfmodel.costs.precision import block_linear_params, gathered_bytes, recipe_cost_model
+from perfmodel.costs.precision import (
+    block_linear_params,
+    gathered_bytes,
+    recipe_cost_model,
+    root_linear_params,
+)
 from perfmodel.sim.graph import Schedule, TaskGraph
 from perfmodel.spec.arch import ModelSpec
 from perfmodel.spec.errors import UserInputError
@@ -682,7 +687,7 @@ def unit_durations(model: ModelSpec, profile: CostModel, island: IslandSpec, *, 
     whole_frac = recompute_fraction(model, seq_len, recipe.ac, whole=True) * rf
     units = model.fsdp_units(seq_len)
     block_params, root_params = units[0].params, units[-1].params
-    param_bytes, grad_bytes = dtype_bytes(recipe.param_dtype), dtype_bytes(recipe.reduce_dtype)
+    grad_bytes = dtype_bytes(recipe.reduce_dtype)
     slowdown = profile.overlap_slowdown
     check_slowdown(slowdown)
 
@@ -709,7 +714,8 @@ def unit_durations(model: ModelSpec, profile: CostModel, island: IslandSpec, *, 
         block_all_gather_s=comm("all_gather", gathered_bytes(
             block_params, block_linear_params(model), recipe)),
         block_reduce_scatter_s=comm("reduce_scatter", block_params * grad_bytes),
-        root_all_gather_s=comm("all_gather", root_params * param_bytes),
+        root_all_gather_s=comm("all_gather", gathered_bytes(
+            root_params, root_linear_params(model, recipe), recipe)),
         root_reduce_scatter_s=comm("reduce_scatter", root_params * grad_bytes),
         recipe=recipe, overlap_slowdown=float(slowdown))
 
@@ -728,7 +734,7 @@ def layout_unit_durations(model: ModelSpec, profile: CostModel, island: IslandSp
     rf = profile.recompute_factor
     frac = recompute_fraction(local, seq_len, recipe.ac) * rf
     whole_frac = recompute_fraction(local, seq_len, recipe.ac, whole=True) * rf
-    param_bytes, grad_bytes = dtype_bytes(recipe.param_dtype), dtype_bytes(recipe.reduce_dtype)
+    grad_bytes = dtype_bytes(recipe.reduce_dtype)
     slowdown = profile.overlap_slowdown
     check_slowdown(slowdown)
     def place(dimension: str, size: int, stride: int) -> CommGroup:
@@ -781,7 +787,8 @@ def layout_unit_durations(model: ModelSpec, profile: CostModel, island: IslandSp
         block_all_gather_s=fsdp_comm("all_gather", gathered_bytes(
             block_params, block_linear_params(local), recipe)),
         block_reduce_scatter_s=fsdp_comm("reduce_scatter", block_params * grad_bytes),
-        root_all_gather_s=fsdp_comm("all_gather", root_params * param_bytes),
+        root_all_gather_s=fsdp_comm("all_gather", gathered_bytes(
+            root_params, root_linear_params(local, recipe), recipe)),
         root_reduce_scatter_s=fsdp_comm("reduce_scatter", root_params * grad_bytes),
         recipe=recipe, overlap_slowdown=float(slowdown), inline=inline,
         block_replicate_s=replicate(block_params), root_replicate_s=replicate(root_params))
