@@ -175,6 +175,9 @@ def memory_report(spec: WorkloadSpec, *, allow_oom: bool = True) -> MemoryReport
     }
     profile = default_profile(gpu.name)
     record.update(profile=profile.name, provenance=profile.provenance)
+    if recipe.compute_dtype != "bf16":  # torchao's float8 buffers: no tracker measured them
+        record.update(provenance="prior", compute_dtype=recipe.compute_dtype,
+                      fp8_all_gather=recipe.fp8_all_gather)
     if not allow_oom and not record["fits"]:
         raise does_not_fit(spec, answer=memory_answer(record), what="memory report")
     return MemoryReport(breakdown=breakdown, max_micro_batch=largest, record=record)
