@@ -170,7 +170,9 @@ def _speedup(r: Fp8Result, *, published: bool) -> str:
     if r.bf16 is None:
         return "–"
     if published:
-        return f"{r.fp8.plan.published_tokens_per_s_per_gpu / r.bf16.plan.published_tokens_per_s_per_gpu:.3f}"  # noqa: E501
+        ratio = (r.fp8.plan.published_tokens_per_s_per_gpu
+                 / r.bf16.plan.published_tokens_per_s_per_gpu)
+        return f"{ratio:.3f}"
     a, b = r.fp8.predicted_tokens_per_s_per_gpu, r.bf16.predicted_tokens_per_s_per_gpu
     return "–" if a is None or b is None else f"{a / b:.3f}"
 
