@@ -35,6 +35,8 @@ from perfmodel.spec.layout_space import LayoutSpace
 from perfmodel.spec.recipe import DEFAULT_RECIPE, TrainingRecipe, recipe_from_mapping
 from planner.model.instance import Instance
 from planner.model.island_table import table_arguments
+from scripts.validate_fp8 import load_fp8_rows
+from scripts.validate_layouts import load_runs
 
 H100 = "H100-SXM5-80GB"
 FP8 = DEFAULT_RECIPE.with_overrides(compute_dtype="fp8-tensorwise")
@@ -221,3 +223,16 @@ def test_the_layout_enumeration_includes_compute_dtype_when_allowed(gpu: str,
     seen = {"fp8-tensorwise" if label.endswith("fp8-tensorwise") else "bf16" for label in labels}
     assert seen == expected
     assert len(found.rows) == len(found.rows[["layout", "ac", "micro_batch"]].drop_duplicates())
+
+
+def test_every_fp8_validation_row_names_a_published_run_and_its_source() -> None:
+    runs = {r["run_id"]: r for r in load_runs()}
+    rows = load_fp8_rows()
+    assert rows
+    for row in rows:
+        assert runs[row.run_id]["precision"] in ("fp8", "mxfp8"), row.run_id
+        assert row.source_url.startswith("https://github.com/") and "/blob/" in row.source_url
+        if row.bf16_run_id:
+            partner = runs[row.bf16_run_id]
+            assert partner["precision"] == "bf16" and partner["source_id"] == \
+                runs[row.run_id]["source_id"]
