@@ -35,6 +35,7 @@ from perfmodel.api.workload import (
     sync_link,
 )
 from perfmodel.costs.memory import MemoryBreakdown, max_micro_batch, memory_breakdown
+from perfmodel.costs.precision import compute_effect
 from perfmodel.costs.reliability import (
     FailureSpec,
     JobReliability,
@@ -191,6 +192,9 @@ def memory_report(spec: WorkloadSpec, *, allow_oom: bool = True,
     }
     profile = default_profile(gpu.name)
     record.update(profile=profile.name, provenance=profile.provenance)
+    if recipe.compute_dtype != "bf16":  # torchao's float8 buffers: no tracker measured them
+        record.update(provenance="prior", compute_dtype=recipe.compute_dtype,
+                      fp8_all_gather=recipe.fp8_all_gather)
     if not allow_oom and not record["fits"]:
         raise does_not_fit(spec, answer=memory_answer(record), what="memory report")
     mem = error_model("memory", "peak_memory_bytes",
@@ -282,6 +286,10 @@ def provenance(w: Workload) -> dict[str, Any]:
     out: dict[str, Any] = {
         "compute_provenance": f"{w.profile.compute_provenance('forward')} ({w.profile.name})",
         "link_provenance": links}
+    effect = compute_effect(w.recipe, w.gpu)
+    if not effect.identity:  # fp8 / compile: nothing measured them on a GPU
+        out["compute_provenance"] = (f"prior ({w.profile.name} x {effect.label} effect of "
+                                     "catalogs/precision.csv; no GPU measured it)")
     layout = w.recipe.parallel
     if layout.ep > 1:   # MoE dispatch / combine: fitted all-to-all, else the all_gather fit
         ep_group = layout.resolve(w.island.num_gpus).ep_groups(
@@ -427,6 +435,12 @@ def _prediction(w: Workload, *, strategy: str, wan: WanLink, outer: OuterRecipe)
                compute_idle_s=step.compute_idle_s, comm_idle_s=step.comm_idle_s,
                critical_path_comm_fraction=info.critical_comm_fraction, **memory(w).as_dict(),
                profile=w.profile.name, provenance=w.profile.provenance, **provenance(w))
+    effect = compute_effect(w.recipe, w.gpu)
+    if not effect.identity:  # fp8 / compile: a prior whatever the profile (module doc)
+        out.update(provenance="prior", compute_dtype=w.recipe.compute_dtype,
+                   fp8_all_gather=w.recipe.fp8_all_gather, compile=w.recipe.compile,
+                   matmul_time_factor=effect.matmul_scale,
+                   elementwise_time_factor=effect.compile_scale)
     return Prediction(workload=w, strategy=strategy, islands=islands, outer=outer, link=wan,
                       step_time_s=step_s, tokens_per_s=tokens_per_s, mfu=mfu, bound=bound,
                       record=out)

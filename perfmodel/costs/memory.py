@@ -108,6 +108,7 @@ from typing import Any
 import numpy as np
 
 from perfmodel.costs.features import local_model
+from perfmodel.costs.precision import block_linear_params, fp8_cast_bytes, gathered_bytes
 from perfmodel.spec import pipeline
 from perfmodel.spec.arch import ModelSpec
 from perfmodel.spec.errors import UserInputError
@@ -325,6 +326,8 @@ class _Sizes:
     expert_padded: float = 0.0     # MoE, ep > 1: its all-gather / reduce-scatter elements
     moe_saved: float = 0.0         # MoE: bytes per token a block not checkpointed whole adds
     token_factor: float = 1.0      # MoE: routed-expert tokens of the busiest rank over the mean
+    g: float = 0.0       # bytes per gathered block element (b; less with fp8_all_gather)
+    fp8_cast: tuple[float, float] = (0.0, 0.0)  # float8 copies around a matmul (fixed, /token)
 
 
 def _param_dim0s(spec: ModelSpec) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
@@ -451,7 +454,10 @@ def _sizes(view: RankView, recipe: TrainingRecipe, config: MemoryConfig) -> _Siz
                   moe_saved=moe_saved_bytes(spec, float(b), factor),
                   share=view.sequence_share, loss_parallel=view.tp > 1,
                   embed_grad=float(view.embedding_grad_elements),
-                  layout_phases=view.layout_phases, all_reduce_held=view.dp_replicate > 1)
+                  layout_phases=view.layout_phases, all_reduce_held=view.dp_replicate > 1,
+                  g=(gathered_bytes(spec.block_params, block_linear_params(spec), recipe)
+                     / spec.block_params if recipe.fp8_all_gather else float(b)),
+                  fp8_cast=fp8_cast_bytes(spec, recipe))
 
 
 # ---- activations per token ------------------------------------------------------------------
@@ -652,7 +658,7 @@ def _phases(spec: ModelSpec, seq_len: int, z: _Sizes, recipe: TrainingRecipe, k:
     # existing gradient (reduce-scatter accumulation after the first micro-step) or cast to
     # the master dtype; then one r-byte shard per unit reduced so far is alive.
     held_ar = (r if z.all_reduce_held and (states["sharded_grads"] or r != z.m) else 0.0)
-    last_block = 0.0 if recipe.reshard_last_block_after_forward else b * z.padded_block
+    last_block = 0.0 if recipe.reshard_last_block_after_forward else z.g * z.padded_block
     # FSDP2 never reshards the root after forward (whatever reshard_root_after_forward says):
     # backward needs it first.
     root_kept = b * z.padded_root
@@ -662,7 +668,7 @@ def _phases(spec: ModelSpec, seq_len: int, z: _Sizes, recipe: TrainingRecipe, k:
 
     out = [
         phase("forward_end", {"unsharded_params": root_kept + last_block,
-                              "all_gather": b * z.padded_block
+                              "all_gather": z.g * z.padded_block
                               * min(max(recipe.prefetch_depth, 1), max(L - 1, 1)),
                               "activations": rope, "temporaries": accumulated},
               {"activations": saved_upto(L - 1) + outside + fwd_logits}),
@@ -675,7 +681,7 @@ def _phases(spec: ModelSpec, seq_len: int, z: _Sizes, recipe: TrainingRecipe, k:
     final_norm = _tp_final_norm_backward(spec, b, config, z, saved_upto(L - 1))
     if final_norm is not None:
         out.append(phase("final_norm_backward", {
-            "unsharded_params": root_kept + b * z.padded_block, "activations": rope,
+            "unsharded_params": root_kept + z.g * z.padded_block, "activations": rope,
             "temporaries": b * lm_side}, final_norm))
     w_down = b * spec.hidden_size * spec.intermediate_size
     # Every term is affine in j among blocks of one kind, so the peak over j lies at the ends:
@@ -690,7 +696,7 @@ def _phases(spec: ModelSpec, seq_len: int, z: _Sizes, recipe: TrainingRecipe, k:
         undone = r * ((j + 1) * P_b + P_r) + kept_embed if no_sync else 0.0
         # the all-gathers of up to prefetch_depth blocks ahead (below j) are live (depth 0 and
         # 1 both hold one: FSDP2's implicit prefetch)
-        prefetch = b * z.padded_block * min(max(recipe.prefetch_depth, 1), j)
+        prefetch = z.g * z.padded_block * min(max(recipe.prefetch_depth, 1), j)
         previous_rs = r * (z.padded_block - z.expert_padded) if done >= 1 else 0.0
         ar_done = held_ar * z.shard_block * done    # HSDP all-reduce buffers of blocks done
         backward_tokens = {"activations": saved_upto(j), "temporaries": work_by_kind[whole[j]]}
@@ -699,12 +705,13 @@ def _phases(spec: ModelSpec, seq_len: int, z: _Sizes, recipe: TrainingRecipe, k:
                                                saved_upto(j - 1))
         out.append(phase(f"block_backward({j})", {
             "sharded_grads": sharded,
-            "unsharded_params": root_kept + b * z.padded_block, "all_gather": prefetch,
+            "unsharded_params": root_kept + z.g * z.padded_block, "all_gather": prefetch,
             "reduce_scatter": previous_rs, "activations": rope,
-            "temporaries": undone + b * lm_side + w_down + ar_done}, backward_tokens))
+            "temporaries": undone + b * lm_side + w_down + ar_done + z.fp8_cast[0]},
+            _plus(backward_tokens, "temporaries", z.fp8_cast[1])))
         out.extend(phase(name, {
             "sharded_grads": sharded,
-            "unsharded_params": root_kept + b * z.padded_block, "all_gather": prefetch,
+            "unsharded_params": root_kept + z.g * z.padded_block, "all_gather": prefetch,
             "reduce_scatter": previous_rs, "activations": rope,
             "temporaries": undone + b * lm_side + weights + ar_done}, per_token)
             for name, weights, per_token in _tp_block_moments(
@@ -749,6 +756,11 @@ def _phases(spec: ModelSpec, seq_len: int, z: _Sizes, recipe: TrainingRecipe, k:
             + r * z.shard_root + held_ar * L * z.shard_block},
             {"activations": 16.0}))
     return out
+
+
+def _plus(per_token: dict[str, float], key: str, extra: float) -> dict[str, float]:
+    """`per_token` with `extra` added to `key` (the same dict when extra is 0)."""
+    return {**per_token, key: per_token.get(key, 0.0) + extra} if extra else per_token
 
 
 def _op_sac_backward(spec: ModelSpec, seq_len: int, b: float, recipe: TrainingRecipe,

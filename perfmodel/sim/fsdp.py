@@ -74,6 +74,12 @@ from perfmodel.costs.comm import all_to_all_payload_bytes
 from perfmodel.costs.compute import moe_compute_scale
 from perfmodel.costs.features import RankShard, local_model
 from perfmodel.costs.model import CostModel
+from perfmodel.costs.precision import (
+    block_linear_params,
+    gathered_bytes,
+    recipe_cost_model,
+    root_linear_params,
+)
 from perfmodel.sim.graph import Schedule, TaskGraph
 from perfmodel.spec.arch import ModelSpec
 from perfmodel.spec.errors import UserInputError
@@ -712,13 +718,14 @@ def unit_durations(model: ModelSpec, profile: CostModel, island: IslandSpec, *, 
     if layout.world_size != layout.dp_shard or layout.ep > 1:
         return layout_unit_durations(model, profile, island, seq_len=seq_len,
                                      micro_batch=micro_batch, recipe=recipe, layout=layout)
+    profile = recipe_cost_model(profile, recipe, island.gpu)   # fp8 / compile: a prior
     # recompute_factor (profile): recompute runs at its own speed relative to forward
     rf = profile.recompute_factor
     frac = recompute_fraction(model, seq_len, recipe.ac) * rf
     whole_frac = recompute_fraction(model, seq_len, recipe.ac, whole=True) * rf
     units = model.fsdp_units(seq_len)
     block_params, root_params = units[0].params, units[-1].params
-    param_bytes, grad_bytes = dtype_bytes(recipe.param_dtype), dtype_bytes(recipe.reduce_dtype)
+    grad_bytes = dtype_bytes(recipe.reduce_dtype)
     slowdown = profile.overlap_slowdown
     check_slowdown(slowdown)
     moe_scale = _moe_scale(model, seq_len, recipe, layout.ep)
@@ -744,9 +751,11 @@ def unit_durations(model: ModelSpec, profile: CostModel, island: IslandSpec, *, 
         root_forward_s=compute("forward", "root"), root_backward_s=compute("backward", "root"),
         optimizer_s=profile.compute_time_s("optimizer", model, seq_len, micro_batch, unit="model",
                                            num_shards=island.num_gpus),
-        block_all_gather_s=comm("all_gather", block_params * param_bytes),
+        block_all_gather_s=comm("all_gather", gathered_bytes(
+            block_params, block_linear_params(model), recipe)),
         block_reduce_scatter_s=comm("reduce_scatter", block_params * grad_bytes),
-        root_all_gather_s=comm("all_gather", root_params * param_bytes),
+        root_all_gather_s=comm("all_gather", gathered_bytes(
+            root_params, root_linear_params(model, recipe), recipe)),
         root_reduce_scatter_s=comm("reduce_scatter", root_params * grad_bytes),
         recipe=recipe, overlap_slowdown=float(slowdown))
 
@@ -761,10 +770,11 @@ def layout_unit_durations(model: ModelSpec, profile: CostModel, island: IslandSp
     the recipe's, resolved against the island."""
     shard = RankShard(tp=layout.tp, cp=layout.cp, sequence_parallel=layout.sequence_parallel)
     local = local_model(model, layout.tp)
+    profile = recipe_cost_model(profile, recipe, island.gpu)   # fp8 / compile: a prior
     rf = profile.recompute_factor
     frac = recompute_fraction(local, seq_len, recipe.ac) * rf
     whole_frac = recompute_fraction(local, seq_len, recipe.ac, whole=True) * rf
-    param_bytes, grad_bytes = dtype_bytes(recipe.param_dtype), dtype_bytes(recipe.reduce_dtype)
+    grad_bytes = dtype_bytes(recipe.reduce_dtype)
     slowdown = profile.overlap_slowdown
     check_slowdown(slowdown)
     def place(dimension: str, size: int, stride: int) -> CommGroup:
@@ -801,6 +811,7 @@ def layout_unit_durations(model: ModelSpec, profile: CostModel, island: IslandSp
         return (fsdp_comm(op, (block_params - experts) * element_bytes)
                 + fsdp_comm(op, experts / layout.ep * element_bytes, expert_fsdp))
 
+
     def timed(op: str, group: str, payload: Any) -> Any:
         if op == "all_to_all":   # s all-to-alls per block (module doc)
             return local.moe_layer_share * profile.all_to_all_time_s(groups[group], payload)
@@ -822,6 +833,11 @@ def layout_unit_durations(model: ModelSpec, profile: CostModel, island: IslandSp
                                                block_norms=model.norms_per_block)
     units = local.fsdp_units(seq_len)
     block_params, root_params = units[0].params, units[-1].params
+    # bytes per gathered block element: param_dtype's, or the float8 / param_dtype mix of
+    # fp8_all_gather (spread evenly over the dense and expert parts under ep > 1)
+    gathered_element_bytes = (gathered_bytes(block_params, block_linear_params(local), recipe)
+                              / block_params if recipe.fp8_all_gather
+                              else dtype_bytes(recipe.param_dtype))
 
     def replicate(params: float) -> float:
         payload = params / layout.fsdp_degree * grad_bytes
@@ -835,9 +851,10 @@ def layout_unit_durations(model: ModelSpec, profile: CostModel, island: IslandSp
         optimizer_s=profile.compute_time_s("optimizer", model, seq_len, micro_batch,
                                            unit="model", num_shards=layout.fsdp_degree,
                                            shard=shard),
-        block_all_gather_s=block_fsdp_comm("all_gather", param_bytes),
+        block_all_gather_s=block_fsdp_comm("all_gather", gathered_element_bytes),
         block_reduce_scatter_s=block_fsdp_comm("reduce_scatter", grad_bytes),
-        root_all_gather_s=fsdp_comm("all_gather", root_params * param_bytes),
+        root_all_gather_s=fsdp_comm("all_gather", gathered_bytes(
+            root_params, root_linear_params(local, recipe), recipe)),
         root_reduce_scatter_s=fsdp_comm("reduce_scatter", root_params * grad_bytes),
         recipe=recipe, overlap_slowdown=float(slowdown), inline=inline,
         block_replicate_s=replicate(block_params), root_replicate_s=replicate(root_params))

@@ -44,6 +44,7 @@ from perfmodel.costs.memory import (
     memory_coefficients,
 )
 from perfmodel.costs.model import CostModel
+from perfmodel.costs.precision import supports
 from perfmodel.sim.analysis import classify_regime
 from perfmodel.sim.fastpath import fast_step, model_fast_costs
 from perfmodel.sim.pipeline import pipeline_costs, pipeline_decomposition
@@ -104,7 +105,20 @@ def _recipes(space: LayoutSpace, recipe: TrainingRecipe, model: ModelSpec, seq_l
                                nodes=island.num_nodes, gpus_per_node=island.gpus_per_node,
                                num_experts=model.num_experts)
     modes = space.checkpointing or (recipe.ac,)
-    return [replace(recipe, parallel=layout, ac=ac) for layout in layouts for ac in modes]
+    dtypes = space.compute_dtypes or (recipe.compute_dtype,)
+    if len(dtypes) > 1:  # a choice: leave out what this GPU cannot run (one pinned: refused)
+        dtypes = tuple(d for d in dtypes if supports(
+            replace(recipe, compute_dtype=d, fp8_all_gather=False), island.gpu))
+    return [replace(recipe, parallel=layout, ac=ac, compute_dtype=dtype,
+                    fp8_all_gather=recipe.fp8_all_gather and dtype != "bf16")
+            for layout in layouts for ac in modes for dtype in dtypes]
+
+
+def layout_label(recipe: TrainingRecipe) -> str:
+    """The `layout` column of a row: the layout, and the compute dtype when it is not bf16 (so
+    rows that differ only in it keep distinct keys)."""
+    text = recipe.parallel.describe()
+    return text if recipe.compute_dtype == "bf16" else f"{text}, {recipe.compute_dtype}"
 
 
 def island_layout_rows(model: ModelSpec, profile: CostModel, island: IslandSpec, *,
@@ -208,7 +222,7 @@ def _rows(model: ModelSpec, profile: CostModel, island: IslandSpec, seq_len: int
         "pp_schedule": layout.pp_schedule if layout.pp > 1 else "",
         "sequence_parallel": bool(layout.sequence_parallel and layout.tp > 1),
         "async_tp": layout.async_tp, "ep": layout.ep, "ac": recipe.ac,
-        "layout": layout.describe(),
+        "layout": layout_label(recipe),
         "dp": layout.dp, "min_accum": min_accum, "accum_multiple": multiple,
         "max_accum": max_accum, "micro_batch": mb, "microstep_s": micro, "step_fixed_s": fixed,
         "compute_fixed_s": c_fixed, "compute_micro_s": c_micro,

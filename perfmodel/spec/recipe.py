@@ -62,6 +62,10 @@ OUTER_OPTIMIZERS = ("nesterov",)
 """DiLoCo outer optimizer: SGD with Nesterov momentum on an fp32 global copy."""
 FRAGMENT_PATTERNS = ("contiguous", "strided")
 """Streaming DiLoCo fragments: consecutive blocks, or every F-th block (the published variant)."""
+COMPUTE_DTYPES = ("bf16", "fp8-tensorwise", "fp8-rowwise", "mxfp8")
+"""Dtype of the transformer blocks' linear-layer matmuls: bf16, or torchao's float8 training
+recipes (tensorwise and rowwise dynamic scaling; mxfp8: 1x32-block scales, Blackwell only).
+Attention (SDPA) and the LM head stay bf16 (`perfmodel.profiles.precision`)."""
 
 
 def _check_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
@@ -279,6 +283,15 @@ class TrainingRecipe:
     moe_grouped_gemm_efficiency: float = 1.0
     """Throughput of the experts' grouped GEMMs relative to a dense GEMM of the same FLOPs
     (0 < x <= 1). A stated prior: 1.0 assumes none lost (no ground truth measures it yet)."""
+    compute_dtype: str = "bf16"
+    """Dtype of the block linears' matmuls (COMPUTE_DTYPES): bf16, or a torchao float8 recipe
+    (a prior until a GPU measures it; GPUs without an FP8 rate refuse it)."""
+    fp8_all_gather: bool = False
+    """torchao's `enable_fsdp_float8_all_gather`: FSDP2 all-gathers the block linears' weights in
+    float8 (1 byte each instead of param_dtype's); only with an fp8 compute_dtype."""
+    compile: bool = False
+    """Whether the model runs under torch.compile (a sourced prior speed effect on the
+    elementwise part of compute: `perfmodel.profiles.precision`)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -305,6 +318,16 @@ class TrainingRecipe:
             raise UserInputError(f"TrainingRecipe.parallel is {self.parallel!r}",
                                  hint="pass a ParallelLayout (or a mapping in a recipe file).")
         _check_moe_fields(self)
+        _check_choice("compute_dtype", self.compute_dtype, COMPUTE_DTYPES)
+        for name in ("fp8_all_gather", "compile"):
+            if not isinstance(getattr(self, name), bool):
+                raise UserInputError(f"TrainingRecipe.{name} is {getattr(self, name)!r}",
+                                     hint=f"set {name} to true or false.")
+        if self.fp8_all_gather and self.compute_dtype == "bf16":
+            raise UserInputError("TrainingRecipe.fp8_all_gather is true with compute_dtype bf16",
+                                 hint="pass --compute-dtype fp8-tensorwise (or set "
+                                      "compute_dtype: fp8-tensorwise, fp8-rowwise or mxfp8), "
+                                      "or drop --fp8-all-gather / set fp8_all_gather: false.")
 
     def with_overrides(self, **overrides: Any) -> TrainingRecipe:
         """A copy with fields replaced; keys of `OuterRecipe` go to `outer`, keys of
@@ -344,7 +367,10 @@ class TrainingRecipe:
         return (f"{self.name}: params {self.param_dtype}, reduce {self.reduce_dtype}, "
                 f"accum {self.accum_mode}, ac {self.ac}, attention {self.attention}, "
                 f"loss {self.loss}, reshard root/last block after forward "
-                f"{self.reshard_root_after_forward}/{self.reshard_last_block_after_forward}")
+                f"{self.reshard_root_after_forward}/{self.reshard_last_block_after_forward}"
+                + (f", compute {self.compute_dtype}" if self.compute_dtype != "bf16" else "")
+                + (", fp8 all-gather" if self.fp8_all_gather else "")
+                + (", torch.compile" if self.compile else ""))
 
 
 def _check_moe_fields(recipe: TrainingRecipe) -> None:

@@ -164,8 +164,13 @@ class Training(_Strict):
     wins."""
     parallel: dict[str, Any] | None = None
     """Parallel layouts the island tables may use: pinned degrees (`tp: 8`), limits (`max_tp`,
-    `max_pp`), schedules (`schedules: [1f1b]`), ...; passed through untouched to the performance
-    model, which validates it (None: its default, plain FSDP)."""
+    `max_pp`), schedules (`schedules: [1f1b]`), `compute_dtype`, ...; passed through untouched to
+    the performance model, which validates it (None: its default, plain FSDP)."""
+    compute_dtype: str | list[str] | None = None
+    """The block linears' matmul dtype (bf16, fp8-tensorwise, fp8-rowwise, mxfp8): one value
+    pins it (as `recipe: {compute_dtype: ...}` would), a list lets the planner choose per island
+    (GPUs without FP8 keep only bf16); validated by the performance model. FP8 figures are
+    priors (no GPU measured them)."""
 
     @field_validator("activation_checkpointing", mode="before")
     @classmethod

@@ -181,7 +181,16 @@ def table_arguments(instance: Instance) -> dict[str, Any]:
         out["recipe"] = training.recipe
     if training.parallel is not None:
         out["parallel"] = training.parallel
+    dtype = training.compute_dtype
+    if isinstance(dtype, list):  # a choice: the layout space enumerates it (plain FSDP when
+        out["parallel"] = {**(training.parallel or FSDP_ONLY), "compute_dtype": dtype}
+    elif dtype is not None:      # there is no parallel section); one value: a recipe field
+        out["recipe"] = {**(training.recipe or {}), "compute_dtype": dtype}
     return out
+
+
+FSDP_ONLY = {"tp": 1, "pp": 1, "dp_replicate": 1}
+"""The `parallel:` mapping of plain FSDP (what an instance without one trains)."""
 
 
 def check_table_identity(frame: pd.DataFrame, source: str, instance: Instance) -> None:
