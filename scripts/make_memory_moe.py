@@ -19,6 +19,7 @@ import argparse
 import logging
 import sys
 from pathlib import Path
+from typing import Any
 
 from perfmodel.spec.paths import catalog_dir
 
@@ -56,8 +57,9 @@ def main(argv: list[str] | None = None) -> int:
         n = args.cases or GRID_CASES
         cases = grid_cases(n, seed=args.seed, steps=args.steps)
         out = args.out or data / GRID_DATASET
-        draw = {"cases": f"perfmodel.bench.memory_moe.grid_cases({n}, seed={args.seed}, "
-                         f"steps={args.steps})"}
+        draw: dict[str, Any] = {
+            "cases": f"perfmodel.bench.memory_moe.grid_cases({n}, seed={args.seed}, "
+                     f"steps={args.steps})"}
     else:
         n = args.cases or HELDOUT_CASES
         cases = heldout_cases(n, steps=args.steps)

@@ -44,7 +44,8 @@ def test_matches_dense_reference_when_nothing_is_dropped() -> None:
     block = _block(SPEC.moe.num_experts / SPEC.moe.experts_per_token)  # type: ignore[union-attr]
     x = torch.randn(2, 8, 32, requires_grad=True)
     x_ref = x.detach().clone().requires_grad_(True)
-    out, ref = block(x), dense_reference(block, x_ref)
+    out: torch.Tensor = block(x)
+    ref = dense_reference(block, x_ref)
     torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-6)
     weights = torch.randn_like(out)
     (out * weights).sum().backward()
@@ -74,7 +75,8 @@ def _kept_reference(block: MoeBlock, flat: torch.Tensor, capacity: int) -> torch
             hidden = ex.act(flat[t] @ ex.w1[e]) * (flat[t] @ ex.w3[e])
             out[t] = out[t] + weights[t, choice] * (hidden @ ex.w2[e])
     assert block.shared is not None and block.shared_gate is not None
-    return out + torch.sigmoid(block.shared_gate(flat)) * block.shared(flat)
+    shared: torch.Tensor = torch.sigmoid(block.shared_gate(flat)) * block.shared(flat)
+    return out + shared
 
 
 def test_fixed_capacity_drops_as_specified() -> None:

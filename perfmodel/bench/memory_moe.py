@@ -97,9 +97,10 @@ class MoeMemoryCase:
 
     def __post_init__(self) -> None:
         # lazy: the module's own check, with torch
-        from perfmodel.bench.moe import check_moe_buildable
+        from perfmodel.bench.moe import check_moe_buildable, check_moe_recipe
 
         check_moe_buildable(self.case.spec, self.ep, self.capacity_factor)
+        check_moe_recipe(self.case.recipe)
         if self.case.world_size % self.ep:
             raise UserInputError(f"ep {self.ep} does not divide the world size "
                                  f"{self.case.world_size}",

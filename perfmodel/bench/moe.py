@@ -67,7 +67,7 @@ from perfmodel.bench.model import (
 )
 from perfmodel.spec.arch import ModelSpec, MoeSpec
 from perfmodel.spec.errors import UserInputError
-from perfmodel.spec.recipe import TrainingRecipe
+from perfmodel.spec.recipe import CheckpointPolicy, TrainingRecipe
 
 SPARSE_DIMS = ("efsdp", "ep")
 """Mesh dimensions of the routed experts, outermost first (ep innermost, as torchtitan)."""
@@ -106,6 +106,18 @@ def check_moe_buildable(spec: ModelSpec, ep: int, capacity_factor: float) -> Non
                              + "; ".join(problems),
                              hint="use a gated MoE model without MLA or expert biases, ep "
                                   "dividing num_experts and capacity_factor > 0.")
+
+
+def check_moe_recipe(recipe: TrainingRecipe) -> None:
+    """UserInputError for a checkpointing mode this module does not train: op-level selective
+    checkpointing (`op-sac`). The project's op-level policy (`perfmodel.bench.recipe_wrap`)
+    does not save all-to-all outputs as torchtitan's does, and with ep > 1 the replay of a
+    block whose experts are a nested FSDP2 unit fails in torch 2.13 (the unit's hooks run
+    different profiler ops in forward and in the recompute)."""
+    if CheckpointPolicy.parse(recipe.ac).mode == "op-sac":
+        raise UserInputError(f"the MoE bench model does not train ac {recipe.ac!r} (op-level "
+                             "selective checkpointing)",
+                             hint="use ac none, full, layer:N or attn.")
 
 
 class QkNormAttention(Attention):
@@ -206,7 +218,8 @@ class MoeBlock(nn.Module):
         experts, ep = self.moe.num_experts, self.ep
         local = experts // ep
         if ep == 1:
-            return self.experts(slots.view(experts, -1, slots.shape[-1])).reshape(slots.shape)
+            alone: torch.Tensor = self.experts(slots.view(experts, -1, slots.shape[-1]))
+            return alone.reshape(slots.shape)
         # lazy: functional collectives, only under expert parallelism
         from torch.distributed._functional_collectives import all_to_all_single_autograd
 
@@ -328,6 +341,7 @@ def shard_moe_with_recipe(model: MoeTransformer, recipe: TrainingRecipe, *, dens
     # lazy: the recipe wrapper's checkpointing and mixed precision (one home)
     from perfmodel.bench.recipe_wrap import apply_activation_checkpointing, mixed_precision
 
+    check_moe_recipe(recipe)
     moe_layers = dict(moe_blocks(model))
     apply_activation_checkpointing(model, recipe.ac)
     mp = mixed_precision(recipe)
@@ -347,13 +361,19 @@ def shard_moe_with_recipe(model: MoeTransformer, recipe: TrainingRecipe, *, dens
                 fully_shard(experts, mesh=sparse_mesh["efsdp"], reshard_after_forward=reshard,
                             mp_policy=mp, shard_placement_fn=lambda _p, d=dim: Shard(d))
             elif dim == 1:
-                placement = lambda p, params=expert_params: (  # noqa: E731
-                    Shard(1) if p in params else None)
+                placement = _placement_of(expert_params, Shard(1))
         fully_shard(layer, mesh=dense_mesh, reshard_after_forward=reshard, mp_policy=mp,
                     shard_placement_fn=placement)
     fully_shard(model, mesh=dense_mesh, reshard_after_forward=recipe.reshard_root_after_forward,
                 mp_policy=mp)
     return model
+
+
+def _placement_of(params: set[Any], placement: Any) -> Callable[[nn.Parameter], Any]:
+    """A `shard_placement_fn`: `placement` for `params`, FSDP2's default for the others."""
+    def place(param: nn.Parameter) -> Any:
+        return placement if param in params else None
+    return place
 
 
 def dense_reference(block: MoeBlock, x: torch.Tensor) -> torch.Tensor:

@@ -55,7 +55,7 @@ from perfmodel.profiles.fsdp_compare import recipe_cell
 logger = logging.getLogger(__name__)
 
 
-class GroupNameRecorder(CollectiveRecorder):
+class GroupNameRecorder(CollectiveRecorder):  # type: ignore[no-untyped-call]  # untyped torch
     """`CollectiveRecorder` naming each collective's group by its process-group name (module
     docstring); a group it does not know falls back to the member-rank lookup."""
 
