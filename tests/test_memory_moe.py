@@ -13,6 +13,7 @@ from perfmodel.bench.common import CsvLog
 from perfmodel.bench.memory import MemoryCase
 from perfmodel.bench.memory_moe import (
     COLUMNS,
+    CONFIGS,
     GRID_CASES,
     HELDOUT_CASES,
     KEY_COLUMNS,
@@ -20,8 +21,10 @@ from perfmodel.bench.memory_moe import (
     case_key,
     grid_cases,
     heldout_cases,
+    load_spec,
     run_moe_cases,
 )
+from perfmodel.bench.moe import check_moe_buildable
 from perfmodel.spec.arch import ModelSpec, MoeSpec
 from perfmodel.spec.errors import UserInputError
 from perfmodel.spec.paths import catalog_dir
@@ -78,6 +81,15 @@ def _tiny(ep: int, world: int = 4, ac: str = "none") -> MoeMemoryCase:
                       micro_batch=2, accum_steps=1, steps=1,
                       recipe=DEFAULT_RECIPE.with_overrides(ac=ac))
     return MoeMemoryCase(case=case, ep=ep, capacity_factor=1.0)
+
+
+def test_uneven_dim1_expert_shards_are_refused() -> None:
+    # Mixtral on 12 ranks shards its 8 experts on dim 1 (world > E) over 6 efsdp ranks: FSDP2
+    # refuses 4096 / 6; on 16 ranks (8 per ep 2 group) it divides
+    mixtral = load_spec(CONFIGS["mixtral-8x7b"])
+    with pytest.raises(UserInputError, match="dim 1"):
+        check_moe_buildable(mixtral, 2, 1.0, 12)
+    check_moe_buildable(mixtral, 2, 1.0, 16)
 
 
 def test_ep_must_divide_the_world_and_op_sac_is_refused() -> None:

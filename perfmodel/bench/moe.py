@@ -80,9 +80,17 @@ def expert_capacity(tokens: int, moe: MoeSpec, capacity_factor: float) -> int:
     return max(1, math.ceil(tokens * moe.experts_per_token / moe.num_experts * capacity_factor))
 
 
-def check_moe_buildable(spec: ModelSpec, ep: int, capacity_factor: float) -> None:
+def expert_shard_dim(world_size: int, moe: MoeSpec) -> int:
+    """The dimension FSDP2 shards the stacked expert weights on: 1 when the world exceeds the
+    experts (torchtitan: efsdp x ep > E, no padded expert shards), else 0."""
+    return 1 if world_size > moe.num_experts else 0
+
+
+def check_moe_buildable(spec: ModelSpec, ep: int, capacity_factor: float,
+                        world_size: int | None = None) -> None:
     """UserInputError naming what this module cannot build for `spec` under `ep` experts'
-    ranks and `capacity_factor`."""
+    ranks and `capacity_factor` (on `world_size` ranks, when given: FSDP2 shards dim 1 only
+    evenly, so a dim-1 expert shard needs h and f_e divisible by the experts' FSDP ranks)."""
     if spec.moe is None:
         raise UserInputError(f"{spec.name} is a dense model (no MoE layers)",
                              hint="use perfmodel.bench.model for a dense model.")
@@ -93,6 +101,17 @@ def check_moe_buildable(spec: ModelSpec, ep: int, capacity_factor: float) -> Non
     if not (isinstance(capacity_factor, float | int) and math.isfinite(capacity_factor)
             and capacity_factor > 0):
         problems.append(f"capacity_factor {capacity_factor!r} must be a finite number > 0")
+    if world_size is not None and not problems:
+        if world_size % ep:
+            problems.append(f"ep {ep} must divide the world size {world_size}")
+        elif expert_shard_dim(world_size, moe) == 1:
+            ranks = world_size // ep if ep > 1 else world_size
+            if spec.hidden_size % ranks or moe.expert_intermediate_size % ranks:
+                problems.append(
+                    f"the experts are sharded on dim 1 over {ranks} ranks (world {world_size} > "
+                    f"{moe.num_experts} experts) and FSDP2 shards dim 1 only evenly: "
+                    f"{ranks} must divide h {spec.hidden_size} and f_e "
+                    f"{moe.expert_intermediate_size}")
     if moe.expert_bias:
         problems.append("expert biases (gpt-oss) are not built")
     if not spec.gated_mlp:
@@ -355,11 +374,12 @@ def shard_moe_with_recipe(model: MoeTransformer, recipe: TrainingRecipe, *, dens
         placement: Callable[[nn.Parameter], Any] | None = None
         if i in moe_layers:
             experts = moe_layers[i].experts
-            dim = 1 if world > moe_layers[i].moe.num_experts else 0
+            dim = expert_shard_dim(world, moe_layers[i].moe)
             expert_params = set(experts.parameters())
             if ep > 1:
                 fully_shard(experts, mesh=sparse_mesh["efsdp"], reshard_after_forward=reshard,
-                            mp_policy=mp, shard_placement_fn=lambda _p, d=dim: Shard(d))
+                            mp_policy=mp,
+                            shard_placement_fn=_placement_of(expert_params, Shard(dim)))
             elif dim == 1:
                 placement = _placement_of(expert_params, Shard(1))
         fully_shard(layer, mesh=dense_mesh, reshard_after_forward=reshard, mp_policy=mp,
