@@ -4,9 +4,11 @@ The planner reaches the performance model through `perfmodel.tables` (island tab
 catalog facts through this module: GPUs (names, memory, node size), model parameter counts, price
 lists, the energy facts (TDP, PUE, grid intensity), the reliability and billing facts (failure and
 Spot preemption rates, restart and checkpoint defaults, egress and billing per provider) with the
-failure model's closed forms (`perfmodel.spec.failure_model`), the inter-node fabric a DiLoCo sync
-uses when every island shares one cluster, and the strict readers and documented limits every user
-file goes through (`perfmodel.spec.inputs`). Every name here has its home in `perfmodel.spec`;
+failure model's closed forms (`perfmodel.spec.failure_model`), the profile provenances (the
+residual groups of `planner.model.uncertainty`) and the catalog folder, the inter-node fabric a
+DiLoCo sync uses when every island shares one cluster, and the strict readers and documented
+limits every user file goes through (`perfmodel.spec.inputs`). Every name here has its home in
+`perfmodel.spec` (the provenances in `perfmodel.profiles.profile`);
 this module only names the ones the planner may use, so the planner never reaches into
 `perfmodel.spec.catalog` and a change of the catalogs' internals stays inside the performance
 model.
@@ -14,6 +16,7 @@ model.
 
 from __future__ import annotations
 
+from perfmodel.profiles.profile import PROVENANCES
 from perfmodel.spec.catalog import (
     cluster_fabric,
     get_gpu,
@@ -39,6 +42,7 @@ from perfmodel.spec.inputs import (
     read_text,
     short_repr,
 )
+from perfmodel.spec.paths import catalog_dir
 from perfmodel.spec.reliability_catalog import (
     Billing,
     EgressPrice,
@@ -60,6 +64,7 @@ __all__ = [
     "billing",
     "cap_message",
     "carbon_intensity_g_per_kwh",
+    "catalog_dir",
     "check_limit",
     "checkpoint_bytes",
     "CHECKPOINT_MODES",
@@ -83,6 +88,7 @@ __all__ = [
     "price_rows",
     "price_usd_per_gpu_hour",
     "provider_pue",
+    "PROVENANCES",
     "read_text",
     "restart_s",
     "short_repr",

@@ -270,7 +270,8 @@ def _best_fit(model: ModelSpec, profile: HardwareProfile, island: Any, seq_len: 
     layouts = space.candidates(num_layers=model.num_layers, num_heads=model.num_heads,
                                num_kv_heads=model.num_kv_heads,
                                intermediate_size=model.intermediate_size, seq_len=seq_len,
-                               nodes=island.num_nodes, gpus_per_node=island.gpus_per_node)
+                               nodes=island.num_nodes, gpus_per_node=island.gpus_per_node,
+                               num_experts=model.num_experts)
     layouts.sort(key=lambda lay: (lay.model_parallel, lay.dp_replicate, lay.pp_schedule))
     for layout in layouts:
         for mode in space.checkpointing or (recipe.ac,):

@@ -29,6 +29,7 @@ from planner.analysis.pareto import answer, fastest, solve_instance
 from planner.model.energy import FIELD
 from planner.model.instance import load_instance
 from planner.model.island_table import load_island_table, table_exclusions
+from planner.model.uncertainty import ErrorModel, quantile_table
 from planner.requests import (
     FRONTIER_OBJECTIVES,
     OBJECTIVES,
@@ -159,6 +160,16 @@ def solve(request: SolveRequest) -> Solved:
     """Load and solve one instance; `InfeasibleError` (exit 1) names the binding limit."""
 
     instance, table = _load(request.instance_path)
+    quantile = request.options.quantile
+    if quantile is not None:
+        if request.metric != "cost":
+            raise UserInputError(f"--quantile with a {request.metric} objective or cap: the "
+                                 f"quantile plans are checked for time and cost only",
+                                 hint=f"drop --quantile, or drop the {request.metric} objective "
+                                      "and cap.")
+        model = _error_model(request.options)
+        table = quantile_table(table, model, quantile,
+                               str(instance.islands_table_path or "island table"))
     options = request.options.kwargs()
     if request.metric == "cost":
         problem, found = solve_instance(instance, table, first_only=request.first_only, **options)
@@ -166,6 +177,27 @@ def solve(request: SolveRequest) -> Solved:
         problem, found = solve_energy(instance, table, request.metric, max_value=request.cap,
                                       **options)
     return Solved(instance=instance, problem=problem, frontier=found, metric=request.metric)
+
+
+def _error_model(options: SolveOptions) -> ErrorModel:
+    """The options' error model, else the residuals file's."""
+    return options.error_model or ErrorModel.from_residuals()
+
+
+def quantile_fields(options: SolveOptions) -> dict[str, Any]:
+    """What a quantile answer states: the level and the error model (nothing for a point one)."""
+    if options.quantile is None:
+        return {}
+    return {"quantile": options.quantile,
+            "error_model": _error_model(options).describe(options.quantile)}
+
+
+def _no_quantile_study(options: SolveOptions, scenarios: bool) -> None:
+    """Scenario studies score plans on point estimates: a quantile there is refused."""
+    if scenarios and options.quantile is not None:
+        raise UserInputError("--quantile with several instances or --vary: scenario studies "
+                             "score plans on point estimates",
+                             hint="run one instance without --vary, or drop --quantile.")
 
 
 def islands(request: IslandsRequest, *, notify: Notify = quiet) -> IslandsResult:
@@ -192,7 +224,8 @@ def _energy_metric(objective: str, max_co2_kg: float | None,
 def _single(paths: tuple[Path, ...], vary: tuple[str, ...]) -> Path:
     """Energy and CO2 queries solve one instance without what-ifs."""
     if len(paths) > 1 or vary:
-        raise UserInputError("energy and CO2 queries take one instance without --vary",
+        raise UserInputError("energy and CO2 queries take one instance without --vary or "
+                             "--scenario",
                              hint="run one instance at a time.")
     return paths[0]
 
@@ -209,6 +242,7 @@ def frontier(request: FrontierRequest, *,
         raise UserInputError(f"a {metric} cap on the time-vs-cost frontier is a third objective",
                              hint=f"use --objectives time,{metric} (the cap filters that frontier "
                                   "exactly).")
+    _no_quantile_study(request.options, request.scenarios)
     if metric is None and request.scenarios:
 
         return frontier_study(request, notify=notify)
@@ -216,19 +250,21 @@ def frontier(request: FrontierRequest, *,
         raise UserInputError(f"--plot draws time-vs-cost frontiers only, not time-vs-{metric}",
                              hint="drop --plot, or use --objectives time,cost.")
     path = request.instance_paths[0] if metric is None else _single(request.instance_paths,
-                                                                    request.vary)
+                                                                    request.vary + request.scenario)
     solved = solve(SolveRequest(instance_path=path, metric=metric or "cost",
                                 max_co2_kg=request.max_co2_kg,
                                 max_energy_kwh=request.max_energy_kwh,
                                 options=request.options))
     records = report.frontier_records(solved.frontier, solved.problem, min_gain=request.min_gain,
                                       metric=solved.metric)
+    stated = quantile_fields(request.options)
+    records = [{**record, **stated} for record in records]
     if request.csv_path is not None:
         report.write_csv(records, request.csv_path)
     if request.plot_path is not None:
         _plots(solved, request.plot_path, notify)
     return FrontierResult(solved=solved, records=records,
-                          meta={**report.frontier_meta(solved.frontier),
+                          meta={**stated, **report.frontier_meta(solved.frontier),
                                 **report.failure_assumptions(solved.problem)})
 
 
@@ -250,11 +286,13 @@ def query(request: QueryRequest) -> PlanAnswer | ScenarioStudy:
     as a `ScenarioStudy`)."""
 
     metric = _energy_metric(request.objective, request.max_co2_kg, request.max_energy_kwh)
+    _no_quantile_study(request.options, request.scenarios)
     if metric is None and request.scenarios:
 
         return query_study(request)
     if metric is not None:
-        solved = solve(SolveRequest(instance_path=_single(request.instance_paths, request.vary),
+        solved = solve(SolveRequest(instance_path=_single(request.instance_paths,
+                                                    request.vary + request.scenario),
                                     metric=metric, max_co2_kg=request.max_co2_kg,
                                     max_energy_kwh=request.max_energy_kwh, options=request.options))
         chosen, extra = energy_answer(solved, request.objective, has_cap=metric_cap(request),
@@ -265,7 +303,10 @@ def query(request: QueryRequest) -> PlanAnswer | ScenarioStudy:
                                     options=request.options))
         chosen, extra = answer(solved.problem, solved.frontier, request.objective,
                                request.min_throughput_fraction)
-    record = {**extra, **report.plan_record(chosen, solved.problem),
+    if request.options.quantile is not None:
+        extra["query"] = f"{extra['query']} (Q{request.options.quantile:g} time and cost)"
+    record = {**extra, **quantile_fields(request.options),
+              **report.plan_record(chosen, solved.problem),
               **report.frontier_meta(solved.frontier),
               **report.failure_assumptions(solved.problem),
               "excluded": report.exclusion_records(solved.problem)}

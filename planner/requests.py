@@ -14,6 +14,7 @@ from typing import Any
 
 from perfmodel.facts import check_limit
 from perfmodel.spec.errors import UserInputError
+from planner.model.uncertainty import ErrorModel, check_quantile
 from planner.solvers.registry import DEFAULT_TIME_LIMIT_S, MILP_BACKENDS, SOLVERS
 
 OBJECTIVES = ("time", "cost", "co2", "energy")
@@ -51,9 +52,10 @@ def _caps(request: FrontierRequest | QueryRequest | SolveRequest) -> None:
     _positive("max_co2_kg", request.max_co2_kg, "give the cap in kg CO2e, or None.", "kg_co2")
 
 
-def _is_study(instance_paths: tuple[Path, ...], vary: tuple[str, ...]) -> bool:
-    """Several files or what-ifs: a scenario study."""
-    return len(instance_paths) > 1 or bool(vary)
+def _is_study(instance_paths: tuple[Path, ...], vary: tuple[str, ...],
+              scenario: tuple[str, ...] = ()) -> bool:
+    """Several files, what-ifs or named scenarios: a scenario study."""
+    return len(instance_paths) > 1 or bool(vary) or bool(scenario)
 
 
 def _choice(name: str, value: str, choices: tuple[str, ...]) -> None:
@@ -89,9 +91,23 @@ class SolveOptions:
     """Score plans by their expected values under failures, preemptions and the full bill
     (`planner.model.risk`), as an instance's `failures:` section does; caps then apply to
     expected values."""
+    quantile: float | None = None
+    """Plan on Q-quantiles (0 < Q < 1): wall time, cost and the caps are the Q-quantiles under
+    the error model (`planner.model.uncertainty`); None: point estimates."""
+    error_model: ErrorModel | None = None
+    """The error model of `quantile` (None: `ErrorModel.from_residuals()`, the residuals file)."""
 
     def __post_init__(self) -> None:
         _choice("solver", self.solver, SOLVERS)
+        if self.quantile is not None:
+            check_quantile(self.quantile)
+            if self.failures:
+                raise UserInputError("quantile and failures together: the expected values "
+                                     "under failures are not quantiles of the error model",
+                                     hint="drop --quantile or drop --failures.")
+        elif self.error_model is not None:
+            raise UserInputError("error_model without quantile: it acts only on a quantile",
+                                 hint="set quantile (e.g. 0.9) or drop error_model.")
         if not isinstance(self.failures, bool):
             raise UserInputError(f"failures = {self.failures!r}: not true or false",
                                  hint="set failures to True or False.")
@@ -169,6 +185,9 @@ class FrontierRequest:
     """Instance YAML files (several: a scenario study)."""
     vary: tuple[str, ...] = ()
     """What-ifs `PATH=V1,V2,...` into the instance (all combinations; a scenario study)."""
+    scenario: tuple[str, ...] = ()
+    """Linked what-ifs `NAME:PATH=V,PATH=V,...`: each one named scenario setting several paths
+    together; with `base` they form one axis, crossed with `vary` (a scenario study)."""
     objectives: str = "time,cost"
     """The two objectives: time,cost, time,co2 or time,energy."""
     max_co2_kg: float | None = None
@@ -200,7 +219,7 @@ class FrontierRequest:
     @property
     def scenarios(self) -> bool:
         """Several files or what-ifs: a scenario study."""
-        return _is_study(self.instance_paths, self.vary)
+        return _is_study(self.instance_paths, self.vary, self.scenario)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -211,6 +230,9 @@ class QueryRequest:
     """Instance YAML files (several: a scenario study)."""
     vary: tuple[str, ...] = ()
     """What-ifs `PATH=V1,V2,...` into the instance (all combinations; a scenario study)."""
+    scenario: tuple[str, ...] = ()
+    """Linked what-ifs `NAME:PATH=V,PATH=V,...`: each one named scenario setting several paths
+    together; with `base` they form one axis, crossed with `vary` (a scenario study)."""
     objective: str = "time"
     """time: fastest (ties: cheaper); cost: cheapest (ties: faster); co2/energy: least CO2/energy
     (ties: faster)."""
@@ -237,4 +259,4 @@ class QueryRequest:
     @property
     def scenarios(self) -> bool:
         """Several files or what-ifs: a scenario study."""
-        return _is_study(self.instance_paths, self.vary)
+        return _is_study(self.instance_paths, self.vary, self.scenario)

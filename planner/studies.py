@@ -19,6 +19,7 @@ import pandas as pd
 from planner.analysis import report
 from planner.analysis.pareto import answer, cheapest, cheapest_at_throughput, fastest
 from planner.analysis.scenarios import (
+    parse_linked,
     parse_vary,
     robust,
     scenarios_of,
@@ -84,10 +85,10 @@ def _pct(value: float) -> float | None:
     return None if math.isinf(value) else 100.0 * value
 
 
-def _results(paths: Sequence[Path], vary: Sequence[str],
+def _results(paths: Sequence[Path], vary: Sequence[str], linked: Sequence[str],
              solve: dict[str, Any]) -> list[ScenarioResult]:
 
-    scenarios = scenarios_of([parse_vary(v) for v in vary])
+    scenarios = scenarios_of([parse_vary(v) for v in vary], [parse_linked(t) for t in linked])
     return solve_all([str(p) for p in paths], scenarios, solve)
 
 
@@ -165,7 +166,7 @@ def frontier_study(request: FrontierRequest, *, notify: Notify) -> ScenarioStudy
     """`frontier` over several files and/or scenarios (plots and the cross-table CSV written)."""
 
     paths = request.instance_paths
-    results = _results(paths, request.vary, _solve_kwargs(request.options))
+    results = _results(paths, request.vary, request.scenario, _solve_kwargs(request.options))
     summary = summary_rows(results)
     sections: list[ScenarioSection] = []
     instances: list[dict[str, Any]] = []
@@ -201,7 +202,7 @@ def query_study(request: QueryRequest) -> ScenarioStudy:
 
     objective, fraction = request.objective, request.min_throughput_fraction
     first_only = objective == "cost" and fraction is None
-    results = _results(request.instance_paths, request.vary,
+    results = _results(request.instance_paths, request.vary, request.scenario,
                        _solve_kwargs(request.options, first_only=first_only))
     summary: list[dict[str, Any]] = []
     sections: list[ScenarioSection] = []

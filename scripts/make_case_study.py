@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from perfmodel.formatting import markdown_table
+from perfmodel.spec.errors import InfeasibleError
+from planner import api
 from planner.analysis import report
 from planner.analysis.pareto import (
     cheapest_at_throughput,
@@ -25,6 +27,14 @@ from planner.analysis.pareto import (
     fastest_within_budget,
 )
 from planner.analysis.scenarios import Scenario, solve_all
+from planner.model.instance import load_instance
+from planner.model.island_table import load_island_table
+from planner.model.uncertainty import (
+    ErrorModel,
+    cluster_groups,
+    plan_at_quantile,
+    residuals_path,
+)
 from planner.requests import DEFAULT_MIN_GAIN
 from scripts._docgen import check_or_write
 
@@ -33,6 +43,23 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 INSTANCE = ROOT / "instances" / "paper-case-study.yaml"
+MULTICLOUD = ROOT / "instances" / "llama-70b-multicloud.yaml"
+FREE_MODES = ["none", "op-sac", "full"]
+"""Section 7: the checkpointing modes the planner may choose from when layouts are free."""
+LAYOUT_STUDIES = (
+    (INSTANCE, "pinned: FSDP, op-sac (as shipped)", ()),
+    (INSTANCE, "free: tp <= 2, checkpointing none/op-sac/full",
+     (("training.parallel", {"max_tp": 2}),
+      ("training.activation_checkpointing", FREE_MODES))),
+    (MULTICLOUD, "pinned: FSDP, op-sac",
+     (("training.parallel", None), ("training.activation_checkpointing", "op-sac"))),
+    (MULTICLOUD, "free: tp <= 8, pp <= 4, checkpointing none/op-sac/full (as shipped)", ()),
+)
+"""Section 7 (issue 25): each instance with the layout pinned to plain FSDP and one checkpointing
+mode, and with layouts and checkpointing left to the planner (the paper's 8B model with tp <= 2
+and no pipelines: one H200 or A100 holds its FSDP shard, and the wider space of 80 island
+options per cluster, tp up to 8, took minutes to tabulate, too long for this generator's
+`--check` in CI)."""
 DOC = ROOT / "docs" / "CASE_STUDY.md"
 FIGURES = ROOT / "docs" / "figures"
 PAPER_SAVING_PCT = 21.69
@@ -243,6 +270,128 @@ def heuristic_section(result: Any) -> str:
     )
 
 
+CONFIDENCE = 0.9
+"""The quantile of section 6's plan (`shardmeter plan --quantile 0.9`)."""
+
+
+DEADLINE_FACTORS = (2.0, 1.5)
+"""Section 6's deadlines, as multiples of the fastest point-estimate wall time."""
+
+
+def quantile_section(result: Any) -> str:
+    """Section 6: the cheapest plan within a deadline, on point estimates and at the CONFIDENCE
+    quantile of the error model (catalogs/uncertainty/residuals.csv), for each DEADLINE_FACTORS."""
+    if not residuals_path().is_file():
+        return (f"Not computed: {residuals_path().relative_to(ROOT)} is missing. To fix: run "
+                "`python -m scripts.make_residuals`, then this generator.")
+    model = ErrorModel.from_residuals()
+    pct = round(100 * CONFIDENCE)
+    rows = []
+    groups = cluster_groups(load_island_table(load_instance(INSTANCE)))
+    for factor in DEADLINE_FACTORS:
+        deadline_s = factor * fastest(result.points).wall_time_s
+        point = cheapest_within_deadline(result.points, deadline_s)
+        options = api.SolveOptions(deadline_hours=deadline_s / 3600, quantile=CONFIDENCE,
+                                   error_model=model)
+        try:
+            answer = api.query(api.QueryRequest(instance_paths=(INSTANCE,), objective="cost",
+                                                options=options))
+        except InfeasibleError:
+            answer = None
+        if point is None:
+            continue
+        wall_q, cost_q = plan_at_quantile(result.problem, point, groups, model, CONFIDENCE)
+        held = answer.plan if isinstance(answer, api.PlanAnswer) else None
+        rows.append({
+            "deadline h": f"{deadline_s / 3600:.4g} ({factor:g} x fastest)",
+            "point plan": report.plan_label(point, result.problem),
+            "point plan USD": f"{point.cost_usd:,.0f}",
+            f"point plan P{pct} h": f"{wall_q / 3600:.4g}"
+                                    + (" (misses)" if wall_q > deadline_s else " (meets)"),
+            f"point plan P{pct} USD": f"{cost_q:,.0f}",
+            f"{pct} % plan": report.plan_label(held, result.problem) if held else "none",
+            f"{pct} % plan P{pct} h": f"{held.wall_time_s / 3600:.4g}" if held else "-",
+            f"{pct} % plan P{pct} USD": f"{held.cost_usd:,.0f}" if held else "-",
+            "extra cost": f"{100 * (held.cost_usd / point.cost_usd - 1):+.1f} %"
+                          if held else "no plan meets it"})
+    table = md_table(rows, list(rows[0])) if rows else "No plan meets the deadlines."
+    return f"""The error model: {model.describe(CONFIDENCE)}. Query: the cheapest plan within a \
+deadline, `shardmeter plan instances/paper-case-study.yaml --objective cost --deadline-hours H` \
+without and with `--quantile {CONFIDENCE}`; the {pct} % plan's time and cost are P{pct} figures \
+(residual group of each cluster's profile: \
+{", ".join(f"{c} {g}" for c, g in sorted(groups.items()))}). "Extra cost" is the {pct} % plan's \
+P{pct} cost over the point-estimate plan's predicted cost.
+
+{table}"""
+
+
+def _island_choice(island: Any) -> str:
+    """One island of a plan as '<cluster> <nodes>x<gpus> <layout>, ac <mode>'."""
+    return (f"{island.cluster} {island.nodes}x{island.gpus_per_node} "
+            f"{island.layout or 'fsdp'}, ac {island.ac or '-'}")
+
+
+def _clusters_used(plan: Any) -> str:
+    counts: dict[str, int] = {}
+    for island in plan.islands:
+        counts[island.cluster] = counts.get(island.cluster, 0) + 1
+    return ", ".join(f"{name} ({n})" if n > 1 else name for name, n in sorted(counts.items()))
+
+
+def layouts_section(workers: int | None) -> str:
+    """Section 7: what changes when the planner may choose layouts and checkpointing: the
+    frontier's two ends, the clusters each uses, and every cluster the pinned plan leaves out
+    (with the performance model's reason) that the free plan brings back."""
+
+    results = []
+    for path, name, overrides in LAYOUT_STUDIES:
+        results += solve_all([str(path)], [Scenario(name=name, overrides=overrides)], {},
+                             workers=workers)
+    rows: list[dict[str, Any]] = []
+    notes: list[str] = []
+    for (path, name, _), result in zip(LAYOUT_STUDIES, results, strict=True):
+        if result.frontier is None or result.problem is None:
+            rows.append({"instance": path.name, "layouts": name, "points": 0,
+                         "fastest plan": f"no plan: {result.error}"})
+            continue
+        best, low = fastest(result.points), min(result.points, key=lambda p: (p.cost_usd,
+                                                                                 p.wall_time_s))
+        listed = sorted({e.cluster for e in result.problem.excluded
+                         if e.nodes is None and e.gpus_per_node is None})
+        rows.append({
+            "instance": path.name, "layouts": name, "points": len(result.points),
+            "fastest h": best.wall_time_s / 3600, "fastest USD": best.cost_usd,
+            "cheapest h": low.wall_time_s / 3600, "cheapest USD": low.cost_usd,
+            "clusters (fastest)": _clusters_used(best),
+            "clusters left out": ", ".join(listed) or "none",
+            "exact": result.frontier.proven_exact,
+        })
+        notes.append(f"- `{path.name}`, {name}: fastest plan "
+                     + "; ".join(sorted({_island_choice(i) for i in best.islands})) + ".")
+        for excluded in result.problem.excluded:
+            if excluded.nodes is None and excluded.gpus_per_node is None:
+                notes.append(f"  - left out: {excluded.cluster}: {excluded.reason}"
+                             + (f" (fix: {excluded.fix})" if excluded.fix else ""))
+    columns = ["instance", "layouts", "points", "fastest h", "fastest USD", "cheapest h",
+               "cheapest USD", "clusters (fastest)", "clusters left out", "exact"]
+    lines = [md_table(rows, columns), "", *notes, ""]
+    for base, free in ((rows[0], rows[1]), (rows[2], rows[3])):
+        if "fastest h" not in base or "fastest h" not in free:
+            continue
+        gain_time = 100.0 * (1.0 - free["fastest h"] / base["fastest h"])
+        gain_cost = 100.0 * (1.0 - free["cheapest USD"] / base["cheapest USD"])
+        back = sorted(set(base["clusters left out"].split(", "))
+                      - set(free["clusters left out"].split(", ")) - {"none"})
+        lines.append(
+            f"- `{base['instance']}`: with free layouts the fastest plan is {gain_time:.1f} % "
+            f"{'faster' if gain_time >= 0 else 'slower'} and the cheapest "
+            f"{abs(gain_cost):.1f} % {'cheaper' if gain_cost >= 0 else 'dearer'} than pinned to "
+            "FSDP; "
+            + (f"clusters that come back: {', '.join(back)}." if back
+               else "no cluster the pinned plan left out comes back."))
+    return "\n".join(lines)
+
+
 def build(workers: int | None, write_figures: bool) -> str:
     from importlib.metadata import version
 
@@ -325,6 +474,21 @@ overrides are listed in `sweep()` of the script). The first eight frontiers side
 What the sweep shows (computed from the table above):
 
 {conclusions(rows)}
+
+## 6. A plan that holds with 90 % probability
+
+{quantile_section(base)}
+
+## 7. What free layouts change (issue 25)
+
+The same planner with the layout (tensor / pipeline / HSDP degrees, schedule) and the
+checkpointing mode left to it, per island, against the layout pinned to plain FSDP with one
+checkpointing mode: the paper's instance and `instances/llama-70b-multicloud.yaml` (Llama-3.1-70B
+at 8k context on six clusters of five providers). Both frontiers of each pair are exact for
+their table; the free table contains every pinned row, so the free frontier can only be at least
+as good. Reproduce a row with `shardmeter pareto INSTANCE --vary training.parallel=...`.
+
+{layouts_section(workers)}
 """
 
 

@@ -371,8 +371,14 @@ def _not_expressible(row: Mapping[str, str]) -> list[str]:
     if row["precision"] in ("fp8", "mxfp8"):
         out.append(f"{row['precision'].upper()} training is not modelled (bf16 only)")
     if row["num_experts"] or row["ep"] or "MoE" in row["model_family"]:
-        out.append("mixture-of-experts model: the step model refuses MoE "
-                   "(ModelSpec.check_step_modelled; issue 26)")
+        if "MLA" in row["model_family"]:
+            out.append("mixture-of-experts model with multi-head latent attention (DeepSeek-V3): "
+                       "MLA is not modelled (ModelSpec.check_step_modelled; issue 26)")
+        if (row["tp"] or "1") != "1" or (row["pp"] or "1") != "1":
+            out.append("mixture-of-experts model with tp or pp > 1: not modelled (expert tensor "
+                       "parallelism, per-stage expert memory; issue 26)")
+        out.append("mixture-of-experts model without a shipped config.json for the row (the "
+                   "MoE step is modelled for mixtral, qwen2_moe, qwen3_moe, llama4, gpt_oss)")
     if _schedule(row) is None:
         out.append(f"pipeline schedule {row['pp_schedule']!r} is not modelled (gpipe, 1f1b, "
                    "interleaved-1f1b)")

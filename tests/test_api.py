@@ -183,5 +183,5 @@ def test_cli_predict_json_is_the_api_record(run_cli: Callable[..., Any]) -> None
     record = api.predict(_spec()).record
     assert printed["step_time_s"] == pytest.approx(record["step_time_s"])
     assert printed["mfu"] == pytest.approx(record["mfu"])
-    assert printed["schema_version"] == 1  # issue 29: the only key the CLI adds
+    assert printed["schema_version"] == 3  # the only key the CLI adds (2: issue 29, 3: issue 27)
     assert [k for k in printed if k not in ("recipe", "schema_version")] == list(record)

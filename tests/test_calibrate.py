@@ -189,7 +189,8 @@ def test_predict_names_profile_and_provenance_per_link(run_cli) -> None:
     out = json.loads(result.out)
     assert out["profile"] == "H100-SXM5-80GB-calibrated" and out["provenance"] == "calibrated"
     assert out["compute_provenance"] == "calibrated (H100-SXM5-80GB-calibrated)"
-    assert out["link_nvlink4_provenance"] == "prior" and out["link_ib-ndr400_provenance"] == "prior"
+    assert out["link_provenance"] == [{"link": "nvlink4", "provenance": "prior"},
+                                      {"link": "ib-ndr400", "provenance": "prior"}]
 
 
 def test_fsdp_copy_cost_is_added_to_each_collective(tmp_path: Path) -> None:

@@ -142,3 +142,29 @@ def test_interleaved_rows_bound_k_by_memory() -> None:
             bounded += 1
             assert peak(int(row.max_accum)) <= usable < peak(int(row.max_accum) + 4)
     assert bounded > 0  # the case exercises the bound (a larger micro-batch binds)
+
+
+def test_gpipe_rows_admit_their_first_k_or_are_rejected_with_the_bound() -> None:
+    """GPipe's affine step holds from k = pp on, and its memory grows with k: Llama-3.1-8B at
+    S 5120 on 16 A100-40GB (pp 4, tp 2) fits micro-batch 1 at k = 1 but not at k = 4 without
+    checkpointing, so that candidate is rejected naming the bound (it used to yield a row with
+    max_accum 1 < min_accum 4, which the island-table validator refused with a traceback);
+    with full checkpointing every row admits its first k and fits there."""
+    model, island = get_model("Llama-3.1-8B"), _island("A100-SXM4-40GB", nodes=2)
+    usable = island.gpu.usable_memory_bytes
+    for ac, rows_expected in (("none", False), ("full", True)):
+        space = LayoutSpace.parse({"pp": 4, "tp": 2, "schedules": ["gpipe"]}, [ac])
+        out = island_layout_rows(model, default_profile("A100-SXM4-40GB"), island, seq_len=5120,
+                                 space=space, recipe=resolve_recipe(None, None))
+        assert (not out.rows.empty) is rows_expected
+        if not rows_expected:
+            (rejected,) = out.rejected
+            assert rejected.reason.startswith("its schedule needs k >= 4 micro-batches")
+            assert rejected.over_bytes > 0
+        layout = ParallelLayout(tp=2, pp=4, pp_schedule="gpipe")
+        recipe = replace(resolve_recipe(None, ac), parallel=layout)
+        for row in out.rows.itertuples(index=False):
+            assert row.min_accum <= row.max_accum
+            assert memory_breakdown(model, num_gpus=island.num_gpus, seq_len=5120,
+                                    micro_batch=int(row.micro_batch), recipe=recipe,
+                                    accum_steps=int(row.max_accum)).peak_bytes <= usable

@@ -5,8 +5,9 @@
 * each layout's arithmetic by hand (q/k norms, learned positions, window patterns, MLA, experts);
 * windowed attention FLOPs and MoE FLOPs from the active parameters;
 * dense models keep their FLOPs bit for bit (the pre-issue formula);
-* every mixture-of-experts type is refused by predict / simulate / sweep / memory / the island
-  table / the FSDP units instead of being priced as a dense model;
+* every modelled mixture-of-experts type is priced from its experts (active FLOPs, every expert
+  gathered and sharded), never as a dense model; DeepSeek-V3 (MLA attention, not modelled) is
+  refused by predict / simulate / sweep / memory / the island table / the FSDP units;
 * booleans must be JSON booleans; nested multimodal configs are read as their text model.
 """
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 import csv
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -251,60 +253,91 @@ def test_moe_flops_come_from_active_parameters() -> None:
 
 # ---- mixture of experts is never dense -------------------------------------------------------
 
-def _refusal(err: pytest.ExceptionInfo[UserInputError], spec: ModelSpec) -> None:
+def _mla_refusal(err: pytest.ExceptionInfo[UserInputError], spec: ModelSpec) -> None:
     text = str(err.value)
     moe = spec.moe
     assert moe is not None
-    assert f"is a mixture-of-experts model ({moe.num_experts} experts, " \
-           f"{moe.experts_per_token} active" in text
+    assert "multi-head latent attention" in text
+    assert f"a mixture of {moe.num_experts} experts, {moe.experts_per_token} active" in text
     assert "not modelled yet" in text and "To fix:" in text
 
 
-@pytest.mark.parametrize("model_type", sorted(MOE))
-def test_moe_type_refused_never_dense(model_type: str) -> None:
-    path = str(CONFIGS / MOE[model_type] / "config.json")
+def test_mla_moe_refused_by_every_step_entry() -> None:
+    """DeepSeek-V3's MoE step would be priced, but its MLA attention is not modelled: every
+    entry refuses it rather than price it as q/k/v/o attention."""
+    path = str(CONFIGS / MOE["deepseek_v3"] / "config.json")
     spec = load_hf_config(path)
-    assert spec.family == model_type and spec.is_moe
-    assert spec.active_params < spec.total_params
+    assert spec.family == "deepseek_v3" and spec.is_moe and spec.mla is not None
     workload = api.WorkloadSpec(model_name=path, gpu_name="H100-SXM5-80GB", seq_len=1024)
     for call in (lambda: api.predict(workload), lambda: api.simulate(workload),
                  lambda: api.sweep([path], gpu_name="H100-SXM5-80GB", nodes=[1],
                                    gpus_per_node=[8], seq_len=1024, micro_batches=[1])):
         with pytest.raises(UserInputError) as err:
             call()
-        _refusal(err, spec)
+        _mla_refusal(err, spec)
     with pytest.raises(UserInputError) as err:
         memory_breakdown(spec, num_gpus=8, seq_len=1024, micro_batch=1)
-    _refusal(err, spec)
+    _mla_refusal(err, spec)
     with pytest.raises(UserInputError) as err:
         island_table_for(path, seq_len=1024, clusters=[ClusterRequest(
             name="A", gpu="H100-SXM5-80GB", num_nodes=1, gpus_per_node=8,
             allowed_gpus_per_node=(8,), usd_per_gpu_hour=2.0, wan_bw_bytes_per_s=1e9,
             wan_latency_s=0.01)])
-    _refusal(err, spec)
+    _mla_refusal(err, spec)
     for dense_only in (lambda: spec.fsdp_units(1024), lambda: spec.block_params):
         with pytest.raises(UserInputError):
             dense_only()
 
 
-def test_moe_refused_on_the_cli_and_reported(run_cli: Any) -> None:
+@pytest.mark.parametrize("model_type", sorted(set(MOE) - {"deepseek_v3"}))
+def test_moe_type_priced_never_dense(model_type: str) -> None:
+    """Each modelled MoE type's step is priced from its experts, never as a dense model: the
+    step's FLOPs are the active ones, FSDP gathers every expert, the memory's sharded states
+    hold the total parameters (not the dense MLP's)."""
+    path = str(CONFIGS / MOE[model_type] / "config.json")
+    spec = load_hf_config(path)
+    assert spec.family == model_type and spec.is_moe
+    units = spec.fsdp_units(1024)
+    L = spec.num_layers
+    assert sum(u.params for u in units) == pytest.approx(spec.total_params, abs=L)
+    assert sum(u.forward_flops_per_token for u in units) == pytest.approx(
+        spec.forward_flops_per_token(1024), rel=1e-9)
+    dense_twin = replace(spec, moe=None, published_params=None)
+    assert spec.total_params > dense_twin.total_params or model_type == "gpt_oss"
+    workload = api.WorkloadSpec(model_name=path, gpu_name="H100-SXM5-80GB", seq_len=1024)
+    prediction = api.predict(workload)
+    record = prediction.record
+    assert record["total_params"] == spec.total_params
+    assert record["active_params"] == spec.active_params < spec.total_params
+    memory = memory_breakdown(spec, num_gpus=8, seq_len=1024, micro_batch=1)
+    # fp32 master shards: 4 bytes per parameter over 8 ranks (FSDP2 padding: a little more)
+    assert memory.sharded_params_bytes == pytest.approx(4 * spec.total_params / 8, rel=0.01)
+
+
+def test_moe_predicted_on_the_cli_and_reported(run_cli: Any) -> None:
     path = str(CONFIGS / "qwen3_30b_a3b" / "config.json")
+    spec = load_hf_config(path)
     for command in (("predict", path), ("memory", path)):
-        result = run_cli(*command, "--gpu", "H100-SXM5-80GB", "--seq-len", "2048")
-        assert result.code == 2 and "Traceback" not in result.err, result.err
-        assert "mixture-of-experts model (128 experts, 8 active" in result.err
-        assert "To fix:" in result.err
+        result = run_cli(*command, "--gpu", "H100-SXM5-80GB", "--seq-len", "2048", "--ep", "4",
+                         "--format", "json", "--allow-oom")
+        assert result.code == 0 and "Traceback" not in result.err, result.err
+        record = json.loads(result.out)
+        assert record["total_params"] == spec.total_params == 30_532_122_624
+        assert record["active_params"] == spec.active_params
+        assert record["model_family"] == "qwen3_moe"
     report = run_cli("catalog", "models", "--config", path, "--format", "json")
     assert report.code == 0, report.err
     record = json.loads(report.out)
-    spec = load_hf_config(path)
     assert record["model_family"] == "qwen3_moe"
-    assert record["total_params"] == spec.total_params == 30_532_122_624
+    assert record["total_params"] == spec.total_params
     assert record["active_params"] == spec.active_params
-    assert record["step_modelled"] is False and record["num_experts"] == 128
+    assert record["step_modelled"] is True and record["num_experts"] == 128
     parts = [v for k, v in record.items() if k.endswith("_params") and k not in (
         "total_params", "active_params", "mtp_params", "router_params_per_layer")]
     assert sum(parts) == record["total_params"]
+    dense = run_cli("predict", str(CONFIGS.parent / "configs" / "llama3_8b.json"), "--gpu",
+                    "H100-SXM5-80GB", "--seq-len", "2048", "--ep", "2")
+    assert dense.code == 2 and "dense model" in dense.err and "To fix:" in dense.err
 
 
 def test_cli_prints_family_total_and_active(run_cli: Any) -> None:

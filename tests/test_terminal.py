@@ -104,12 +104,12 @@ def test_memory_states_the_profile(cli80) -> None:
     out = cli80(*FITTING["memory"]).out
     assert "GPU profile H100-SXM5-80GB-calibrated (calibrated)" in out
     record = json.loads(cli80(*FITTING["memory"], "--format", "json").out)
-    assert record["provenance"] == "calibrated" and record["schema_version"] == 1
+    assert record["provenance"] == "calibrated" and record["schema_version"] == 2
 
 
 def test_wide_shows_every_field(cli80, monkeypatch: pytest.MonkeyPatch) -> None:
     record = json.loads(cli80(*FITTING["predict"], "--format", "json").out)
-    assert record.pop("schema_version") == 1
+    assert record.pop("schema_version") == 3
     wide = cli80(*FITTING["predict"], "--wide").out
     assert all(key in wide for key in record), [k for k in record if k not in wide]
     memory = json.loads(cli80(*FITTING["memory"], "--format", "json").out)
@@ -123,6 +123,17 @@ def test_wide_shows_every_field(cli80, monkeypatch: pytest.MonkeyPatch) -> None:
     assert "source" in cli80("catalog", "gpus", "--wide").out
     prices = cli80("catalog", "prices", "--wide").out
     assert "usd_per_gpu_hour" in prices and "offer" in prices
+
+
+@pytest.mark.parametrize("name", ["predict", "predict-pp", "memory"])
+def test_interval_table_fits_the_terminal(cli80, name: str) -> None:
+    """Issue 27: the headline figures' p10 / p50 / p90 beside the point, at 80 columns."""
+    lines = _fits_the_terminal(cli80(*FITTING[name]).out)
+    header = next(i for i, line in enumerate(lines) if line.split()[:1] == ["figure"])
+    assert lines[header].split() == ["figure", "point", "p10", "p50", "p90"]
+    assert any("80 % band from the" in line for line in lines[:header])
+    assert any(line.split()[:2] in (["step", "(s)"], ["peak", "GiB"])
+               for line in lines[header + 2:])
 
 
 def test_json_keeps_its_keys(cli80) -> None:

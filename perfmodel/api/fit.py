@@ -275,7 +275,7 @@ def fit_compute(request: ComputeFitRequest) -> FitResult:
     return FitResult(profile=profile, fitted=tuple(regs), records=rows)
 
 
-def _nested_predictions(frame: pd.DataFrame, data: str, settings: dict[str, Any],
+def nested_predictions(frame: pd.DataFrame, data: str, settings: dict[str, Any],
                         cache: ResultCache | None) -> np.ndarray:
     """Nested leave-one-architecture-out predictions of every row (from `cache` when its key,
     the dataset, the compute code and the settings, holds)."""
@@ -292,7 +292,7 @@ def _nested_cv_mape(frame: pd.DataFrame, data: str, settings: dict[str, Any],
     """Per phase, the MAPE (percent) of the nested leave-one-architecture-out predictions over
     the configurations (repeats as their median, like the fit); None for a phase with one
     model (nothing to hold it out against)."""
-    pred = _nested_predictions(frame, data, settings, cache)
+    pred = nested_predictions(frame, data, settings, cache)
     configs, ids = compute_configurations(frame)
     first = np.unique(ids, return_index=True)[1]
     pred_conf = pred[first]
@@ -515,7 +515,7 @@ def _overlap(frame: pd.DataFrame, fit: pd.DataFrame, key: tuple[str, ...]) -> np
     return result
 
 
-def _compute_fit_settings(profile: HardwareProfile) -> dict[str, Any]:
+def compute_fit_settings(profile: HardwareProfile) -> dict[str, Any]:
     """The recorded `fit compute` settings; a hand-edited, malformed record falls back to the
     defaults (the refit is then the default one, which the output's mode line does not hide)."""
     recorded = profile.provenance_detail.get("fit_settings", {})
@@ -550,16 +550,16 @@ def _validate_compute(profile: HardwareProfile, data: str,
         why = source if fit is None else "no row of this dataset is in the profile's fitting data"
         pred, mode = predict_compute_dataset(profile, frame), _plain(why)
     elif fit is frame:
-        settings = _compute_fit_settings(profile)
+        settings = compute_fit_settings(profile)
         if frame["model"].nunique() >= 2:
-            pred = _nested_predictions(frame, data, settings, cache)
+            pred = nested_predictions(frame, data, settings, cache)
             mode = "leave-one-architecture-out (refit without each model's rows)"
         else:
             pred = np.full(len(frame), np.nan)
             mode = ("none: every row is in the fitting data and it has one model, so none can be "
                     "held out (no rows reported)")
     else:
-        held = held_out_model_predictions(fit, frame, **_compute_fit_settings(profile))
+        held = held_out_model_predictions(fit, frame, **compute_fit_settings(profile))
         known = frame["model"].isin(fit["model"]).to_numpy()
         pred = np.where(known, held, predict_compute_dataset(profile, frame))
         dropped = int((known & np.isnan(held)).sum())

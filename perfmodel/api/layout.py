@@ -32,9 +32,11 @@ from perfmodel.spec.recipe import TrainingRecipe, canonical_ac
 
 DEFAULT_TOP = 10
 """Entries `rank_layouts` simulates in full and returns by default."""
-RECORD_KEYS = ("rank", "layout", "layout_text", "ac", "micro_batch", "accum", "step_time_s",
-               "tokens_per_s_per_gpu", "mfu", "peak_gib", "bound", "bubble_fraction",
-               "exposed_comm_s", "worst_stage", "why")
+BANDED = ("step_time_s", "tokens_per_s_per_gpu", "mfu", "peak_gib")
+"""Figures of an entry that carry `predict`'s p10 / p90 beside them (issue 27)."""
+RECORD_KEYS = ("rank", "layout", "layout_text", "ac", "micro_batch", "accum",
+               *(f"{k}{q}" for k in BANDED for q in ("", "_p10", "_p90")), "p_fits", "bound",
+               "bubble_fraction", "exposed_comm_s", "worst_stage", "interval_group", "why")
 """Keys of one ranked entry (`predict`'s names where `predict` has them)."""
 
 
@@ -180,7 +182,7 @@ def _entry(request: LayoutRequest, recipe: TrainingRecipe, row: Any, rank: int) 
         virtual_stages=int(row["virtual_stages"]),
         pp_schedule=str(row["pp_schedule"]) or "1f1b",
         sequence_parallel=bool(row["sequence_parallel"]) or int(row["tp"]) == 1,
-        async_tp=bool(row["async_tp"]))
+        async_tp=bool(row["async_tp"]), ep=int(row["ep"]) if "ep" in row else 1)
     spec = replace(w, micro_batch=int(row["micro_batch"]), accum=int(row["accum"]),
                    recipe=replace(recipe, parallel=layout, ac=str(row["ac"])))
     p = predict(spec, OuterSpec())
@@ -189,11 +191,11 @@ def _entry(request: LayoutRequest, recipe: TrainingRecipe, row: Any, rank: int) 
     return {
         "rank": rank, "layout": layout.to_dict(), "layout_text": layout.describe(),
         "ac": str(row["ac"]), "micro_batch": int(row["micro_batch"]),
-        "accum": int(row["accum"]), "step_time_s": rec["step_time_s"],
-        "tokens_per_s_per_gpu": rec["tokens_per_s_per_gpu"], "mfu": rec["mfu"],
-        "peak_gib": rec["peak_gib"], "bound": rec["bound"], "bubble_fraction": bubble,
+        "accum": int(row["accum"]),
+        **{f"{k}{q}": rec[f"{k}{q}"] for k in BANDED for q in ("", "_p10", "_p90")},
+        "p_fits": rec["p_fits"], "bound": rec["bound"], "bubble_fraction": bubble,
         "exposed_comm_s": rec["exposed_comm_s"], "worst_stage": rec.get("worst_stage", ""),
-        "why": _why(rec, bubble),
+        "interval_group": rec["interval_group"], "why": _why(rec, bubble),
     }
 
 
@@ -234,7 +236,7 @@ def parse_named_layout(text: str) -> tuple[ParallelLayout, str | None]:
             if value.lower() not in ("true", "false"):
                 raise UserInputError(f"--explain: {key}={value!r}", hint="write true or false.")
             fields[key] = value.lower() == "true"
-        elif key in ("tp", "pp", "cp", "dp_shard", "dp_replicate", "virtual_stages"):
+        elif key in ("tp", "pp", "cp", "dp_shard", "dp_replicate", "virtual_stages", "ep"):
             try:
                 fields[key] = int(value)
             except ValueError:
@@ -242,8 +244,8 @@ def parse_named_layout(text: str) -> tuple[ParallelLayout, str | None]:
                                      hint=f"give {key} as a whole number.") from None
         else:
             raise UserInputError(f"--explain: unknown key {key!r}",
-                                 hint="use tp, pp, cp, dp_shard, dp_replicate, v, schedule, sp, "
-                                      "async_tp, ac.")
+                                 hint="use tp, pp, cp, dp_shard, dp_replicate, ep, v, schedule, "
+                                      "sp, async_tp, ac.")
     if fields.get("virtual_stages", 1) > 1 and "pp_schedule" not in fields:
         fields["pp_schedule"] = "interleaved-1f1b"
     return ParallelLayout(**fields), ac
@@ -259,7 +261,8 @@ def explain(request: LayoutRequest, named: str) -> Explanation:
     layout.check_model(num_layers=workload.model.num_layers, num_heads=workload.model.num_heads,
                        num_kv_heads=workload.model.num_kv_heads,
                        intermediate_size=workload.model.intermediate_size,
-                       seq_len=workload.seq_len)
+                       seq_len=workload.seq_len,
+                       num_experts=workload.model.num_experts)
     mode = ac or recipe.ac
     own_space = LayoutSpace(tp=(layout.tp,), pp=(layout.pp,), cp=(layout.cp,),
                             dp_replicate=(layout.dp_replicate,),

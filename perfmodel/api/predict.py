@@ -8,6 +8,7 @@ catalog and profiles (`perfmodel.api.workload`), runs the models and returns a d
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +35,7 @@ from perfmodel.api.workload import (
     sync_link,
 )
 from perfmodel.costs.memory import MemoryBreakdown, max_micro_batch, memory_breakdown
+from perfmodel.costs.precision import compute_effect
 from perfmodel.costs.reliability import (
     FailureSpec,
     JobReliability,
@@ -56,6 +58,16 @@ from perfmodel.sim.pipeline import step_result
 from perfmodel.spec import formulas
 from perfmodel.spec.formulas import GIB
 from perfmodel.spec.recipe import OuterRecipe, TrainingRecipe
+from perfmodel.uncertainty.intervals import (
+    ErrorModel,
+    Query,
+    annotate,
+    check_level,
+    error_model,
+    largest_fitting,
+    layout_kind,
+    p_fits,
+)
 
 if TYPE_CHECKING:
     from perfmodel.diloco.tuner import WanLink
@@ -144,10 +156,16 @@ class MemoryReport:
     """Every reported quantity, in output order (`breakdown_gib` nested)."""
 
 
-def memory_report(spec: WorkloadSpec, *, allow_oom: bool = True) -> MemoryReport:
+def memory_report(spec: WorkloadSpec, *, allow_oom: bool = True,
+                  interval_level: float | None = None,
+                  fit_probability: float | None = None) -> MemoryReport:
     """Per-GPU memory of training `spec` as its recipe trains it (layout included), at its k
     micro-steps, and the largest micro-batch that fits; with `allow_oom` False a peak beyond the
-    GPU's usable memory raises `DoesNotFitError` (exit 1) with the smallest fix that fits."""
+    GPU's usable memory raises `DoesNotFitError` (exit 1) with the smallest fix that fits. The
+    peak carries its p10/p90 (and `interval_level`'s bounds) from the memory residuals, `p_fits`
+    the probability that it fits; with `fit_probability`, `max_micro_batch` is the largest
+    micro-batch that fits with that probability (`perfmodel.uncertainty.intervals`)."""
+    _check_uncertainty_options(interval_level, fit_probability)
     model, gpu, island, recipe = resolve_placement(
         spec.model_name, gpu_name=spec.gpu_name, nodes=spec.nodes,
         gpus_per_node=spec.gpus_per_node, seq_len=spec.seq_len, micro_batch=spec.micro_batch,
@@ -174,16 +192,57 @@ def memory_report(spec: WorkloadSpec, *, allow_oom: bool = True) -> MemoryReport
     }
     profile = default_profile(gpu.name)
     record.update(profile=profile.name, provenance=profile.provenance)
+    if recipe.compute_dtype != "bf16":  # torchao's float8 buffers: no tracker measured them
+        record.update(provenance="prior", compute_dtype=recipe.compute_dtype,
+                      fp8_all_gather=recipe.fp8_all_gather)
     if not allow_oom and not record["fits"]:
         raise does_not_fit(spec, answer=memory_answer(record), what="memory report")
-    return MemoryReport(breakdown=breakdown, max_micro_batch=largest, record=record)
+    mem = error_model("memory", "peak_memory_bytes",
+                      Query(num_gpus=gpus, seq_len=spec.seq_len, params=model.total_params,
+                            layout=layout_kind(recipe.parallel.tp, recipe.parallel.pp)))
+    record = _with_fit_probability(record, mem, fit_probability, lambda budget: max_micro_batch(
+        model, gpu_memory_bytes=int(budget), num_gpus=gpus, seq_len=spec.seq_len, recipe=recipe,
+        accum_steps=spec.accum), usable_bytes=gpu.usable_memory_bytes)
+    record = annotate(record, time=None, memory=mem, level=interval_level)
+    return MemoryReport(breakdown=breakdown, max_micro_batch=record["max_micro_batch"],
+                        record=record)
+
+
+def _check_uncertainty_options(interval_level: float | None,
+                               fit_probability: float | None) -> None:
+    if interval_level is not None:
+        check_level(interval_level, field="--interval")
+    if fit_probability is not None:
+        check_level(fit_probability, field="--fit-probability")
+
+
+def _with_fit_probability(record: dict[str, Any], mem: ErrorModel, probability: float | None,
+                          fits_within: Callable[[float], int], *,
+                          usable_bytes: float) -> dict[str, Any]:
+    """`record` with `p_fits` after `fits`; with `probability`, `max_micro_batch` the largest
+    micro-batch that fits with it (and `fit_probability` after it)."""
+    chance = p_fits(mem, peak_bytes=record["peak_gib"], usable_bytes=record["usable_memory_gib"])
+    out: dict[str, Any] = {}
+    for key, value in record.items():
+        out[key] = value
+        if key == "fits":
+            out["p_fits"] = chance
+        if key == "max_micro_batch" and probability is not None:
+            out[key] = largest_fitting(fits_within, mem, usable_bytes=usable_bytes,
+                                       probability=probability)
+            out["fit_probability"] = probability
+    return out
 
 
 def resolve_strategy(w: Workload, spec: OuterSpec) -> tuple[Workload, OuterRecipe, WanLink]:
     """`w` training with the outer settings of `spec`, those settings, and the sync link."""
     if spec.strategy == "streaming-diloco":
+        # H defaults to DiLoCo's (100), as in Douillard et al. 2025 (each fragment syncs every H
+        # inner steps, the F fragments staggered by H/F), so `predict` compares the two
+        # strategies at the same sync period; the tuner (`shardmeter streaming`) keeps F·max(τ, 1).
         outer = streaming_outer(w.recipe, model=w.model, fragments=spec.fragments,
-                                delay=spec.delay_steps, sync_every=spec.inner_steps,
+                                delay=spec.delay_steps,
+                                sync_every=_streaming_inner_steps(w, spec),
                                 dtype=spec.pseudo_gradient_dtype,
                                 fragment_pattern=spec.fragment_pattern,
                                 overlap_backward=spec.overlap_backward)
@@ -202,23 +261,57 @@ def resolve_strategy(w: Workload, spec: OuterSpec) -> tuple[Workload, OuterRecip
     return w, outer, link
 
 
-def provenance(w: Workload) -> dict[str, str]:
+def _streaming_inner_steps(w: Workload, spec: OuterSpec) -> int | None:
+    """H of `predict`/`simulate --strategy streaming-diloco`: --inner-steps, else the recipe's
+    outer.inner_steps when it sets one (None: `streaming_outer` reads it), else DiLoCo's default
+    (DILOCO_DEFAULT_INNER_STEPS). Checked by tests/test_price_scenarios.py."""
+    if spec.inner_steps is not None:
+        return spec.inner_steps
+    if w.recipe.outer.inner_steps != OuterRecipe().inner_steps:
+        return None
+    return DILOCO_DEFAULT_INNER_STEPS
+
+
+def provenance(w: Workload) -> dict[str, Any]:
     """Which profile and provenance (measured / calibrated / prior) the compute and each link
-    of the island's ring use (links a profile lacks fall back to the catalog prior)."""
-    out = {"compute_provenance": f"{w.profile.compute_provenance('forward')} ({w.profile.name})"}
+    of the island's ring use (links a profile lacks fall back to the catalog prior).
+
+    `link_provenance` is a list of {"link", "provenance"} objects in ring order, so the record's
+    keys do not depend on the hardware (schema_version 2; version 1 had one `link_<name>_provenance`
+    key per link). Checked by tests/test_schemas.py and tests/test_calibrate.py."""
+    links = []
     for link in w.island.ring_links:
         kinds = {w.profile.comm_provenance(op, [link]) for op in ("all_gather", "reduce_scatter")}
-        out[f"link_{link}_provenance"] = "/".join(sorted(kinds))
+        links.append({"link": link, "provenance": "/".join(sorted(kinds))})
+    out: dict[str, Any] = {
+        "compute_provenance": f"{w.profile.compute_provenance('forward')} ({w.profile.name})",
+        "link_provenance": links}
+    effect = compute_effect(w.recipe, w.gpu)
+    if not effect.identity:  # fp8 / compile: nothing measured them on a GPU
+        out["compute_provenance"] = (f"prior ({w.profile.name} x {effect.label} effect of "
+                                     "catalogs/precision.csv; no GPU measured it)")
+    layout = w.recipe.parallel
+    if layout.ep > 1:   # MoE dispatch / combine: fitted all-to-all, else the all_gather fit
+        ep_group = layout.resolve(w.island.num_gpus).ep_groups(
+            gpus_per_node=w.island.gpus_per_node, intra_link=w.island.intra_link,
+            inter_link=w.island.inter_link, nics_per_node=w.island.nics_per_node)[0]
+        out["all_to_all_provenance"] = w.profile.all_to_all_provenance(ep_group)
     return out
 
 
 def predict(workload: WorkloadSpec, outer: OuterSpec | None = None,
-            failures: FailureSpec | None = None, *, allow_oom: bool = True) -> Prediction:
+            failures: FailureSpec | None = None, *, allow_oom: bool = True,
+            interval_level: float | None = None,
+            fit_probability: float | None = None) -> Prediction:
     """Predict one training step: time, throughput, MFU, memory and what bounds it; with
     `failures`, also the run's expected goodput, wall time and cost (`perfmodel.costs.reliability`:
     the step figures stay failure-free); with `allow_oom` False a peak beyond the GPU's usable
     memory raises `DoesNotFitError` (exit 1) carrying the prediction's answer line and the
-    smallest fix that fits."""
+    smallest fix that fits. Every figure carries its p10/p90 (and `interval_level`'s bounds) from
+    the residuals of the profile's provenance and of the memory model, `p_fits` the probability
+    that the peak fits; `fit_probability` sets the probability `max_micro_batch` is asked at
+    (`perfmodel.uncertainty.intervals`)."""
+    _check_uncertainty_options(interval_level, fit_probability)
     w = workload.resolve()
     spec = outer or OuterSpec()
     # the strategy check comes before the outer settings' checks
@@ -228,9 +321,27 @@ def predict(workload: WorkloadSpec, outer: OuterSpec | None = None,
     if not allow_oom and not prediction.record["fits"]:
         raise does_not_fit(workload, answer=prediction_answer(prediction.record),
                            what="prediction")
-    if failures is None:
-        return prediction
-    return _with_failures(prediction, failures)
+    if failures is not None:
+        prediction = _with_failures(prediction, failures)
+    return _with_intervals(prediction, interval_level, fit_probability)
+
+
+def _query(w: Workload, strategy: str) -> Query:
+    """Where a workload lies, for the intervals' widening rule."""
+    return Query(num_gpus=w.island.num_gpus, seq_len=w.seq_len, params=w.model.total_params,
+                 layout=layout_kind(w.recipe.parallel.tp, w.recipe.parallel.pp),
+                 strategy=strategy)
+
+
+def _with_intervals(p: Prediction, level: float | None, probability: float | None) -> Prediction:
+    """`p` with every figure's interval, `p_fits` and (asked) the probable max micro-batch."""
+    w = p.workload
+    time = error_model(w.profile.provenance, "step_time_s", _query(w, p.strategy))
+    mem = error_model("memory", "peak_memory_bytes", _query(w, "fsdp"))
+    record = _with_fit_probability(p.record, mem, probability, lambda budget: max_micro_batch(
+        w.model, gpu_memory_bytes=int(budget), num_gpus=w.island.num_gpus, seq_len=w.seq_len,
+        recipe=w.recipe, accum_steps=w.accum), usable_bytes=w.gpu.usable_memory_bytes)
+    return replace(p, record=annotate(record, time=time, memory=mem, level=level))
 
 
 def _with_failures(p: Prediction, failures: FailureSpec) -> Prediction:
@@ -324,6 +435,12 @@ def _prediction(w: Workload, *, strategy: str, wan: WanLink, outer: OuterRecipe)
                compute_idle_s=step.compute_idle_s, comm_idle_s=step.comm_idle_s,
                critical_path_comm_fraction=info.critical_comm_fraction, **memory(w).as_dict(),
                profile=w.profile.name, provenance=w.profile.provenance, **provenance(w))
+    effect = compute_effect(w.recipe, w.gpu)
+    if not effect.identity:  # fp8 / compile: a prior whatever the profile (module doc)
+        out.update(provenance="prior", compute_dtype=w.recipe.compute_dtype,
+                   fp8_all_gather=w.recipe.fp8_all_gather, compile=w.recipe.compile,
+                   matmul_time_factor=effect.matmul_scale,
+                   elementwise_time_factor=effect.compile_scale)
     return Prediction(workload=w, strategy=strategy, islands=islands, outer=outer, link=wan,
                       step_time_s=step_s, tokens_per_s=tokens_per_s, mfu=mfu, bound=bound,
                       record=out)
@@ -332,7 +449,8 @@ def _prediction(w: Workload, *, strategy: str, wan: WanLink, outer: OuterRecipe)
 def simulate(workload: WorkloadSpec, outer: OuterSpec | None = None, *,
              steps: int | None = None) -> Simulation:
     """Simulate the step timeline (FSDP), or `steps` inner steps of a DiLoCo / Streaming DiLoCo run
-    (default H, resp. H+τ+1)."""
+    (default H, resp. H+τ+1). The step and run times carry their p10/p50/p90 from the residuals
+    of the profile's provenance (`perfmodel.uncertainty.intervals`)."""
 
     spec = outer or OuterSpec()
     w, settings, link = resolve_strategy(workload.resolve(), spec)
@@ -349,8 +467,9 @@ def simulate(workload: WorkloadSpec, outer: OuterSpec | None = None, *,
     else:
         spans, summary = streaming_spans(w.model, step, link, StreamingConfig.from_recipe(settings),
                                          steps)
+    time = error_model(w.profile.provenance, "step_time_s", _query(w, spec.strategy))
     return Simulation(workload=w, strategy=spec.strategy, outer=settings, link=link, step=step,
-                      spans=spans, summary=summary)
+                      spans=spans, summary=annotate(summary, time=time, memory=None))
 
 
 def step_summary(step: StepResult) -> dict[str, Any]:

@@ -6,7 +6,8 @@ caller and those messages are part of its output; the API takes the same values 
 
 Outer settings: a value that is set wins; otherwise a value a recipe file sets (anything other
 than `OuterRecipe`'s default) is kept; otherwise the historical default applies (`predict
---strategy diloco` H = 100; Streaming DiLoCo F = 3, τ = 2, H = F·τ).
+--strategy diloco` and `streaming-diloco` H = 100; Streaming DiLoCo F = 3, τ = 2; the `streaming`
+tuner H = F·τ).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import logging
 from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING, Any
 
+from perfmodel.costs.precision import check_compute_dtype
 from perfmodel.diloco.graph import outer_optimizer_s
 from perfmodel.diloco.tuner import WanLink, fabric_link
 from perfmodel.profiles.profile import default_profile, load_profile
@@ -131,10 +133,11 @@ def resolve_placement(model_name: str, *, gpu_name: str, nodes: int, gpus_per_no
                         intra_link=gpu.intra_node_link, inter_link=gpu.inter_node_link,
                         nics_per_node=gpu.nics_per_node)
     recipe = resolve_recipe(recipe, ac)
+    check_compute_dtype(recipe, gpu)   # fp8 on a GPU without FP8: ConfigError with a fix
     layout = recipe.parallel.resolve(island.num_gpus)
     layout.check_model(num_layers=model.num_layers, num_heads=model.num_heads,
                        num_kv_heads=model.num_kv_heads, intermediate_size=model.intermediate_size,
-                       seq_len=seq_len)
+                       seq_len=seq_len, num_experts=model.num_experts)
     return model, gpu, island, replace(recipe, parallel=layout)
 
 

@@ -213,10 +213,12 @@ class CollectiveRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  #
         return out
 
 
-def attach_unit_names(model: Any, recorder: CollectiveRecorder) -> None:
+def attach_unit_names(model: Any, recorder: CollectiveRecorder,
+                      extra_units: dict[int, str] | None = None) -> None:
     """Name the FSDP unit of each of FSDP2's all-gathers and reduce-scatters: FSDP2's own default
     implementations (`set_custom_all_gather` / `set_custom_reduce_scatter`, public API), which
-    set `recorder.fsdp_unit` while they run. Units: block{i} for model.layers[i], root."""
+    set `recorder.fsdp_unit` while they run. Units: block{i} for model.layers[i], root, and
+    `extra_units` ({id(module): name}: FSDP units inside a block, an MoE layer's experts)."""
     # lazy: private FSDP2 module of the default collectives (only the recorder extends them)
     from torch.distributed.fsdp import FSDPModule
     from torch.distributed.fsdp._fully_shard._fsdp_collectives import (
@@ -251,6 +253,7 @@ def attach_unit_names(model: Any, recorder: CollectiveRecorder) -> None:
     names = {id(model): "root"}
     for i, block in enumerate(model.layers):
         names[id(block)] = f"block{i}"
+    names.update(extra_units or {})
     for module in model.modules():
         if isinstance(module, FSDPModule) and id(module) in names:
             module.set_custom_all_gather(NamedAllGather(names[id(module)]))

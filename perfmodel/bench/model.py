@@ -147,7 +147,8 @@ def _check_buildable(spec: ModelSpec) -> None:
     missing = [what for what, present in (
         ("q/k norms", spec.qk_norm != "none"), ("learned positions", spec.position_embeddings > 0),
         ("sliding-window attention", spec.sliding_window > 0),
-        ("attention sinks", spec.attention_sinks)) if present]
+        ("attention sinks", spec.attention_sinks),
+        ("mixture-of-experts layers", spec.moe is not None)) if present]
     if missing:
         raise UserInputError(
             f"{spec.name}: the torch benchmark model does not build {', '.join(missing)} "

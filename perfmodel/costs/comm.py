@@ -23,6 +23,15 @@ prior is the link's catalog latency and bus bandwidth, as for the collectives; i
 through the same `fit_link` (the design columns of `formulas.ring_terms` are 1 and D), on the
 `send_recv` rows of `shardmeter bench comm --ops send_recv`.
 
+All-to-all (mixture-of-experts dispatch and combine over an expert-parallel group of P ranks,
+`CommModel.all_to_all_time_s`): each rank sends D_send = (P − 1)/P of its D bytes to the P − 1
+others, one message each, so a pairwise exchange takes T = (P − 1)·α + D_send / B; with
+D_send = D·(P − 1)/P that is exactly the ring all_gather formula of an unsharded payload D. A
+profile with fitted `all_to_all` coefficients for a link uses them; otherwise the link's
+all_gather coefficients time it and the provenance says so (`all_to_all_provenance`). The
+payload per rank is `all_to_all_payload_bytes` (tokens · k · h · bytes · (P − 1)/P). Checked by
+tests/test_moe_step.py (payload formula; the time equals the all_gather fit's).
+
 The ring formula itself lives in `perfmodel.spec.formulas` (one home, shared with the planner):
 `ring_time_s` times a collective, `ring_terms` is its linear form the fit uses.
 """
@@ -108,7 +117,7 @@ class CommModel:
 
     def resolve(self, op: str, link: str) -> LinkCoefficients:
         """Coefficients of (op, link): the profile's own, else the catalog prior."""
-        if op not in OP_MULTIPLIER:
+        if op not in OP_MULTIPLIER and op != "all_to_all":   # all_to_all: fitted ones only
             raise ValueError(f"unknown collective {op!r}; expected one of {OPS}")
         found = self.coefficients.get((op, link)) or self.coefficients.get((op, link.lower()))
         if found is not None:
@@ -152,6 +161,33 @@ class CommModel:
         tree = ring - OP_MULTIPLIER[op] * (group.size - 1) * lat + 2.0 * depth * lat
         return np.minimum(ring, tree) if np.ndim(ring) else min(ring, tree)
 
+    def _all_to_all_op(self, links: Sequence[str]) -> str:
+        """The op whose coefficients time an all-to-all over `links`: all_to_all where the
+        profile fitted it on every link, else all_gather (module doc)."""
+        fitted = all(("all_to_all", name) in self.coefficients
+                     or ("all_to_all", name.lower()) in self.coefficients for name in links)
+        return "all_to_all" if links and fitted else "all_gather"
+
+    def all_to_all_time_s(self, group: CommGroup, send_bytes: Any) -> Any:
+        """One all-to-all over an expert-parallel group: (P − 1)·α + send_bytes / B, where
+        `send_bytes` is what one rank sends to the others (`all_to_all_payload_bytes`)."""
+        if group.size <= 1:
+            zero = np.zeros(np.shape(send_bytes))
+            return float(zero) if zero.ndim == 0 else zero
+        op = self._all_to_all_op(group.links)
+        lat, bw = self.effective(op, group.links, group.nics)
+        out = (group.size - 1) * lat + np.asarray(send_bytes, dtype=float) / bw
+        return float(out) if out.ndim == 0 else out
+
+    def all_to_all_provenance(self, group: CommGroup) -> str:
+        """Where the all-to-all coefficients of `group` come from, in words."""
+        if group.size <= 1:
+            return "none (one rank)"
+        op = self._all_to_all_op(group.links)
+        kind = self.provenance(op, group.links)
+        return (f"{kind} all_to_all" if op == "all_to_all" else
+                f"{kind} all_gather coefficients (no all-to-all measured)")
+
     def time_s(self, op: str, links: Sequence[str], world_size: Any, payload_bytes: Any,
                nics_per_node: float = 1) -> Any:
         """Predicted time of one ring collective; 0 for an empty ring or world_size 1."""
@@ -175,6 +211,15 @@ class CommModel:
         """Ring collective over all GPUs of an island (intra link per GPU, inter link per NIC)."""
         return self.time_s(op, island.ring_links, island.num_gpus, payload_bytes,
                            island_nics(island))
+
+
+def all_to_all_payload_bytes(tokens: Any, experts_per_token: int, hidden_size: int,
+                             element_bytes: float, ep: int) -> Any:
+    """Bytes one rank sends in one dispatch (or combine) all-to-all of an MoE layer: each of its
+    `tokens` goes to k experts as an h-wide activation, and (ep − 1)/ep of the copies land on
+    other ranks of the expert-parallel group (uniform routing)."""
+    return (np.asarray(tokens, dtype=float) * experts_per_token * hidden_size * element_bytes
+            * (ep - 1) / ep)
 
 
 def island_nics(island: IslandSpec) -> int:

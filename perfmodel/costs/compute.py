@@ -50,7 +50,7 @@ from perfmodel.costs.features import (
     spec_from_row,
 )
 from perfmodel.costs.nnls import relative_design, solve_scaled
-from perfmodel.spec.arch import FAMILY_LAYOUT
+from perfmodel.spec.arch import FAMILY_LAYOUT, ModelSpec
 from perfmodel.spec.errors import ConfigError, DatasetError
 from perfmodel.spec.hardware import GpuSpec
 
@@ -481,3 +481,26 @@ def prior_compute_coefficients(gpu: GpuSpec, assume: PriorAssumptions | None = N
                         "layers": a.kernels_per_block["optimizer"] * a.kernel_gap_s,
                         "const": a.kernels_root["optimizer"] * a.kernel_gap_s}
     return out
+
+
+def moe_compute_scale(model: ModelSpec, seq_len: int, *, token_factor: float,
+                      grouped_gemm_efficiency: float) -> float:
+    """Multiplier of a mixture-of-experts block's forward / backward time over the time the
+    compute model prices for its FLOPs (1.0 for a dense model).
+
+    Claim: with s the routed experts' share of a block's forward FLOPs (k active experts,
+    `ModelSpec.expert_block_matmul_params`), the slowest rank runs its expert GEMMs on
+    `token_factor` times the mean tokens (the capacity factor, or the load imbalance under
+    expert parallelism: `perfmodel.spec.recipe.moe_token_factor`) at `grouped_gemm_efficiency`
+    of a dense GEMM's throughput, so its block takes 1 + s·(token_factor / efficiency − 1)
+    times the dense-priced time; router and shared experts run as dense GEMMs.
+    Why: the compute models (measured and prior) price FLOPs at dense-GEMM rates, and a step
+    waits for its slowest rank at every all-to-all. Both factors are stated priors (recipe
+    fields), not fits: there is no MoE compute ground truth yet.
+    Checked by: tests/test_moe_step.py (1 for dense and for the default recipe; the expert share
+    scales as stated).
+    """
+    if model.moe is None:
+        return 1.0
+    share = 2.0 * model.expert_block_matmul_params / model.block_forward_flops_per_token(seq_len)
+    return 1.0 + share * (token_factor / grouped_gemm_efficiency - 1.0)

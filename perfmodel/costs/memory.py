@@ -27,7 +27,25 @@ V, the output and a 4-byte log-sum-exp per head, never the S×S scores):
   S×S scores either way, and eager attention materialises the full masked S×S scores. q/k norms
   (Qwen3, Gemma-3, OLMo-2) and learned positions (GPT-2) are in the parameter shards; the
   activations a q/k norm saves are not modelled (no tracker measurement of those families yet).
-  Mixture-of-experts and MLA models are refused (`ModelSpec.check_step_modelled`).
+  MLA models are refused (`ModelSpec.check_step_modelled`). Mixture-of-experts models
+  (`_moe_sizes`, `_moe_activation_spec`): blocks carry the layers' mean (`perfmodel.spec.arch`).
+  States: the dense part of each layer (attention, norms, router, shared experts, dense MLPs)
+  sharded over the G = dp_shard · cp ranks as above; the routed experts split over ep ranks and
+  each rank's E/ep experts FSDP-sharded over the G/ep ranks holding them, so every rank keeps
+  1/G of them too (masters, moments and sharded gradients are the same whatever ep); what ep
+  shrinks is the unsharded side: a block's all-gather buffer, its unsharded parameters and its
+  bf16 gradients hold the dense part plus E/ep experts instead of all E. Activations per token
+  of an MoE layer: the MLP terms of a dense MLP whose width is the k routed experts' (times
+  the capacity factor, or the load imbalance under ep > 1: the busiest rank) plus the shared
+  experts'; plus, when the block is not checkpointed whole, the k dispatched copies of the
+  token (the grouped GEMM's input) and the k expert outputs before the weighted combine (2·k·h
+  elements), the fp32 router logits and scores (2·E) and the top-k indices and weights
+  (12 B each). Under ep > 1 the experts are their own FSDP unit (torchtitan), back-propagated
+  and reduce-scattered before the rest of their block: at a block's widest backward moment its
+  experts' gradient shard already exists and the reduce-scatter input still alive is the
+  previous block's dense part only. Checked by: tests/test_moe_step.py (against
+  FSDPMemTracker on catalogs/profiles/data/memory-tracker-moe.csv, `perfmodel.bench.memory_moe`:
+  fixed-capacity routing, two real-width model shapes, EP 1-8).
 Loss, unfused, as `perfmodel.bench.model` computes it: bf16 logits (b·V), their fp32 copy and the
 fp32 log-softmax (saved) at the end of forward; at the start of backward the log-softmax and the
 fp32 gradients of the NLL and of the log-softmax (12·V B/token). `chunked` divides the logits
@@ -90,12 +108,13 @@ from typing import Any
 import numpy as np
 
 from perfmodel.costs.features import local_model
+from perfmodel.costs.precision import block_linear_params, fp8_cast_bytes, gathered_bytes
 from perfmodel.spec import pipeline
 from perfmodel.spec.arch import ModelSpec
 from perfmodel.spec.errors import UserInputError
 from perfmodel.spec.formulas import DTYPE_BYTES, GIB, dtype_bytes
 from perfmodel.spec.layout import ParallelLayout
-from perfmodel.spec.recipe import DEFAULT_RECIPE, TrainingRecipe
+from perfmodel.spec.recipe import DEFAULT_RECIPE, TrainingRecipe, moe_token_factor
 
 logger = logging.getLogger(__name__)
 
@@ -302,6 +321,13 @@ class _Sizes:
     embed_grad: float = 0.0       # elements of the embedding's gradient as backward makes it
     layout_phases: bool = False  # the phases measured for parallel layouts (`RankView`)
     all_reduce_held: bool = False  # HSDP: each unit's all-reduce buffer lives to backward's end
+    unsharded_block: float = 0.0   # MoE: a block's unsharded parameters on this rank (0: P_b)
+    expert_shard: float = 0.0      # MoE, ep > 1: the expert unit's shard elements per block
+    expert_padded: float = 0.0     # MoE, ep > 1: its all-gather / reduce-scatter elements
+    moe_saved: float = 0.0         # MoE: bytes per token a block not checkpointed whole adds
+    token_factor: float = 1.0      # MoE: routed-expert tokens of the busiest rank over the mean
+    g: float = 0.0       # bytes per gathered block element (b; less with fp8_all_gather)
+    fp8_cast: tuple[float, float] = (0.0, 0.0)  # float8 copies around a matmul (fixed, /token)
 
 
 def _param_dim0s(spec: ModelSpec) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
@@ -337,21 +363,101 @@ def _shard(params: list[tuple[int, int]], world: int) -> float:
     return float(sum(math.ceil(d0 / world) * (n // d0) for d0, n in params))
 
 
+def _moe_sizes(spec: ModelSpec, world: int, ep: int) -> tuple[float, float, float, float, float]:
+    """(shard, all-gather buffer, unsharded parameters, parameter tensors, routed-expert
+    elements gathered) of the mean block of an MoE model on one of `world` FSDP ranks under
+    expert parallelism `ep` (module doc). The
+    dense part is padded per tensor like FSDP2; the experts' shard is their exact 1/world
+    (torchtitan shards them on dim 0 or dim 1, whichever the E/ep experts allow)."""
+    moe = spec.moe
+    if moe is None:
+        raise ValueError(f"{spec.name} is not a mixture-of-experts model")
+    dense_spec = replace(spec, moe=None, published_params=None)
+    dense = _param_dim0s(dense_spec)[0]
+    mlp = set(range(4, 4 + len(spec.mlp_linears)))   # gate/up/down follow q, k, v, o
+    h = spec.hidden_size
+    routed = [(moe.num_experts, moe.num_experts * h)]
+    routed += [(moe.num_experts, moe.num_experts)] if moe.router_bias else []
+    routed += [(1, h)] if moe.shared_expert_gate else []
+    width = moe.num_shared_experts * moe.shared_intermediate_size
+    shared = ([(width, width * h)] * (2 if spec.gated_mlp else 1) + [(h, h * width)]
+              if width else [])
+    moe_dense = [e for j, e in enumerate(dense) if j not in mlp] + routed + shared
+    experts = float(moe.num_experts * spec.expert_params)
+    shard = padded = unsharded = tensors = gathered = 0.0
+    for i in range(spec.num_layers):
+        if spec.is_moe_layer(i):
+            gathered += experts / ep
+            part = _shard(moe_dense, world)
+            shard += part + experts / world
+            padded += world * part + experts / ep
+            unsharded += sum(n for _, n in moe_dense) + experts / ep
+            tensors += len(moe_dense) + len(spec.mlp_linears)
+        else:
+            part = _shard(dense, world)
+            shard += part
+            padded += world * part
+            unsharded += sum(n for _, n in dense)
+            tensors += len(dense)
+    L = spec.num_layers
+    return shard / L, padded / L, unsharded / L, tensors / L, gathered / L
+
+
+def _moe_activation_spec(spec: ModelSpec, token_factor: float) -> ModelSpec:
+    """The dense model whose MLP activations equal an MoE model's mean block's (module doc):
+    MLP width the mean over the layers of k·f_e·token_factor plus the shared experts' (a dense
+    layer: its own)."""
+    moe = spec.moe
+    if moe is None:
+        return spec
+    widths = [moe.experts_per_token * moe.expert_intermediate_size * token_factor
+              + moe.num_shared_experts * moe.shared_intermediate_size
+              if spec.is_moe_layer(i) else spec.intermediate_size
+              for i in range(spec.num_layers)]
+    return replace(spec, name=f"{spec.name} [MoE activations]", moe=None, published_params=None,
+                   intermediate_size=max(1, round(sum(widths) / len(widths))))
+
+
+def moe_saved_bytes(spec: ModelSpec, b: float, token_factor: float) -> float:
+    """Bytes per token the MoE layers of the mean block save beyond `_moe_activation_spec`'s
+    MLP terms (module doc); 0 for a dense model."""
+    moe = spec.moe
+    if moe is None:
+        return 0.0
+    per_layer = (2.0 * moe.experts_per_token * token_factor * spec.hidden_size * b
+                 + FP32 * 2 * moe.num_experts + 12.0 * moe.experts_per_token)
+    return spec.moe_layer_share * per_layer
+
+
 def _sizes(view: RankView, recipe: TrainingRecipe, config: MemoryConfig) -> _Sizes:
     spec, world = view.model, view.num_shards
-    spec.check_step_modelled("its per-GPU memory")   # MoE / MLA: never priced as a dense model
+    spec.check_step_modelled("its per-GPU memory")   # MLA: never priced as q/k/v/o attention
     block, root = _param_dim0s(spec)
     b = config.compute_param_bytes or config.activation_bytes or dtype_bytes(recipe.param_dtype)
     shard_block, shard_root = _shard(block, world), _shard(root, world)
+    padded_block, unsharded_block, block_tensors = world * shard_block, 0.0, float(len(block))
+    factor = moe_token_factor(recipe, view.ep)
+    expert_shard = expert_padded = 0.0
+    if spec.moe is not None:
+        shard_block, padded_block, unsharded_block, block_tensors, gathered = _moe_sizes(
+            spec, world, view.ep)
+        if view.ep > 1:   # the experts are their own FSDP unit (module doc)
+            expert_padded, expert_shard = gathered, gathered * view.ep / world
     return _Sizes(b=float(b), r=float(config.reduce_grad_bytes or dtype_bytes(recipe.reduce_dtype)),
                   m=dtype_bytes(recipe.master_dtype),
                   shard_total=spec.num_layers * shard_block + shard_root,
                   shard_block=shard_block, shard_root=shard_root,
-                  padded_block=world * shard_block, padded_root=world * shard_root,
-                  tensors=spec.num_layers * len(block) + len(root),
+                  padded_block=padded_block, padded_root=world * shard_root,
+                  tensors=round(spec.num_layers * block_tensors) + len(root),
+                  unsharded_block=unsharded_block, token_factor=factor,
+                  expert_shard=expert_shard, expert_padded=expert_padded,
+                  moe_saved=moe_saved_bytes(spec, float(b), factor),
                   share=view.sequence_share, loss_parallel=view.tp > 1,
                   embed_grad=float(view.embedding_grad_elements),
-                  layout_phases=view.layout_phases, all_reduce_held=view.dp_replicate > 1)
+                  layout_phases=view.layout_phases, all_reduce_held=view.dp_replicate > 1,
+                  g=(gathered_bytes(spec.block_params, block_linear_params(spec), recipe)
+                     / spec.block_params if recipe.fp8_all_gather else float(b)),
+                  fp8_cast=fp8_cast_bytes(spec, recipe))
 
 
 # ---- activations per token ------------------------------------------------------------------
@@ -511,12 +617,14 @@ def _states(spec: ModelSpec, z: _Sizes, recipe: TrainingRecipe, k: int,
 def _phases(spec: ModelSpec, seq_len: int, z: _Sizes, recipe: TrainingRecipe, k: int,
             config: MemoryConfig, outer: bool = False) -> list[_Phase]:
     L, b, r = spec.num_layers, z.b, z.r
-    P_b, P_r = float(spec.block_params), float(spec.root_params)
+    P_b, P_r = z.unsharded_block or float(spec.block_params), float(spec.root_params)
+    spec = _moe_activation_spec(spec, z.token_factor)   # MoE: the activations' dense twin
     lm_side = P_r - (0.0 if spec.tie_word_embeddings else float(spec.embedding_params))
     policy = recipe.checkpoint
     whole = [policy.checkpointed(i) for i in range(L)]
     share = z.share
-    saved_by_kind = {False: block_saved(spec, seq_len, b, recipe, config, share=share),
+    saved_by_kind = {False: block_saved(spec, seq_len, b, recipe, config, share=share)
+                     + (z.moe_saved if policy.mode != "full" else 0.0),
                      True: block_saved(spec, seq_len, b, recipe, config, whole=True, share=share)}
     work_by_kind = {False: _block_working_set(spec, seq_len, b, recipe, config, share=share),
                     True: _block_working_set(spec, seq_len, b, recipe, config, whole=True,
@@ -550,7 +658,7 @@ def _phases(spec: ModelSpec, seq_len: int, z: _Sizes, recipe: TrainingRecipe, k:
     # existing gradient (reduce-scatter accumulation after the first micro-step) or cast to
     # the master dtype; then one r-byte shard per unit reduced so far is alive.
     held_ar = (r if z.all_reduce_held and (states["sharded_grads"] or r != z.m) else 0.0)
-    last_block = 0.0 if recipe.reshard_last_block_after_forward else b * z.padded_block
+    last_block = 0.0 if recipe.reshard_last_block_after_forward else z.g * z.padded_block
     # FSDP2 never reshards the root after forward (whatever reshard_root_after_forward says):
     # backward needs it first.
     root_kept = b * z.padded_root
@@ -560,7 +668,7 @@ def _phases(spec: ModelSpec, seq_len: int, z: _Sizes, recipe: TrainingRecipe, k:
 
     out = [
         phase("forward_end", {"unsharded_params": root_kept + last_block,
-                              "all_gather": b * z.padded_block
+                              "all_gather": z.g * z.padded_block
                               * min(max(recipe.prefetch_depth, 1), max(L - 1, 1)),
                               "activations": rope, "temporaries": accumulated},
               {"activations": saved_upto(L - 1) + outside + fwd_logits}),
@@ -573,7 +681,7 @@ def _phases(spec: ModelSpec, seq_len: int, z: _Sizes, recipe: TrainingRecipe, k:
     final_norm = _tp_final_norm_backward(spec, b, config, z, saved_upto(L - 1))
     if final_norm is not None:
         out.append(phase("final_norm_backward", {
-            "unsharded_params": root_kept + b * z.padded_block, "activations": rope,
+            "unsharded_params": root_kept + z.g * z.padded_block, "activations": rope,
             "temporaries": b * lm_side}, final_norm))
     w_down = b * spec.hidden_size * spec.intermediate_size
     # Every term is affine in j among blocks of one kind, so the peak over j lies at the ends:
@@ -584,12 +692,12 @@ def _phases(spec: ModelSpec, seq_len: int, z: _Sizes, recipe: TrainingRecipe, k:
         ends |= set(indices[:2] + indices[-2:])
     for j in sorted(ends & set(range(L))):
         done = L - 1 - j
-        sharded = states["sharded_grads"] or FP32 * z.shard_block * done
+        sharded = states["sharded_grads"] or FP32 * (z.shard_block * done + z.expert_shard)
         undone = r * ((j + 1) * P_b + P_r) + kept_embed if no_sync else 0.0
         # the all-gathers of up to prefetch_depth blocks ahead (below j) are live (depth 0 and
         # 1 both hold one: FSDP2's implicit prefetch)
-        prefetch = b * z.padded_block * min(max(recipe.prefetch_depth, 1), j)
-        previous_rs = r * z.padded_block if done >= 1 else 0.0
+        prefetch = z.g * z.padded_block * min(max(recipe.prefetch_depth, 1), j)
+        previous_rs = r * (z.padded_block - z.expert_padded) if done >= 1 else 0.0
         ar_done = held_ar * z.shard_block * done    # HSDP all-reduce buffers of blocks done
         backward_tokens = {"activations": saved_upto(j), "temporaries": work_by_kind[whole[j]]}
         if z.layout_phases and policy.mode == "op-sac" and not whole[j]:
@@ -597,12 +705,13 @@ def _phases(spec: ModelSpec, seq_len: int, z: _Sizes, recipe: TrainingRecipe, k:
                                                saved_upto(j - 1))
         out.append(phase(f"block_backward({j})", {
             "sharded_grads": sharded,
-            "unsharded_params": root_kept + b * z.padded_block, "all_gather": prefetch,
+            "unsharded_params": root_kept + z.g * z.padded_block, "all_gather": prefetch,
             "reduce_scatter": previous_rs, "activations": rope,
-            "temporaries": undone + b * lm_side + w_down + ar_done}, backward_tokens))
+            "temporaries": undone + b * lm_side + w_down + ar_done + z.fp8_cast[0]},
+            _plus(backward_tokens, "temporaries", z.fp8_cast[1])))
         out.extend(phase(name, {
             "sharded_grads": sharded,
-            "unsharded_params": root_kept + b * z.padded_block, "all_gather": prefetch,
+            "unsharded_params": root_kept + z.g * z.padded_block, "all_gather": prefetch,
             "reduce_scatter": previous_rs, "activations": rope,
             "temporaries": undone + b * lm_side + weights + ar_done}, per_token)
             for name, weights, per_token in _tp_block_moments(
@@ -647,6 +756,11 @@ def _phases(spec: ModelSpec, seq_len: int, z: _Sizes, recipe: TrainingRecipe, k:
             + r * z.shard_root + held_ar * L * z.shard_block},
             {"activations": 16.0}))
     return out
+
+
+def _plus(per_token: dict[str, float], key: str, extra: float) -> dict[str, float]:
+    """`per_token` with `extra` added to `key` (the same dict when extra is 0)."""
+    return {**per_token, key: per_token.get(key, 0.0) + extra} if extra else per_token
 
 
 def _op_sac_backward(spec: ModelSpec, seq_len: int, b: float, recipe: TrainingRecipe,
@@ -785,6 +899,8 @@ class RankView:
     dp_replicate: int = 1
     """HSDP replicas: they divide nothing, but FSDP2 all-reduces each unit's reduce-scatter
     output across them and keeps that buffer until the end of backward (`_phases`)."""
+    ep: int = 1
+    """Expert-parallel degree (MoE): this rank gathers E/ep routed experts per MoE layer."""
     layout_phases: bool = False
     """Price the moments measured with the layouts' tracker runs (issue 23) that the FSDP
     model's phases leave out: after each unit's post-backward hands its gradients to the
@@ -816,12 +932,14 @@ def rank_view(model: ModelSpec, num_gpus: int, seq_len: int,
                              hint="use perfmodel.sim.pipeline's stage memory for pp > 1.")
     layout.check_model(num_layers=model.num_layers, num_heads=model.num_heads,
                        num_kv_heads=model.num_kv_heads,
-                       intermediate_size=model.intermediate_size, seq_len=seq_len)
+                       intermediate_size=model.intermediate_size, seq_len=seq_len,
+                       num_experts=model.num_experts)
     return RankView(model=local_model(model, layout.tp), num_shards=layout.fsdp_degree,
                     seq_len=seq_len // layout.cp, tp=layout.tp,
                     sequence_parallel=layout.sequence_parallel and layout.tp > 1,
                     embedding_grad_elements=model.embedding_params,
-                    layout_phases=not layout.is_default, dp_replicate=layout.dp_replicate)
+                    layout_phases=not layout.is_default, dp_replicate=layout.dp_replicate,
+                    ep=layout.ep)
 
 
 def memory_breakdown(model: ModelSpec, *, num_gpus: int, seq_len: int, micro_batch: int,
@@ -1278,7 +1396,8 @@ def _pipeline_view(model: ModelSpec, num_gpus: int, seq_len: int, recipe: Traini
     layout = recipe.parallel.resolve(num_gpus)
     layout.check_model(num_layers=model.num_layers, num_heads=model.num_heads,
                        num_kv_heads=model.num_kv_heads,
-                       intermediate_size=model.intermediate_size, seq_len=seq_len)
+                       intermediate_size=model.intermediate_size, seq_len=seq_len,
+                       num_experts=model.num_experts)
     inner = replace(recipe, parallel=replace(layout, pp=1, virtual_stages=1, pp_schedule="1f1b"))
     view = rank_view(model, num_gpus // layout.pp, seq_len, inner)
     spec, world, tokens = view.model, view.num_shards, view.seq_len

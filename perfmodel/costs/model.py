@@ -62,3 +62,13 @@ class CostModel(Protocol):
         """A collective over one parallel group as placed on the island's nodes
         (`perfmodel.spec.layout.CommGroup`)."""
         ...
+
+    def all_to_all_time_s(self, group: CommGroup, send_bytes: Any) -> Any:
+        """One all-to-all over an expert-parallel group, `send_bytes` sent by each rank
+        (`perfmodel.costs.comm.CommModel.all_to_all_time_s`)."""
+        ...
+
+    def all_to_all_provenance(self, group: CommGroup) -> str:
+        """Where the all-to-all coefficients come from (the all_gather fit where no
+        all-to-all was measured)."""
+        ...

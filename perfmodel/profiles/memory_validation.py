@@ -18,7 +18,7 @@ from typing import Any
 
 from perfmodel.costs.memory import MemoryConfig, memory_breakdown
 from perfmodel.formatting import markdown_table
-from perfmodel.spec.arch import FAMILY_LAYOUT, ModelSpec
+from perfmodel.spec.arch import CONFIG_FAMILY_LAYOUT, FAMILY_LAYOUT, ModelSpec, MoeSpec
 from perfmodel.spec.errors import DatasetError
 from perfmodel.spec.formulas import GIB
 from perfmodel.spec.layout import ParallelLayout
@@ -59,9 +59,20 @@ def dataset_path(name: str = DATASET) -> Path:
 
 
 def spec_of_row(row: Mapping[str, str]) -> ModelSpec:
-    """The architecture of a tracker row (its shape columns and the family's layout)."""
+    """The architecture of a tracker row (its shape columns and the family's layout; an MoE
+    row's expert columns, every layer an MoE layer, as `perfmodel.bench.moe` builds it)."""
 
-    layout = dict(FAMILY_LAYOUT.get(row["family"], {}))
+    layout: dict[str, Any] = dict(FAMILY_LAYOUT.get(row["family"], {}))
+    if int(row.get("num_experts") or 0):
+        layout.update(CONFIG_FAMILY_LAYOUT.get(row["family"], {}))
+        layout["qk_norm"] = row.get("qk_norm") or "none"
+        layout["moe"] = MoeSpec(
+            num_experts=int(row["num_experts"]), experts_per_token=int(row["experts_per_token"]),
+            expert_intermediate_size=int(row["expert_intermediate_size"]),
+            num_shared_experts=int(row["num_shared_experts"]),
+            shared_intermediate_size=int(row["shared_intermediate_size"]),
+            shared_expert_gate=row["shared_expert_gate"] == "true",
+            moe_layers=tuple(range(int(row["num_hidden_layers"]))))
     layout["tie_word_embeddings"] = row["tie_word_embeddings"] == "true"
     return ModelSpec(name=row["model"], family=row["family"], hidden_size=int(row["hidden_size"]),
                      num_layers=int(row["num_hidden_layers"]),
@@ -99,8 +110,14 @@ def row_layout(row: Mapping[str, str]) -> ParallelLayout:
         return ParallelLayout()
     return ParallelLayout(dp_replicate=int(row["dp_replicate"]), dp_shard=int(row["dp_shard"]),
                           tp=int(row["tp"]), cp=int(row["cp"]),
-                          sequence_parallel=row["sequence_parallel"] == "true")
+                          sequence_parallel=row["sequence_parallel"] == "true",
+                          ep=int(row.get("ep") or 1))
 
+
+MOE_DATASET = "memory-tracker-moe.csv"
+"""The MoE grid (issue 26: `perfmodel.bench.memory_moe`, fixed-capacity routing, EP 1-8) under
+catalogs/profiles/data/; compared with `compare_layouts` (its rows carry the layout columns
+plus ep and the expert shape)."""
 
 LAYOUT_DATASET = "memory-tracker-layouts.csv"
 """The shipped grid of parallel layouts (issue 23) under catalogs/profiles/data/."""
@@ -127,7 +144,8 @@ def predict_row(row: Mapping[str, str], config: MemoryConfig | None = None) -> A
     """The model's breakdown for the configuration of a tracker row."""
     recipe = named_recipe(row["recipe"]).with_overrides(
         ac=row["ac"], accum_mode=row["accum_mode"], param_dtype=row["param_dtype"],
-        reduce_dtype=row["reduce_dtype"], attention=row["attention"], parallel=row_layout(row))
+        reduce_dtype=row["reduce_dtype"], attention=row["attention"], parallel=row_layout(row),
+        moe_capacity_factor=float(row["capacity_factor"]) if row.get("capacity_factor") else None)
     return memory_breakdown(spec_of_row(row), num_gpus=int(row["world_size"]),
                             seq_len=int(row["seq_len"]), micro_batch=int(row["micro_batch"]),
                             accum_steps=int(row["accum_steps"]), recipe=recipe,
@@ -160,6 +178,7 @@ def compare_layouts(path: str | Path) -> list[dict[str, Any]]:
         layout = row_layout(row)
         record.update({k: row[k] for k in ("dp_replicate", "dp_shard", "tp",
                                            "sequence_parallel", "ground_truth")})
+        record["ep"] = layout.ep
         record["kinds"] = layout_kinds(layout.dp_replicate, layout.size("dp_shard"), layout.tp,
                                        layout.sequence_parallel)
         out.append(record)

@@ -208,6 +208,14 @@ class HardwareProfile:
         (`CommModel.group_time_s`)."""
         return self.comm.group_time_s(op, group, payload_bytes)
 
+    def all_to_all_time_s(self, group: CommGroup, send_bytes: Any) -> Any:
+        """One all-to-all over an expert-parallel group (`CommModel.all_to_all_time_s`)."""
+        return self.comm.all_to_all_time_s(group, send_bytes)
+
+    def all_to_all_provenance(self, group: CommGroup) -> str:
+        """Where its coefficients come from (`CommModel.all_to_all_provenance`)."""
+        return self.comm.all_to_all_provenance(group)
+
     def island_comm_provenance(self, op: str, island: IslandSpec) -> str:
         return self.comm.provenance(op, island.ring_links)
 

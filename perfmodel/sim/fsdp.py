@@ -27,6 +27,17 @@ test `tests/test_fsdp_order.py` records it from a real 2-rank gloo run and compa
   reduce_scatter (the root's after the embedding's backward), HSDP's all-reduce of each reduced
   shard right after its reduce_scatter; `tests/test_layout_order.py` records TP (with and
   without sequence parallelism), FSDP2 x TP and HSDP steps on gloo and compares every stream.
+* mixture of experts under expert parallelism (ep > 1): each MoE layer's token dispatch and
+  combine all-to-alls over the EP group in forward, their mirrors (combine's gradient, then
+  dispatch's) in backward; they run inline, after the block's compute: the experts' GEMMs
+  need the dispatched tokens and the rest of the block the combined ones, and nothing else of
+  the micro-step is independent of them (torchtitan's eager EP), so nothing hides them. The
+  routed experts form their own FSDP unit inside each block (torchtitan wraps
+  `moe.experts` separately when ep > 1), all-gathered and reduce-scattered over the
+  fsdp_degree/ep ranks holding the same experts, right after the block's dense part on the
+  same stream. Blocks carry the layers' mean (`perfmodel.spec.arch`): a model whose MoE
+  layers are a share s of its layers gets s times each all-to-all per block. Checked by
+  tests/test_moe_step.py (order of a block's collectives; payloads and times).
 
 Timing rules (`step_plan` is the only place they live; the fast path compiles its output):
 
@@ -59,15 +70,23 @@ from typing import Any
 
 import numpy as np
 
+from perfmodel.costs.comm import all_to_all_payload_bytes
+from perfmodel.costs.compute import moe_compute_scale
 from perfmodel.costs.features import RankShard, local_model
 from perfmodel.costs.model import CostModel
+from perfmodel.costs.precision import (
+    block_linear_params,
+    gathered_bytes,
+    recipe_cost_model,
+    root_linear_params,
+)
 from perfmodel.sim.graph import Schedule, TaskGraph
 from perfmodel.spec.arch import ModelSpec
 from perfmodel.spec.errors import UserInputError
 from perfmodel.spec.formulas import dtype_bytes
 from perfmodel.spec.hardware import IslandSpec
 from perfmodel.spec.layout import CommGroup, ParallelLayout, place_group
-from perfmodel.spec.recipe import DEFAULT_RECIPE, TrainingRecipe
+from perfmodel.spec.recipe import DEFAULT_RECIPE, TrainingRecipe, moe_token_factor
 
 COMPUTE_STREAM = "compute"
 COMM_STREAM = "comm"
@@ -333,11 +352,18 @@ def inline_collectives(recipe: TrainingRecipe, where: str, block_norms: int = 2,
             out += [("reduce_scatter" if sp else "all_reduce", "tp", "activation")]
             out += [("all_gather", "tp", "activation")] if sp else []
             out += [("reduce_scatter" if sp else "all_reduce", "tp", "activation")]
+        if layout.ep > 1:   # MoE: tokens to their experts' ranks and back (module doc)
+            out += [("all_to_all", "ep", "dispatch"), ("all_to_all", "ep", "combine")]
     elif where in ("block_backward", "block_backward_whole"):
         if sp:  # the MLP output's gradient is gathered before anything saved is unpacked
             out += [("all_gather", "tp", "activation")]
         # the recompute runs when backward first unpacks a saved tensor (the down projection's)
         out += recomputed_collectives(recipe, where == "block_backward_whole", block_norms)
+        if layout.ep > 1:   # the recompute's MoE ones, the combine's gradient, then (after the
+            # experts' backward) the dispatch's
+            out += recomputed_collectives(recipe, where == "block_backward_whole",
+                                          block_norms, experts=True)
+            out += [("all_to_all", "ep", "combine"), ("all_to_all", "ep", "dispatch")]
         if sp:
             out += [("reduce_scatter", "tp", "activation")]
         elif tp:
@@ -366,18 +392,22 @@ def inline_collectives(recipe: TrainingRecipe, where: str, block_norms: int = 2,
     return tuple(out)
 
 
-def recomputed_collectives(recipe: TrainingRecipe, whole: bool, block_norms: int = 2) -> Inline:
+def recomputed_collectives(recipe: TrainingRecipe, whole: bool, block_norms: int = 2, *,
+                           experts: bool = False) -> Inline:
     """The forward collectives a block's backward re-issues for its recompute
     (`inline_collectives`' claim): all of them for a block checkpointed whole (`whole`, or
     every block under full), those the op-level policy does not save under op-sac (every one
-    but the reduce-scatters), context parallelism's K/V gather under attn, none without
-    checkpointing."""
-    forward = inline_collectives(recipe, "block_forward", block_norms)
+    but the reduce-scatters and the all-to-alls: torchtitan's save list keeps their outputs),
+    context parallelism's K/V gather under attn, none without checkpointing. `experts`: only
+    the MoE all-to-alls (re-issued first, with the rest of the recompute: the MoE sits at the
+    block's end); otherwise every other one."""
+    forward = tuple(c for c in inline_collectives(recipe, "block_forward", block_norms)
+                    if (c[0] == "all_to_all") == experts)
     mode = recipe.checkpoint.mode
     if whole or mode == "full":
         return forward
     if mode == "op-sac":
-        return tuple(c for c in forward if c[0] != "reduce_scatter")
+        return tuple(c for c in forward if c[0] not in ("reduce_scatter", "all_to_all"))
     if mode == "attn":
         return tuple(c for c in forward if c[1] == "cp")
     return ()
@@ -396,12 +426,18 @@ def inline_payload_bytes(model: ModelSpec, recipe: TrainingRecipe, *, seq_len: i
     per data-parallel rank (an int or an array): activation and logits in the recipe's
     param_dtype over the rank's tokens (micro_batch x seq_len / cp), kv the rank's K and V over
     the whole sequence, loss_rows one fp32 value per token (the loss is computed in fp32), a
-    norm_weight one norm's weight in param_dtype."""
+    norm_weight one norm's weight in param_dtype; dispatch and combine what one rank sends in
+    one MoE all-to-all (`perfmodel.costs.comm.all_to_all_payload_bytes`, times the capacity
+    factor or the load imbalance of `moe_token_factor`: the busiest rank's share decides)."""
     layout = recipe.parallel
     param_bytes = dtype_bytes(recipe.param_dtype)
     local = local_model(model, layout.tp)
     tokens = np.asarray(micro_batch, dtype=float) * (seq_len / layout.cp)
+    dispatch = (0.0 if model.moe is None else moe_token_factor(recipe, layout.ep)
+                * all_to_all_payload_bytes(tokens, model.moe.experts_per_token,
+                                           model.hidden_size, param_bytes, layout.ep))
     return {
+        "dispatch": dispatch, "combine": dispatch,
         "activation": tokens * model.hidden_size * param_bytes,
         "logits": tokens * model.vocab_size * param_bytes,
         "kv": np.asarray(micro_batch, dtype=float) * seq_len * 2 * local.kv_dim * param_bytes,
@@ -603,6 +639,13 @@ def recompute_fraction(model: ModelSpec, seq_len: int, ac: str, *, whole: bool =
             / model.block_forward_flops_per_token(seq_len))
 
 
+def _moe_scale(model: ModelSpec, seq_len: int, recipe: TrainingRecipe, ep: int) -> float:
+    """The MoE block-time multiplier (`perfmodel.costs.compute.moe_compute_scale`) of the
+    recipe's routing factors."""
+    return moe_compute_scale(model, seq_len, token_factor=moe_token_factor(recipe, ep),
+                             grouped_gemm_efficiency=recipe.moe_grouped_gemm_efficiency)
+
+
 def resolve_recipe(recipe: TrainingRecipe | None, ac: str | None) -> TrainingRecipe:
     """`recipe` (default: torchtitan) with an explicit `ac` applied (legacy keyword)."""
     base = DEFAULT_RECIPE if recipe is None else recipe
@@ -656,7 +699,8 @@ def _layout_of(recipe: TrainingRecipe, model: ModelSpec, island: IslandSpec,
     layout = recipe.parallel.resolve(island.num_gpus)
     layout.check_model(num_layers=model.num_layers, num_heads=model.num_heads,
                        num_kv_heads=model.num_kv_heads,
-                       intermediate_size=model.intermediate_size, seq_len=seq_len)
+                       intermediate_size=model.intermediate_size, seq_len=seq_len,
+                       num_experts=model.num_experts)
     return layout
 
 
@@ -671,21 +715,24 @@ def unit_durations(model: ModelSpec, profile: CostModel, island: IslandSpec, *, 
         raise UserInputError("pipeline parallelism (pp > 1) is not an FSDP step",
                              hint="simulate pipelines with perfmodel.sim.pipeline (the API "
                                   "and CLI route pp > 1 there).")
-    if layout.world_size != layout.dp_shard:
+    if layout.world_size != layout.dp_shard or layout.ep > 1:
         return layout_unit_durations(model, profile, island, seq_len=seq_len,
                                      micro_batch=micro_batch, recipe=recipe, layout=layout)
+    profile = recipe_cost_model(profile, recipe, island.gpu)   # fp8 / compile: a prior
     # recompute_factor (profile): recompute runs at its own speed relative to forward
     rf = profile.recompute_factor
     frac = recompute_fraction(model, seq_len, recipe.ac) * rf
     whole_frac = recompute_fraction(model, seq_len, recipe.ac, whole=True) * rf
     units = model.fsdp_units(seq_len)
     block_params, root_params = units[0].params, units[-1].params
-    param_bytes, grad_bytes = dtype_bytes(recipe.param_dtype), dtype_bytes(recipe.reduce_dtype)
+    grad_bytes = dtype_bytes(recipe.reduce_dtype)
     slowdown = profile.overlap_slowdown
     check_slowdown(slowdown)
+    moe_scale = _moe_scale(model, seq_len, recipe, layout.ep)
 
     def compute(phase: str, unit: str) -> Any:
-        return profile.compute_time_s(phase, model, seq_len, micro_batch, unit=unit)
+        time_s = profile.compute_time_s(phase, model, seq_len, micro_batch, unit=unit)
+        return time_s * moe_scale if unit == "block" else time_s
 
     copy_s_per_byte = profile.fsdp_copy_s_per_byte
 
@@ -704,9 +751,11 @@ def unit_durations(model: ModelSpec, profile: CostModel, island: IslandSpec, *, 
         root_forward_s=compute("forward", "root"), root_backward_s=compute("backward", "root"),
         optimizer_s=profile.compute_time_s("optimizer", model, seq_len, micro_batch, unit="model",
                                            num_shards=island.num_gpus),
-        block_all_gather_s=comm("all_gather", block_params * param_bytes),
+        block_all_gather_s=comm("all_gather", gathered_bytes(
+            block_params, block_linear_params(model), recipe)),
         block_reduce_scatter_s=comm("reduce_scatter", block_params * grad_bytes),
-        root_all_gather_s=comm("all_gather", root_params * param_bytes),
+        root_all_gather_s=comm("all_gather", gathered_bytes(
+            root_params, root_linear_params(model, recipe), recipe)),
         root_reduce_scatter_s=comm("reduce_scatter", root_params * grad_bytes),
         recipe=recipe, overlap_slowdown=float(slowdown))
 
@@ -721,10 +770,11 @@ def layout_unit_durations(model: ModelSpec, profile: CostModel, island: IslandSp
     the recipe's, resolved against the island."""
     shard = RankShard(tp=layout.tp, cp=layout.cp, sequence_parallel=layout.sequence_parallel)
     local = local_model(model, layout.tp)
+    profile = recipe_cost_model(profile, recipe, island.gpu)   # fp8 / compile: a prior
     rf = profile.recompute_factor
     frac = recompute_fraction(local, seq_len, recipe.ac) * rf
     whole_frac = recompute_fraction(local, seq_len, recipe.ac, whole=True) * rf
-    param_bytes, grad_bytes = dtype_bytes(recipe.param_dtype), dtype_bytes(recipe.reduce_dtype)
+    grad_bytes = dtype_bytes(recipe.reduce_dtype)
     slowdown = profile.overlap_slowdown
     check_slowdown(slowdown)
     def place(dimension: str, size: int, stride: int) -> CommGroup:
@@ -736,21 +786,43 @@ def layout_unit_durations(model: ModelSpec, profile: CostModel, island: IslandSp
     fsdp = place("fsdp", layout.fsdp_degree, layout.tp)
     groups = {d: place(d, layout.size(d), layout.stride(d)) for d in ("tp", "cp", "dp_replicate")}
 
-    def compute(phase: str, unit: str) -> Any:
-        return profile.compute_time_s(phase, model, seq_len, micro_batch, unit=unit, shard=shard)
+    moe_scale = _moe_scale(model, seq_len, recipe, layout.ep)
+    groups["ep"], expert_fsdp = layout.ep_groups(
+        gpus_per_node=island.gpus_per_node, intra_link=island.intra_link,
+        inter_link=island.inter_link, nics_per_node=island.nics_per_node)
 
-    def fsdp_comm(op: str, payload_bytes: float) -> float:
-        if fsdp.size == 1:
+    def compute(phase: str, unit: str) -> Any:
+        time_s = profile.compute_time_s(phase, model, seq_len, micro_batch, unit=unit,
+                                        shard=shard)
+        return time_s * moe_scale if unit == "block" else time_s
+
+    def fsdp_comm(op: str, payload_bytes: float, group: CommGroup = fsdp) -> float:
+        if group.size == 1:
             return 0.0
-        copy_s = profile.fsdp_copy_s_per_byte * payload_bytes * (1.0 + 1.0 / fsdp.size)
-        return float(profile.group_comm_time_s(op, fsdp, payload_bytes)) + copy_s
+        copy_s = profile.fsdp_copy_s_per_byte * payload_bytes * (1.0 + 1.0 / group.size)
+        return float(profile.group_comm_time_s(op, group, payload_bytes)) + copy_s
+
+    def block_fsdp_comm(op: str, element_bytes: float) -> float:
+        """A block's FSDP collective: one unit, or under ep > 1 the dense part over the FSDP
+        group then the rank's E/ep experts over the expert FSDP group (module doc)."""
+        if layout.ep == 1:
+            return fsdp_comm(op, block_params * element_bytes)
+        experts = local.expert_block_params
+        return (fsdp_comm(op, (block_params - experts) * element_bytes)
+                + fsdp_comm(op, experts / layout.ep * element_bytes, expert_fsdp))
+
+
+    def timed(op: str, group: str, payload: Any) -> Any:
+        if op == "all_to_all":   # s all-to-alls per block (module doc)
+            return local.moe_layer_share * profile.all_to_all_time_s(groups[group], payload)
+        return profile.group_comm_time_s(op, groups[group], payload)
 
     payloads = inline_payload_bytes(model, recipe, seq_len=seq_len, micro_batch=micro_batch)
     norms = model.num_layers * model.norms_per_block + 1
     inline = {}
     for where in INLINE_PLACES:
         inline[where] = tuple(
-            profile.group_comm_time_s(op, groups[group], payloads[kind])
+            timed(op, group, payloads[kind])
             for op, group, kind in inline_collectives(recipe, where, model.norms_per_block,
                                                       norms))
     if layout.async_tp:
@@ -761,6 +833,11 @@ def layout_unit_durations(model: ModelSpec, profile: CostModel, island: IslandSp
                                                block_norms=model.norms_per_block)
     units = local.fsdp_units(seq_len)
     block_params, root_params = units[0].params, units[-1].params
+    # bytes per gathered block element: param_dtype's, or the float8 / param_dtype mix of
+    # fp8_all_gather (spread evenly over the dense and expert parts under ep > 1)
+    gathered_element_bytes = (gathered_bytes(block_params, block_linear_params(local), recipe)
+                              / block_params if recipe.fp8_all_gather
+                              else dtype_bytes(recipe.param_dtype))
 
     def replicate(params: float) -> float:
         payload = params / layout.fsdp_degree * grad_bytes
@@ -774,9 +851,10 @@ def layout_unit_durations(model: ModelSpec, profile: CostModel, island: IslandSp
         optimizer_s=profile.compute_time_s("optimizer", model, seq_len, micro_batch,
                                            unit="model", num_shards=layout.fsdp_degree,
                                            shard=shard),
-        block_all_gather_s=fsdp_comm("all_gather", block_params * param_bytes),
-        block_reduce_scatter_s=fsdp_comm("reduce_scatter", block_params * grad_bytes),
-        root_all_gather_s=fsdp_comm("all_gather", root_params * param_bytes),
+        block_all_gather_s=block_fsdp_comm("all_gather", gathered_element_bytes),
+        block_reduce_scatter_s=block_fsdp_comm("reduce_scatter", grad_bytes),
+        root_all_gather_s=fsdp_comm("all_gather", gathered_bytes(
+            root_params, root_linear_params(local, recipe), recipe)),
         root_reduce_scatter_s=fsdp_comm("reduce_scatter", root_params * grad_bytes),
         recipe=recipe, overlap_slowdown=float(slowdown), inline=inline,
         block_replicate_s=replicate(block_params), root_replicate_s=replicate(root_params))

@@ -35,7 +35,7 @@ import numpy as np
 COMPUTE_KINDS = frozenset({"forward", "backward", "optimizer", "compute", "inner_step"})
 """Task kinds that occupy a compute stream."""
 COMM_KINDS = frozenset({"all_gather", "reduce_scatter", "all_reduce", "outer_all_reduce",
-                        "send_recv"})
+                        "send_recv", "all_to_all"})
 """Task kinds that are communication."""
 KINDS = COMPUTE_KINDS | COMM_KINDS
 

@@ -37,8 +37,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from perfmodel.costs.memory import max_micro_batch, memory_breakdown, memory_coefficients
+from perfmodel.costs.memory import (
+    MemoryCoefficients,
+    max_micro_batch,
+    memory_breakdown,
+    memory_coefficients,
+)
 from perfmodel.costs.model import CostModel
+from perfmodel.costs.precision import supports
 from perfmodel.sim.analysis import classify_regime
 from perfmodel.sim.fastpath import fast_step, model_fast_costs
 from perfmodel.sim.pipeline import pipeline_costs, pipeline_decomposition
@@ -51,7 +57,7 @@ from perfmodel.spec.pipeline import in_flight
 from perfmodel.spec.recipe import TrainingRecipe
 
 LAYOUT_COLUMNS = ("tp", "pp", "cp", "dp_replicate", "dp_shard", "virtual_stages", "pp_schedule",
-                  "sequence_parallel", "async_tp", "ac", "layout", "dp", "min_accum",
+                  "sequence_parallel", "async_tp", "ep", "ac", "layout", "dp", "min_accum",
                   "accum_multiple", "max_accum")
 """What a row adds to an island table row (`perfmodel.tables.TABLE_COLUMNS`): the layout's
 fields, the checkpointing mode, its display string, the data-parallel ranks dp (a micro-step
@@ -96,9 +102,23 @@ def _recipes(space: LayoutSpace, recipe: TrainingRecipe, model: ModelSpec, seq_l
     layouts = space.candidates(num_layers=model.num_layers, num_heads=model.num_heads,
                                num_kv_heads=model.num_kv_heads,
                                intermediate_size=model.intermediate_size, seq_len=seq_len,
-                               nodes=island.num_nodes, gpus_per_node=island.gpus_per_node)
+                               nodes=island.num_nodes, gpus_per_node=island.gpus_per_node,
+                               num_experts=model.num_experts)
     modes = space.checkpointing or (recipe.ac,)
-    return [replace(recipe, parallel=layout, ac=ac) for layout in layouts for ac in modes]
+    dtypes = space.compute_dtypes or (recipe.compute_dtype,)
+    if len(dtypes) > 1:  # a choice: leave out what this GPU cannot run (one pinned: refused)
+        dtypes = tuple(d for d in dtypes if supports(
+            replace(recipe, compute_dtype=d, fp8_all_gather=False), island.gpu))
+    return [replace(recipe, parallel=layout, ac=ac, compute_dtype=dtype,
+                    fp8_all_gather=recipe.fp8_all_gather and dtype != "bf16")
+            for layout in layouts for ac in modes for dtype in dtypes]
+
+
+def layout_label(recipe: TrainingRecipe) -> str:
+    """The `layout` column of a row: the layout, and the compute dtype when it is not bf16 (so
+    rows that differ only in it keep distinct keys)."""
+    text = recipe.parallel.describe()
+    return text if recipe.compute_dtype == "bf16" else f"{text}, {recipe.compute_dtype}"
 
 
 def island_layout_rows(model: ModelSpec, profile: CostModel, island: IslandSpec, *,
@@ -115,11 +135,14 @@ def island_layout_rows(model: ModelSpec, profile: CostModel, island: IslandSpec,
     for r in recipes:
         layout = r.parallel
         k0 = layout.pp if layout.pp > 1 and layout.pp_schedule != "gpipe" else 1
-        largest = max_micro_batch(model, gpu_memory_bytes=usable, num_gpus=world,
-                                  seq_len=seq_len, recipe=r, accum_steps=k0)
+        peaks = _PeakByAccum(model, world, seq_len, r) if layout.pp > 1 else None
+        largest = (peaks.max_micro_batch(usable, k0) if peaks is not None
+                   else max_micro_batch(model, gpu_memory_bytes=usable, num_gpus=world,
+                                        seq_len=seq_len, recipe=r, accum_steps=k0))
         if largest < 1:
-            peak = memory_breakdown(model, num_gpus=world, seq_len=seq_len, micro_batch=1,
-                                    recipe=r, accum_steps=k0).peak_bytes
+            peak = (int(peaks.at(k0).peak_bytes(1)) if peaks is not None
+                    else memory_breakdown(model, num_gpus=world, seq_len=seq_len, micro_batch=1,
+                                          recipe=r, accum_steps=k0).peak_bytes)
             rejected.append(Rejected(
                 layout=layout, ac=r.ac, over_bytes=peak - usable,
                 reason=f"micro-batch 1 needs {peak / GIB:.1f} GiB per GPU, "
@@ -137,14 +160,32 @@ def island_layout_rows(model: ModelSpec, profile: CostModel, island: IslandSpec,
         if max_micro_batches is not None:
             largest = min(largest, max_micro_batches)
         mb = np.arange(1, largest + 1)
-        frames.append(_rows(model, profile, island, seq_len, r, mb))
+        frame = _rows(model, profile, island, seq_len, r, mb, peaks)
+        # a schedule's affine step holds from min_accum on (GPipe: k >= pp); a micro-batch whose
+        # memory bound on k (max_accum, 0 = none) stops below the first admissible k has no row
+        first = -(-frame["min_accum"] // frame["accum_multiple"]) * frame["accum_multiple"]
+        admits = (frame["max_accum"] == 0) | (first <= frame["max_accum"])
+        if not admits.any():
+            k = int(first.iloc[0])
+            peak = (int(peaks.at(k).peak_bytes(1)) if peaks is not None   # pipelines bound k
+                    else memory_breakdown(model, num_gpus=world, seq_len=seq_len, micro_batch=1,
+                                          recipe=r, accum_steps=k).peak_bytes)
+            rejected.append(Rejected(
+                layout=layout, ac=r.ac, over_bytes=peak - usable,
+                reason=f"its schedule needs k >= {k} micro-batches per step, and micro-batch 1 "
+                       f"then needs {peak / GIB:.1f} GiB per GPU, {(peak - usable) / GIB:.1f} "
+                       f"GiB over the {usable / GIB:.1f} GiB usable"))
+            continue
+        frames.append(frame.loc[admits].reset_index(drop=True))
     rows = (pd.concat(frames, ignore_index=True) if frames
             else pd.DataFrame({c: [] for c in ROW_COLUMNS}))
     return IslandLayouts(rows=rows, rejected=tuple(rejected), candidates=len(recipes))
 
 
 def _rows(model: ModelSpec, profile: CostModel, island: IslandSpec, seq_len: int,
-          recipe: TrainingRecipe, mb: np.ndarray) -> pd.DataFrame:
+          recipe: TrainingRecipe, mb: np.ndarray, peaks: _PeakByAccum | None) -> pd.DataFrame:
+    """The rows of one (layout, checkpointing mode) at the micro-batches `mb`; `peaks` is the
+    pipeline's memory by k (None when pp = 1)."""
     layout = recipe.parallel
     world = island.num_gpus
     usable = island.gpu.usable_memory_bytes
@@ -168,13 +209,11 @@ def _rows(model: ModelSpec, profile: CostModel, island: IslandSpec, seq_len: int
         c_fixed, c_micro = form.compute_fixed_s, form.compute_micro_s
         min_accum, multiple = form.min_accum, form.accum_multiple
         worst = costs.worst_label()
-        peak = np.array([memory_breakdown(model, num_gpus=world, seq_len=seq_len,
-                                          micro_batch=int(m), recipe=recipe,
-                                          accum_steps=min_accum).peak_bytes for m in mb])
+        if peaks is None:
+            peaks = _PeakByAccum(model, world, seq_len, recipe)
+        peak = peaks.at(min_accum).peak_bytes(mb)
         accum_peak = peak
         max_accum = 0
-        if layout.pp_schedule == "gpipe":
-            max_accum = _gpipe_max_accum(model, world, seq_len, recipe, usable, int(mb[-1]))
         comm_t1 = form.comm_fixed_s + min_accum * form.comm_micro_s
     t_min = fixed + min_accum * micro
     frame = pd.DataFrame({
@@ -182,7 +221,8 @@ def _rows(model: ModelSpec, profile: CostModel, island: IslandSpec, seq_len: int
         "dp_shard": layout.dp_shard, "virtual_stages": layout.virtual_stages,
         "pp_schedule": layout.pp_schedule if layout.pp > 1 else "",
         "sequence_parallel": bool(layout.sequence_parallel and layout.tp > 1),
-        "async_tp": layout.async_tp, "ac": recipe.ac, "layout": layout.describe(),
+        "async_tp": layout.async_tp, "ep": layout.ep, "ac": recipe.ac,
+        "layout": layout_label(recipe),
         "dp": layout.dp, "min_accum": min_accum, "accum_multiple": multiple,
         "max_accum": max_accum, "micro_batch": mb, "microstep_s": micro, "step_fixed_s": fixed,
         "compute_fixed_s": c_fixed, "compute_micro_s": c_micro,
@@ -192,24 +232,60 @@ def _rows(model: ModelSpec, profile: CostModel, island: IslandSpec, seq_len: int
         "bound": classify_regime(t_min, c_fixed + min_accum * c_micro, comm_t1),
         "worst_stage": worst,
     })
-    if layout.pp > 1 and layout.pp_schedule == "gpipe":
-        # GPipe's bound on k holds at the largest m; smaller m allow at least as many
-        frame["max_accum"] = [
-            _gpipe_max_accum(model, world, seq_len, recipe, usable, int(m)) for m in mb]
-    if layout.pp > 1 and layout.pp_schedule == "interleaved-1f1b":
-        frame["max_accum"] = [
-            _interleaved_max_accum(model, world, seq_len, recipe, usable, int(m), min_accum,
-                                   multiple) for m in mb]
+    if peaks is not None and layout.pp_schedule == "gpipe":
+        # GPipe's bound on k, per m (a smaller m allows at least as many)
+        frame["max_accum"] = [_gpipe_max_accum(peaks, usable, int(m)) for m in mb]
+    if peaks is not None and layout.pp_schedule == "interleaved-1f1b":
+        frame["max_accum"] = [_interleaved_max_accum(peaks, usable, int(m), min_accum, multiple)
+                              for m in mb]
     return frame.loc[:, list(ROW_COLUMNS)]
 
 
-def _fits_at(model: ModelSpec, world: int, seq_len: int, recipe: TrainingRecipe, usable: int,
-             micro_batch: int) -> Callable[[int], bool]:
-    """Whether the worst rank's peak at k micro-batches per step fits the usable memory."""
-    def fits(k: int) -> bool:
-        return memory_breakdown(model, num_gpus=world, seq_len=seq_len, micro_batch=micro_batch,
-                                recipe=recipe, accum_steps=k).peak_bytes <= usable
-    return fits
+class _PeakByAccum:
+    """The worst pipeline rank's peak as a function of (k, m): one `memory_coefficients` per k
+    (the maximum over every moment of every rank of affine functions of m, equal to
+    `memory_breakdown`'s peak at every m: tests/test_memory_pipeline.py), kept once computed.
+
+    Why: the bounds on k below bisect over k for every micro-batch of a row; the coefficient set
+    of one k answers every m, so a row costs one pipeline memory walk per distinct k instead of
+    one per (k, m) probe (the layout tables' dominant cost; benchmarks/bench_layout_instances)."""
+
+    __slots__ = ("_model", "_world", "_seq_len", "_recipe", "_by_k")
+
+    def __init__(self, model: ModelSpec, world: int, seq_len: int,
+                 recipe: TrainingRecipe) -> None:
+        self._model, self._world, self._seq_len, self._recipe = model, world, seq_len, recipe
+        self._by_k: dict[int, MemoryCoefficients] = {}
+
+    def at(self, accum_steps: int) -> MemoryCoefficients:
+        """The coefficients at k = accum_steps."""
+        if accum_steps not in self._by_k:
+            self._by_k[accum_steps] = memory_coefficients(
+                self._model, num_gpus=self._world, seq_len=self._seq_len, recipe=self._recipe,
+                accum_steps=accum_steps)
+        return self._by_k[accum_steps]
+
+    @property
+    def layout(self) -> ParallelLayout:
+        """The recipe's layout."""
+        return self._recipe.parallel
+
+    def max_micro_batch(self, usable: int, accum_steps: int) -> int:
+        """Largest m >= 0 whose peak at k = accum_steps fits `usable` bytes: the closed form,
+        confirmed on the exact integer peaks (`peak_bytes`) and walked where they differ."""
+        coefficients = self.at(accum_steps)
+        m = coefficients.max_micro_batch(usable)
+        while m > 0 and coefficients.peak_bytes(m) > usable:
+            m -= 1
+        while coefficients.peak_bytes(m + 1) <= usable:
+            m += 1
+        return m
+
+    def fits_at(self, usable: int, micro_batch: int) -> Callable[[int], bool]:
+        """Whether the worst rank's peak at k micro-batches per step fits the usable memory."""
+        def fits(k: int) -> bool:
+            return bool(self.at(k).peak_bytes(micro_batch) <= usable)
+        return fits
 
 
 def _last_fitting(fits: Callable[[int], bool], lo: int, hi: int, step: int) -> int:
@@ -221,11 +297,10 @@ def _last_fitting(fits: Callable[[int], bool], lo: int, hi: int, step: int) -> i
     return lo
 
 
-def _gpipe_max_accum(model: ModelSpec, world: int, seq_len: int, recipe: TrainingRecipe,
-                     usable: int, micro_batch: int) -> int:
+def _gpipe_max_accum(peaks: _PeakByAccum, usable: int, micro_batch: int) -> int:
     """The largest k whose GPipe peak (k micro-batches in flight) fits (doubling, then
     bisection; memory is non-decreasing in k)."""
-    fits = _fits_at(model, world, seq_len, recipe, usable, micro_batch)
+    fits = peaks.fits_at(usable, micro_batch)
     if not fits(1):
         return 0
     lo, hi = 1, 2
@@ -253,13 +328,13 @@ def _saturating_accum(layout: ParallelLayout, min_accum: int, multiple: int) -> 
     return k
 
 
-def _interleaved_max_accum(model: ModelSpec, world: int, seq_len: int, recipe: TrainingRecipe,
-                           usable: int, micro_batch: int, min_accum: int, multiple: int) -> int:
+def _interleaved_max_accum(peaks: _PeakByAccum, usable: int, micro_batch: int, min_accum: int,
+                           multiple: int) -> int:
     """The largest admissible k whose interleaved-1F1B peak fits (0: every k fits, the
     saturated schedule included; min_accum - 1 is never returned for a row: the row exists only
     when k = min_accum fits)."""
-    fits = _fits_at(model, world, seq_len, recipe, usable, micro_batch)
-    top = _saturating_accum(recipe.parallel, min_accum, multiple)
+    fits = peaks.fits_at(usable, micro_batch)
+    top = _saturating_accum(peaks.layout, min_accum, multiple)
     if fits(top):
         return 0
     return _last_fitting(fits, min_accum, top, multiple)

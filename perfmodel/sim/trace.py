@@ -28,13 +28,15 @@ BLOCKED = "blocked"
 COLOURS = {
     "all_gather": "#d62728", "reduce_scatter": "#ff7f0e", "forward": "#4a90d9",
     "backward": "#1f4e8c", "optimizer": "#9ecae1", "compute": "#1f77b4", "inner_step": "#1f77b4",
-    "all_reduce": "#2ca02c", "outer_all_reduce": "#2ca02c", BLOCKED: "#9e9e9e",
+    "all_reduce": "#2ca02c", "outer_all_reduce": "#2ca02c", "all_to_all": "#9467bd",
+    BLOCKED: "#9e9e9e",
 }
 LABELS = {
     "all_gather": "all_gather", "reduce_scatter": "reduce_scatter", "forward": "forward",
     "backward": "backward (+recompute)", "optimizer": "optimizer", "compute": "compute",
     "inner_step": "inner step", "all_reduce": "all_reduce",
-    "outer_all_reduce": "outer-step all_reduce", BLOCKED: "outer-step induced blocking",
+    "outer_all_reduce": "outer-step all_reduce", "all_to_all": "all_to_all (MoE)",
+    BLOCKED: "outer-step induced blocking",
 }
 _EDGED_SPANS = 600
 """Panels with at most this many spans draw task edges."""

@@ -20,16 +20,22 @@ Beyond the dense Llama-like block (issue 26):
   `total_params` counts every expert; `active_params` the parameters one token touches (the k
   routed experts, shared experts, router, attention, norms and both embedding matrices, as the
   totals count them); forward FLOPs per token are 2 x the ACTIVE matmul weights (router
-  included) plus attention. An MoE step (expert parallelism, all-to-all) is not modelled yet:
-  every entry that would simulate one refuses it (`ModelSpec.check_step_modelled`) instead of
-  pricing the model as a dense one.
+  included) plus attention. The step of an MoE model is priced as L uniform blocks carrying the
+  layers' MEAN: `block_matmul_params` the mean active matmul weights (so the step's FLOPs are
+  exactly the model's), `block_params` the mean of all parameters (every expert: what FSDP
+  gathers, reduces and shards), `expert_block_params` the mean routed-expert share of it (what
+  expert parallelism splits); interleaved or dense-first layers are therefore spread evenly
+  over the blocks (totals exact, the per-block order not). MLA models (DeepSeek-V3) are still
+  refused by every step entry (`ModelSpec.check_step_modelled`): their attention kernel and
+  activations are not modelled.
 * multi-head latent attention (`MlaSpec`, DeepSeek-V3): low-rank q and kv projections; QKᵀ runs
   at the q/k head width (nope + rope), AV at the value head width.
 
 Checked by: tests/test_arch.py (dense counts by hand and against published totals),
 tests/test_model_configs.py (each new layout by hand; parsed totals and active counts within
 1 % of catalogs/published/parameter-counts.csv; windowed and MoE FLOPs; every catalog model's
-FLOPs equal to the pre-MoE formula bit for bit; every MoE type refused by each step entry).
+FLOPs equal to the pre-MoE formula bit for bit), tests/test_moe_step.py (the mean blocks sum to
+the model's active FLOPs and total parameters; never priced as dense).
 """
 
 from __future__ import annotations
@@ -250,26 +256,28 @@ class ModelSpec:
         """A mixture-of-experts model."""
         return self.moe is not None
 
+    @property
+    def num_experts(self) -> int:
+        """E, the routed experts per MoE layer; 0 for a dense model."""
+        return 0 if self.moe is None else self.moe.num_experts
+
     def check_step_modelled(self, what: str) -> None:
         """Raise a UserInputError (exit 2) naming why the training step of this model cannot be
-        simulated yet: MoE (expert parallelism) or MLA layouts are never priced as dense."""
-        if self.moe is not None:
-            moe = self.moe
-            raise UserInputError(
-                f"{self.name} is a mixture-of-experts model ({moe.num_experts} experts, "
-                f"{moe.experts_per_token} active per token; {self.total_params / 1e9:.1f}B total, "
-                f"{self.active_params / 1e9:.1f}B active parameters): its step is not modelled "
-                f"yet, so {what} cannot be computed (expert parallelism and all-to-all are "
-                "planned, not built)",
-                hint="use a dense model for predict / simulate / sweep / memory / islands; "
-                     "`shardmeter catalog models --config PATH` prints this model's total and "
-                     "active parameters and its forward FLOPs per token.")
+        simulated yet: MLA layouts (DeepSeek-V3) are never priced as q/k/v/o attention. MoE
+        models are modelled (module doc)."""
         if self.mla is not None:
+            moe = ("" if self.moe is None else
+                   f" (a mixture of {self.moe.num_experts} experts, "
+                   f"{self.moe.experts_per_token} active per token; "
+                   f"{self.total_params / 1e9:.1f}B total, {self.active_params / 1e9:.1f}B "
+                   "active parameters)")
             raise UserInputError(
-                f"{self.name} uses multi-head latent attention: its step is not modelled yet, "
-                f"so {what} cannot be computed",
-                hint="use a model with q/k/v/o attention; `shardmeter catalog models --config "
-                     "PATH` prints its parameters.")
+                f"{self.name} uses multi-head latent attention{moe}: its step is not modelled "
+                f"yet, so {what} cannot be computed (the MoE step is; MLA's attention kernel "
+                "and activations are not)",
+                hint="use a model with q/k/v/o attention (e.g. a mixtral, qwen3_moe or llama4 "
+                     "config); `shardmeter catalog models --config PATH` prints its "
+                     "parameters.")
 
     # ---- shapes -------------------------------------------------------------------------
     @property
@@ -403,9 +411,37 @@ class ModelSpec:
 
     @property
     def block_matmul_params(self) -> int:
-        """Weights of one (dense) block's linear layers (the matmul FLOP carriers)."""
+        """Weights of one block's linear layers (the matmul FLOP carriers); an MoE model's mean
+        ACTIVE matmul weights per layer, rounded to the nearest weight (module doc)."""
         self._dense_only("a uniform transformer block")
+        if self.moe is not None:
+            return round(sum(self.layer_active_matmul_params(i) for i in range(self.num_layers))
+                         / self.num_layers)
         return self.attn_matmul_params + self.mlp_matmul_params
+
+    @property
+    def expert_block_params(self) -> int:
+        """Mean routed-expert parameters per block (every expert of the MoE layers spread over
+        the L blocks, rounded): what expert parallelism splits; 0 for a dense model."""
+        if self.moe is None:
+            return 0
+        return round(self.num_moe_layers * self.moe.num_experts * self.expert_params
+                     / self.num_layers)
+
+    @property
+    def expert_block_matmul_params(self) -> float:
+        """Mean routed-expert matmul weights per block one token is multiplied by (k experts of
+        the MoE layers over the L blocks): the grouped-GEMM share of `block_matmul_params`."""
+        if self.moe is None:
+            return 0.0
+        expert = sum(i * o for i, o in self._mlp(self.moe.expert_intermediate_size))
+        return self.num_moe_layers * self.moe.experts_per_token * expert / self.num_layers
+
+    @property
+    def moe_layer_share(self) -> float:
+        """MoE layers per block (1 when every layer is one; 0 for a dense model): the mean
+        number of dispatch/combine all-to-alls per block in each direction."""
+        return self.num_moe_layers / self.num_layers
 
     @property
     def block_bias_params(self) -> int:
@@ -418,7 +454,12 @@ class ModelSpec:
 
     @property
     def block_params(self) -> int:
-        """All parameters of one (dense) transformer block."""
+        """All parameters of one transformer block (an MoE model's mean over its layers, every
+        expert counted, rounded)."""
+        if self.moe is not None:
+            self.check_step_modelled("a uniform transformer block")
+            return round(sum(self.layer_params(i) for i in range(self.num_layers))
+                         / self.num_layers)
         return (self.block_matmul_params + self.block_bias_params
                 + self.norms_per_block * self.norm_params + self.attn_extra_params)
 

@@ -61,11 +61,17 @@ class GpuRow(_Row):
     usable_memory_gib: float = Field(gt=0)
     hbm_bandwidth_tb_s: float = Field(gt=0)
     bf16_dense_tflops: float = Field(gt=0)
+    fp8_dense_tflops: float | None = Field(default=None, gt=0)
     intra_node_link: str
     inter_node_link: str
     nics_per_node: int = Field(gt=0)
     max_gpus_per_node: int = Field(gt=0)
     source: str = Field(min_length=1)
+
+    @field_validator("fp8_dense_tflops", mode="before")
+    @classmethod
+    def _no_fp8_is_none(cls, v: Any) -> Any:
+        return None if v == "" else v
 
 
 class LinkRow(_Row):
@@ -207,7 +213,8 @@ def _load_gpu_file(path: Path) -> dict[str, GpuSpec]:
             bf16_flops_per_s=r.bf16_dense_tflops * 1e12,
             hbm_bytes_per_s=r.hbm_bandwidth_tb_s * 1e12, intra_node_link=r.intra_node_link,
             inter_node_link=r.inter_node_link, nics_per_node=r.nics_per_node,
-            max_gpus_per_node=r.max_gpus_per_node, source=r.source)
+            max_gpus_per_node=r.max_gpus_per_node, source=r.source,
+            fp8_flops_per_s=None if r.fp8_dense_tflops is None else r.fp8_dense_tflops * 1e12)
     return out
 
 

@@ -57,10 +57,15 @@ class GpuSpec:
     """GPUs in a full node."""
     source: str = ""
     """Datasheet sources."""
+    fp8_flops_per_s: float | None = None
+    """Dense FP8 matrix peak, FLOP/s (no sparsity); None where the datasheet lists no FP8 (A100
+    and older: no FP8 tensor cores)."""
 
     def __post_init__(self) -> None:
         if self.usable_memory_bytes <= 0 or self.bf16_flops_per_s <= 0:
             raise ValueError(f"gpu {self.name!r}: memory and FLOP/s must be positive")
+        if self.fp8_flops_per_s is not None and not self.fp8_flops_per_s > 0:
+            raise ValueError(f"gpu {self.name!r}: the FP8 FLOP/s must be positive or absent")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -22,6 +22,13 @@ collectives over it. Plain DDP is dp_shard = 1; FSDP is dp_replicate = 1; HSDP i
 FSDP2 shards parameters over dp_shard · cp (torchtitan's `dp_shard_cp` mesh), so `fsdp_degree`
 is that product. Checked by: tests/test_layout.py (validation, world size, placement of every
 group on nodes of 8 and of 4 GPUs against a rank-by-rank enumeration).
+
+Expert parallelism (`ep`, mixture-of-experts models only) borrows its ranks from dp_shard · cp
+as torchtitan's ParallelDims does, so the world size is unchanged: the ep ranks of one EP group
+are consecutive in the (cp, dp_shard) block (stride tp, torchtitan's `dp_shard_in_ep` x cp
+mesh), each holds E/ep routed experts, and the expert weights are further FSDP-sharded over the
+fsdp_degree/ep ranks holding the same experts (`expert_fsdp_degree`, stride tp·ep: torchtitan's
+`dp_shard_mod_ep`). Checked by: tests/test_moe_step.py (ep validation and group placement).
 """
 
 from __future__ import annotations
@@ -30,7 +37,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any
 
-from perfmodel.spec.errors import UserInputError
+from perfmodel.spec.errors import ConfigError, UserInputError
 
 PP_SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b")
 """Pipeline schedules: GPipe, 1F1B and interleaved 1F1B with virtual stages."""
@@ -74,10 +81,13 @@ class ParallelLayout:
     async_tp: bool = False
     """Under tp > 1, tensor-parallel collectives overlap the matmuls they feed (torch's async TP,
     CUDA only) instead of running inline on the compute stream."""
+    ep: int = 1
+    """Expert-parallel degree (mixture-of-experts models only): the routed experts split over ep
+    ranks borrowed from dp_shard · cp (it divides that product; the world size is unchanged)."""
 
     def __post_init__(self) -> None:
         _positive_int("dp_shard", self.dp_shard, allow_infer=True)
-        for name in ("dp_replicate", "tp", "pp", "cp", "virtual_stages"):
+        for name in ("dp_replicate", "tp", "pp", "cp", "virtual_stages", "ep"):
             _positive_int(name, getattr(self, name))
         if self.pp_schedule not in PP_SCHEDULES:
             raise UserInputError(f"ParallelLayout.pp_schedule is {self.pp_schedule!r}",
@@ -122,6 +132,12 @@ class ParallelLayout:
         return self._known_dp_shard() * self.cp
 
     @property
+    def expert_fsdp_degree(self) -> int:
+        """Ranks FSDP2 shards each expert's weights over: the fsdp_degree / ep ranks that hold
+        the same experts (torchtitan's dp_shard_mod_ep)."""
+        return self.fsdp_degree // self.ep
+
+    @property
     def dp(self) -> int:
         """Data-parallel replicas of the batch: dp_shard · dp_replicate."""
         return self._known_dp_shard() * self.dp_replicate
@@ -144,8 +160,8 @@ class ParallelLayout:
 
     @property
     def is_default(self) -> bool:
-        """Plain FSDP over every GPU (no tp, pp, cp or replication)."""
-        return (self.tp, self.pp, self.cp, self.dp_replicate) == (1, 1, 1, 1)
+        """Plain FSDP over every GPU (no tp, pp, cp, ep or replication)."""
+        return (self.tp, self.pp, self.cp, self.dp_replicate, self.ep) == (1, 1, 1, 1, 1)
 
     def resolve(self, world_size: int) -> ParallelLayout:
         """This layout with dp_shard fixed so that the product is `world_size`; UserInputError
@@ -159,7 +175,7 @@ class ParallelLayout:
                     f"{others} does not divide {world_size})",
                     hint=f"{self._nearest(world_size)}, or a GPU count that is a multiple of "
                          f"{others} (e.g. {max(others, world_size // others * others)}).")
-            return replace(self, dp_shard=world_size // others)
+            return replace(self, dp_shard=world_size // others).check_ep()
         if self.world_size != world_size:
             raise UserInputError(
                 f"the layout covers {self.world_size} GPUs (dp_replicate {self.dp_replicate} x "
@@ -167,6 +183,17 @@ class ParallelLayout:
                 f"island has {world_size}",
                 hint="leave dp_shard unset (-1) to use every GPU the other degrees leave, or "
                      f"change the island to {self.world_size} GPUs.")
+        return self.check_ep()
+
+    def check_ep(self) -> ParallelLayout:
+        """This (resolved) layout; UserInputError when ep does not divide dp_shard · cp."""
+        if self.fsdp_degree % self.ep:
+            divisors = [d for d in range(1, self.fsdp_degree + 1) if self.fsdp_degree % d == 0]
+            raise UserInputError(
+                f"ep {self.ep} does not divide dp_shard {self.dp_shard} x cp {self.cp} = "
+                f"{self.fsdp_degree} (expert parallelism borrows its ranks from dp_shard · cp)",
+                hint=f"use an ep that divides {self.fsdp_degree} (one of "
+                     f"{', '.join(map(str, divisors[:12]))}).")
         return self
 
     def _nearest(self, world_size: int) -> str:
@@ -186,10 +213,12 @@ class ParallelLayout:
         return "nearest valid layouts: " + "; ".join(options)
 
     def check_model(self, *, num_layers: int, num_heads: int, num_kv_heads: int,
-                    intermediate_size: int, seq_len: int) -> None:
+                    intermediate_size: int, seq_len: int, num_experts: int = 0) -> None:
         """UserInputError naming the rule a model breaks under this layout (tp divides the query
         heads and the MLP width, kv heads divide or are replicated, cp splits the sequence into
-        2·cp load-balanced chunks, every pipeline stage holds a block)."""
+        2·cp load-balanced chunks, every pipeline stage holds a block); ConfigError for ep > 1
+        on a dense model (`num_experts` 0) or an ep that does not divide the routed experts."""
+        self.check_experts(num_experts)
         if num_heads % self.tp:
             raise UserInputError(
                 f"tp {self.tp} does not divide the {num_heads} query heads",
@@ -216,7 +245,39 @@ class ParallelLayout:
                 f"{self.virtual_stages}) for {num_layers} blocks: a stage would hold none",
                 hint=f"use at most {num_layers} stages in all.")
 
+    def check_experts(self, num_experts: int) -> None:
+        """ConfigError unless ep is 1 or divides the `num_experts` routed experts of an MoE
+        model (0: a dense model, which has no experts to split)."""
+        if num_experts and (self.tp > 1 or self.pp > 1):
+            raise UserInputError(
+                f"tensor or pipeline parallelism (tp {self.tp}, pp {self.pp}) of a "
+                "mixture-of-experts model is not modelled yet (expert tensor parallelism and "
+                "per-stage expert memory are planned, not built)",
+                hint="use tp 1 and pp 1 with ep and dp_shard for a mixture-of-experts model.")
+        if self.ep == 1:
+            return
+        if not num_experts:
+            raise ConfigError(f"ep {self.ep} given for a dense model: expert parallelism splits "
+                              "the routed experts of a mixture-of-experts model",
+                              hint="set ep to 1 (--ep 1) or use a mixture-of-experts model.")
+        if num_experts % self.ep:
+            raise ConfigError(f"ep {self.ep} does not divide the {num_experts} routed experts",
+                              hint=f"use an ep that divides {num_experts} "
+                                   f"(e.g. {_largest_divisor(num_experts, self.ep)}).")
+
     # ---- placement -------------------------------------------------------------------------
+    def ep_groups(self, *, gpus_per_node: int, intra_link: str, inter_link: str,
+                  nics_per_node: int) -> tuple[CommGroup, CommGroup]:
+        """(EP group, expert FSDP group) on nodes of `gpus_per_node` GPUs: the ep ranks of one
+        expert-parallel group sit tp apart inside the (cp, dp_shard) block; the ranks holding
+        the same experts sit tp·ep apart (module docstring)."""
+        def place(dimension: str, size: int, stride: int) -> CommGroup:
+            return place_group(dimension, size=size, stride=stride, gpus_per_node=gpus_per_node,
+                               intra_link=intra_link, inter_link=inter_link,
+                               nics_per_node=nics_per_node)
+
+        return (place("ep", self.ep, self.tp),
+                place("expert_fsdp", self.expert_fsdp_degree, self.tp * self.ep))
     def stride(self, dimension: str) -> int:
         """Distance between consecutive ranks of one group of `dimension` (the product of the
         dimensions placed inside it)."""
@@ -241,6 +302,8 @@ class ParallelLayout:
         if self.pp > 1:
             text += f" ({self.pp_schedule}" + (f", {self.virtual_stages} virtual stages"
                                                if self.virtual_stages > 1 else "") + ")"
+        if self.ep > 1:
+            text += f", ep {self.ep}"
         if self.tp > 1:
             text += ", sequence parallel" if self.sequence_parallel else ", no sequence parallel"
             text += ", async TP" if self.async_tp else ""

@@ -18,27 +18,33 @@ What is enumerated when a field is left free (the defaults), and why:
   * sequence_parallel: on (it moves the bytes of tensor parallelism's all-reduces as an
     all-gather and a reduce-scatter and divides norm activations by tp);
   * async_tp: off (CUDA only, a prior);
+  * ep (mixture-of-experts models only; 1 for dense ones): every divisor of dp_shard · cp that
+    divides the routed experts (torchtitan borrows the EP ranks from dp_shard · cp);
   * checkpointing: the recipe's mode when `activation_checkpointing` is one mode or absent; every
-    listed mode when it is a list.
+    listed mode when it is a list;
+  * compute_dtype: the recipe's when absent (FP8 is a prior and is refused on GPUs without it,
+    so it is never switched on silently); `compute_dtype: fp8-tensorwise` pins one and a list
+    (`[bf16, fp8-tensorwise]`) lets the planner choose, in `training.parallel` or `training`.
 A layout is a candidate when `ParallelLayout.resolve` and `check_model` accept it on the island;
 whether it fits memory is the table builder's test (it reports the options that fit nothing).
 Checked by: tests/test_layout_space.py (parsing errors name the field, pinned values are the only
-candidates, every candidate is valid, free defaults on a 16-GPU island enumerated by hand).
+candidates, every candidate is valid, free defaults on a 16-GPU island enumerated by hand) and
+tests/test_precision.py (compute_dtype parsed, enumerated when listed).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from perfmodel.spec.errors import UserInputError
 from perfmodel.spec.layout import PP_SCHEDULES, ParallelLayout
-from perfmodel.spec.recipe import canonical_ac
+from perfmodel.spec.recipe import COMPUTE_DTYPES, canonical_ac
 
-_DEGREES = ("tp", "pp", "cp", "dp_replicate", "virtual_stages")
+_DEGREES = ("tp", "pp", "cp", "dp_replicate", "virtual_stages", "ep")
 _KEYS = (*_DEGREES, *(f"max_{d}" for d in _DEGREES), "schedules", "sequence_parallel",
-         "async_tp")
+         "async_tp", "compute_dtype")
 
 
 def _powers_of_two(limit: int) -> tuple[int, ...]:
@@ -63,6 +69,9 @@ class LayoutSpace:
     """HSDP replica counts allowed (None: 1 and the shard-within-a-node layout)."""
     virtual_stages: tuple[int, ...] = (2,)
     """Virtual stages tried with interleaved-1f1b."""
+    ep: tuple[int, ...] | None = None
+    """Expert-parallel degrees allowed (None: for an MoE model every divisor of dp_shard · cp
+    that divides its routed experts; 1 for a dense model)."""
     maxima: Mapping[str, int] = field(default_factory=dict)
     """max_tp, max_pp, max_cp, max_dp_replicate, max_virtual_stages given by the instance."""
     schedules: tuple[str, ...] = ("1f1b", "interleaved-1f1b")
@@ -73,21 +82,32 @@ class LayoutSpace:
     """Async-TP settings tried when tp > 1 with sequence parallelism."""
     checkpointing: tuple[str, ...] = ()
     """Checkpointing modes tried (empty: the recipe's)."""
+    compute_dtypes: tuple[str, ...] = ()
+    """Compute dtypes tried (`perfmodel.spec.recipe.COMPUTE_DTYPES`; empty: the recipe's)."""
 
     @classmethod
-    def fsdp(cls, checkpointing: Sequence[str] = ()) -> LayoutSpace:
+    def fsdp(cls, checkpointing: Sequence[str] = (),
+             compute_dtypes: Sequence[str] = ()) -> LayoutSpace:
         """Plain FSDP over every GPU (what an instance without `training.parallel` plans)."""
-        return cls(tp=(1,), pp=(1,), cp=(1,), dp_replicate=(1,), schedules=("1f1b",),
-                   checkpointing=tuple(checkpointing))
+        return cls(tp=(1,), pp=(1,), cp=(1,), dp_replicate=(1,), ep=(1,), schedules=("1f1b",),
+                   checkpointing=tuple(checkpointing), compute_dtypes=tuple(compute_dtypes))
 
     @classmethod
     def parse(cls, section: Mapping[str, Any] | None, checkpointing: Any = None, *,
-              source: str = "training") -> LayoutSpace:
-        """The space of an instance's `parallel:` mapping (None: plain FSDP) and its
-        `activation_checkpointing` (a mode, a list of modes, or None: the recipe's)."""
+              source: str = "training", compute_dtype: Any = None) -> LayoutSpace:
+        """The space of an instance's `parallel:` mapping (None: plain FSDP), its
+        `activation_checkpointing` (a mode, a list of modes, or None: the recipe's) and its
+        `compute_dtype` (a dtype, a list, or None: the recipe's; `parallel.compute_dtype` too)."""
         modes = _modes(checkpointing, source)
+        inner = section.get("compute_dtype") if isinstance(section, Mapping) else None
+        if inner is not None and compute_dtype is not None:
+            raise UserInputError(f"{source}.compute_dtype and {source}.parallel.compute_dtype "
+                                 "are both set", hint="keep one of them.")
+        dtypes = _dtypes(compute_dtype if inner is None else inner,
+                         f"{source}.compute_dtype" if inner is None
+                         else f"{source}.parallel.compute_dtype")
         if section is None:
-            return cls.fsdp(modes)
+            return cls.fsdp(modes, dtypes)
         if not isinstance(section, Mapping):
             raise UserInputError(f"{source}.parallel must be a mapping, got {section!r}",
                                  hint="write e.g. parallel: {max_tp: 8, schedules: [1f1b]} "
@@ -122,7 +142,7 @@ class LayoutSpace:
                     raise UserInputError(f"{source}.parallel.{name} is {raw!r}",
                                          hint=f"give true, false or [true, false] for {name}.")
                 values[name] = tuple(dict.fromkeys(items))
-        return cls(**values, maxima=maxima, checkpointing=modes)
+        return cls(**values, maxima=maxima, checkpointing=modes, compute_dtypes=dtypes)
 
     # ---- enumeration ---------------------------------------------------------------------------
     def _allowed(self, name: str, given: tuple[int, ...] | None, default: Sequence[int]
@@ -133,9 +153,10 @@ class LayoutSpace:
 
     def candidates(self, *, num_layers: int, num_heads: int, num_kv_heads: int,
                    intermediate_size: int, seq_len: int, nodes: int,
-                   gpus_per_node: int) -> list[ParallelLayout]:
+                   gpus_per_node: int, num_experts: int = 0) -> list[ParallelLayout]:
         """Every layout of the space that an island of `nodes` x `gpus_per_node` GPUs and the
-        model accept (module doc), in a stable order."""
+        model (`num_experts` routed experts; 0: dense) accept (module doc), in a stable
+        order."""
         world = nodes * gpus_per_node
         out: list[ParallelLayout] = []
         for tp in self._allowed("tp", self.tp, _powers_of_two(gpus_per_node)):
@@ -165,7 +186,23 @@ class LayoutSpace:
                                             seq_len=seq_len)
                                     except UserInputError:
                                         continue
-                                    out.append(layout)
+                                    out += self._expert_options(layout, num_experts)
+        return out
+
+    def _expert_options(self, layout: ParallelLayout, num_experts: int) -> list[ParallelLayout]:
+        """`layout` with every allowed ep (module doc) that it and the model accept."""
+        degree = layout.fsdp_degree
+        default = ([d for d in range(1, degree + 1) if degree % d == 0 and num_experts % d == 0]
+                   if num_experts else [1])
+        out = []
+        for ep in self._allowed("ep", self.ep, default):
+            candidate = replace(layout, ep=ep)
+            try:
+                candidate.check_ep()
+                candidate.check_experts(num_experts)
+            except UserInputError:
+                continue
+            out.append(candidate)
         return out
 
     def _pipeline_options(self, pp: int, num_layers: int) -> list[dict[str, Any]]:
@@ -201,3 +238,13 @@ def _modes(raw: Any, source: str) -> tuple[str, ...]:
                                   "layer:N).")
     return tuple(dict.fromkeys(canonical_ac(m, where=f"{source}.activation_checkpointing")
                                for m in items))
+
+
+def _dtypes(raw: Any, where: str) -> tuple[str, ...]:
+    if raw is None:
+        return ()
+    items = [raw] if not isinstance(raw, list) else raw
+    if not items or any(not isinstance(v, str) or v not in COMPUTE_DTYPES for v in items):
+        raise UserInputError(f"{where} is {raw!r}",
+                             hint=f"give one of {', '.join(COMPUTE_DTYPES)} or a list of them.")
+    return tuple(dict.fromkeys(items))

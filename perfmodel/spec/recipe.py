@@ -62,6 +62,10 @@ OUTER_OPTIMIZERS = ("nesterov",)
 """DiLoCo outer optimizer: SGD with Nesterov momentum on an fp32 global copy."""
 FRAGMENT_PATTERNS = ("contiguous", "strided")
 """Streaming DiLoCo fragments: consecutive blocks, or every F-th block (the published variant)."""
+COMPUTE_DTYPES = ("bf16", "fp8-tensorwise", "fp8-rowwise", "mxfp8")
+"""Dtype of the transformer blocks' linear-layer matmuls: bf16, or torchao's float8 training
+recipes (tensorwise and rowwise dynamic scaling; mxfp8: 1x32-block scales, Blackwell only).
+Attention (SDPA) and the LM head stay bf16 (`perfmodel.profiles.precision`)."""
 
 
 def _check_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
@@ -267,6 +271,27 @@ class TrainingRecipe:
     parallel: ParallelLayout = field(default_factory=ParallelLayout)
     """How the island's GPUs split the job (`perfmodel.spec.layout`): tensor, pipeline, context
     parallelism and HSDP replicas; the default is FSDP over every GPU."""
+    moe_capacity_factor: float | None = None
+    """Mixture-of-experts routing: None = dropless (every token reaches its k experts, torchtitan's
+    default); a number c = fixed capacity, each expert takes c·T·k/E token slots (tokens beyond
+    it are dropped, empty slots padded), so expert compute and all-to-all payload scale by c."""
+    moe_load_imbalance: float = 1.0
+    """Dropless MoE under expert parallelism: tokens the busiest EP rank receives over the mean
+    (>= 1). A stated prior, not a measurement: 1.0 assumes a perfectly balanced router (an
+    auxiliary-loss or bias-balanced router approaches it); it scales the experts' compute and
+    the all-to-all payload, since the slowest rank decides."""
+    moe_grouped_gemm_efficiency: float = 1.0
+    """Throughput of the experts' grouped GEMMs relative to a dense GEMM of the same FLOPs
+    (0 < x <= 1). A stated prior: 1.0 assumes none lost (no ground truth measures it yet)."""
+    compute_dtype: str = "bf16"
+    """Dtype of the block linears' matmuls (COMPUTE_DTYPES): bf16, or a torchao float8 recipe
+    (a prior until a GPU measures it; GPUs without an FP8 rate refuse it)."""
+    fp8_all_gather: bool = False
+    """torchao's `enable_fsdp_float8_all_gather`: FSDP2 all-gathers the block linears' weights in
+    float8 (1 byte each instead of param_dtype's); only with an fp8 compute_dtype."""
+    compile: bool = False
+    """Whether the model runs under torch.compile (a sourced prior speed effect on the
+    elementwise part of compute: `perfmodel.profiles.precision`)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -292,6 +317,17 @@ class TrainingRecipe:
         if not isinstance(self.parallel, ParallelLayout):
             raise UserInputError(f"TrainingRecipe.parallel is {self.parallel!r}",
                                  hint="pass a ParallelLayout (or a mapping in a recipe file).")
+        _check_moe_fields(self)
+        _check_choice("compute_dtype", self.compute_dtype, COMPUTE_DTYPES)
+        for name in ("fp8_all_gather", "compile"):
+            if not isinstance(getattr(self, name), bool):
+                raise UserInputError(f"TrainingRecipe.{name} is {getattr(self, name)!r}",
+                                     hint=f"set {name} to true or false.")
+        if self.fp8_all_gather and self.compute_dtype == "bf16":
+            raise UserInputError("TrainingRecipe.fp8_all_gather is true with compute_dtype bf16",
+                                 hint="pass --compute-dtype fp8-tensorwise (or set "
+                                      "compute_dtype: fp8-tensorwise, fp8-rowwise or mxfp8), "
+                                      "or drop --fp8-all-gather / set fp8_all_gather: false.")
 
     def with_overrides(self, **overrides: Any) -> TrainingRecipe:
         """A copy with fields replaced; keys of `OuterRecipe` go to `outer`, keys of
@@ -331,7 +367,29 @@ class TrainingRecipe:
         return (f"{self.name}: params {self.param_dtype}, reduce {self.reduce_dtype}, "
                 f"accum {self.accum_mode}, ac {self.ac}, attention {self.attention}, "
                 f"loss {self.loss}, reshard root/last block after forward "
-                f"{self.reshard_root_after_forward}/{self.reshard_last_block_after_forward}")
+                f"{self.reshard_root_after_forward}/{self.reshard_last_block_after_forward}"
+                + (f", compute {self.compute_dtype}" if self.compute_dtype != "bf16" else "")
+                + (", fp8 all-gather" if self.fp8_all_gather else "")
+                + (", torch.compile" if self.compile else ""))
+
+
+def _check_moe_fields(recipe: TrainingRecipe) -> None:
+    """UserInputError naming a mixture-of-experts recipe field out of its range."""
+    if recipe.moe_capacity_factor is not None:
+        _check_float("moe_capacity_factor", recipe.moe_capacity_factor, low=0.01, high=64.0)
+    _check_float("moe_load_imbalance", recipe.moe_load_imbalance, low=1.0, high=64.0)
+    _check_float("moe_grouped_gemm_efficiency", recipe.moe_grouped_gemm_efficiency, low=0.01,
+                 high=1.0)
+
+
+def moe_token_factor(recipe: TrainingRecipe, ep: int) -> float:
+    """Routed-expert token slots the slowest rank processes over the mean T·k/E per expert: the
+    capacity factor under fixed capacity; dropless, the load imbalance when experts are spread
+    over ep > 1 ranks (one rank holding every expert computes every routed token whatever the
+    split), else 1."""
+    if recipe.moe_capacity_factor is not None:
+        return float(recipe.moe_capacity_factor)
+    return float(recipe.moe_load_imbalance) if ep > 1 else 1.0
 
 
 def recipe_field_names() -> tuple[str, ...]:
@@ -396,8 +454,9 @@ def recipe_from_mapping(data: Mapping[str, Any], *, source: str = "<recipe>") ->
     if unknown_outer:
         raise UserInputError(f"{source}: unknown recipe.outer field(s) {sorted(unknown_outer)}",
                              hint=f"use {', '.join(f.name for f in fields(OuterRecipe))}.")
-    empty = [k for k, v in data.items() if v is None] + [f"outer.{k}" for k, v in outer.items()
-                                                          if v is None]
+    # moe_capacity_factor's null is its value (dropless), as every named recipe has it
+    empty = [k for k, v in data.items() if v is None and k != "moe_capacity_factor"] + [
+        f"outer.{k}" for k, v in outer.items() if v is None]
     if empty:  # `ac:` without a value is null in YAML: refused, not read as "keep the default"
         raise UserInputError(f"{source}: field {empty[0]!r} has no value (null)",
                              hint=f"give {empty[0]} a value, or drop the line.")

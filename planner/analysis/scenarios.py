@@ -7,6 +7,15 @@ so `10`, `2.5`, `null`, `fp4`). Several `--vary` options form the Cartesian prod
 scenario is a complete instance, validated like a file (a bad value exits 2 naming the path) and
 solved independently, in parallel across processes.
 
+Prices as users say them: `clusters.A.price_scale=0.7` scales a cluster's price, listed or
+explicit (`planner.model.instance.Cluster.price_scale`), and `gpu.NAME.FIELD` sets FIELD on every
+cluster whose `gpu` is NAME (`--vary gpu.H100-SXM5-80GB.price_scale=0.7`: "what if H100s were
+30 % cheaper, wherever they are rented?"). Linked scenarios: `--scenario NAME:PATH=V,PATH=V`
+(repeatable) is one named scenario that sets several paths together; the named scenarios and
+`base` (the file as written) form one axis, crossed with the `--vary` axes.
+Checked by: tests/test_price_scenarios.py (a scaled list price reprices the plans exactly; the GPU
+path reaches every cluster of that type; a linked scenario equals both overrides at once).
+
 Cross-evaluation: a plan (its islands: cluster, nodes, GPUs per node, micro-batch, accumulation
 steps, and the row's layout and checkpointing columns where the table has them) is scored under
 every scenario by the planner's one evaluator; where a scenario has no such island row, does not
@@ -37,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from perfmodel.facts import check_limit, parse_yaml, short_repr
-from perfmodel.spec.errors import InfeasibleError, ShardMeterError, UserInputError
+from perfmodel.spec.errors import InfeasibleError, ShardMeterError, UserInputError, did_you_mean
 from planner.analysis.pareto import Frontier, solve_instance
 from planner.analysis.report import plan_label
 from planner.model.evaluate import evaluate, violations
@@ -154,18 +163,56 @@ def parse_vary(text: str) -> Variation:
     return Variation(path=path.strip(), values=tuple(parsed))
 
 
-def scenarios_of(variations: Sequence[Variation]) -> list[Scenario]:
-    """The Cartesian product of the variations (one `base` scenario when there are none)."""
-    if not variations:
-        return [Scenario(name="base", overrides=())]
+def parse_linked(text: str) -> Scenario:
+    """`NAME:PATH=V,PATH=V,...` (`--scenario`) -> one named Scenario setting every path."""
+    name, sep, body = text.partition(":")
+    example = "--scenario cheap-h100:clusters.A.price_scale=0.7,clusters.B.price_scale=0.7"
+    if not sep or not name.strip() or not body.strip():
+        raise UserInputError(f"--scenario {short_repr(text)}: expected NAME:PATH=V,PATH=V,...",
+                             hint=f"write e.g. {example}.")
+    pairs: list[tuple[str, Any]] = []
+    for item in body.split(","):
+        path, eq, raw = item.partition("=")
+        if not eq or not path.strip() or not raw.strip():
+            raise UserInputError(f"--scenario {name.strip()}: {short_repr(item)} is not PATH=V",
+                                 hint=f"set one value per path, separated by commas: {example}.")
+        value = parse_yaml(raw.strip(), source=f"--scenario {name.strip()}: value "
+                           f"{short_repr(raw)}", hint="quote nothing; one value per path.")
+        pairs.append((path.strip(), value.isoformat() if isinstance(value, dt.date | dt.time)
+                      else value))
+    paths = [p for p, _ in pairs]
+    if len(set(paths)) != len(paths):
+        raise UserInputError(f"--scenario {name.strip()} sets a path twice: {paths}",
+                             hint="set each path once in a scenario.")
+    return Scenario(name=name.strip(), overrides=tuple(pairs))
+
+
+def scenarios_of(variations: Sequence[Variation],
+                 linked: Sequence[Scenario] = ()) -> list[Scenario]:
+    """The Cartesian product of the variations (one `base` scenario when there are none), crossed
+    with the axis `base` + the named linked scenarios when there are any."""
     paths = [v.path for v in variations]
     if len(set(paths)) != len(paths):
         raise UserInputError(f"--vary names a path twice: {paths}",
                              hint="give each path once, with all its values.")
+    names = [s.name for s in linked]
+    if len(set(names)) != len(names) or "base" in names:
+        raise UserInputError(f"--scenario names repeat or use 'base': {names}",
+                             hint="give each --scenario its own name other than base (the file "
+                                  "as written is always the scenario 'base').")
+    clash = sorted({p for s in linked for p, _ in s.overrides} & set(paths))
+    if clash:
+        raise UserInputError(f"--scenario and --vary both set {clash}",
+                             hint="set a path in the scenarios or vary it, not both.")
+    axis = [Scenario(name="base", overrides=()), *linked] if linked else [None]
     out = []
-    for combo in itertools.product(*(v.values for v in variations)):
-        pairs = tuple(zip(paths, combo, strict=True))
-        out.append(Scenario(name=", ".join(f"{p}={_show(v)}" for p, v in pairs), overrides=pairs))
+    for named in axis:
+        for combo in itertools.product(*(v.values for v in variations)):
+            pairs = tuple(zip(paths, combo, strict=True))
+            parts = ([] if named is None or (named.name == "base" and pairs) else [named.name])
+            parts += [f"{p}={_show(v)}" for p, v in pairs]
+            out.append(Scenario(name=", ".join(parts) or "base",
+                                overrides=(named.overrides if named else ()) + pairs))
     return out
 
 
@@ -175,11 +222,58 @@ def _show(value: Any) -> str:
 
 def apply_overrides(raw: dict[str, Any], overrides: Sequence[tuple[str, Any]],
                     source: str) -> dict[str, Any]:
-    """A deep copy of the instance mapping with each (path, value) set."""
+    """A deep copy of the instance mapping with each (path, value) set (a `gpu.NAME.FIELD` path
+    on every cluster of that GPU type)."""
     out = copy.deepcopy(raw)
+    seen: dict[str, str] = {}
     for path, value in overrides:
-        _set(out, path, value, source)
+        for expanded in expand_path(out, path, source):
+            field = _cluster_by_index(out, expanded)
+            if field in seen:
+                raise UserInputError(f"{path} and {seen[field]} both set {field} of {source}",
+                                     hint="set each field once per scenario (a --scenario "
+                                          "and a --vary, or a GPU path and a cluster path, "
+                                          "reach the same cluster).")
+            seen[field] = path
+            _set(out, expanded, value, source)
     return out
+
+
+def _cluster_by_index(raw: dict[str, Any], path: str) -> str:
+    """`clusters.NAME.rest` as `clusters.I.rest` (I the cluster's index), to compare paths."""
+    parts = path.split(".")
+    clusters = raw.get("clusters")
+    if len(parts) >= 2 and parts[0] == "clusters" and isinstance(clusters, list):
+        for i, item in enumerate(clusters):
+            if isinstance(item, dict) and str(item.get("name")) == parts[1]:
+                return ".".join(["clusters", str(i), *parts[2:]])
+    return path
+
+
+def expand_path(raw: dict[str, Any], path: str, source: str) -> list[str]:
+    """`gpu.NAME.FIELD[...]` -> `clusters.I.FIELD[...]` for every cluster I whose gpu is NAME
+    (case-insensitive; NAME may hold dots); any other path as it is."""
+    if not path.startswith("gpu."):
+        return [path]
+    rest = path.removeprefix("gpu.")
+    clusters = raw.get("clusters") if isinstance(raw, dict) else None
+    items = clusters if isinstance(clusters, list) else []
+    gpus = sorted({str(c.get("gpu")) for c in items if isinstance(c, dict)})
+    for gpu in sorted(gpus, key=len, reverse=True):
+        if rest.lower().startswith(gpu.lower() + ".") and len(rest) > len(gpu) + 1:
+            field = rest[len(gpu) + 1:]
+            return [f"clusters.{i}.{field}" for i, c in enumerate(items)
+                    if isinstance(c, dict) and str(c.get("gpu")).lower() == gpu.lower()]
+    name = rest.rsplit(".", 1)[0] if "." in rest else rest
+    raise UserInputError(f"{path}: {source} has no cluster with gpu {name!r} (GPU types: "
+                         f"{', '.join(gpus)})",
+                         hint=f"{_sentence(did_you_mean(name, gpus))} Write gpu.<GPU type>."
+                              "<cluster field>, e.g. gpu.H100-SXM5-80GB.price_scale=0.7.")
+
+
+def _sentence(text: str) -> str:
+    """`text` ending as a sentence (a did-you-mean question keeps its question mark)."""
+    return text if text.endswith(("?", ".")) else text + "."
 
 
 def _set(raw: dict[str, Any], path: str, value: Any, source: str) -> None:
@@ -202,7 +296,7 @@ def _set(raw: dict[str, Any], path: str, value: Any, source: str) -> None:
                 node[part] = {}
             node = node[part]
         else:
-            raise UserInputError(f"--vary {path}: {source}: {'.'.join(parts[:depth])} is a "
+            raise UserInputError(f"what-if path {path}: {source}: {'.'.join(parts[:depth])} is a "
                                  "value, not a mapping",
                                  hint="point the path at a field of the instance file.")
 
@@ -214,7 +308,8 @@ def _list_index(items: list[Any], part: str, where: str, source: str) -> int:
     if part.isdigit() and int(part) < len(items):
         return int(part)
     names = [str(i.get("name")) for i in items if isinstance(i, dict)]
-    raise UserInputError(f"--vary {where}: {source} has no entry {part!r} (names: {names})",
+    raise UserInputError(f"what-if path {where} (--vary / --scenario): {source} has no entry "
+                         f"{part!r} (names: {names})",
                          hint="address a cluster by its name or its index.")
 
 
@@ -264,6 +359,8 @@ def solve_scenario(instance_path: str, scenario: Scenario, solve: dict[str, Any]
 
 
 def _is_price_path(path: str) -> bool:
+    """Does a (expanded) path set a cluster's price (price_usd_per_gpu_hour, price.*,
+    price_scale)?"""
     parts = path.split(".")
     return len(parts) >= 3 and parts[0] == "clusters" and parts[2].startswith("price")
 
@@ -272,19 +369,31 @@ def _scenario_table(instance_path: str, scenario: Scenario, instance: Any) -> An
     """The scenario's island table. A CSV table carries the base prices in usd_per_hour, so when a
     scenario changes a cluster's price, the table is read as the base prices it was written for
     and the rows of every cluster are repriced: usd_per_hour = nodes x GPUs per node x the
-    scenario's price per GPU-hour (a table built by the performance model is priced anew)."""
+    scenario's price per GPU-hour, or, for a cluster the table alone prices, its rows times the
+    scenario's price_scale over the file's (a table built by the performance model is priced
+    anew)."""
 
-    priced = [path for path, _ in scenario.overrides if _is_price_path(path)]
+    path = Path(instance_path)
+    expanded = list(scenario.overrides)
+    if any(p.startswith("gpu.") for p, _ in expanded):  # which clusters a GPU path reaches
+        raw = read_instance_yaml(path)
+        expanded = [(e, v) for p, v in expanded for e in expand_path(raw, p, str(path))]
+    priced = [p for p, _ in expanded if _is_price_path(p)]
     if instance.islands_table is None or not priced:
         return load_island_table(instance)
-    path = Path(instance_path)
-    rest = [(p, v) for p, v in scenario.overrides if not _is_price_path(p)]
+    rest = [(p, v) for p, v in expanded if not _is_price_path(p)]
     base = instance_from_mapping(apply_overrides(read_instance_yaml(path), rest, str(path)), path)
     table = load_island_table(base).copy()
-    for cluster, price in gpu_prices(instance).items():
-        rows = table["cluster"] == cluster
-        table.loc[rows, "usd_per_hour"] = (table.loc[rows, "nodes"]
-                                           * table.loc[rows, "gpus_per_node"] * price)
+    prices = gpu_prices(instance)
+    for cluster in instance.clusters:
+        rows = table["cluster"] == cluster.name
+        if cluster.name in prices:
+            table.loc[rows, "usd_per_hour"] = (table.loc[rows, "nodes"]
+                                               * table.loc[rows, "gpus_per_node"]
+                                               * prices[cluster.name])
+        else:  # the table prices this cluster's islands: only its price_scale can change
+            ratio = cluster.price_scale / base.cluster(cluster.name).price_scale
+            table.loc[rows, "usd_per_hour"] = table.loc[rows, "usd_per_hour"] * ratio
     return table
 
 

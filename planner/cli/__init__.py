@@ -57,6 +57,9 @@ _COMMANDS: dict[str, tuple[str, str, str]] = {
     "islands": ("planner.cli.plan_cmd", "islands", "Build the per-island throughput/cost table."),
     "plan": ("planner.cli.plan_cmd", "plan", "Best deployment plan for one objective or query."),
     "pareto": ("planner.cli.plan_cmd", "pareto", "Exact cost-vs-time Pareto frontier of plans."),
+    "schema": ("planner.cli.schema_cmd", "schema",
+               "Print the JSON Schema of predict, memory, layout, plan or pareto output."),
+    "init": ("planner.cli.init_cmd", "init", "Write a commented starter instance YAML."),
 }
 
 

@@ -37,7 +37,7 @@ from planner.cli.common import (
     require_torch,
     verbose_bench_logs,
 )
-from planner.cli.recipe_opts import recipe_from_options, recipe_options
+from planner.cli.recipe_opts import recipe_from_options, recipe_options, refuse_unmeasurable
 
 logger = logging.getLogger(__name__)
 
@@ -186,6 +186,7 @@ def fsdp_cmd(space: str, out: Path, nproc: int, backend: str, link: str | None, 
 
     cases = load_cases(space)
     recipe = recipe_from_options(recipe_name, **recipe_flags)
+    refuse_unmeasurable(recipe, "bench")
     layout = recipe.parallel
     layout = layout if tp is None else replace(layout, tp=tp)
     layout = layout if dp_replicate is None else replace(layout, dp_replicate=dp_replicate)

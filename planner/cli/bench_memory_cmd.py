@@ -13,7 +13,7 @@ import click
 
 from perfmodel.bench import api_bench
 from planner.cli.common import emit_records, format_option, require_torch, verbose_bench_logs
-from planner.cli.recipe_opts import recipe_from_options, recipe_options
+from planner.cli.recipe_opts import recipe_from_options, recipe_options, refuse_unmeasurable
 
 
 @click.command("memory")
@@ -55,6 +55,7 @@ def memory_cmd(model: str | None, nodes: int, gpus_per_node: int, world_size: in
 
     require_torch()
     verbose_bench_logs()
+    refuse_unmeasurable(recipe_from_options(recipe_name, **flags), "bench memory")
     result = api_bench.run_memory_bench(api_bench.MemoryBenchRequest(
         model=model, nodes=nodes, gpus_per_node=gpus_per_node, world_size=world_size,
         seq_len=seq_len, micro_batch=micro_batch, accum=accum,

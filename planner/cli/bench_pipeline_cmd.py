@@ -25,7 +25,7 @@ from perfmodel.bench.pipeline import (
 from perfmodel.bench.pipeline_order import SOURCES, record_order_dataset
 from perfmodel.spec.paths import catalog_dir
 from planner.cli.common import emit_records, format_option, require_torch, verbose_bench_logs
-from planner.cli.recipe_opts import recipe_from_options, recipe_options
+from planner.cli.recipe_opts import recipe_from_options, recipe_options, refuse_unmeasurable
 
 
 @click.command("pipeline")
@@ -57,9 +57,10 @@ def pipeline_cmd(space: str, out: Path, nproc: int, backend: str, link: str | No
         raise click.UsageError("--backend nccl needs --link (the link between the stages).\n"
                                "To fix: pass --link with a name from catalogs/links.csv.")
     cases = load_cases(space)
+    recipe = recipe_from_options(recipe_name, **recipe_flags)
+    refuse_unmeasurable(recipe, "bench pipeline")
     settings = PipelineSettings(backend=backend, link=link or "gloo-loopback", dtype=dtype,
-                                iters=iters, warmup=warmup, threads=threads,
-                                recipe=recipe_from_options(recipe_name, **recipe_flags))
+                                iters=iters, warmup=warmup, threads=threads, recipe=recipe)
     run_pipeline(cases, out, settings, nproc=nproc, torchrun_args=torchrun_args)
     click.echo(f"{out}: {len(CsvLog(out, COLUMNS, KEY_COLUMNS).rows())} rows "
                f"({len(cases)} cases planned)")

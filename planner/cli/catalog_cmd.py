@@ -23,11 +23,13 @@ from planner.cli.common import (
     echo_does_not_fit,
     echo_wrapped,
     emit_compact,
+    emit_interval_table,
     emit_json,
     emit_mapping,
     emit_records,
     emit_table,
     format_option,
+    interval_options,
     terminal_width,
     wide_option,
 )
@@ -271,7 +273,7 @@ def _emit_memory(payload: dict[str, Any], fmt: str, *, wide: bool = False) -> No
         emit_json({"schema_version": SCHEMA_VERSION, **payload})
         return
     if fmt == "csv":
-        flat = {k: v for k, v in payload.items() if k != "breakdown_gib"}
+        flat = {k: v for k, v in payload.items() if k != "breakdown_gib"}  # lists: emit_mapping
         flat.update({f"{k}_gib": v for k, v in payload["breakdown_gib"].items()})
         emit_mapping(flat, "csv")
         return
@@ -322,6 +324,8 @@ def _emit_memory_answer(payload: dict[str, Any]) -> None:
     rows.append({"component": "peak", "GiB": format_number(peak), "% of peak": "100"})
     emit_compact(rows, width=terminal_width())
     click.echo("")
+    emit_interval_table(payload)
+    click.echo("")
     click.echo("every field: --wide or --format json")
 
 
@@ -339,10 +343,12 @@ def _emit_memory_answer(payload: dict[str, Any]) -> None:
 @layout_options
 @allow_oom_option()
 @wide_option()
+@interval_options
 @format_option()
 def memory(model_name: str, gpu_name: str, nodes: int, gpus_per_node: int, seq_len: int,
            micro_batch: int, accum_steps: int, recipe_name: str, allow_oom: bool, wide: bool,
-           fmt: str, **flags: Any) -> None:
+           fmt: str, interval_level: float | None, fit_probability: float | None,
+           **flags: Any) -> None:
     """Per-GPU memory of training MODEL (catalog name or config.json path) as the training
     recipe trains it (default torchtitan, FSDP over every GPU unless a layout is given), at
     k = --accum micro-steps. A peak beyond the GPU's usable memory exits 1 with the smallest
@@ -351,7 +357,8 @@ def memory(model_name: str, gpu_name: str, nodes: int, gpus_per_node: int, seq_l
         report = api.memory_report(api.WorkloadSpec(
             model_name=model_name, gpu_name=gpu_name, nodes=nodes, gpus_per_node=gpus_per_node,
             seq_len=seq_len, micro_batch=micro_batch, accum=accum_steps,
-            recipe=recipe_from_options(recipe_name, **flags)), allow_oom=allow_oom)
+            recipe=recipe_from_options(recipe_name, **flags)), allow_oom=allow_oom,
+            interval_level=interval_level, fit_probability=fit_probability)
     except api.DoesNotFitError as err:
         echo_does_not_fit(err.answer, fmt)
         raise

@@ -52,9 +52,17 @@ _WIDE_CONSOLE = 1000
 """Table width when stdout is not a terminal: wide enough that no cell is cut short."""
 DEFAULT_COLUMNS = 80
 """Width of the answer-first views when stdout is not a terminal and COLUMNS is unset."""
-SCHEMA_VERSION = 1
-"""`schema_version` of the JSON that `predict` and `memory` print (raised when a key changes
-meaning or goes; new keys do not raise it)."""
+SCHEMA_VERSION = 2
+"""`schema_version` of the JSON that `memory` and `layout` print (raised when a key changes
+meaning or goes; new keys do not raise it). 2 (issue 27): every figure gains `*_p10`, `*_p50`,
+`*_p90`, the record `p_fits`, `interval_group`, `interval_widened`, and `max_micro_batch` is the
+largest micro-batch that fits with `fit_probability` when `--fit-probability` is given. Their
+JSON Schemas are planner/schemas/*.schema.json (`shardmeter schema NAME`, checked against real
+outputs by tests/test_schemas.py)."""
+PREDICT_SCHEMA_VERSION = 3
+"""`schema_version` of `predict`'s JSON: 2 since its per-link `link_<name>_provenance` keys became
+one `link_provenance` list (issue 29), 3 with the interval keys and `max_micro_batch` at a fit
+probability (issue 27; also `memory_interval_*`) (CHANGELOG.md)."""
 
 
 def format_option(default: str = "table") -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -341,11 +349,14 @@ def emit_table(frame: pd.DataFrame, *, title: str | None = None, float_digits: i
 
 
 def emit_mapping(payload: dict[str, Any], fmt: str, *, title: str | None = None) -> None:
-    """Write one record: JSON object, one-row CSV, or a two-column key/value table."""
+    """Write one record: JSON object, one-row CSV (a list of strings as one '; '-joined cell,
+    other lists and mappings left out), or a two-column key/value table."""
     if fmt == "json":
         emit_json(payload)
     elif fmt == "csv":
-        flat = {k: v for k, v in payload.items() if not isinstance(v, dict | list)}
+        flat = {k: "; ".join(v) if isinstance(v, list) and all(isinstance(x, str) for x in v)
+                else v for k, v in payload.items()}  # a list of words: one cell ("" if empty)
+        flat = {k: v for k, v in flat.items() if not isinstance(v, dict | list)}
         import pandas as pd  # lazy: pandas costs about 0.25 s at startup; only CSV needs it here
 
         click.echo(pd.DataFrame([flat]).to_csv(index=False), nl=False)
@@ -369,6 +380,41 @@ def wide_option() -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     return click.option("--wide", is_flag=True, default=False,
                         help="Table format: every field, not just the answer and the columns "
                              "that matter.")
+
+
+def interval_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """`--interval L` (add `*_lo`/`*_hi` at level L beside the default p10/p90) and
+    `--fit-probability P` (`max_micro_batch` at probability P)."""
+    func = click.option("--fit-probability", type=float, default=None,
+                        help="Make max_micro_batch the largest micro-batch that fits with this "
+                             "probability (from the memory model's residuals), e.g. 0.95.")(func)
+    return click.option("--interval", "interval_level", type=float, default=None,
+                        help="Add *_lo/*_hi bounds and interval_level at this two-sided level "
+                             "(e.g. 0.9) beside the p10/p90 every figure carries.")(func)
+
+
+INTERVAL_FIGURES = (("step_time_s", "step (s)", 1.0), ("tokens_per_s_per_gpu", "tok/s/GPU", 1.0),
+                    ("mfu", "MFU %", 100.0), ("peak_gib", "peak GiB", 1.0),
+                    ("wall_time_s", "wall time (s)", 1.0), ("cost_usd", "cost ($)", 1.0))
+"""Headline figures of the p10 / p50 / p90 table: key, header, scale."""
+
+
+def emit_interval_table(record: Mapping[str, Any]) -> None:
+    """The headline figures' point and p10 / p50 / p90, the residual groups they come from, why
+    a band was widened and P(fits)."""
+    rows = [{"figure": header, "point": format_number(record[key] * scale),
+             **{q: format_number(record[f"{key}_{q}"] * scale) for q in ("p10", "p50", "p90")}}
+            for key, header, scale in INTERVAL_FIGURES if f"{key}_p10" in record]
+    if not rows:
+        return
+    groups = [record[k] for k in ("interval_group", "memory_interval_group") if k in record]
+    fits = (f"; P(fits) {format_number(100 * record['p_fits'], digits=3)} %"
+            if "p_fits" in record else "")
+    echo_wrapped(f"80 % band from the {' and '.join(groups)} residuals{fits}")
+    widened = [*record.get("interval_widened", []), *record.get("memory_interval_widened", [])]
+    if widened:
+        echo_wrapped("widened: " + "; ".join(widened))
+    emit_compact(rows, width=terminal_width())
 
 
 def allow_oom_option() -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -500,11 +546,14 @@ def compact_value(key: str, value: Any) -> str:
 def provenance_lines(record: Mapping[str, Any]) -> list[str]:
     """The profile a prediction rests on, and a one-line warning when its GPU's profile is the
     catalog prior (datasheet figures, no measurement or calibration)."""
-    links = [f"{key.removeprefix('link_').removesuffix('_provenance')} {value}"
-             for key, value in record.items()
-             if key.startswith("link_") and key.endswith("_provenance")]
+    links = [f"{item['link']} {item['provenance']}" for item in record.get("link_provenance", ())]
     lines = [f"profile {record['profile']} ({record['provenance']})"
              + (f"; links: {', '.join(links)}" if links else "")]
+    if record.get("active_params", 0) < record.get("total_params", 0):
+        lines.append(f"mixture of experts: {format_number(record['total_params'])} total, "
+                     f"{format_number(record['active_params'])} active parameters"
+                     + (f"; all-to-all: {record['all_to_all_provenance']}"
+                        if record.get("all_to_all_provenance") else ""))
     if record["provenance"] == "prior":
         lines.append(prior_warning(str(record["gpu"])))
     return lines

@@ -2,6 +2,7 @@
 
     shardmeter fit compute DATA.csv -o PROFILE.yaml [--hardware GPU] [--base PROFILE]
     shardmeter fit comm    DATA.csv -o PROFILE.yaml [--hardware GPU] [--base PROFILE] [--backend B]
+    shardmeter fit calibrate --runs RUNS.csv --gpu GPU -o PROFILE.yaml   (perfmodel.api.user_runs)
     shardmeter validate PROFILE [DATA.csv] [--comm COMM.csv] [--format table|json|csv]
 
 `fit` writes a measured profile. It starts from --base, else from the output file when it exists
@@ -35,6 +36,7 @@ import click
 import pandas as pd
 
 from perfmodel.api import fit as api_fit
+from perfmodel.api import user_runs as api_user_runs
 from perfmodel.costs.comm import BACKENDS
 from perfmodel.numbers import format_number
 from planner.cli.common import (
@@ -93,6 +95,37 @@ def fit_compute(data: str, output: str, hardware: str | None, base: str | None, 
                err=True)
     _emit_fit(result.records, fmt, wide=wide, title=f"compute fit -> {output}",
               answer=f"fitted compute ({', '.join(result.fitted)}) into {output}")
+
+
+@fit.command("calibrate")
+@click.option("--runs", "runs", required=True, type=click.Path(dir_okay=False),
+              help="CSV of your own runs: model (catalog name, config.json path or a published "
+                   "MPT model), gpu, nodes, gpus_per_node, seq_len, micro_batch, grad_accum, "
+                   "activation_checkpointing, tokens_per_s_per_gpu or step_time_s; optional tp, "
+                   "pp (1 only), pure_bf16.")
+@click.option("--gpu", required=True, help="Catalog GPU to calibrate (rows of other GPUs are "
+                                           "left out).")
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
+              help="Profile YAML to write (provenance calibrated).")
+@click.option("--name", default=None, help="Profile name [default: output file stem].")
+@format_option()
+def fit_calibrate_cmd(runs: str, gpu: str, output: str, name: str | None, fmt: str) -> None:
+    """Refit a GPU's calibrated profile on your own runs (the shipped calibration's least squares
+    and leave-one-model-size-out cross-validation); prints the CV MAPE."""
+    result = api_user_runs.calibrate_from_runs(api_user_runs.CalibrateRunsRequest(
+        runs_path=runs, gpu=gpu, output_path=output, name=name))
+    summary = result.calibration.summary()
+    source = result.profile.provenance_detail["source"]
+    click.echo(f"wrote {output} (provenance: calibrated, {source}); "
+               f"CV MAPE {summary['cv_mape_pct']:.2f} % (leave one model size out), in-sample "
+               f"{summary['fit_mape_pct']:.2f} %, prior {summary['prior_mape_pct']:.2f} %",
+               err=True)
+    if fmt == "json":
+        emit_json({"profile": output, **summary, "params": result.calibration.params.as_dict(),
+                   "runs": result.records})
+        return
+    emit_records(result.records, fmt, title=f"calibration on {runs} -> {output} "
+                                             f"(CV MAPE {summary['cv_mape_pct']:.2f} %)")
 
 
 @fit.command("comm")

@@ -12,6 +12,7 @@ from perfmodel import api
 from perfmodel.api.layout import DEFAULT_TOP, LayoutRequest, explain, rank_layouts
 from perfmodel.numbers import format_number, format_percent
 from planner.cli.common import (
+    SCHEMA_VERSION,
     CheckpointParam,
     echo_wrapped,
     emit_compact,
@@ -42,6 +43,8 @@ def short_layout(layout: dict[str, Any]) -> str:
     if layout["dp_replicate"] > 1:
         parts.append(f"rep{layout['dp_replicate']}")
     parts.append(f"dp{layout['dp_shard']}")
+    if layout.get("ep", 1) > 1:
+        parts.append(f"ep{layout['ep']}")
     if layout["tp"] > 1 and layout["sequence_parallel"]:
         parts.append("+sp")
     return " ".join(parts)
@@ -75,6 +78,8 @@ def _compact_row(entry: dict[str, Any]) -> dict[str, str]:
                    "full).")
 @click.option("--max-tp", type=int, default=None, help="Largest tensor-parallel degree.")
 @click.option("--max-pp", type=int, default=None, help="Largest pipeline degree.")
+@click.option("--max-ep", type=int, default=None,
+              help="Largest expert-parallel degree (mixture-of-experts models).")
 @click.option("--explain", "named", default=None, metavar="LAYOUT",
               help="Where a layout ranks and what beating the best takes, e.g. "
                    "tp=8,pp=16,dp_shard=128,v=4,ac=none.")
@@ -84,11 +89,12 @@ def _compact_row(entry: dict[str, Any]) -> dict[str, str]:
 @format_option()
 def layout(model_name: str, gpu_name: str, nodes: int, gpus_per_node: int, seq_len: int,
            global_batch: int, top: int, ac_modes: tuple[str, ...], max_tp: int | None,
-           max_pp: int | None, named: str | None, profile_name: str | None, wide: bool,
-           fmt: str, recipe_name: str, **flags: Any) -> None:
-    """Rank the layouts (tp, pp, cp, HSDP, schedule, checkpointing, micro-batch) of one island
-    of MODEL for a global batch, by throughput."""
-    parallel = {k: v for k, v in (("max_tp", max_tp), ("max_pp", max_pp)) if v is not None}
+           max_pp: int | None, max_ep: int | None, named: str | None,
+           profile_name: str | None, wide: bool, fmt: str, recipe_name: str, **flags: Any) -> None:
+    """Rank the layouts (tp, pp, cp, HSDP, ep, schedule, checkpointing, micro-batch) of one
+    island of MODEL for a global batch, by throughput."""
+    parallel = {k: v for k, v in (("max_tp", max_tp), ("max_pp", max_pp), ("max_ep", max_ep))
+                if v is not None}
     request = LayoutRequest(
         workload=api.WorkloadSpec(model_name=model_name, gpu_name=gpu_name, nodes=nodes,
                                   gpus_per_node=gpus_per_node, seq_len=seq_len,
@@ -99,16 +105,18 @@ def layout(model_name: str, gpu_name: str, nodes: int, gpus_per_node: int, seq_l
     if named is not None:
         result = explain(request, named)
         if fmt == "json":
-            emit_json({"rank": result.rank, "of": result.of, "gap_pct": result.gap_pct,
-                       "layout": result.entry, "best": result.best, "explanation": result.lines})
+            emit_json({"schema_version": SCHEMA_VERSION, "rank": result.rank, "of": result.of,
+                       "gap_pct": result.gap_pct, "layout": result.entry, "best": result.best,
+                       "explanation": result.lines})
             return
         for line in result.lines:
             echo_wrapped(line)
         return
     ranking = rank_layouts(request)
     if fmt == "json":
-        emit_json({"layouts": ranking.entries, "ranked": ranking.total,
-                   "considered": ranking.candidates, "rejected": ranking.rejected})
+        emit_json({"schema_version": SCHEMA_VERSION, "layouts": ranking.entries,
+                   "ranked": ranking.total, "considered": ranking.candidates,
+                   "rejected": ranking.rejected})
         return
     frame = pd.DataFrame(ranking.entries)
     if fmt == "csv":

@@ -2,7 +2,8 @@
 
 Every flag defaults to None: a flag that is set wins; otherwise a value a recipe file sets
 (anything other than `OuterRecipe`'s default) is kept; otherwise the command's historical default
-applies (`predict --strategy diloco` H = 100; Streaming DiLoCo F = 3, τ = 2, H = F·τ), so the
+applies (`predict --strategy diloco` and `streaming-diloco` H = 100; Streaming DiLoCo F = 3, τ = 2;
+the `streaming` tuner H = F·τ), so the
 commands behave as before unless told otherwise.
 """
 

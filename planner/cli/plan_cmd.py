@@ -77,6 +77,11 @@ def _solver_options(func: Callable[..., Any]) -> Callable[..., Any]:
                      help="Plan on expected values under failures, spot preemptions, "
                           "checkpoints, egress and billing (as an instance's failures: section; "
                           "catalogs/reliability/). Caps then apply to expected values."),
+        click.option("--quantile", type=float, default=None, metavar="Q",
+                     help="Plan on Q-quantiles (0 < Q < 1, e.g. 0.9): time, cost and the caps "
+                          "are those that hold with probability Q under the comonotone "
+                          "per-provenance error model of catalogs/uncertainty/residuals.csv "
+                          "(planner.model.uncertainty)."),
     ]
     for option in reversed(options):
         func = option(func)
@@ -103,9 +108,13 @@ def islands(instance_path: Path, output: Path | None, fmt: str) -> None:
 
 
 _VARY_HELP = ("What-if: PATH=V1,V2,... into the instance (clusters.A.wan_gbit_s, "
-              "training.inner_steps, clusters.B.price.tier, clusters.A.max_nodes_per_island, "
-              "...); repeatable (all combinations). Each scenario is solved, every plan scored "
+              "training.inner_steps, clusters.B.price.tier, clusters.A.price_scale (0.7: 30% "
+              "cheaper), gpu.H100-SXM5-80GB.price_scale (every cluster of that GPU), ...); "
+              "repeatable (all combinations). Each scenario is solved, every plan scored "
               "under every scenario with its regret; scenarios run in parallel.")
+_SCENARIO_HELP = ("A linked what-if: one named scenario setting several paths together, e.g. "
+                  "cheap-h100:clusters.A.price_scale=0.7,clusters.B.price_scale=0.7; "
+                  "repeatable (with base, one axis, crossed with --vary).")
 
 
 def _refuse_solver_flags(solve: dict[str, Any]) -> None:
@@ -129,6 +138,8 @@ def _energy_options(func: Callable[..., Any]) -> Callable[..., Any]:
 @click.command("pareto")
 @click.argument("instance_paths", metavar="INSTANCE...", nargs=-1, required=True, type=_INSTANCE)
 @click.option("--vary", "vary", multiple=True, metavar="PATH=V1,V2,...", help=_VARY_HELP)
+@click.option("--scenario", "scenario", multiple=True, metavar="NAME:PATH=V,PATH=V,...",
+              help=_SCENARIO_HELP)
 @click.option("--objectives", type=click.Choice(api.FRONTIER_OBJECTIVES), default="time,cost",
               show_default=True,
               help="The two objectives of the frontier (energy/CO2: the exact energy DP).")
@@ -147,14 +158,16 @@ def _energy_options(func: Callable[..., Any]) -> Callable[..., Any]:
 @format_option()
 @wide_option()
 @_verbose_option
-def pareto(instance_paths: tuple[Path, ...], vary: tuple[str, ...], output: Path | None,
+def pareto(instance_paths: tuple[Path, ...], vary: tuple[str, ...], scenario: tuple[str, ...],
+           output: Path | None,
            plot: Path | None, fmt: str, objectives: str, max_co2_kg: float | None,
            max_energy_kwh: float | None, min_gain: float, wide: bool, verbose: bool,
            **solve: Any) -> None:
     """The exact cost-time Pareto frontier of INSTANCE (one or several files; what-ifs with
     --vary)."""
     _refuse_solver_flags(solve)
-    request = api.FrontierRequest(instance_paths=instance_paths, vary=vary, objectives=objectives,
+    request = api.FrontierRequest(instance_paths=instance_paths, vary=vary, scenario=scenario,
+                                  objectives=objectives,
                                   max_co2_kg=max_co2_kg, max_energy_kwh=max_energy_kwh,
                                   csv_path=output, plot_path=plot, min_gain=min_gain,
                                   options=api.SolveOptions(**solve))
@@ -193,6 +206,8 @@ def _islands(records: list[dict[str, Any]]) -> Any:
 @click.command("plan")
 @click.argument("instance_paths", metavar="INSTANCE...", nargs=-1, required=True, type=_INSTANCE)
 @click.option("--vary", "vary", multiple=True, metavar="PATH=V1,V2,...", help=_VARY_HELP)
+@click.option("--scenario", "scenario", multiple=True, metavar="NAME:PATH=V,PATH=V,...",
+              help=_SCENARIO_HELP)
 @click.option("--objective", type=click.Choice(api.OBJECTIVES), default="time",
               show_default=True,
               help="time: fastest plan (ties → cheaper); cost: cheapest plan (ties → faster); "
@@ -205,7 +220,8 @@ def _islands(records: list[dict[str, Any]]) -> Any:
 @format_option()
 @wide_option()
 @_verbose_option
-def plan(instance_paths: tuple[Path, ...], vary: tuple[str, ...], objective: str,
+def plan(instance_paths: tuple[Path, ...], vary: tuple[str, ...], scenario: tuple[str, ...],
+         objective: str,
          min_throughput_fraction: float | None, fmt: str, max_co2_kg: float | None,
          max_energy_kwh: float | None, wide: bool, verbose: bool, **solve: Any) -> None:
     """One plan of INSTANCE: fastest, cheapest, least CO2/energy, or cheapest near the best
@@ -216,7 +232,8 @@ def plan(instance_paths: tuple[Path, ...], vary: tuple[str, ...], objective: str
                       "(the query is the cheapest plan near the best throughput)",
                       fix="drop --objective time, or use --objective co2 or energy (least of "
                           "that near the best throughput).")
-    request = api.QueryRequest(instance_paths=instance_paths, vary=vary, objective=objective,
+    request = api.QueryRequest(instance_paths=instance_paths, vary=vary, scenario=scenario,
+                               objective=objective,
                                min_throughput_fraction=min_throughput_fraction,
                                max_co2_kg=max_co2_kg, max_energy_kwh=max_energy_kwh,
                                options=api.SolveOptions(**solve))
@@ -272,6 +289,7 @@ def _frontier_view(result: api.FrontierResult, *, min_gain: float, verbose: bool
     _answer_line("fastest", fast, second)
     _answer_line("cheapest" if metric == "cost" else f"least {metric}", least, second)
     _profile_lines(report.gpu_profiles(result.solved.instance, report._gpus_of(records)))
+    _quantile_line(result.meta)
     click.echo("")
     click.echo(f"{result.title} ({len(records)} points; {_solve_line(result.meta)})")
     names = _cluster_names(records)
@@ -350,6 +368,13 @@ def _profile_lines(profiles: list[dict[str, str]]) -> None:
                      "are estimates")
 
 
+def _quantile_line(record: dict[str, Any]) -> None:
+    """A plan on quantiles (--quantile) says so, with its error model, right after the answer."""
+    if record.get("quantile") is not None:
+        echo_wrapped(f"quantile {format_number(float(record['quantile']))} time and cost: "
+                     f"{record.get('error_model', '')}")
+
+
 def _solve_line(meta: dict[str, Any]) -> str:
     """'exact, dp, 0.4 s' (or 'NOT proven exact')."""
     exact = "exact" if meta.get("proven_exact") else "NOT proven exact"
@@ -400,6 +425,7 @@ def _plan_view(result: api.PlanAnswer, *, verbose: bool) -> None:
     for group in record["island_groups"]:
         echo_wrapped("  " + group["description"], indent="    ")
     _profile_lines(report.gpu_profiles(result.solved.instance, report._gpus_of([record])))
+    _quantile_line(record)
     click.echo("")
     emit_compact([{"n": str(g["count"]), "cluster": g["cluster"], "GPU": g["gpu_type"],
                    "nodes×GPUs": f"{g['nodes']}×{g['gpus_per_node']}",

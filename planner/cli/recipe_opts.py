@@ -14,11 +14,13 @@ from typing import Any
 
 import click
 
+from perfmodel.spec.errors import UserInputError
 from perfmodel.spec.inputs import load_yaml
 from perfmodel.spec.layout import PP_SCHEDULES
 from perfmodel.spec.recipe import (
     ACCUM_MODES,
     ATTENTION_KERNELS,
+    COMPUTE_DTYPES,
     DTYPES,
     LOSS_MODES,
     TrainingRecipe,
@@ -27,10 +29,11 @@ from perfmodel.spec.recipe import (
 )
 from planner.cli.common import CheckpointParam
 
-RECIPE_FLAG_FIELDS = ("ac", "accum_mode", "param_dtype", "reduce_dtype", "attention", "loss")
+RECIPE_FLAG_FIELDS = ("ac", "accum_mode", "param_dtype", "reduce_dtype", "attention", "loss",
+                      "compute_dtype", "fp8_all_gather", "compile")
 """Keyword names the options below pass to the command, in `TrainingRecipe` field names."""
 LAYOUT_FLAG_FIELDS = ("tp", "pp", "dp_replicate", "cp", "virtual_stages", "pp_schedule",
-                      "sequence_parallel", "async_tp")
+                      "sequence_parallel", "async_tp", "ep")
 """Keyword names of the layout options, in `ParallelLayout` field names (dp_shard is what the
 other degrees leave of the island's GPUs)."""
 
@@ -57,6 +60,9 @@ def layout_option_list() -> list[Callable[..., Any]]:
         click.option("--async-tp/--no-async-tp", "async_tp", default=None,
                      help="Overlap tensor-parallel collectives with matmuls (CUDA async TP; "
                           "default: the recipe's, else off)."),
+        click.option("--ep", type=int, default=None,
+                     help="Expert-parallel degree of a mixture-of-experts model: ranks borrowed "
+                          "from dp_shard x cp (default: the recipe's, else 1)."),
     ]
 
 
@@ -83,6 +89,16 @@ def recipe_option_list(*, ac: bool = True) -> list[Callable[..., Any]]:
                      help="Attention kernel (default: the recipe's)."),
         click.option("--loss", type=click.Choice(LOSS_MODES), default=None,
                      help="Loss computation (default: the recipe's)."),
+        click.option("--compute-dtype", type=click.Choice(COMPUTE_DTYPES), default=None,
+                     help="Dtype of the block linears' matmuls: bf16 or a torchao float8 recipe "
+                          "(a prior; refused on GPUs without FP8, e.g. A100; default: the "
+                          "recipe's, else bf16)."),
+        click.option("--fp8-all-gather/--no-fp8-all-gather", "fp8_all_gather", default=None,
+                     help="FSDP all-gather of the linears' weights in float8 (needs an fp8 "
+                          "--compute-dtype; default: the recipe's, else off)."),
+        click.option("--compile/--no-compile", "compile", default=None,
+                     help="torch.compile (a sourced prior speed effect; default: the recipe's, "
+                          "else off)."),
     ]
     if ac:
         options.insert(1, click.option("--ac", type=CheckpointParam(), default=None,
@@ -115,3 +131,15 @@ def recipe_from_options(recipe_name: str, **flags: Any) -> TrainingRecipe:
     """The recipe named by `--recipe` with the per-field flags that were set applied."""
     overrides = {k: flags.get(k) for k in RECIPE_FLAG_FIELDS + LAYOUT_FLAG_FIELDS}
     return load_recipe(recipe_name).with_overrides(**overrides)
+
+
+def refuse_unmeasurable(recipe: TrainingRecipe, command: str) -> None:
+    """UserInputError (exit 2) when a benchmark command is asked for FP8 or torch.compile,
+    which its CPU workers do not run (they would measure bf16/fp32 eager and label it FP8)."""
+    if recipe.compute_dtype != "bf16" or recipe.fp8_all_gather or recipe.compile:
+        raise UserInputError(f"{command}: --compute-dtype {recipe.compute_dtype} / "
+                             f"--fp8-all-gather {recipe.fp8_all_gather} / --compile "
+                             f"{recipe.compile} cannot be measured by the CPU benchmark workers",
+                             hint="drop --compute-dtype, --fp8-all-gather and --compile (FP8 has "
+                                  "no CPU ground truth; torch.compile on CPU is measured by "
+                                  "python -m scripts.measure_compile_cpu).")

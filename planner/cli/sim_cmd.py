@@ -25,18 +25,20 @@ from perfmodel.sim import trace
 from perfmodel.spec.errors import UserInputError
 from perfmodel.spec.inputs import check_limit
 from planner.cli.common import (
-    SCHEMA_VERSION,
+    PREDICT_SCHEMA_VERSION,
     CheckpointParam,
     allow_oom_option,
     compact_value,
     echo_does_not_fit,
     echo_wrapped,
     emit_compact,
+    emit_interval_table,
     emit_json,
     emit_mapping,
     emit_records,
     emit_table,
     format_option,
+    interval_options,
     prior_warning,
     provenance_lines,
     refuse_unused,
@@ -120,7 +122,8 @@ def _strategy_options(func: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--islands", type=int, default=None,
                      help="Islands M (default 1 for fsdp, else 2)."),
         click.option("--inner-steps", type=int, default=None,
-                     help="DiLoCo H (default: the recipe's, else 100; streaming: F·τ)."),
+                     help="DiLoCo H (default: the recipe's, else 100, for diloco and "
+                          "streaming-diloco alike)."),
         *_wan_options(),
         click.option("--fragments", type=int, default=None,
                      help="Streaming DiLoCo fragments F (default: the recipe's, else 3)."),
@@ -207,7 +210,7 @@ def _emit_prediction(p: api.Prediction, payload: dict[str, Any], fmt: str, *, wi
     """JSON / CSV / the full table (`--wide`) as before; else the answer first: the answer
     sentence, the profile it rests on, the columns that matter."""
     if fmt == "json":
-        emit_json({"schema_version": SCHEMA_VERSION, **payload})
+        emit_json({"schema_version": PREDICT_SCHEMA_VERSION, **payload})
         return
     if fmt != "table" or wide:
         emit_mapping(payload, fmt, title=title)
@@ -223,6 +226,8 @@ def _emit_prediction(p: api.Prediction, payload: dict[str, Any], fmt: str, *, wi
         echo_wrapped(str(payload["outer"]))
     click.echo("")
     emit_compact([_prediction_row(record)], width=terminal_width())
+    click.echo("")
+    emit_interval_table(record)
     click.echo("")
     click.echo("every field: --wide or --format json")
 
@@ -271,12 +276,14 @@ def _failure_spec(enabled: bool, values: dict[str, Any]) -> api.FailureSpec | No
 @allow_oom_option()
 @wide_option()
 @_failure_options
+@interval_options
 @format_option()
 def predict(model_name: str, gpu_name: str, nodes: int, gpus_per_node: int, seq_len: int,
             micro_batch: int, accum: int, ac: str, profile_name: str | None, strategy: str,
             islands: int | None, inner_steps: int, wan_gbit_s: float, wan_latency_ms: float,
             dtype: str, fragments: int, delay: int, allow_oom: bool, wide: bool, fmt: str,
-            recipe_name: str, failures: bool, **recipe_flags: Any) -> None:
+            recipe_name: str, failures: bool, interval_level: float | None,
+            fit_probability: float | None, **recipe_flags: Any) -> None:
     """Predict one training step of MODEL: time, throughput, MFU, memory and what bounds it
     (with --failures: the run's expected goodput, wall time and cost). A configuration whose
     peak exceeds the GPU's usable memory exits 1 with the smallest fix that fits (computed),
@@ -291,7 +298,8 @@ def predict(model_name: str, gpu_name: str, nodes: int, gpus_per_node: int, seq_
                         _outer_spec(strategy, islands=islands, inner_steps=inner_steps,
                                     fragments=fragments, delay=delay, dtype=dtype,
                                     wan_gbit_s=wan_gbit_s, wan_latency_ms=wan_latency_ms,
-                                    flags=recipe_flags), failure, allow_oom=allow_oom)
+                                    flags=recipe_flags), failure, allow_oom=allow_oom,
+                        interval_level=interval_level, fit_probability=fit_probability)
     except api.DoesNotFitError as err:
         echo_does_not_fit(err.answer, fmt)
         raise

@@ -5,7 +5,16 @@ field path, the offending value, and a "To fix:" hint. The island table the plan
 (`load_island_table`, DESIGN §3) lives in `planner.model.island_table` and is re-exported here.
 
 `strategy: fsdp` means one island (max_islands is forced to 1, σ = 0). `streaming-diloco` is
-planned with the same blocking σ formula as `diloco` for now (an upper bound on its sync cost).
+refused with its reason (ConfigError, exit 2): the planner prices DiLoCo's blocking sync σ only,
+and planning a streaming run by it would silently report DiLoCo's times under streaming's name;
+`shardmeter streaming` tunes Streaming DiLoCo and `strategy: diloco` plans the blocking bound
+(tests/test_price_scenarios.py).
+
+`price_scale` multiplies every price of a cluster (its own, its alternatives', its per-size list
+prices), whether listed (`price:`) or explicit, so "what if H100s were 30 % cheaper?" is
+`--vary clusters.X.price_scale=0.7` (`gpu.NAME.price_scale` for every cluster of a GPU type,
+`planner.analysis.scenarios`). A CSV island table is priced at the unscaled prices it was written
+for and its rows are scaled on loading (`planner.model.island_table.load_island_table`).
 """
 
 from __future__ import annotations
@@ -62,7 +71,10 @@ Dtype = Literal["fp32", "bf16", "int8", "fp4"]
 
 class _Strict(BaseModel):
     # NaN/inf are never a valid size, price or latency; YAML's true/false are never numbers.
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    # attribute docstrings become field descriptions: docs/INSTANCE.md is generated from them
+    # (scripts/make_instance_doc.py)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False,
+                              use_attribute_docstrings=True)
 
     @field_validator("*", mode="before")
     @classmethod
@@ -104,8 +116,11 @@ class PriceRef(_Strict):
     """A reference into the price lists (`catalogs/prices/`)."""
 
     provider: str = Field(min_length=1)
+    """Provider as the price lists name it (`shardmeter catalog prices`), e.g. Lambda."""
     tier: Tier = "on-demand"
+    """Price tier: on-demand, spot (preemptible) or community."""
     as_of: str | None = None
+    """Date of the price list, YYYY-MM-DD (default: the newest list of that provider)."""
     per_instance_size: bool = False
     """Price an island of g GPUs per node at the list's per-GPU price for a g-GPU instance when
     the list has that size (e.g. a 1-GPU slice at its own rate, not the 8-GPU one)."""
@@ -124,14 +139,21 @@ class PriceRef(_Strict):
 
 
 class Training(_Strict):
-    """What is trained and how (DESIGN §3 symbols in comments)."""
+    """What is trained and how (S, B, D, H: the planner's symbols, in the comments)."""
 
     seq_len: int = Field(gt=0)  # S
+    """Sequence length S, tokens."""
     global_batch_seqs: int = Field(gt=0)  # B
+    """Global batch B: sequences per (inner) optimizer step over all islands."""
     train_tokens: float = Field(gt=0)  # D
+    """Tokens D to train on; wall time and cost scale with it."""
     strategy: Strategy = "diloco"
+    """fsdp (one island), diloco (islands sync pseudo-gradients every H inner steps);
+    streaming-diloco is refused by the planner (`shardmeter streaming` tunes it)."""
     inner_steps: int | None = Field(default=None, gt=0)  # H
+    """DiLoCo H: inner steps between outer syncs (default 1: every step; ignored for fsdp)."""
     pseudo_gradient_dtype: Dtype = "fp32"
+    """Data type of the pseudo-gradients sent between islands (bytes per parameter on the WAN)."""
     activation_checkpointing: str | tuple[str, ...] = "op-sac"
     """A checkpointing policy: none, full, op-sac, attn or layer:N (`selective` reads as op-sac),
     or a list of them for the planner to choose from per island (the island table then has an
@@ -142,8 +164,13 @@ class Training(_Strict):
     wins."""
     parallel: dict[str, Any] | None = None
     """Parallel layouts the island tables may use: pinned degrees (`tp: 8`), limits (`max_tp`,
-    `max_pp`), schedules (`schedules: [1f1b]`), ...; passed through untouched to the performance
-    model, which validates it (None: its default, plain FSDP)."""
+    `max_pp`), schedules (`schedules: [1f1b]`), `compute_dtype`, ...; passed through untouched to
+    the performance model, which validates it (None: its default, plain FSDP)."""
+    compute_dtype: str | list[str] | None = None
+    """The block linears' matmul dtype (bf16, fp8-tensorwise, fp8-rowwise, mxfp8): one value
+    pins it (as `recipe: {compute_dtype: ...}` would), a list lets the planner choose per island
+    (GPUs without FP8 keep only bf16); validated by the performance model. FP8 figures are
+    priors (no GPU measured them)."""
 
     @field_validator("activation_checkpointing", mode="before")
     @classmethod
@@ -209,14 +236,28 @@ class Cluster(_Strict):
         return None if value is None else _not_blank(value)
 
     name: str = Field(min_length=1)
+    """Cluster name (unique in the file); plans and `--vary clusters.NAME....` use it."""
     gpu: str = Field(min_length=1)
+    """Catalog GPU type (`shardmeter catalog gpus`), e.g. H100-SXM5-80GB."""
     num_nodes: int = Field(gt=0)
+    """Nodes available to rent."""
     gpus_per_node: int = Field(gt=0)
+    """GPUs per node."""
     allowed_gpus_per_node: tuple[int, ...] | None = None
+    """GPUs per node an island may use (default: the powers of two below gpus_per_node, and
+    gpus_per_node)."""
     price_usd_per_gpu_hour: float | None = Field(default=None, gt=0)
+    """Your own price, USD per GPU-hour (give this or `price:`, or neither when islands_table
+    prices the islands)."""
     price: PriceRef | None = None
+    """A dated list price from catalogs/prices/ (instead of price_usd_per_gpu_hour)."""
+    price_scale: float = Field(default=1.0, gt=0, le=1000)
+    """Multiplier on every price of this cluster (own price, list price, alternatives), e.g.
+    0.7 for 30 % cheaper: a what-if (`--vary clusters.NAME.price_scale=0.7`); 1 = as priced."""
     wan_gbit_s: float | None = Field(default=None, gt=0)
+    """WAN uplink of the site for DiLoCo syncs between clusters, Gbit/s (required unless fsdp)."""
     wan_latency_ms: float | None = Field(default=None, ge=0)
+    """WAN latency, ms (default 0)."""
     fabric_gbit_s: float | None = Field(default=None, gt=0)
     """Inter-node fabric bandwidth per node for a sync among islands of this cluster alone
     (default: the GPU's catalog inter-node link x NICs per node; the WAN when unknown)."""
@@ -295,21 +336,34 @@ class Limits(_Strict):
     """Optional caps on every plan."""
 
     max_islands: int | None = Field(default=None, gt=0)
+    """Most islands in a plan (fsdp: always 1)."""
     max_gpus: int | None = Field(default=None, gt=0)
+    """Most GPUs in a plan."""
     budget_usd: float | None = Field(default=None, gt=0)
+    """Most a plan may cost, USD."""
     deadline_hours: float | None = Field(default=None, gt=0)
+    """Longest a plan may take, hours."""
 
 
 class Instance(_Strict):
-    """A planner instance (see module docstring and DESIGN §3)."""
+    """A planner instance: the model, how it is trained, the clusters to plan on, and caps."""
 
     name: str = Field(min_length=1)
+    """Name of the instance; it labels the outputs."""
     model: str = Field(min_length=1)
+    """Catalog model (`shardmeter catalog models`) or a config.json path (relative to this
+    file)."""
     training: Training
+    """What is trained and how."""
     clusters: tuple[Cluster, ...] = Field(min_length=1)
+    """Node pools islands are carved from (at least one)."""
     limits: Limits = Limits()
+    """Caps on every plan."""
     islands_table: str | None = None
+    """A CSV island table (relative to this file) instead of building it with the performance
+    model (columns: README / planner.model.island_table.TABLE_COLUMNS)."""
     parameters: int | None = Field(default=None, gt=0)
+    """Parameters exchanged between islands (default: the model's count)."""
     failures: Failures | None = None
     """Expected values under failures, preemptions and the full bill (None: off, as today)."""
 
@@ -421,17 +475,20 @@ def catalog_price(ref: PriceLookup) -> float:
     return price_usd_per_gpu_hour(ref.provider, ref.gpu, ref.tier, ref.as_of)
 
 
-def gpu_prices(instance: Instance, resolve_price: PriceResolver | None = None) -> dict[str, float]:
-    """USD per GPU-hour of every cluster, resolving `price:` references."""
+def gpu_prices(instance: Instance, resolve_price: PriceResolver | None = None, *,
+               scaled: bool = True) -> dict[str, float]:
+    """USD per GPU-hour of every cluster, resolving `price:` references, times the cluster's
+    `price_scale` (`scaled=False`: as listed, the prices a CSV island table is written for)."""
     resolver = resolve_price or catalog_price
     out = {}
     for cluster in instance.clusters:
+        scale = cluster.price_scale if scaled else 1.0
         if cluster.price_usd_per_gpu_hour is not None:
-            out[cluster.name] = cluster.price_usd_per_gpu_hour
+            out[cluster.name] = cluster.price_usd_per_gpu_hour * scale
         elif cluster.price is not None:
             ref = PriceLookup(provider=cluster.price.provider, gpu=cluster.gpu,
                               tier=cluster.price.tier, as_of=cluster.price.as_of)
-            out[cluster.name] = float(resolver(ref))
+            out[cluster.name] = float(resolver(ref)) * scale
     return out
 
 
@@ -451,7 +508,7 @@ def alternative_prices(instance: Instance,
                                                    as_of=cluster.price.as_of)))
             else:  # caught by _check_semantics
                 continue
-            out.setdefault(cluster.name, {})[alt.tier] = price
+            out.setdefault(cluster.name, {})[alt.tier] = price * cluster.price_scale
     return out
 
 
@@ -549,6 +606,13 @@ def _check_semantics(instance: Instance, path: Path) -> None:
              f"{batch_tokens:,} tokens): the run would be shorter than one step",
              f"set train_tokens >= {batch_tokens:,}, or lower global_batch_seqs.")
     _check_recipe_outer(instance, fail)
+    if training.strategy == "streaming-diloco":
+        fail("training.strategy", training.strategy,
+             "the planner does not model Streaming DiLoCo: it prices DiLoCo's blocking outer "
+             "sync only, so a plan would show DiLoCo's times under streaming's name",
+             "plan with `strategy: diloco` (its blocking sync bounds a streaming run's from "
+             "above), and tune the streaming schedule of the chosen islands with `shardmeter "
+             "streaming` (or `shardmeter predict --strategy streaming-diloco`).")
     names: set[str] = set()
     for i, c in enumerate(instance.clusters):
         where = f"clusters[{i}]"
@@ -573,7 +637,8 @@ def _check_semantics(instance: Instance, path: Path) -> None:
             fail(f"{where}.price_usd_per_gpu_hour", c.price_usd_per_gpu_hour,
                  "give exactly one of price_usd_per_gpu_hour and price (or neither when "
                  "islands_table prices the islands)",
-                 "set `price_usd_per_gpu_hour: 3.59` or `price: {provider: ..., tier: on-demand}`.")
+                 "set `price_usd_per_gpu_hour: 3.59` or `price: {provider: ..., tier: on-demand}` "
+                 "(a what-if on a price: `--vary clusters.NAME.price_scale=0.7`, listed or not).")
         if c.region is not None:
             _check_region(f"{where}.region", c.region, fail)
         tiers = [c.tier]
@@ -808,5 +873,6 @@ def size_prices(instance: Instance) -> dict[str, dict[int, float]]:
                 continue
             if r.gpus_per_node not in best or r.as_of > best[r.gpus_per_node].as_of:
                 best[r.gpus_per_node] = r
-        out[cluster.name] = {size: r.usd_per_gpu_hour for size, r in best.items()}
+        out[cluster.name] = {size: r.usd_per_gpu_hour * cluster.price_scale
+                             for size, r in best.items()}
     return out

@@ -29,7 +29,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from perfmodel.facts import LIMITS, cap_message, check_limit, get_gpu, read_text, short_repr
+from perfmodel.facts import (
+    LIMITS,
+    PROVENANCES,
+    cap_message,
+    check_limit,
+    get_gpu,
+    read_text,
+    short_repr,
+)
 from perfmodel.spec.errors import (
     CatalogError,
     InstanceError,
@@ -73,10 +81,12 @@ micro_batch: the row key)."""
 LAYOUT_COLUMNS = (*VARIANT_COLUMNS, *ACCUM_COLUMNS)
 """Optional layout and checkpointing columns (absent: plain FSDP with the instance's mode)."""
 OPTIONAL_COLUMNS = ("memory_accum_gib", "accum_fits", *ENERGY_COLUMNS, *LAYOUT_COLUMNS,
-                    *IDENTITY_COLUMNS)
+                    *IDENTITY_COLUMNS, "provenance")
 """Kept when present: peak memory with k >= 2 accumulation micro-steps, and whether it fits the GPU
 (a row with accum_fits false may only run k = 1; a table without the column allows every k); the
-activity split; the layout columns; what the table was built for."""
+activity split; the layout columns; what the table was built for; the provenance of the profile
+that predicted the row (measured, calibrated, prior: its residual group under `--quantile`,
+planner.model.uncertainty)."""
 EXCLUDED_ATTR = "excluded"
 """`DataFrame.attrs` key of the performance model's exclusion records
 (`planner.model.problem.Exclusion`) of a table it built."""
@@ -102,8 +112,8 @@ def load_island_table(instance: Instance) -> pd.DataFrame:
         table = validate_island_table(frame, str(path), instance)
         check_table_against_clusters(table, str(path), instance)
         check_table_identity(table, str(path), instance)
-        return table
-    prices = gpu_prices(instance)
+        return scale_prices(table, instance)
+    prices = gpu_prices(instance, scaled=False)
     requests = [ClusterRequest(**_cluster_request(c, prices[c.name])) for c in instance.clusters]
     training = instance.training
     arguments = table_arguments(instance)
@@ -124,7 +134,20 @@ def load_island_table(instance: Instance) -> pd.DataFrame:
                                   instance)
     # what the performance model left out, with why (ModelTable.excluded)
     table.attrs[EXCLUDED_ATTR] = tuple(Exclusion.of(r) for r in built.excluded)
-    return table
+    return scale_prices(table, instance)
+
+
+def scale_prices(table: pd.DataFrame, instance: Instance) -> pd.DataFrame:
+    """`table` (priced and checked at the clusters' unscaled prices) with each cluster's rows'
+    usd_per_hour times its `price_scale` (a what-if); the table itself when nothing is scaled."""
+    scaled = [c for c in instance.clusters if c.price_scale != 1.0]
+    if not scaled:
+        return table
+    out = table.copy()
+    for cluster in scaled:
+        rows = out["cluster"] == cluster.name
+        out.loc[rows, "usd_per_hour"] = out.loc[rows, "usd_per_hour"] * cluster.price_scale
+    return out
 
 
 def _cluster_request(cluster: Any, usd_per_gpu_hour: float) -> dict[str, Any]:
@@ -158,7 +181,16 @@ def table_arguments(instance: Instance) -> dict[str, Any]:
         out["recipe"] = training.recipe
     if training.parallel is not None:
         out["parallel"] = training.parallel
+    dtype = training.compute_dtype
+    if isinstance(dtype, list):  # a choice: the layout space enumerates it (plain FSDP when
+        out["parallel"] = {**(training.parallel or FSDP_ONLY), "compute_dtype": dtype}
+    elif dtype is not None:      # there is no parallel section); one value: a recipe field
+        out["recipe"] = {**(training.recipe or {}), "compute_dtype": dtype}
     return out
+
+
+FSDP_ONLY = {"tp": 1, "pp": 1, "dp_replicate": 1}
+"""The `parallel:` mapping of plain FSDP (what an instance without one trains)."""
 
 
 def check_table_identity(frame: pd.DataFrame, source: str, instance: Instance) -> None:
@@ -290,6 +322,12 @@ def validate_island_table(frame: pd.DataFrame, source: str,
     _validate_layout_columns(frame, [c for c in LAYOUT_COLUMNS if c in extra], fail)
     for column in ("cluster", "gpu_type", "bound"):
         frame[column] = frame[column].fillna("").astype(str).str.strip()  # an empty cell is ""
+    if "provenance" in extra:
+        frame["provenance"] = frame["provenance"].fillna("").astype(str).str.strip()
+        for row, value in frame["provenance"].items():
+            if value not in PROVENANCES:
+                fail(_row(row), "provenance", value, "not a profile provenance",
+                     "use one of " + ", ".join(PROVENANCES) + ".")
     for column in TABLE_COLUMNS[2:9]:
         numbers = pd.to_numeric(frame[column], errors="coerce")
         for row in numbers.index[numbers.isna() | numbers.abs().eq(float("inf"))]:
@@ -559,7 +597,7 @@ def check_table_against_clusters(frame: pd.DataFrame, source: str, instance: Ins
                             hint="add one row per island option and micro-batch, "
                                  "or drop islands_table "
                                  "to build the table from the performance model.")
-    prices = gpu_prices(instance)
+    prices = gpu_prices(instance, scaled=False)
 
     def fail(row: int, column: str, value: Any, problem: str, hint: str) -> None:
         value = value.item() if hasattr(value, "item") else value

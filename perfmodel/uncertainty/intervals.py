@@ -1,0 +1,272 @@
+"""Prediction intervals and fit probabilities of one prediction, from the shipped residuals.
+
+Claim: the p-quantile of a predicted time is point × multiplier(group, "step_time_s", p), where
+multiplier is the split-conformal quantile (`perfmodel.uncertainty.conformal`) of the ratios
+measured / predicted of the group's calibration rows in catalogs/uncertainty/residuals.csv (never
+its holdout rows); throughputs and MFU are time's reciprocals (their p10 is point / the p90
+multiplier), costs and wall times scale with time; a peak's quantiles use the
+memory group. P(fits) is the conformal P(r <= usable / predicted peak), and the largest
+micro-batch that fits with probability p is the one whose predicted peak stays within usable /
+multiplier("memory", ..., p).
+Why: the ratio is the error that scales with the figure (`conformal`); the group is what
+predicted it (the profile's provenance for times, the memory model for peaks), as the residuals
+show the groups' errors differ by an order of magnitude.
+Widening rule (a stated policy, not a fit — no data measures the error where there is none):
+each dimension in which the query lies outside what the group's calibration rows cover
+(catalogs/uncertainty/ranges.json: GPU count, sequence length, parameters, layout kind fsdp / tp
+/ pp) and an outer strategy (DiLoCo) that no residual covers spreads the ratios away from their
+median in log space by 1 + WIDEN_PER_DIMENSION each (`conformal.widen`); the output names every
+such dimension in `interval_widened`.
+Checked by: tests/test_uncertainty.py (multipliers from the calibration rows only, monotone in
+the quantile; a query beyond the ranges widens and says why; p_fits < 1 just under the limit and
+≈ 1 far under it; --interval and --fit-probability through the CLI).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from perfmodel.spec.errors import DatasetError, UserInputError
+from perfmodel.spec.paths import catalog_dir
+from perfmodel.uncertainty.conformal import (
+    FloatArray,
+    check_quantile,
+    conformal_quantile,
+    probability_at_most,
+    widen,
+)
+
+RESIDUALS_CSV = "uncertainty/residuals.csv"
+"""In the catalog folder; written by python -m scripts.make_residuals."""
+RANGES_JSON = "uncertainty/ranges.json"
+"""In the catalog folder: what each group's calibration rows cover (the same generator)."""
+DEFAULT_LEVEL = 0.8
+"""The band every prediction carries: p10 and p90."""
+WIDEN_PER_DIMENSION = 0.5
+"""Log-spread added per extrapolated dimension (see the module docstring)."""
+TIME_KEYS = ("step_time_s", "inner_step_time_s", "amortised_step_s", "outer_step_s", "total_s",
+             "wall_time_s", "expected_wall_time_s", "cost_usd", "expected_cost_usd")
+"""Record keys that scale with the step time."""
+RATE_KEYS = ("tokens_per_s", "tokens_per_s_per_gpu", "expected_tokens_per_s", "mfu")
+"""Record keys that scale with the reciprocal of the step time."""
+MEMORY_KEYS = ("peak_gib",)
+"""Record keys that scale with the memory model's error."""
+TIME_QUANTITY = {"measured": "step_time_s", "calibrated": "step_time_s", "prior": "step_time_s",
+                 "collectives": "collective_time_s"}
+
+
+def _calibration() -> dict[tuple[str, str], FloatArray]:
+    """(group, quantity) -> the calibration rows' ratios measured / predicted."""
+    return calibration_ratios(catalog_dir() / RESIDUALS_CSV)
+
+
+@lru_cache(maxsize=4)
+def calibration_ratios(path: Path) -> dict[tuple[str, str], FloatArray]:
+    """(group, quantity) -> the ratios measured / predicted of `path`'s calibration rows (its
+    holdout rows are never read)."""
+    if not path.is_file():
+        raise DatasetError(f"{path}: the residuals are missing",
+                           hint="run `python -m scripts.make_residuals`.")
+    found: dict[tuple[str, str], list[float]] = {}
+    with path.open(newline="") as handle:
+        for row in csv.DictReader(handle):
+            if row["role"] == "calibration":
+                ratio = float(row["measured"]) / float(row["predicted"])
+                found.setdefault((row["group"], row["quantity"]), []).append(ratio)
+    return {k: np.sort(np.array(v, dtype=float)) for k, v in found.items()}
+
+
+def _ranges() -> dict[str, Any]:
+    return _read_ranges(catalog_dir() / RANGES_JSON)
+
+
+@lru_cache(maxsize=4)
+def _read_ranges(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        raise DatasetError(f"{path}: the residual ranges are missing",
+                           hint="run `python -m scripts.make_residuals`.")
+    data: dict[str, Any] = json.loads(path.read_text())
+    return data
+
+
+def ratios(group: str, quantity: str) -> FloatArray:
+    """The calibration ratios measured / predicted of `group`'s `quantity` (sorted)."""
+    table = _calibration()
+    if (group, quantity) not in table:
+        known = ", ".join(f"{g}/{q}" for g, q in sorted(table))
+        raise UserInputError(f"residual group {group!r} quantity {quantity!r}: no calibration "
+                             "rows", hint=f"use one of {known}.")
+    return table[(group, quantity)].copy()
+
+
+def multiplier(group: str, quantity: str, quantile: float) -> float:
+    """The split-conformal `quantile` of `group`'s ratios: the p90 step time is the point
+    times multiplier(group, "step_time_s", 0.9)."""
+    return conformal_quantile(ratios(group, quantity), quantile)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Query:
+    """Where a prediction lies, to compare with what the residuals cover."""
+
+    num_gpus: int
+    """GPUs of one island."""
+    seq_len: int
+    """Sequence length in tokens."""
+    params: int
+    """Model parameters."""
+    layout: str
+    """fsdp, tp or pp (pp wins over tp)."""
+    strategy: str = "fsdp"
+    """fsdp, diloco or streaming-diloco."""
+
+    def __post_init__(self) -> None:
+        if self.layout not in ("fsdp", "tp", "pp"):
+            raise UserInputError(f"layout kind {self.layout!r}",
+                                 hint="use fsdp, tp or pp.")
+
+
+def layout_kind(tp: int, pp: int) -> str:
+    """The layout kind a (tp, pp) layout is compared by."""
+    return "pp" if pp > 1 else "tp" if tp > 1 else "fsdp"
+
+
+def extrapolation(group: str, query: Query) -> list[str]:
+    """Why `query` lies outside what `group`'s calibration rows cover (empty: inside)."""
+    covered = _ranges().get(group, {})
+    reasons = []
+    for name, value, label in (("num_gpus", query.num_gpus, "GPUs"),
+                               ("seq_len", query.seq_len, "sequence length"),
+                               ("params", query.params, "parameters")):
+        span = covered.get(name)
+        if span and not span[0] <= value <= span[1]:
+            reasons.append(f"{label} {value:,} outside the {group} residuals' "
+                           f"{span[0]:,}-{span[1]:,}")
+    layouts = covered.get("layouts")
+    if layouts and query.layout not in layouts:
+        reasons.append(f"layout {query.layout} not in the {group} residuals "
+                       f"({', '.join(layouts)})")
+    if query.strategy != "fsdp":
+        reasons.append(f"strategy {query.strategy}: no residual measures an outer step")
+    return reasons
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ErrorModel:
+    """The multiplicative error of one figure: the (possibly widened) calibration ratios."""
+
+    group: str
+    """Residual group."""
+    quantity: str
+    """Residual quantity."""
+    sample: FloatArray
+    """Sorted ratios measured / predicted (widened where the query extrapolates)."""
+    widened: tuple[str, ...]
+    """Why the ratios were widened (empty: not)."""
+
+    def quantile(self, q: float) -> float:
+        """The conformal q-quantile of the ratio."""
+        return conformal_quantile(self.sample, q)
+
+    def p_at_most(self, threshold: float) -> float:
+        """P(ratio <= threshold)."""
+        return probability_at_most(self.sample, threshold)
+
+
+def error_model(group: str, quantity: str, query: Query | None = None) -> ErrorModel:
+    """`group`'s error model for `query` (widened by the module's rule where it extrapolates)."""
+    sample = ratios(group, quantity)
+    reasons = tuple(extrapolation(group, query)) if query is not None else ()
+    if reasons:
+        sample = widen(sample, 1.0 + WIDEN_PER_DIMENSION * len(reasons))
+    return ErrorModel(group=group, quantity=quantity, sample=sample, widened=reasons)
+
+
+def check_level(level: float, *, field: str = "--interval") -> float:
+    """A two-sided interval level strictly between 0 and 1."""
+    return check_quantile(level, field=field)
+
+
+def _insert_after(record: Mapping[str, Any], extra: Mapping[str, Mapping[str, Any]]
+                  ) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in record.items():
+        out[key] = value
+        out.update(extra.get(key, {}))
+    return out
+
+
+def _bounds(value: float, model: ErrorModel, low_q: float, high_q: float, *, reciprocal: bool
+            ) -> tuple[float, float]:
+    low, high = model.quantile(low_q), model.quantile(high_q)
+    if reciprocal:
+        return (value / high if high > 0 else 0.0,
+                value / low if low > 0 else math.inf)
+    return value * low, value * high
+
+
+def annotate(record: Mapping[str, Any], *, time: ErrorModel | None, memory: ErrorModel | None,
+             level: float | None = None) -> dict[str, Any]:
+    """`record` with `*_p10`, `*_p50` and `*_p90` after every point figure it has (and
+    `*_lo`/`*_hi` at `level`), then the groups and widening reasons. The p50 is the point times
+    the median ratio: it differs from the point where the group's errors lean one way."""
+    kinds: list[tuple[tuple[str, ...], ErrorModel | None, bool]] = [
+        (TIME_KEYS, time, False), (RATE_KEYS, time, True), (MEMORY_KEYS, memory, False)]
+    extra: dict[str, dict[str, Any]] = {}
+    for keys, model, reciprocal in kinds:
+        if model is None:
+            continue
+        for key in keys:
+            value = record.get(key)
+            if not isinstance(value, int | float) or isinstance(value, bool):
+                continue
+            p10, p90 = _bounds(float(value), model, 0.1, 0.9, reciprocal=reciprocal)
+            p50 = _bounds(float(value), model, 0.5, 0.5, reciprocal=reciprocal)[0]
+            added = {f"{key}_p10": p10, f"{key}_p50": p50, f"{key}_p90": p90}
+            if level is not None:
+                lo, hi = _bounds(float(value), model, (1 - level) / 2, (1 + level) / 2,
+                                 reciprocal=reciprocal)
+                added.update({f"{key}_lo": lo, f"{key}_hi": hi})
+            extra[key] = added
+    out = _insert_after(record, extra)
+    if time is not None:
+        out["interval_group"] = time.group
+        out["interval_widened"] = list(time.widened)
+    if memory is not None:
+        prefix = "" if time is None else "memory_"
+        out[f"{prefix}interval_group"] = memory.group
+        out[f"{prefix}interval_widened"] = list(memory.widened)
+    if level is not None:
+        out["interval_level"] = level
+    return out
+
+
+def p_fits(memory: ErrorModel, *, peak_bytes: float, usable_bytes: float) -> float:
+    """P(the true peak <= usable): the conformal P(ratio <= usable / predicted peak)."""
+    if peak_bytes <= 0:
+        return 1.0
+    return memory.p_at_most(usable_bytes / peak_bytes)
+
+
+def memory_budget_bytes(memory: ErrorModel, *, usable_bytes: float, probability: float) -> float:
+    """The predicted peak below which a configuration fits with `probability`: usable / the
+    ratio's `probability`-quantile (0 when the residuals cannot certify it)."""
+    q = memory.quantile(check_quantile(probability, field="--fit-probability"))
+    return usable_bytes / q if math.isfinite(q) and q > 0 else 0.0
+
+
+def largest_fitting(fits_within: Callable[[float], int], memory: ErrorModel, *,
+                    usable_bytes: float, probability: float) -> int:
+    """The largest micro-batch that fits with `probability`, `fits_within(budget_bytes)` being
+    the model's largest micro-batch within a predicted-peak budget."""
+    budget = memory_budget_bytes(memory, usable_bytes=usable_bytes, probability=probability)
+    return fits_within(budget) if budget > 0 else 0

@@ -1,0 +1,273 @@
+"""Plans that hold with a probability (issue 27 item 4): the error model and the quantile table.
+
+The error model
+---------------
+Claim: the Q-quantile wall time and the Q-quantile cost of *every* plan are that plan's wall time
+and cost evaluated on the island table whose step times are multiplied, row by row, by the
+Q-multiplier of the row's residual group, so `pareto --quantile Q` is the existing exact frontier
+of a scaled table and `plan --quantile Q` its exact queries.
+
+The model (stated in every output that uses it, `ErrorModel.describe`): an island's true step time
+is its predicted one times r = measured/predicted; r depends only on the island's residual group
+(the profile provenance of its row: measured, calibrated, prior), and one uniform U ~ U(0, 1)
+drives every group (comonotone: r_g = F_g⁻¹(U), so within a group every island of every plan
+shares the same r, and across groups the errors move together). F_g⁻¹ is the split-conformal
+quantile function of the group's calibration ratios r_1 <= ... <= r_n (the rows of
+catalogs/uncertainty/residuals.csv with role calibration and quantity step_time_s, or explicit
+arrays): F_g⁻¹(u) = r_(⌈(n+1)u⌉), +∞ when ⌈(n+1)u⌉ > n (the conformal band's open top).
+
+Why it keeps the frontier exact: a plan's wall time W = D/(B·S)·(max_i r_g(i)·t_i + σ/H) and
+cost C = W·Σprice/3600 are nondecreasing in every r_g, and every r_g is nondecreasing in the one
+U, so W(U) and C(U) are nondecreasing functions of U: their Q-quantiles are W(Q) and C(Q), both
+reached at the same U = Q — the plan's deterministic value on the table scaled by r_g(Q). The
+map plan -> (W_Q, C_Q) is therefore the old evaluator on new data, and every backend (DP, CP-SAT,
+MILP, brute force) stays exact with no change. Independent errors across groups would not: then
+P(W <= x) = Π_g F_g(min over the plan's islands i of group g of x'/t_i) (x' = x·B·S/D − σ/H) is a
+product of CDFs over the groups a plan uses, the Q-quantile of a plan depends on which groups it
+mixes, and the DP's class (islands, cluster set) would have to carry the set of groups and a
+quantile per level. We chose the comonotone model because a group's islands share one profile
+(their errors do move together) and it keeps the solvers as they are. Its limit, stated: for a
+plan that mixes groups it is the optimistic coupling — P(max_i r_i·t_i <= x) <= min_g F_g(...)
+(Fréchet), reached when the errors move together — so under any other dependence across groups
+(independence included) such a plan's Q-time is at least the one reported; a plan of one group
+is exact under every dependence.
+
+The synchronisation σ is not scaled (the contract of the residual groups scales step times; the
+WAN all-reduce has its own group, "collectives", outside this model), and the activity split of
+the step (energy columns) is scaled with the step time so the energy figures of a quantile plan
+are those of the same U; energy and CO2 objectives are refused with a quantile (not checked).
+
+Checked by: tests/test_quantile_plans.py (Monte Carlo of this model over the chosen plan's islands
+agrees with the reported Q-time and Q-cost within binomial sampling error; the quantile frontier
+equals the non-dominated set of every brute-force plan's exact Q-quantiles computed from the full
+distribution of U; Q = 0.5 with symmetric ratios is the point plan; bad Q and a missing or
+malformed residuals file exit 2 with a fix).
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from perfmodel.facts import PROVENANCES, catalog_dir, read_text
+from perfmodel.spec.errors import ConfigError, InstanceError, UserInputError
+from planner.model.evaluate import cost_usd, wall_time_s
+from planner.model.problem import Plan, Problem
+
+RESIDUAL_COLUMNS = ("group", "quantity", "case", "source", "predicted", "measured", "role")
+"""The columns of catalogs/uncertainty/residuals.csv (the contract with the residual generator,
+`python -m scripts.make_residuals`)."""
+RESIDUAL_GROUPS = (*PROVENANCES, "memory", "collectives")
+"""Every residual group of the file; the time groups of a plan are the profile provenances."""
+ROLES = ("calibration", "holdout")
+"""calibration rows form the error model; holdout rows only score coverage."""
+TIME_QUANTITY = "step_time_s"
+"""The quantity whose ratios scale an island's step time."""
+SCALED_COLUMNS = ("microstep_s", "step_fixed_s", "compute_fixed_s", "compute_micro_s",
+                  "comm_only_fixed_s", "comm_only_micro_s")
+"""Island-table columns that are seconds of the step: all scale by the row's multiplier."""
+GROUP_COLUMN = "provenance"
+"""The island-table column that names a row's residual group."""
+
+
+def residuals_path() -> Path:
+    """Where the residual pairs live (catalogs/uncertainty/residuals.csv)."""
+    return catalog_dir() / "uncertainty" / "residuals.csv"
+
+
+def _shown(path: Path) -> str:
+    """A path as outputs show it: relative to the repository when inside it."""
+    resolved, root = path.resolve(), catalog_dir().resolve().parent
+    return str(resolved.relative_to(root)) if resolved.is_relative_to(root) else str(path)
+
+
+def check_quantile(value: object, name: str = "quantile") -> float:
+    """A quantile level: a finite number strictly between 0 and 1 (booleans are not numbers)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) \
+            or not 0 < value < 1:
+        raise UserInputError(f"{name} = {value!r}: must be a number strictly between 0 and 1",
+                             hint=f"give {name.replace('_', '-')} as a probability such as 0.9 "
+                                  "(the plan holds with 90 % probability under the error "
+                                  "model).")
+    return float(value)
+
+
+def conformal_quantile(ratios: Sequence[float] | np.ndarray,
+                       level: float | np.ndarray) -> np.ndarray:
+    """F⁻¹(level) = r_(⌈(n+1)·level⌉) of the sorted ratios, +∞ beyond r_(n) (split conformal)."""
+    ordered = np.sort(np.asarray(ratios, dtype=float))
+    n = len(ordered)
+    # ⌈(n+1)u⌉ with a guard against (n+1)u landing a rounding error above an integer
+    rank = np.ceil(np.round((n + 1) * np.asarray(level, dtype=float), 9)).astype(int)
+    out = np.full(rank.shape, np.inf)
+    inside = (rank >= 1) & (rank <= n)
+    out[inside] = ordered[rank[inside] - 1]
+    out[rank < 1] = ordered[0]
+    return out
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ErrorModel:
+    """Comonotone multiplicative step-time errors per residual group (the module docstring)."""
+
+    ratios: Mapping[str, tuple[float, ...]]
+    """Calibration ratios r = measured/predicted of step time, per residual group (a profile
+    provenance: measured, calibrated, prior), each a non-empty tuple of finite numbers > 0."""
+    source: str = "explicit ratios"
+    """Where the ratios come from (a file, or "explicit ratios"), for the outputs."""
+
+    def __post_init__(self) -> None:
+        if not self.ratios:
+            raise ConfigError("error model: no residual group has ratios",
+                              hint="give ratios for at least one of " + ", ".join(PROVENANCES)
+                                   + ".")
+        for group, values in self.ratios.items():
+            if group not in PROVENANCES:
+                raise ConfigError(f"error model ({self.source}): group {group!r} is not a time "
+                                  "group", hint="use one of " + ", ".join(PROVENANCES) + ".")
+            if not isinstance(values, tuple) or not values:
+                raise ConfigError(f"error model ({self.source}): group {group!r}: ratios = "
+                                  f"{values!r}: need a non-empty tuple",
+                                  hint="give at least one measured/predicted ratio.")
+            for value in values:
+                if isinstance(value, bool) or not isinstance(value, int | float) \
+                        or not math.isfinite(value) or value <= 0:
+                    raise ConfigError(f"error model ({self.source}): group {group!r}: ratio "
+                                      f"{value!r} is not a finite number > 0",
+                                      hint="ratios are measured/predicted of positive times.")
+
+    @classmethod
+    def from_ratios(cls, ratios: Mapping[str, Sequence[float] | np.ndarray], *,
+                    source: str = "explicit ratios") -> ErrorModel:
+        """The model of explicit ratio arrays per group."""
+        return cls(ratios={g: tuple(float(v) for v in np.asarray(r, dtype=float).ravel())
+                           for g, r in ratios.items()}, source=source)
+
+    @classmethod
+    def from_residuals(cls, path: Path | None = None) -> ErrorModel:
+        """The model of the calibration step-time pairs of the residuals file (default
+        catalogs/uncertainty/residuals.csv), every row checked (file, line, column, value)."""
+        path = residuals_path() if path is None else path
+        fix = ("generate it with `python -m scripts.make_residuals` (issue 27's residual "
+               "collection), or plan without --quantile.")
+        if not path.is_file():
+            raise ConfigError(f"{path}: the residuals file is missing: --quantile needs the "
+                              "measured/predicted pairs of each residual group", hint=fix)
+        text = read_text(path, what="residuals file", error=ConfigError, hint=fix)
+        try:
+            frame = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False)
+        except (pd.errors.ParserError, pd.errors.EmptyDataError, ValueError) as err:
+            raise ConfigError(f"{path}: cannot read the residuals CSV: {err}", hint=fix) from None
+        if tuple(frame.columns) != RESIDUAL_COLUMNS:
+            raise ConfigError(f"{path}: columns {list(frame.columns)} are not "
+                              f"{list(RESIDUAL_COLUMNS)}",
+                              hint="the header must be: " + ",".join(RESIDUAL_COLUMNS) + ".")
+        ratios: dict[str, list[float]] = {}
+        for index, row in frame.iterrows():
+            line = int(str(index)) + 2
+
+            def fail(column: str, problem: str, hint: str, *, line: int = line,
+                     row: pd.Series = row) -> ConfigError:
+                return ConfigError(f"{path}, line {line}: column {column!r} = "
+                                   f"{row[column]!r}: {problem}", hint=hint)
+
+            if row["group"] not in RESIDUAL_GROUPS:
+                raise fail("group", "not a residual group", "use one of "
+                           + ", ".join(RESIDUAL_GROUPS) + ".")
+            if row["role"] not in ROLES:
+                raise fail("role", "not a role", "use calibration or holdout.")
+            values = []
+            for column in ("predicted", "measured"):
+                try:
+                    value = float(row[column])
+                except ValueError:
+                    value = math.nan
+                if not math.isfinite(value) or value <= 0:
+                    raise fail(column, "not a finite number > 0", "put the positive "
+                               f"{column} value of {row['quantity'] or 'the quantity'} there.")
+                values.append(value)
+            if (row["role"] == "calibration" and row["quantity"] == TIME_QUANTITY
+                    and row["group"] in PROVENANCES):
+                ratios.setdefault(str(row["group"]), []).append(values[1] / values[0])
+        if not ratios:
+            raise ConfigError(f"{path}: no calibration row of quantity {TIME_QUANTITY} in the "
+                              "groups " + ", ".join(PROVENANCES), hint=fix)
+        return cls.from_ratios(ratios, source=_shown(path))
+
+    def multiplier(self, group: str, quantile: float) -> float:
+        """F_g⁻¹(Q): the step-time multiplier of `group` at level `quantile`; an error with a fix
+        when the group has no ratios or too few for the level (the conformal band is open)."""
+        quantile = check_quantile(quantile)
+        values = self.ratios.get(group)
+        if values is None:
+            raise ConfigError(f"error model ({self.source}): no calibration ratios for residual "
+                              f"group {group!r}",
+                              hint=f"add step_time_s calibration pairs of group {group!r} to the "
+                                   "residuals, or plan without --quantile.")
+        value = float(conformal_quantile(values, quantile))
+        if not math.isfinite(value):
+            n = len(values)
+            raise ConfigError(f"error model ({self.source}): group {group!r} has {n} calibration "
+                              f"ratios, too few for the {quantile} quantile (at most "
+                              f"{n / (n + 1):.3g})",
+                              hint=f"lower --quantile to {n / (n + 1):.3g} or less, or add "
+                                   "calibration pairs to that group.")
+        return value
+
+    def sample(self, group: str, uniforms: np.ndarray) -> np.ndarray:
+        """F_g⁻¹(U) for each U: the multipliers the model draws (Monte Carlo of the model)."""
+        return conformal_quantile(self.ratios[group], uniforms)
+
+    def describe(self, quantile: float) -> str:
+        """One sentence for the outputs: the model and the multipliers at `quantile`."""
+        parts = [f"{g} x{self.multiplier(g, quantile):.4g} (n={len(r)})"
+                 for g, r in sorted(self.ratios.items())]
+        return ("comonotone multiplicative step-time error per residual group (one shared U; "
+                f"split-conformal quantiles of measured/predicted, {self.source}): "
+                + ", ".join(parts))
+
+
+def quantile_table(table: pd.DataFrame, model: ErrorModel, quantile: float,
+                   source: str = "island table") -> pd.DataFrame:
+    """The island table at the Q-quantile: every seconds column of a row times its group's
+    multiplier (the module docstring: the frontier of this table is the exact Q-quantile one)."""
+    quantile = check_quantile(quantile)
+    if GROUP_COLUMN not in table.columns:
+        raise InstanceError(f"{source}: no {GROUP_COLUMN!r} column: --quantile needs each row's "
+                            "residual group",
+                            hint=f"add a {GROUP_COLUMN} column (one of "
+                                 + ", ".join(PROVENANCES) + ") to the island table, or let "
+                                 "ShardMeter build the table (drop islands_table:).")
+    scaled = table.copy()
+    factors = np.array([model.multiplier(str(g), quantile) for g in table[GROUP_COLUMN]])
+    for column in (c for c in SCALED_COLUMNS if c in scaled.columns):
+        scaled[column] = scaled[column].astype(float) * factors
+    scaled.attrs = dict(table.attrs)
+    return scaled
+
+
+def plan_at_quantile(problem: Problem, plan: Plan, groups: Mapping[str, str], model: ErrorModel,
+                     quantile: float) -> tuple[float, float]:
+    """(Q-quantile wall time s, Q-quantile cost USD) of a plan evaluated on point estimates:
+    each island's step time times its group's Q-multiplier (`groups`: cluster -> residual group),
+    σ unscaled, through the evaluator's own W and C (exact: W and C are nondecreasing in U)."""
+    tau_s = max(island.step_time_s * model.multiplier(groups[island.cluster], quantile)
+                for island in plan.islands)
+    wall_s = wall_time_s(problem, tau_s, plan.sync_s)
+    return wall_s, cost_usd(wall_s, plan.price_units)
+
+
+def cluster_groups(table: pd.DataFrame) -> dict[str, str]:
+    """cluster -> residual group of an island table with a provenance column (one per cluster:
+    a cluster has one GPU, hence one profile)."""
+    if GROUP_COLUMN not in table.columns:
+        raise InstanceError(f"island table: no {GROUP_COLUMN!r} column",
+                            hint="let ShardMeter build the table, or add the column.")
+    pairs = table.groupby("cluster")[GROUP_COLUMN].unique()
+    return {str(c): str(v[0]) for c, v in pairs.items() if len(v) == 1}

@@ -1,0 +1,73 @@
+"""Part (d) of docs/VALIDATION.md (imported by python -m scripts.make_validation): how often the
+80 % prediction intervals hold on held-out data, per residual group and holdout source, from
+catalogs/uncertainty/residuals.csv (python -m scripts.make_residuals); every figure is computed
+here by `perfmodel.uncertainty.coverage`, none typed.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from perfmodel.formatting import markdown_table
+from perfmodel.uncertainty.coverage import (
+    GOAL_HIGH,
+    GOAL_LOW,
+    GOAL_MIN_CASES,
+    coverage,
+    rotating_gpu_coverage,
+)
+from perfmodel.uncertainty.residuals import HELD_OUT_GPU, NAMED_MODELS
+
+ROOT = Path(__file__).resolve().parent.parent
+RESIDUALS = ROOT / "catalogs" / "uncertainty" / "residuals.csv"
+LEVEL = 0.8
+
+
+def _pct(x: float, digits: int = 1) -> str:
+    return "-" if math.isnan(x) else f"{100 * x:.{digits}f}"
+
+
+def part_intervals() -> str:
+    """(d) Coverage of the 80 % intervals on held-out data."""
+    rows = coverage(RESIDUALS, level=LEVEL)
+    body = [[r.group, r.source, r.calibration_rows, r.holdout_rows, _pct(r.covered),
+             f"{r.lower:.3f}-{r.upper:.3f}", _pct(r.width), r.verdict] for r in rows]
+    rotating = rotating_gpu_coverage(RESIDUALS, level=LEVEL)
+    rotated = [[r.source, r.calibration_rows, r.holdout_rows, _pct(r.covered),
+                f"{r.lower:.3f}-{r.upper:.3f}", _pct(r.width)] for r in rotating]
+    scored = [r for r in rows if r.holdout_rows >= GOAL_MIN_CASES]
+    met = [r for r in scored if r.verdict == "met"]
+    return "\n\n".join([
+        "## (d) Prediction intervals: coverage on held-out data",
+        "Every prediction carries an 80 % interval (`*_p10`, `*_p90`): the point times the "
+        "split-conformal 10th and 90th percentiles of measured / predicted over its residual "
+        "group's calibration rows (`perfmodel.uncertainty`). The rows below score those "
+        "intervals on holdout rows that formed none of them, each holdout source apart: "
+        f"measured = the named models {', '.join(NAMED_MODELS)} (the calibration rows are the "
+        "Sobol shapes; all leave-one-architecture-out); calibrated = published torchtitan runs "
+        "no fit reads; prior = leave-one-GPU-out, the held-out GPU being "
+        f"{HELD_OUT_GPU} (priors scaled from the other calibrated GPUs) plus the torchtitan "
+        "runs; memory = the tracker datasets' *-heldout.csv files and the real-allocator runs; "
+        "collectives = a fixed quarter of the gloo configurations. Written by "
+        "`python -m scripts.make_residuals` into `catalogs/uncertainty/residuals.csv`.",
+        markdown_table(["group", "holdout source", "calibration rows", "holdout rows",
+                        "inside 80 % interval %", "multipliers p10-p90",
+                        "median width % of point", "goal 70-90 %"], body),
+        f"Goal: {_pct(GOAL_LOW, 0)}-{_pct(GOAL_HIGH, 0)} % of holdout cases inside the 80 % "
+        f"interval for a row with at least {GOAL_MIN_CASES} cases: met for {len(met)} of "
+        f"{len(scored)} such rows ({', '.join(f'{r.group}/{r.source}' for r in met) or 'none'}"
+        "). The width is relative (the interval scales with the point), so every case of a "
+        "group has the same relative width, which is also its median. Intervals widen beyond "
+        "what a group's calibration rows cover (`catalogs/uncertainty/ranges.json`; the rule is "
+        "in `perfmodel/uncertainty/intervals.py`); the holdout rows here are scored against the "
+        "unwidened band (residuals.csv does not carry where each case lies).",
+        "The prior group's leave-one-GPU-out in turn (a diagnostic beside the fixed split "
+        "above, which holds out the H100 only): each calibrated GPU's prior pairs scored on the "
+        "80 % interval formed from the other two GPUs' prior pairs (including those predicted "
+        "from the held-out GPU's calibrated profile) "
+        "(`perfmodel.uncertainty.coverage.rotating_gpu_coverage`).",
+        markdown_table(["held-out GPU", "pairs forming the interval", "pairs scored",
+                        "inside 80 % interval %", "multipliers p10-p90",
+                        "width % of point"], rotated),
+    ])

@@ -1,0 +1,367 @@
+"""Issue 27: split-conformal prediction intervals, P(fits) and the coverage table
+(perfmodel.uncertainty, scripts.make_residuals, part (d) of docs/VALIDATION.md)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from perfmodel import api
+from perfmodel.costs.memory import max_micro_batch
+from perfmodel.spec.catalog import get_gpu, get_model
+from perfmodel.spec.errors import UserInputError
+from perfmodel.uncertainty import coverage as coverage_module
+from perfmodel.uncertainty.conformal import (
+    conformal_quantile,
+    probability_at_most,
+    widen,
+)
+from perfmodel.uncertainty.intervals import (
+    ErrorModel,
+    Query,
+    calibration_ratios,
+    error_model,
+    extrapolation,
+    largest_fitting,
+    multiplier,
+    p_fits,
+    ratios,
+)
+from perfmodel.uncertainty.residuals import COLUMNS, GROUPS
+
+ROOT = Path(__file__).resolve().parent.parent
+RESIDUALS = ROOT / "catalogs" / "uncertainty" / "residuals.csv"
+PREDICT = ["predict", "Llama-3-8B", "--gpu", "H100-SXM5-80GB", "--seq-len", "8192"]
+MEMORY = ["memory", "Llama-3-8B", "--gpu", "H100-SXM5-80GB", "--seq-len", "8192"]
+
+
+# ---- the conformal quantile: a statistical test on exchangeable data ----------------------------
+
+def _coverage_trials(rng: np.random.Generator, n: int, q: float, trials: int,
+                     quantile: object) -> tuple[float, float]:
+    """Mean and standard error of the coverage P(new <= quantile(calibration, q)) over
+    independent lognormal calibration / test draws."""
+    covered = np.empty(trials)
+    for i in range(trials):
+        calibration = rng.lognormal(0.0, 0.2, n)
+        test = rng.lognormal(0.0, 0.2, 400)
+        bound = quantile(calibration, q)  # type: ignore[operator]
+        covered[i] = np.mean(test <= bound)
+    return float(covered.mean()), float(covered.std(ddof=1) / math.sqrt(trials))
+
+
+@pytest.mark.parametrize(("n", "q"), [(9, 0.9), (50, 0.9), (30, 0.8)])
+def test_conformal_coverage_is_the_finite_sample_level(n: int, q: float) -> None:
+    """E[coverage] = ceil((n+1)q)/(n+1) exactly for continuous exchangeable data: the seeded
+    Monte Carlo mean lies within 4 standard errors of it (and so at or above q)."""
+    rng = np.random.default_rng(27 + n)
+    mean, se = _coverage_trials(rng, n, q, 1500, conformal_quantile)
+    exact = math.ceil((n + 1) * q) / (n + 1)
+    assert abs(mean - exact) < 4 * se, (mean, exact, se)
+    assert mean > q - 4 * se
+
+
+def test_the_coverage_test_catches_an_uncorrected_quantile() -> None:
+    """The test above has power: numpy's plain quantile (no (n+1) correction) under-covers at
+    n = 9 by more than 4 standard errors."""
+    rng = np.random.default_rng(9)
+    mean, se = _coverage_trials(rng, 9, 0.9, 1500, lambda x, q: np.quantile(x, q))
+    assert 0.9 - mean > 4 * se, (mean, se)
+
+
+def test_two_sided_interval_covers_its_level() -> None:
+    rng = np.random.default_rng(80)
+    n, level, trials = 40, 0.8, 1500
+    inside = np.empty(trials)
+    for i in range(trials):
+        calibration, test = rng.lognormal(0, 0.3, n), rng.lognormal(0, 0.3, 400)
+        lo = conformal_quantile(calibration, (1 - level) / 2)
+        hi = conformal_quantile(calibration, (1 + level) / 2)
+        inside[i] = np.mean((test >= lo) & (test <= hi))
+    exact = (math.ceil((n + 1) * 0.9) - math.floor((n + 1) * 0.1)) / (n + 1)
+    se = inside.std(ddof=1) / math.sqrt(trials)
+    assert abs(inside.mean() - exact) < 4 * se and exact >= level
+
+
+def test_multiplier_is_monotone_in_the_quantile() -> None:
+    qs = np.linspace(0.01, 0.99, 99)
+    for group, quantity in (("calibrated", "step_time_s"), ("prior", "step_time_s"),
+                            ("measured", "step_time_s"), ("memory", "peak_memory_bytes")):
+        values = [multiplier(group, quantity, float(q)) for q in qs]
+        assert all(a <= b for a, b in zip(values, values[1:], strict=False)), group
+    sample = np.random.default_rng(1).lognormal(0, 0.5, 25)
+    assert [conformal_quantile(sample, q) for q in (0.6, 0.8, 0.9)] == sorted(
+        conformal_quantile(sample, q) for q in (0.6, 0.8, 0.9))
+
+
+def test_a_level_n_rows_cannot_certify_is_infinite() -> None:
+    assert conformal_quantile([1.0, 1.1, 0.9, 1.2, 1.05], 0.95) == math.inf
+    assert conformal_quantile([1.0, 1.1, 0.9, 1.2, 1.05], 0.05) == 0.0
+    with pytest.raises(UserInputError, match="quantile 1.5"):
+        conformal_quantile([1.0], 1.5)
+    with pytest.raises(UserInputError, match="quantile nan"):
+        conformal_quantile([1.0], float("nan"))
+
+
+def test_probability_at_most_agrees_with_the_quantile() -> None:
+    sample = np.random.default_rng(3).lognormal(0, 0.2, 60)
+    for q in (0.5, 0.8, 0.9, 0.95):
+        m = conformal_quantile(sample, q)
+        assert probability_at_most(sample, m) >= q
+        assert probability_at_most(sample, np.nextafter(m, 0)) < q
+
+
+# ---- the shipped residuals --------------------------------------------------------------------
+
+def _rows(path: Path) -> list[dict[str, str]]:
+    with path.open(newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def test_residuals_csv_has_the_contract_columns_and_groups() -> None:
+    with RESIDUALS.open() as handle:
+        assert tuple(handle.readline().strip().split(",")) == COLUMNS
+    rows = _rows(RESIDUALS)
+    assert {r["group"] for r in rows} == set(GROUPS)
+    assert {r["role"] for r in rows} == {"calibration", "holdout"}
+    for r in rows:
+        assert float(r["predicted"]) > 0 and float(r["measured"]) > 0
+    for group in GROUPS:  # every group forms intervals and is scored
+        mine = [r for r in rows if r["group"] == group]
+        assert {r["role"] for r in mine} == {"calibration", "holdout"}, group
+    prior_holdout = {r["case"].split(":", 1)[1].split("/")[0]
+                     for r in rows if r["group"] == "prior" and r["role"] == "holdout"
+                     and "llm-foundry" in r["source"]}
+    assert prior_holdout == {"H100-SXM5-80GB"}  # leave-one-GPU-out: the held-out GPU
+
+
+def test_residuals_csv_is_current() -> None:
+    """The generator reproduces the shipped files (compute-loao read from the cache only)."""
+    from scripts import make_residuals
+
+    assert make_residuals.main(["--check"]) == 0
+
+
+def test_holdout_rows_never_form_a_multiplier(tmp_path: Path) -> None:
+    """Moving every holdout row (scaling its measurement tenfold, dropping half of them)
+    changes no calibration ratio; moving one calibration row does (the check can fail)."""
+    rows = _rows(RESIDUALS)
+    base = calibration_ratios(RESIDUALS)
+
+    def write(name: str, edited: list[dict[str, str]]) -> Path:
+        path = tmp_path / name
+        with path.open("w", newline="") as handle:
+            writer = csv.DictWriter(handle, fieldnames=list(COLUMNS), lineterminator="\n")
+            writer.writeheader()
+            writer.writerows(edited)
+        return path
+
+    moved = [dict(r, measured=str(float(r["measured"]) * 10)) if r["role"] == "holdout" else r
+             for i, r in enumerate(rows) if r["role"] != "holdout" or i % 2]
+    other = calibration_ratios(write("moved.csv", moved))
+    assert other.keys() == base.keys()
+    assert all(np.array_equal(other[k], base[k]) for k in base)
+    first = next(i for i, r in enumerate(rows) if r["role"] == "calibration")
+    changed = [dict(r, measured=str(float(r["measured"]) * 10)) if i == first else r
+               for i, r in enumerate(rows)]
+    assert not all(np.array_equal(calibration_ratios(write("c.csv", changed))[k], base[k])
+                   for k in base)
+
+
+def test_the_fresh_cpu_holdout_joins_as_holdout_rows(tmp_path: Path) -> None:
+    """Once catalogs/profiles/data/cpu-holdout.csv exists, its steps (predicted by the shipped
+    profile) are measured holdout rows; the calibration rows stay as they were."""
+    from perfmodel.profiles.cache import ResultCache
+    from perfmodel.uncertainty.residuals import COMPUTE_DATA, measured_residuals
+
+    lines = COMPUTE_DATA.read_text().splitlines()
+    fresh = tmp_path / "cpu-holdout.csv"
+    fresh.write_text("\n".join([lines[0], *[x for x in lines[1:] if x.startswith("Phi-1.5,")]])
+                     + "\n")
+    cache = ResultCache(folder=ROOT / "catalogs" / "cv-cache", mode="check")
+    before = measured_residuals(cache, holdout_path=tmp_path / "absent.csv")
+    after = measured_residuals(cache, holdout_path=fresh)
+    added = after[len(before):]
+    assert after[:len(before)] == before and added
+    assert {r.role for r in added} == {"holdout"} and {r.source for r in added} == {str(fresh)}
+    assert all(r.case.startswith("Phi-1.5/") and r.predicted > 0 for r in added)
+
+
+def test_coverage_counts_inside_and_outside(tmp_path: Path) -> None:
+    path = tmp_path / "r.csv"
+    lines = [",".join(COLUMNS)]
+    lines += [f"prior,step_time_s,c{i},src,1.0,{1 + i / 100},calibration" for i in range(19)]
+    # the 80 % band of 1.00..1.18 (n = 19): ranks floor(2) = 2 and ceil(18) = 18 -> 1.01..1.17
+    lines += [f"prior,step_time_s,h{i},held,1.0,{x},holdout"
+              for i, x in enumerate([1.05] * 8 + [2.0] * 2 + [0.5] * 2)]
+    path.write_text("\n".join(lines) + "\n")
+    (row,) = coverage_module.coverage(path)
+    assert (row.lower, row.upper) == (1.01, 1.17)
+    assert row.holdout_rows == 12 and row.covered == pytest.approx(8 / 12)
+    assert row.verdict == "missed"  # 66.7 % < 70 %
+    assert coverage_module.CoverageRow(
+        group="g", quantity="q", source="s", calibration_rows=5, holdout_rows=9, covered=0.5,
+        lower=1, upper=1).verdict.startswith("n/a")
+
+
+def test_rotating_gpu_coverage_holds_each_gpu_out(tmp_path: Path) -> None:
+    path = tmp_path / "r.csv"
+    lines = [",".join(COLUMNS)]
+    lines += [f"prior,step_time_s,from-B:A/{i},s,1.0,{1 + i / 100},calibration" for i in range(19)]
+    lines += [f"prior,step_time_s,from-A:B/{i},s,1.0,{2 + i / 100},holdout" for i in range(19)]
+    path.write_text("\n".join(lines) + "\n")
+    a, b = coverage_module.rotating_gpu_coverage(path)
+    assert (a.source, a.calibration_rows, a.holdout_rows) == ("held-out GPU A", 19, 19)
+    assert (b.lower, b.upper) == (1.01, 1.17)  # formed from A's pairs only
+    assert b.covered == 0.0 and a.covered == 0.0  # each GPU's errors lie outside the other's
+
+
+def test_validation_part_intervals_is_current() -> None:
+    from scripts import make_validation
+
+    assert make_validation.main(["--check", "--part", "intervals"]) == 0
+
+
+# ---- widening ---------------------------------------------------------------------------------
+
+def test_a_query_beyond_the_residuals_widens_and_says_why() -> None:
+    inside = Query(num_gpus=64, seq_len=2048, params=7_000_000_000, layout="fsdp")
+    assert extrapolation("calibrated", inside) == []
+    outside = Query(num_gpus=16_384, seq_len=2048, params=405_000_000_000, layout="pp")
+    reasons = extrapolation("calibrated", outside)
+    assert len(reasons) == 3
+    assert any("GPUs 16,384" in r for r in reasons) and any("layout pp" in r for r in reasons)
+    narrow, wide = error_model("calibrated", "step_time_s", inside), error_model(
+        "calibrated", "step_time_s", outside)
+    assert narrow.widened == () and wide.widened == tuple(reasons)
+    assert wide.quantile(0.9) > narrow.quantile(0.9) and wide.quantile(0.1) < narrow.quantile(0.1)
+    sample = ratios("calibrated", "step_time_s")
+    assert np.median(widen(sample, 2.0)) == pytest.approx(np.median(sample))
+
+
+def test_predict_names_the_widening(run_cli) -> None:
+    out = run_cli("predict", "Llama-3-8B", "--gpu", "H200-SXM-141GB", "--seq-len", "8192",
+                  "--nodes", "64", "--format", "json")
+    assert out.code == 0, out.err
+    record = json.loads(out.out)
+    assert record["interval_group"] == "prior"
+    assert any("GPUs 512" in r for r in record["interval_widened"])
+
+
+# ---- JSON keys and --interval -----------------------------------------------------------------
+
+def test_predict_json_carries_every_band(run_cli) -> None:
+    out = run_cli(*PREDICT, "--format", "json")
+    assert out.code == 0, out.err
+    record = json.loads(out.out)
+    for key in ("step_time_s", "inner_step_time_s", "tokens_per_s", "tokens_per_s_per_gpu",
+                "mfu", "peak_gib"):
+        assert record[f"{key}_p10"] <= record[f"{key}_p50"] <= record[f"{key}_p90"], key
+        keys = list(record)
+        assert keys.index(f"{key}_p10") == keys.index(key) + 1  # next to the point value
+    assert record["interval_group"] == "calibrated" and record["memory_interval_group"] == "memory"
+    m = multiplier("calibrated", "step_time_s", 0.9)
+    assert record["step_time_s_p90"] == pytest.approx(record["step_time_s"] * m)
+    assert record["tokens_per_s_p10"] == pytest.approx(record["tokens_per_s"] / m)
+    assert 0.0 < record["p_fits"] <= 1.0
+    assert "interval_level" not in record and "step_time_s_lo" not in record
+
+
+def test_failures_figures_carry_bands(run_cli) -> None:
+    out = run_cli(*PREDICT, "--failures", "--train-tokens", "1e9", "--usd-per-gpu-hour", "3",
+                  "--format", "json")
+    record = json.loads(out.out)
+    for key in ("wall_time_s", "cost_usd", "expected_wall_time_s", "expected_cost_usd"):
+        assert record[f"{key}_p10"] < record[key] < record[f"{key}_p90"], key
+
+
+def test_interval_flag_adds_lo_hi_at_its_level(run_cli) -> None:
+    record = json.loads(run_cli(*PREDICT, "--interval", "0.9", "--format", "json").out)
+    assert record["interval_level"] == 0.9
+    assert record["step_time_s_lo"] <= record["step_time_s_p10"]
+    assert record["step_time_s_hi"] >= record["step_time_s_p90"]
+    assert record["tokens_per_s_lo"] <= record["tokens_per_s_p10"]
+    memory = json.loads(run_cli(*MEMORY, "--interval", "0.9", "--format", "json").out)
+    assert memory["interval_group"] == "memory" and memory["interval_level"] == 0.9
+    assert memory["peak_gib_lo"] <= memory["peak_gib_p10"] <= memory["peak_gib_p90"] \
+        <= memory["peak_gib_hi"]
+    bad = run_cli(*PREDICT, "--interval", "1.5")
+    assert bad.code == 2 and "--interval 1.5" in bad.err and "To fix:" in bad.err
+    bad = run_cli(*MEMORY, "--fit-probability", "0")
+    assert bad.code == 2 and "--fit-probability 0" in bad.err
+
+
+# ---- P(fits) and --fit-probability ------------------------------------------------------------
+
+def test_p_fits_just_under_the_limit_is_below_one_far_under_near_one() -> None:
+    memory = error_model("memory", "peak_memory_bytes")
+    n = memory.sample.size
+    usable = 80e9
+    far = p_fits(memory, peak_bytes=usable / 2, usable_bytes=usable)
+    assert far == n / (n + 1) and far > 0.99
+    just_under = p_fits(memory, peak_bytes=usable / 1.0001, usable_bytes=usable)
+    assert just_under < far and just_under < 0.99
+    over = p_fits(memory, peak_bytes=usable * 1.01, usable_bytes=usable)
+    assert over == 0.0
+
+
+def test_memory_report_p_fits_of_a_configuration() -> None:
+    spec = api.WorkloadSpec(model_name="Llama-3-8B", gpu_name="H100-SXM5-80GB", seq_len=8192)
+    record = api.memory_report(spec).record
+    assert record["fits"] and record["peak_gib"] < 0.6 * record["usable_memory_gib"]
+    assert record["p_fits"] > 0.99  # far under
+
+
+def test_fit_probability_sets_max_micro_batch() -> None:
+    """--fit-probability p: the largest micro-batch whose predicted peak stays within usable /
+    the memory ratio's p-quantile (the model's own bisection at that budget)."""
+    spec = api.WorkloadSpec(model_name="Llama-3-8B", gpu_name="H100-SXM5-80GB", seq_len=8192)
+    plain = api.memory_report(spec).record
+    asked = api.memory_report(spec, fit_probability=0.95).record
+    assert asked["fit_probability"] == 0.95 and "fit_probability" not in plain
+    keys = list(asked)
+    assert keys.index("fit_probability") == keys.index("max_micro_batch") + 1
+    gpu, model = get_gpu("H100-SXM5-80GB"), get_model("Llama-3-8B")
+    m95 = multiplier("memory", "peak_memory_bytes", 0.95)
+    recipe = spec.recipe
+    expected = max_micro_batch(model, gpu_memory_bytes=int(gpu.usable_memory_bytes / m95),
+                               num_gpus=8, seq_len=8192, recipe=recipe, accum_steps=1,
+                               ac=plain["ac"])
+    assert asked["max_micro_batch"] == expected
+    assert asked["max_micro_batch"] <= plain["max_micro_batch"]  # m95 > 1: a smaller budget
+    # a memory model 20 % optimistic at the asked probability leaves a 1/1.2 budget
+    budgets: list[float] = []
+
+    def fits_within(budget: float) -> int:
+        budgets.append(budget)
+        return 3
+
+    strict = ErrorModel(group="memory", quantity="peak_memory_bytes",
+                        sample=np.full(50, 1.2), widened=())
+    assert largest_fitting(fits_within, strict, usable_bytes=1.2e9, probability=0.95) == 3
+    assert budgets == [pytest.approx(1e9)]
+
+
+def test_fit_probability_flag_through_the_cli(run_cli) -> None:
+    for args in (PREDICT, MEMORY):
+        plain = json.loads(run_cli(*args, "--format", "json").out)
+        asked = json.loads(run_cli(*args, "--fit-probability", "0.95", "--format", "json").out)
+        assert asked["fit_probability"] == 0.95 and "fit_probability" not in plain
+        assert asked["max_micro_batch"] <= plain["max_micro_batch"]
+        assert asked["p_fits"] == plain["p_fits"]  # the configuration itself is unchanged
+
+
+def test_uncertainty_module_reads_a_catalog_copy(tmp_catalogs: Path) -> None:
+    """The residuals are read from the catalog folder (SHARDMETER_CATALOGS honoured)."""
+    assert (tmp_catalogs / "uncertainty" / "residuals.csv").is_file()
+    shutil.rmtree(tmp_catalogs / "uncertainty")
+    from perfmodel.spec.errors import DatasetError
+
+    with pytest.raises(DatasetError, match="residuals are missing"):
+        ratios("calibrated", "step_time_s")
