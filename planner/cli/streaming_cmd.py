@@ -253,8 +253,9 @@ def _streaming_view(records: list[dict[str, Any]]) -> None:
     former table)."""
     for r in records:
         blocked = float(r["blocked_s"] or 0.0)
+        # below a nanosecond the "blocking" is float rounding of the schedule's sums, not a wait
         verdict = (f"blocked {format_duration(blocked)} in {r['sync_every']} inner steps"
-                   if blocked > 0 else "never blocked")
+                   if blocked > 1e-9 else "never blocked")
         echo_wrapped(f"{r['case']}: F {r['fragments']}, τ {r['delay_steps']}, H "
                      f"{r['sync_every']} over {format_number(r['wan_gbit_s'])} Gbit/s: {verdict}; "
                      f"tuner — {r['tuner']}")
