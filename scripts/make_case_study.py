@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from perfmodel.formatting import markdown_table
+from perfmodel.numbers import format_number
 from perfmodel.spec.errors import InfeasibleError
 from planner import api
 from planner.analysis import report
@@ -128,7 +129,7 @@ def _fmt(value: Any, digits: int = 4) -> str:
     if value is None:
         return "-"
     if isinstance(value, float):
-        return "inf" if math.isinf(value) else f"{value:.{digits}g}"
+        return "inf" if math.isinf(value) else format_number(value, digits=digits)
     return str(value)
 
 
@@ -236,7 +237,8 @@ def queries_section(result: Any) -> str:
     lines.append(
         f"- Fastest plan within a budget of 90 % of the fastest plan's cost ({budget:,.0f} USD): "
         + (
-            f"{report.plan_label(pick, result.problem)}, {pick.wall_time_s / 3600:.4g} h, "
+            f"{report.plan_label(pick, result.problem)}, "
+            f"{format_number(pick.wall_time_s / 3600)} h, "
             f"{pick.cost_usd:,.0f} USD."
             if pick
             else "none."
@@ -244,8 +246,10 @@ def queries_section(result: Any) -> str:
     )
     deadline_s = 2 * fastest(points).wall_time_s
     pick = cheapest_within_deadline(points, deadline_s)
-    lines.append(f"- Cheapest plan within twice the fastest wall time ({deadline_s / 3600:.4g} h): "
-                 + (f"{report.plan_label(pick, result.problem)}, {pick.wall_time_s / 3600:.4g} h, "
+    lines.append(f"- Cheapest plan within twice the fastest wall time "
+                 f"({format_number(deadline_s / 3600)} h): "
+                 + (f"{report.plan_label(pick, result.problem)}, "
+                    f"{format_number(pick.wall_time_s / 3600)} h, "
                     f"{pick.cost_usd:,.0f} USD." if pick else "none."))
     return "\n".join(lines)
 
@@ -303,14 +307,14 @@ def quantile_section(result: Any) -> str:
         wall_q, cost_q = plan_at_quantile(result.problem, point, groups, model, CONFIDENCE)
         held = answer.plan if isinstance(answer, api.PlanAnswer) else None
         rows.append({
-            "deadline h": f"{deadline_s / 3600:.4g} ({factor:g} x fastest)",
+            "deadline h": f"{format_number(deadline_s / 3600)} ({factor:g} x fastest)",
             "point plan": report.plan_label(point, result.problem),
             "point plan USD": f"{point.cost_usd:,.0f}",
-            f"point plan P{pct} h": f"{wall_q / 3600:.4g}"
+            f"point plan P{pct} h": f"{format_number(wall_q / 3600)}"
                                     + (" (misses)" if wall_q > deadline_s else " (meets)"),
             f"point plan P{pct} USD": f"{cost_q:,.0f}",
             f"{pct} % plan": report.plan_label(held, result.problem) if held else "none",
-            f"{pct} % plan P{pct} h": f"{held.wall_time_s / 3600:.4g}" if held else "-",
+            f"{pct} % plan P{pct} h": f"{format_number(held.wall_time_s / 3600)}" if held else "-",
             f"{pct} % plan P{pct} USD": f"{held.cost_usd:,.0f}" if held else "-",
             "extra cost": f"{100 * (held.cost_usd / point.cost_usd - 1):+.1f} %"
                           if held else "no plan meets it"})
@@ -446,11 +450,11 @@ clusters over the slower WAN uplink.
 
 ## 2. The paper's query: cheapest plan at >= 99 % of the best throughput
 
-Fastest plan: {report.plan_label(best, base.problem)}, {best.wall_time_s / 3600:.4g} h, \
+Fastest plan: {report.plan_label(best, base.problem)}, {format_number(best.wall_time_s / 3600)} h, \
 {best.cost_usd:,.2f} USD.
 Cheapest plan with at least 99 % of its throughput: {report.plan_label(chosen, base.problem)},
-{chosen.wall_time_s / 3600:.4g} h, {chosen.cost_usd:,.2f} USD: a saving of {saving:.2f} % \
-(the paper: {PAPER_SAVING_PCT} %).
+{format_number(chosen.wall_time_s / 3600)} h, {chosen.cost_usd:,.2f} USD: \
+a saving of {saving:.2f} % (the paper: {PAPER_SAVING_PCT} %).
 
 ## 3. The paper's heuristic (throughput-proportional split, iterative refinement) as a baseline
 

@@ -37,6 +37,7 @@ from perfmodel.diloco.tuner import (
     streaming_utilisation,
 )
 from perfmodel.formatting import markdown_table
+from perfmodel.numbers import format_number
 from perfmodel.spec import formulas
 from perfmodel.spec.catalog import get_model
 from scripts import streaming_published as sp
@@ -115,10 +116,6 @@ def _shardmeter(*args: str) -> str:
 
 def _json(*args: str) -> Any:
     return json.loads(_shardmeter(*args, "--format", "json"))
-
-
-def _fmt(value: float | None) -> str:
-    return "unreachable" if value is None else f"{value:.3g}"
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
@@ -263,9 +260,10 @@ def _section_diloco(doc: Doc) -> None:
         doc.run(*dl, "--wide")
         a, b = _json(*fsdp), _json(*dl)
         results.append(
-            f"micro-batch {mb}: FSDP island {a['island_bound']}, {a['tokens_per_s']:.4g} tokens/s; "
-            f"DiLoCo islands {b['island_bound']}, {b['tokens_per_s']:.4g} tokens/s "
-            f"({b['tokens_per_s'] / a['tokens_per_s']:.3g}x)"
+            f"micro-batch {mb}: FSDP island {a['island_bound']}, "
+            f"{format_number(a['tokens_per_s'])} tokens/s; "
+            f"DiLoCo islands {b['island_bound']}, {format_number(b['tokens_per_s'])} tokens/s "
+            f"({format_number(b['tokens_per_s'] / a['tokens_per_s'], digits=3)}x)"
         )
     doc.say("Result: " + "; ".join(results) + ".", "")
 
@@ -331,7 +329,8 @@ def _section_figure6(doc: Doc) -> None:
         else "no configuration"
     )
     doc.say(
-        f"Result: blocked {case['blocked_s']:.3g} s over {case['steps']} steps; the tuner "
+        f"Result: blocked {format_number(case['blocked_s'], digits=3)} s over {case['steps']} "
+        f"steps; the tuner "
         f"recommends {tuned}.",
         "",
     )
@@ -389,7 +388,7 @@ def _section_bandwidth(doc: Doc, write_figure: bool) -> None:
         c = members[0]
         rows.append([model, f"{c.cell.step_time_s:g}", c.cell.method_published,
                      str(c.cell.sync_every), str(c.cell.fragments), str(c.cell.delay_steps),
-                     c.dtype, *(_fmt(m.gbit_s) for m in members)])
+                     c.dtype, *(sp.format_gbit(m.gbit_s) for m in members)])
     targets = [m.cell.target_utilisation for m in next(iter(groups.values()))]
     doc.say("Gbit/s needed, computed by ShardMeter:", "")
     doc.say(*_table(["model", "step s", "method", "H", "F", "τ", "dtype",
@@ -425,9 +424,11 @@ def _form_sentences(groups: dict[tuple[str, str], list[CellComparison]],
                             _values(groups, n, "streaming-overlap")[-1])] if a and b]
     return [
         "Result: with the overlapped schedule the bandwidth for 95 % "
-        f"{'falls' if falls else 'rises'} with scale, {_fmt(over[0])} → {_fmt(over[1])} → "
-        f"{_fmt(over[2])} Gbit/s for 1B → 10B → 100B{why}, while blocking DiLoCo needs "
-        f"{_fmt(dl[0])} → {_fmt(dl[1])} → {_fmt(dl[2])}. At 99 % the overlapped schedule needs "
+        f"{'falls' if falls else 'rises'} with scale, {sp.format_gbit(over[0])} → "
+        f"{sp.format_gbit(over[1])} → "
+        f"{sp.format_gbit(over[2])} Gbit/s for 1B → 10B → 100B{why}, while blocking DiLoCo needs "
+        f"{sp.format_gbit(dl[0])} → {sp.format_gbit(dl[1])} → {sp.format_gbit(dl[2])}. At 99 % "
+        f"the overlapped schedule needs "
         f"{_span(ratios)} less than DiLoCo.",
         "",
     ]
@@ -437,7 +438,7 @@ def _span(values: Sequence[float]) -> str:
     """'a x to b x', or one value when they agree to three digits."""
     if not values:
         return "n/a"
-    lo, hi = f"{min(values):.3g}x", f"{max(values):.3g}x"
+    lo, hi = f"{format_number(min(values), digits=3)}x", f"{format_number(max(values), digits=3)}x"
     return lo if lo == hi else f"{lo} to {hi}"
 
 
@@ -468,7 +469,7 @@ def _options(doc: Doc, result: PublishedComparison) -> None:
     doc.say(
         *_table(
             ["variant", *(_pct(t) for t in UTILISATION_TARGETS)],
-            [[label, *(_fmt(v) for v in vals)] for label, vals in values.items()],
+            [[label, *(sp.format_gbit(v) for v in vals)] for label, vals in values.items()],
         )
     )
     first = values[variants[0][0]]
@@ -481,7 +482,8 @@ def _options(doc: Doc, result: PublishedComparison) -> None:
     )
     OPTION_CHANGES["fp32"] = change(variants[1][0])
     doc.say(
-        f"Result: fp4 pseudo-gradients ({bytes_fp4:.4g} B per value with their scales, against "
+        f"Result: fp4 pseudo-gradients ({format_number(bytes_fp4)} B per value with their "
+        f"scales, against "
         f"{formulas.dtype_bytes(base.dtype):g} B for {base.dtype}) multiply the bandwidth by "
         f"{change(variants[2][0])} and fp32 by {change(variants[1][0])}; contiguous instead of "
         f"strided fragments by {change(variants[3][0])}; exchanges that wait for the whole step "
@@ -510,7 +512,7 @@ def _validation(doc: Doc, result: PublishedComparison) -> None:
     doc.say(*sp.comparison_lines(result), "")
     fp32 = published_bandwidth_comparison(dtype_override={"bf16": "fp32"})
     median, low, high = sp.sixteen_bit_evidence(result)
-    params = ", ".join(f"{n} has {get_model(n).total_params:.3g}"
+    params = ", ".join(f"{n} has {format_number(get_model(n).total_params, digits=3)}"
                        for n in dict.fromkeys(c.cell.catalog_model for c in result.cells))
     dp = next(c for c in result.cells if c.cell.method == "data-parallel"
               and c.cell.model_size == first.model_size and c.cell.target_utilisation == 0.99)
@@ -524,7 +526,8 @@ def _validation(doc: Doc, result: PublishedComparison) -> None:
         "study's DAG holds transformer layers only, while ShardMeter sends the embedding with "
         "block 0, whose gradient exists only when the backward ends and which the next forward "
         "needs first, so at 99 % it must cross in the 1 % of a step left idle (Data-Parallel on "
-        f"1B: {dp.cell.published_gbit_s:g} published, {_fmt(dp.gbit_s)} here); ShardMeter's fp4 "
+        f"1B: {dp.cell.published_gbit_s:g} published, {sp.format_gbit(dp.gbit_s)} here); "
+        f"ShardMeter's fp4 "
         "carries one fp32 scale per 128 values; and the published cells are points of a "
         f"bandwidth grid x{sp.grid_step(result):.3f} apart.",
         "",
@@ -567,6 +570,62 @@ def _figure(groups: dict[tuple[str, str], list[CellComparison]]) -> None:
     plt.close(fig)
 
 
+# ---- section 6: the planner's layout choice (issue 25) ------------------------------------------
+
+LAYOUT_QUERY = ("layout", "Llama-3.1-70B", "--gpu", "H100-SXM5-80GB", "--nodes", "4",
+                "--gpus-per-node", "8", "--seq-len", "8192", "--global-batch", "512")
+"""One island of `instances/llama-70b-multicloud.yaml` (4 nodes of 8 H100) with its model,
+context and batch: the island the FSDP-only planner left out."""
+
+
+def _section_layouts(doc: Doc) -> None:
+    """Why an island comes back when the layout and checkpointing are free: the layouts one
+    island can run, ranked, and what the plain-FSDP recipe lacks. The whole-plan effect (which
+    clusters return, the frontier's gain) is CASE_STUDY.md section 7, computed there."""
+    doc.say(
+        "## 6. An island plain FSDP cannot use comes back with another layout or checkpointing "
+        "(issue 25)",
+        "",
+        "Llama-3.1-70B at 8k context, 512 sequences per step, on one island of 4 nodes x 8 "
+        "H100 (an island of `instances/llama-70b-multicloud.yaml`): `shardmeter layout` ranks "
+        "every (layout, checkpointing, micro-batch) that fits and says why each other one does "
+        "not. Unlike sections 1-5 this uses the H100's shipped calibrated profile.",
+        "",
+    )
+    doc.run(*LAYOUT_QUERY, "--top", "8")
+    result = _json(*LAYOUT_QUERY, "--top", "1000")
+    ranked = result["layouts"]
+    best = ranked[0]
+    fsdp_op_sac = [r for r in result["rejected"]
+                   if r["layout"] == f"dp_shard {4 * 8}" and r["ac"] == "op-sac"]
+    with_tp = [r for r in ranked if r["layout"]["tp"] > 1]
+    parts = [
+        f"Result: {result['ranked']} of {result['considered']} (layout, checkpointing) "
+        "candidates run this batch.",
+    ]
+    if fsdp_op_sac:
+        parts.append(f"Plain FSDP with op-level selective checkpointing, the recipe the "
+                     f"FSDP-only planner was pinned to, does not: {fsdp_op_sac[0]['why']}.")
+    parts.append(
+        f"The fastest is {best['layout_text']} with ac {best['ac']} (micro-batch "
+        f"{best['micro_batch']}, {best['accum']} accumulation steps): "
+        f"{format_number(best['tokens_per_s_per_gpu'])} tokens/s per GPU, MFU "
+        f"{format_number(100 * best['mfu'], digits=3)} % "
+        f"(80 % interval {format_number(100 * best['mfu_p10'], digits=3)}-"
+        f"{format_number(100 * best['mfu_p90'], digits=3)} %).")
+    if with_tp:
+        slower = 100.0 * (1.0 - with_tp[0]["tokens_per_s_per_gpu"] / best["tokens_per_s_per_gpu"])
+        parts.append(
+            f"The fastest with tensor parallelism, {with_tp[0]['layout_text']} with ac "
+            f"{with_tp[0]['ac']}, is {format_number(slower, digits=3)} % slower"
+            + (" (it is the fastest)." if slower <= 0 else "."))
+    else:
+        parts.append("No layout with tensor parallelism fits.")
+    parts.append("What this changes for a whole plan across six clusters is CASE_STUDY.md "
+                 "section 7.")
+    doc.say(" ".join(parts), "")
+
+
 # ---- main --------------------------------------------------------------------------------------
 
 
@@ -591,6 +650,7 @@ def build(write_figure: bool) -> str:
     for section in sections:
         section(doc)
     _section_bandwidth(doc, write_figure)
+    _section_layouts(doc)
     return doc.text()
 
 

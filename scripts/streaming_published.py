@@ -27,6 +27,7 @@ from perfmodel.api.streaming import (
 )
 from perfmodel.diloco.published import METHODS
 from perfmodel.formatting import markdown_table
+from perfmodel.numbers import format_number
 
 GOAL_MAPE_PCT = 30.0
 """Issue 22's goal over every cell the tool can express."""
@@ -39,8 +40,10 @@ def _pct(value: float) -> str:
     return f"{value:.0%}"
 
 
-def _fmt(value: float | None) -> str:
-    return "unreachable" if value is None else f"{value:.3g}"
+def format_gbit(value: float | None) -> str:
+    """A bandwidth in Gbit/s to three significant digits (the project's number formatter), or
+    'unreachable' where no bandwidth reaches the target."""
+    return "unreachable" if value is None else format_number(value, digits=3)
 
 
 def grid_step(result: PublishedComparison) -> float:
@@ -80,7 +83,7 @@ def comparison_lines(result: PublishedComparison) -> list[str]:
             f"{first.cell.model_size} ({model})", first.cell.method_published,
             f"{first.cell.sync_every}", f"{first.cell.fragments}", f"{first.cell.delay_steps}",
             first.dtype,
-            *(f"{c.cell.published_gbit_s:g} / {_fmt(c.gbit_s)} / "
+            *(f"{c.cell.published_gbit_s:g} / {format_gbit(c.gbit_s)} / "
               + ("-" if c.ratio is None else f"{c.ratio:.2f}") for c in cells),
             f"{statistics.fmean(c.ape_pct for c in cells if c.ape_pct is not None):.1f}",
         ])

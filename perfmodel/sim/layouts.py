@@ -15,10 +15,12 @@ Claim and why, per kind of layout:
   * pp > 1: the pipeline graph (`perfmodel.sim.pipeline`) read at its two affine points, exact
     for every admissible k (tests/test_pipeline.py); min_accum = pp (1F1B, interleaved: a
     multiple of pp), GPipe any k >= 1; the memory of the worst pipeline rank at k = min_accum;
-    a schedule whose in-flight micro-batches grow with k gets max_accum = the largest k that
-    fits (memory is non-decreasing in k: bisection): GPipe (all k in flight), and interleaved
-    1F1B, whose warm-up holds more micro-batches as k grows until it saturates
-    (`perfmodel.spec.pipeline.in_flight`; max_accum 0 when the saturated schedule fits).
+    max_accum = the largest admissible k that fits, for every schedule: a pipeline rank holds
+    the token ids, labels and receive buffers of all k micro-batches for the whole step
+    (`perfmodel.costs.memory._rank_phases`, checked against torch's tracker), so its peak
+    grows with k under 1F1B too, not only under GPipe (all k in flight) or interleaved 1F1B's
+    warm-up; memory is non-decreasing in k, so doubling then bisection finds it; max_accum 0
+    when every k the global batch allows fits (tests/test_layout_rows.py).
 Rows are then reduced exactly (`drop_dominated`): a row is removed when another row of the same
 island and the same sequences per micro-step (m·dp) admits every k it admits and is no slower,
 no busier (energy) and no larger in memory at every such k.
@@ -53,7 +55,6 @@ from perfmodel.spec.formulas import GIB
 from perfmodel.spec.hardware import IslandSpec
 from perfmodel.spec.layout import ParallelLayout
 from perfmodel.spec.layout_space import LayoutSpace
-from perfmodel.spec.pipeline import in_flight
 from perfmodel.spec.recipe import TrainingRecipe
 
 LAYOUT_COLUMNS = ("tp", "pp", "cp", "dp_replicate", "dp_shard", "virtual_stages", "pp_schedule",
@@ -67,7 +68,7 @@ ROW_COLUMNS = (*LAYOUT_COLUMNS, "micro_batch", "microstep_s", "step_fixed_s", "c
                "memory_accum_gib", "accum_fits", "bound", "worst_stage")
 
 MAX_GPIPE_ACCUM = 4096
-"""Bisection ceiling of GPipe's memory-bound k (far above any global batch of a table)."""
+"""Search ceiling of a pipeline's memory-bound k when no global batch bounds it."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -160,7 +161,7 @@ def island_layout_rows(model: ModelSpec, profile: CostModel, island: IslandSpec,
         if max_micro_batches is not None:
             largest = min(largest, max_micro_batches)
         mb = np.arange(1, largest + 1)
-        frame = _rows(model, profile, island, seq_len, r, mb, peaks)
+        frame = _rows(model, profile, island, seq_len, r, mb, peaks, global_batch_seqs)
         # a schedule's affine step holds from min_accum on (GPipe: k >= pp); a micro-batch whose
         # memory bound on k (max_accum, 0 = none) stops below the first admissible k has no row
         first = -(-frame["min_accum"] // frame["accum_multiple"]) * frame["accum_multiple"]
@@ -183,9 +184,11 @@ def island_layout_rows(model: ModelSpec, profile: CostModel, island: IslandSpec,
 
 
 def _rows(model: ModelSpec, profile: CostModel, island: IslandSpec, seq_len: int,
-          recipe: TrainingRecipe, mb: np.ndarray, peaks: _PeakByAccum | None) -> pd.DataFrame:
+          recipe: TrainingRecipe, mb: np.ndarray, peaks: _PeakByAccum | None,
+          global_batch_seqs: int | None = None) -> pd.DataFrame:
     """The rows of one (layout, checkpointing mode) at the micro-batches `mb`; `peaks` is the
-    pipeline's memory by k (None when pp = 1)."""
+    pipeline's memory by k (None when pp = 1); `global_batch_seqs` bounds the k a pipeline's
+    memory bound is searched up to (no step takes more than the batch)."""
     layout = recipe.parallel
     world = island.num_gpus
     usable = island.gpu.usable_memory_bytes
@@ -232,12 +235,13 @@ def _rows(model: ModelSpec, profile: CostModel, island: IslandSpec, seq_len: int
         "bound": classify_regime(t_min, c_fixed + min_accum * c_micro, comm_t1),
         "worst_stage": worst,
     })
-    if peaks is not None and layout.pp_schedule == "gpipe":
-        # GPipe's bound on k, per m (a smaller m allows at least as many)
-        frame["max_accum"] = [_gpipe_max_accum(peaks, usable, int(m)) for m in mb]
-    if peaks is not None and layout.pp_schedule == "interleaved-1f1b":
-        frame["max_accum"] = [_interleaved_max_accum(peaks, usable, int(m), min_accum, multiple)
-                              for m in mb]
+    if peaks is not None:
+        # every schedule's bound on k, per m (a smaller m allows at least as many)
+        frame["max_accum"] = [
+            _pipeline_max_accum(peaks, usable, int(m), min_accum, multiple,
+                                MAX_GPIPE_ACCUM if global_batch_seqs is None
+                                else global_batch_seqs // (int(m) * layout.dp))
+            for m in mb]
     return frame.loc[:, list(ROW_COLUMNS)]
 
 
@@ -297,47 +301,27 @@ def _last_fitting(fits: Callable[[int], bool], lo: int, hi: int, step: int) -> i
     return lo
 
 
-def _gpipe_max_accum(peaks: _PeakByAccum, usable: int, micro_batch: int) -> int:
-    """The largest k whose GPipe peak (k micro-batches in flight) fits (doubling, then
-    bisection; memory is non-decreasing in k)."""
+def _pipeline_max_accum(peaks: _PeakByAccum, usable: int, micro_batch: int, min_accum: int,
+                        multiple: int, ceiling: int) -> int:
+    """The largest admissible k (min_accum plus a multiple of `multiple`) whose worst-rank peak
+    fits, searched up to `ceiling` (the most micro-batches a step of the global batch can take;
+    0: every admissible k up to it fits, or none is admissible below it). Doubling from
+    min_accum, then bisection: memory is non-decreasing in k (module doc). min_accum - 1 when
+    not even k = min_accum fits (GPipe: its micro-batch bound is read at k = 1, while its affine
+    step needs k >= pp), which leaves the row without an admissible k."""
     fits = peaks.fits_at(usable, micro_batch)
-    if not fits(1):
+    if not fits(min_accum):
+        return min_accum - 1
+    top = min_accum + (ceiling - min_accum) // multiple * multiple
+    if top <= min_accum:
         return 0
-    lo, hi = 1, 2
-    while hi <= MAX_GPIPE_ACCUM and fits(hi):
-        lo, hi = hi, hi * 2
-    if hi > MAX_GPIPE_ACCUM:
-        return MAX_GPIPE_ACCUM
-    return _last_fitting(fits, lo, hi, 1)
-
-
-def _saturating_accum(layout: ParallelLayout, min_accum: int, multiple: int) -> int:
-    """The smallest admissible k from which interleaved 1F1B holds no more micro-batches in
-    flight on any rank (its warm-up is full): memory is the same for every larger k."""
-    def held(k: int) -> tuple[tuple[tuple[int, int], ...], ...]:
-        return tuple(tuple(sorted(in_flight(layout.pp_schedule, layout.pp,
-                                            layout.virtual_stages, k, r).items()))
-                     for r in range(layout.pp))
-
-    k, now = min_accum, held(min_accum)
-    while k < MAX_GPIPE_ACCUM:
-        after = held(k + multiple)
-        if after == now:
-            break
-        k, now = k + multiple, after
-    return k
-
-
-def _interleaved_max_accum(peaks: _PeakByAccum, usable: int, micro_batch: int, min_accum: int,
-                           multiple: int) -> int:
-    """The largest admissible k whose interleaved-1F1B peak fits (0: every k fits, the
-    saturated schedule included; min_accum - 1 is never returned for a row: the row exists only
-    when k = min_accum fits)."""
-    fits = peaks.fits_at(usable, micro_batch)
-    top = _saturating_accum(peaks.layout, min_accum, multiple)
-    if fits(top):
-        return 0
-    return _last_fitting(fits, min_accum, top, multiple)
+    # doubling first: the walk's cost grows with k, so the ceiling is read only when reached
+    lo, hi = min_accum, min_accum + multiple
+    while fits(hi):
+        if hi == top:
+            return 0
+        lo, hi = hi, min(top, min_accum + 2 * (hi - min_accum))
+    return _last_fitting(fits, lo, hi, multiple)   # fits(lo), not fits(hi)
 
 
 def drop_dominated(rows: pd.DataFrame, keys: Sequence[str] = ()) -> pd.DataFrame:

@@ -424,13 +424,19 @@ def _exclusions(instance: Instance, table: pd.DataFrame, options: Sequence[Islan
                                        and e.gpus_per_node is None for e in found):
             continue
         own = [e for e in found if e.cluster == cluster.name]
-        fixes = list(dict.fromkeys(e.fix for e in own))
+        # One fix for the cluster, not one per option (the options' own lines carry theirs): the
+        # largest option's, since more GPUs per island is the usual way out of a memory limit;
+        # the per-option fixes differ mostly in their node counts, and joining them all made one
+        # unreadable line per cluster (issue 29).
+        largest = max(own, key=lambda e: (e.nodes or 0) * (e.gpus_per_node or 0), default=None)
         found.append(Exclusion(
             cluster=cluster.name,
             reason=(f"none of its {len(own)} island options is usable (each is listed)" if own
                     else "it offers no island option"),
-            fix="; or ".join(fixes[:3]) if fixes
-            else "check island_nodes, max_nodes_per_island and allowed_gpus_per_node"))
+            fix=(f"for its largest option ({largest.nodes} x {largest.gpus_per_node} GPUs): "
+                 f"{largest.fix}" if largest is not None and largest.nodes is not None
+                 else largest.fix if largest is not None
+                 else "check island_nodes, max_nodes_per_island and allowed_gpus_per_node")))
     order = {c.name: i for i, c in enumerate(instance.clusters)}
     return tuple(sorted(found, key=lambda e: (order.get(e.cluster, len(order)), e.nodes or 0,
                                               e.gpus_per_node or 0)))
