@@ -1,5 +1,7 @@
 """Generate docs/CASE_STUDY.md: the paper's case study (section V) and a sweep over the assumptions
-the paper leaves open, showing where its 21.69 % saving at 99 % throughput could come from.
+the paper leaves open, showing where its 21.69 % saving at 99 % throughput could come from; then
+what free layouts change (section 7) and what expert parallelism and FP8 change for a
+mixture-of-experts job (section 8, `moe_section`).
 
 Usage: .venv/bin/python -m scripts.make_case_study [--check] [--workers N]
 
@@ -13,6 +15,7 @@ from __future__ import annotations
 import argparse
 import logging
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +64,21 @@ mode, and with layouts and checkpointing left to the planner (the paper's 8B mod
 and no pipelines: one H200 or A100 holds its FSDP shard, and the wider space of 80 island
 options per cluster, tp up to 8, took minutes to tabulate, too long for this generator's
 `--check` in CI)."""
+MOE_INSTANCE = ROOT / "instances" / "qwen3-30b-a3b-moe.yaml"
+DEEPSEEK_CONFIG = ROOT / "tests" / "data" / "configs" / "deepseek_v3" / "config.json"
+"""Section 8: the DeepSeek-V3 config.json the planner refuses (its refusal is quoted)."""
+_MOE_FSDP = {"tp": 1, "pp": 1, "dp_replicate": 1}
+MOE_STUDIES = (
+    ("ep 1, bf16", (("training.parallel", {**_MOE_FSDP, "ep": 1}),
+                    ("training.compute_dtype", "bf16"))),
+    ("ep free, bf16", (("training.compute_dtype", "bf16"),)),
+    ("ep 1, bf16 or fp8", (("training.parallel", {**_MOE_FSDP, "ep": 1}),)),
+    ("ep free, bf16 or fp8 (as shipped)", ()),
+)
+"""Section 8 (issue 26): the MoE instance with expert parallelism pinned to 1 or left to the
+planner, and with bf16 only or bf16 and FP8 (tensorwise) to choose from per island."""
+FP8_DTYPE = "fp8-tensorwise"
+"""The FP8 recipe the MoE instance offers."""
 DOC = ROOT / "docs" / "CASE_STUDY.md"
 FIGURES = ROOT / "docs" / "figures"
 PAPER_SAVING_PCT = 21.69
@@ -396,6 +414,121 @@ def layouts_section(workers: int | None) -> str:
     return "\n".join(lines)
 
 
+def _moe_island(island: Any) -> str:
+    """One island of a plan as '<cluster> <nodes>x<gpus> (<layout>)': the performance model's
+    layout text, which names ep and an FP8 compute dtype when the row uses them."""
+    return f"{island.cluster} {island.nodes}x{island.gpus_per_node} ({island.layout})"
+
+
+_EP = re.compile(r"\bep (\d+)")
+
+
+def _frontier_use(points: Any) -> str:
+    """How many islands of a frontier's plans use ep > 1 and FP8 (from their layout text)."""
+    islands = [i for p in points for i in p.islands]
+    ep = sorted({int(m.group(1)) for i in islands if (m := _EP.search(i.layout))})
+    fp8 = sum("fp8" in i.layout for i in islands)
+    return (f"{sum(bool(_EP.search(i.layout)) for i in islands)} of {len(islands)} islands "
+            f"use ep > 1 ({', '.join(map(str, ep)) or 'none'}), {fp8} use FP8")
+
+
+def _change(new: float, old: float, better: str, worse: str) -> str:
+    """'12.3 % faster' style text of new against old (lower is better)."""
+    pct = 100.0 * (1.0 - new / old)
+    if abs(pct) < 0.05:
+        return "unchanged"
+    return f"{abs(pct):.1f} % {better if pct >= 0 else worse}"
+
+
+def moe_section(workers: int | None) -> str:
+    """Section 8: what the Qwen3-MoE instance costs, and how expert parallelism and FP8 move its
+    frontier: each `MOE_STUDIES` scenario's frontier ends and the islands of its fastest plan,
+    then comparisons computed from them."""
+    # lazy: the parameter report and the FP8 catalog are only needed here
+    from perfmodel.api.models import parameter_report
+    from perfmodel.costs.precision import fp8_gpus
+    from perfmodel.spec.catalog import get_model
+    from perfmodel.spec.errors import ShardMeterError
+    from planner.model.instance import load_instance as load
+
+    instance = load(str(MOE_INSTANCE))
+    counts = parameter_report(str(MOE_INSTANCE.parent / instance.model)).record
+    try:
+        get_model(str(DEEPSEEK_CONFIG)).check_step_modelled("a training step")
+        refusal = "it is modelled now (rewrite this section)"
+    except ShardMeterError as err:
+        refusal = f"the planner refuses it: \"{err.message}\""
+    able = set(fp8_gpus(FP8_DTYPE))
+    gpus = sorted({c.gpu for c in instance.clusters})
+    without = [g for g in gpus if g not in able]
+    profiles = ", ".join(f"{p['gpu_type']} {p['provenance']}"
+                         for p in report.gpu_profiles(instance, gpus))
+    prices = ", ".join(sorted({f"{c.price.provider} {c.price.tier} (price list of "
+                               f"{c.price.as_of})" for c in instance.clusters if c.price}))
+    results = solve_all([str(MOE_INSTANCE)],
+                        [Scenario(name=name, overrides=o) for name, o in MOE_STUDIES], {},
+                        workers=workers)
+    rows: list[dict[str, Any]] = []
+    notes: list[str] = []
+    for (name, _), result in zip(MOE_STUDIES, results, strict=True):
+        if result.frontier is None or result.problem is None:
+            rows.append({"scenario": name, "points": 0, "fastest plan": f"no plan: {result.error}"})
+            continue
+        best = fastest(result.points)
+        low = min(result.points, key=lambda p: (p.cost_usd, p.wall_time_s))
+        rows.append({"scenario": name, "points": len(result.points),
+                     "fastest h": best.wall_time_s / 3600, "fastest USD": best.cost_usd,
+                     "fastest GPUs": sum(i.nodes * i.gpus_per_node for i in best.islands),
+                     "cheapest h": low.wall_time_s / 3600, "cheapest USD": low.cost_usd,
+                     "frontier islands": _frontier_use(result.points),
+                     "exact": result.frontier.proven_exact})
+        notes.append(f"- {name}: fastest plan " + "; ".join(_moe_island(i) for i in best.islands)
+                     + "; cheapest plan " + "; ".join(_moe_island(i) for i in low.islands) + ".")
+        for excluded in result.problem.excluded:
+            if excluded.nodes is None and excluded.gpus_per_node is None:
+                notes.append(f"  - left out: {excluded.cluster}: {excluded.reason}")
+    columns = ["scenario", "points", "fastest h", "fastest USD", "fastest GPUs", "cheapest h",
+               "cheapest USD", "frontier islands", "exact"]
+    findings = []
+    pairs = (("expert parallelism", 0, 1, "bf16 only"), ("expert parallelism", 2, 3,
+                                                            "bf16 or FP8"),
+             ("FP8", 0, 2, "ep 1"), ("FP8", 1, 3, "ep free"))
+    for what, old, new, given in pairs:
+        a, b = rows[old], rows[new]
+        if "fastest h" not in a or "fastest h" not in b:
+            continue
+        findings.append(
+            f"- {what} ({given}): the fastest plan is "
+            f"{_change(b['fastest h'], a['fastest h'], 'faster', 'slower')} "
+            f"({a['fastest h']:.4g} h, {a['fastest USD']:,.0f} USD -> {b['fastest h']:.4g} h, "
+            f"{b['fastest USD']:,.0f} USD) and the cheapest "
+            f"{_change(b['cheapest USD'], a['cheapest USD'], 'cheaper', 'dearer')} "
+            f"({a['cheapest USD']:,.0f} -> {b['cheapest USD']:,.0f} USD).")
+    return "\n".join([
+        f"Instance: `instances/qwen3-30b-a3b-moe.yaml`: Qwen3-30B-A3B "
+        f"({counts['total_params'] / 1e9:.2f}B parameters, {counts['active_params'] / 1e9:.2f}B "
+        f"active per token: {counts['num_experts']} routed experts per layer, "
+        f"{counts['experts_per_token']} per token, {counts['moe_layers']} MoE layers) at "
+        f"{instance.training.seq_len} tokens of context on {', '.join(gpus)} clusters priced "
+        f"from {prices}, DiLoCo between islands, plain "
+        "FSDP inside each with the experts' all-to-alls and expert FSDP priced by the "
+        "performance model (routing load imbalance 1.0: perfectly balanced experts, an "
+        "optimistic assumption the recipe's `moe_load_imbalance` changes). DeepSeek-V3 is the "
+        f"other MoE class the issue names; {refusal}.",
+        "",
+        f"Profiles: {profiles}. "
+        f"FP8 (`{FP8_DTYPE}`) figures are a prior: the datasheet FP8 rate times a sourced "
+        "efficiency ratio (`catalogs/precision.csv`); no GPU measured them. "
+        + (f"{', '.join(without)} {'has' if len(without) == 1 else 'have'} no FP8, so "
+           f"{'its' if len(without) == 1 else 'their'} islands stay bf16 in every scenario. "
+           if without else "")
+        + "Reproduce a row with `shardmeter pareto instances/qwen3-30b-a3b-moe.yaml --vary "
+        "training.parallel=... --vary training.compute_dtype=bf16` (the overrides are "
+        "`MOE_STUDIES` in the script).",
+        "", md_table(rows, columns), "", *notes, "", "What pinning and freeing them changes "
+        "(computed from the table):", "", *findings])
+
+
 def build(workers: int | None, write_figures: bool) -> str:
     from importlib.metadata import version
 
@@ -493,6 +626,10 @@ their table; the free table contains every pinned row, so the free frontier can 
 as good. Reproduce a row with `shardmeter pareto INSTANCE --vary training.parallel=...`.
 
 {layouts_section(workers)}
+
+## 8. A mixture-of-experts job: what expert parallelism and FP8 change (issue 26)
+
+{moe_section(workers)}
 """
 
 

@@ -87,44 +87,74 @@ class LayoutRun:
 Key = tuple[int, str, str, str, str, str, int]
 """What a recorded collective and a planned one must share: (micro_step, phase, unit, op,
 group, dtype, payload_bytes)."""
-_COMPUTE_GROUPS = ("tp", "cp")
-_SIM_GROUP = {"fsdp": "dp_shard"}
+_COMPUTE_GROUPS = ("tp", "cp", "ep")
+_SIM_GROUP = {"fsdp": "dp_shard", "expert_fsdp": "efsdp"}
+"""The recorder's mesh-dimension names of the plan's FSDP groups (`perfmodel.bench.moe`:
+the experts' FSDP dimension is torchtitan's `efsdp`)."""
 
 
-def key_of(record: Collective) -> Key:
-    """The compared fields of a recorded collective."""
+def key_of(record: Collective, ep: int = 1) -> Key:
+    """The compared fields of a recorded collective. An all-to-all's payload is what the rank
+    sends to the other ep - 1 ranks of its group, the simulator's measure
+    (`perfmodel.costs.comm.all_to_all_payload_bytes`): the recorded buffer, which holds the
+    rank's own slice too, times (ep - 1) / ep."""
+    payload = record.payload_bytes
+    if record.op == "all_to_all":
+        payload = payload * (ep - 1) // ep
     return (record.micro_step, record.phase, record.unit, record.op, record.group, record.dtype,
-            record.payload_bytes)
+            payload)
 
 
 def stream_of(record: Collective) -> str:
-    """The simulator's stream of a recorded collective: tensor and context parallelism run on
-    the compute stream, FSDP2 and HSDP on the communication stream."""
+    """The simulator's stream of a recorded collective: tensor, context and expert parallelism
+    run on the compute stream, FSDP2 (the experts' own units too) and HSDP on the
+    communication stream."""
     return COMPUTE_STREAM if record.group in _COMPUTE_GROUPS else COMM_STREAM
 
 
-def by_stream(records: Sequence[Collective]) -> dict[str, list[Key]]:
-    """Recorded collectives split by stream, each in issue order."""
+def by_stream(records: Sequence[Collective], ep: int = 1) -> dict[str, list[Key]]:
+    """Recorded collectives split by stream, each in issue order (`ep`: `key_of`'s)."""
     out: dict[str, list[Key]] = {COMPUTE_STREAM: [], COMM_STREAM: []}
     for record in records:
-        out[stream_of(record)].append(key_of(record))
+        out[stream_of(record)].append(key_of(record, ep))
     return out
+
+
+def unit_fsdp_params(spec: ModelSpec, layout: ParallelLayout,
+                     seq_len: int) -> list[tuple[int, int]]:
+    """(parameters of the unit's FSDP unit, of its experts' own unit on this rank) of each block
+    then the root, as the typed plan gathers them: a dense model's from `fsdp_units` (the
+    tensor-parallel shard); an MoE model's per layer (`ModelSpec.layer_params`), where under
+    ep > 1 an MoE layer's routed experts leave the block's unit for their own, E/ep of them per
+    rank (`perfmodel.sim.fsdp.step_plan`)."""
+    units = local_model(spec, layout.tp).fsdp_units(seq_len)
+    if spec.moe is None:
+        return [(u.params, 0) for u in units]
+    experts = spec.moe.num_experts * spec.expert_params
+    out = []
+    for i in range(spec.num_layers):
+        own = experts if spec.is_moe_layer(i) and layout.ep > 1 else 0
+        out.append((spec.layer_params(i) - own, own // layout.ep))
+    return [*out, (units[-1].params, 0)]
 
 
 def simulated_collectives(spec: ModelSpec, run: LayoutRun,
                           world_size: int) -> dict[str, list[Key]]:
     """The collectives of the simulator's plan for `run` on `world_size` ranks, by stream in
     plan order, as `key_of` describes a recorded one. The plan reads the recipe as given, as
-    `perfmodel.sim.fsdp.step_costs` does (a layout without FSDP has no FSDP collectives: its
-    zero-duration placeholders are left out); sizes use the layout resolved on the ranks."""
+    `perfmodel.sim.fsdp.step_costs` does (a layout without FSDP has no FSDP collectives, an
+    expert FSDP group of one rank none for the experts' units: their zero-duration placeholders
+    are left out); sizes use the layout resolved on the ranks. An MoE model's plan types its
+    blocks (`step_plan`'s `moe_layers`: the model's MoE layers), as a real model's layers are."""
     recipe = run.recipe
     layout = recipe.parallel.resolve(world_size)
     num_units = spec.num_layers + 1
     plan = step_plan(num_units, recipe=recipe, accum_steps=run.accum_steps,
-                     block_norms=spec.norms_per_block)
+                     block_norms=spec.norms_per_block,
+                     moe_layers=None if spec.moe is None else spec.moe.moe_layers)
     payloads = inline_payload_bytes(spec, recipe, seq_len=run.seq_len,
                                     micro_batch=run.micro_batch)
-    units = local_model(spec, layout.tp).fsdp_units(run.seq_len)
+    params_of = unit_fsdp_params(spec, layout, run.seq_len)
     names = [f"block{i}" for i in range(spec.num_layers)] + ["root"]
     param, grad = recipe.param_dtype, recipe.reduce_dtype
     where_of = {"forward_inline_s": "forward", "prologue_s": "forward",
@@ -138,7 +168,11 @@ def simulated_collectives(spec: ModelSpec, run: LayoutRun,
             out[COMPUTE_STREAM].append((task.micro_step, where_of[task.cost], unit, task.kind,
                                         task.group, dtype, int(payloads[task.payload])))
         elif task.stream == COMM_STREAM and applies_fsdp(recipe.parallel) and task.unit is not None:
-            params = units[task.unit].params
+            params = params_of[task.unit][0]
+            if task.group == "expert_fsdp":
+                if layout.expert_fsdp_degree == 1:
+                    continue
+                unit, params = f"{unit}.experts", params_of[task.unit][1]
             if task.kind == "all_gather":
                 phase, dtype, size = ("backward" if "bwd" in task.name else "forward", param,
                                       params * dtype_bytes(param))

@@ -26,8 +26,9 @@ import logging
 import os
 import re
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +54,7 @@ from perfmodel.bench.recipe_wrap import make_optimizer, parallelize_with_recipe,
 from perfmodel.profiles.fsdp_compare import recipe_cell, recipe_mapping
 from perfmodel.spec.arch import ModelSpec
 from perfmodel.spec.layout import ParallelLayout
-from perfmodel.spec.recipe import recipe_from_mapping
+from perfmodel.spec.recipe import TrainingRecipe, recipe_from_mapping
 
 logger = logging.getLogger(__name__)
 
@@ -260,20 +261,126 @@ def attach_unit_names(model: Any, recorder: CollectiveRecorder,
             module.set_custom_reduce_scatter(NamedReduceScatter(names[id(module)]))
 
 
-# ---- a real gloo job ---------------------------------------------------------------------------
+# ---- a real gloo job (one home: `perfmodel.bench.moe_record` uses it too) --------------------
+
+RecordJob = Callable[..., list[list[Collective]]]
+"""`job(rank, world_size, *args)`: one rank's recorded collectives per case, in issue order
+(a module-level function: `torch.multiprocessing.spawn` pickles it by name)."""
+
+
+def _gloo_worker(rank: int, world_size: int, store: str, out: str, job: RecordJob,
+                 job_args: tuple[Any, ...]) -> None:
+    """One rank of `gloo_collectives`: runs `job` in a gloo process group (one thread), gathers
+    every rank's records to rank 0, which writes them."""
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank,
+                            world_size=world_size)
+    try:
+        results = [[asdict(r) for r in case] for case in job(rank, world_size, *job_args)]
+        gathered: list[Any] = [None] * world_size
+        dist.all_gather_object(gathered, results)
+        if rank == 0:
+            Path(out).write_text(json.dumps(gathered))
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+def gloo_collectives(job: RecordJob, job_args: tuple[Any, ...],
+                     world_size: int) -> list[list[list[Collective]]]:
+    """Every rank's collectives per case from one real `world_size`-rank gloo job on CPU
+    (`RecordJob`): result[rank][case] in issue order."""
+    # lazy: torch's process launcher, only for this job
+    import torch.multiprocessing as mp
+
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "records.json")
+        mp.spawn(  # type: ignore[attr-defined,no-untyped-call]  # untyped torch API
+            _gloo_worker, args=(world_size, os.path.join(tmp, "store"), out, job, job_args),
+            nprocs=world_size, join=True)
+        raw = json.loads(Path(out).read_text())
+    return [[[Collective(**r) for r in case] for case in ranks] for ranks in raw]
+
+
+def record_warm_step(model: Any, optimizer: Any, tokens: Any, *, recipe: TrainingRecipe,
+                     accum_steps: int, make_recorder: Callable[[], CollectiveRecorder],
+                     extra_units: dict[int, str] | None = None) -> list[Collective]:
+    """A warm-up step (lazy state, optimizer state), then one step recorded by the recorder
+    `make_recorder` builds after it, with FSDP units named (`attach_unit_names`) and
+    micro-steps numbered from 0."""
+    train_step(model, optimizer, tokens, accum_steps=accum_steps, recipe=recipe)
+    recorder = make_recorder()
+    attach_unit_names(model, recorder, extra_units)
+    micro = [-1]
+
+    def advance() -> None:
+        micro[0] += 1
+        recorder.micro_step = micro[0]
+
+    with recorder:
+        train_step(model, optimizer, tokens, accum_steps=accum_steps, recipe=recipe,
+                   before_micro_step=advance)
+    return recorder.records
+
+
+def record_to_csv(out_path: str | Path, names: Sequence[str], *,
+                  cases: Mapping[str, tuple[int, Any]], columns: Sequence[str],
+                  record: Callable[[list[str], int], list[list[list[Collective]]]],
+                  case_fields: Callable[[str], dict[str, Any]],
+                  benchmark: str) -> dict[str, int]:
+    """Record the named `cases` (name -> (ranks, run)) with `record(names, world_size)` (one
+    gloo job per world size), appending rank 0's collectives to `out_path` as rows of
+    `columns`: `case_fields(name)`, `seq`, the `Collective` and torch's version (cases already
+    in the file are skipped); ValueError if the ranks of a case did not issue identical
+    sequences (the dataset keeps rank 0's)."""
+    log = CsvLog(out_path, columns, ("case", "seq"))
+    done = {row["case"] for row in log.rows()}
+    todo = [n for n in names if n not in done]
+    append_environment(out_path, environment_record(
+        device="cpu", threads=1, extra={"benchmark": benchmark, "backend": "gloo"}))
+    for world in sorted({cases[n][0] for n in todo}):
+        batch = [n for n in todo if cases[n][0] == world]
+        recorded = record(batch, world)
+        for i, name in enumerate(batch):
+            ranks = [per_rank[i] for per_rank in recorded]
+            if any(r != ranks[0] for r in ranks):
+                raise ValueError(f"{name}: the {world} ranks issued different collectives")
+            log.append([{**case_fields(name), "seq": seq, **asdict(collective),
+                         "torch_version": torch.__version__}
+                        for seq, collective in enumerate(ranks[0])])
+            logger.info("%s: %d collectives on each of %d ranks", name, len(ranks[0]), world)
+    return {"recorded": len(todo), "skipped": len(names) - len(todo)}
+
+
+def record_main(argv: Sequence[str] | None, *, description: str, cases: Mapping[str, Any],
+                record_cases: Callable[[list[str], str], dict[str, int]]) -> None:
+    """The recording commands' CLI: `-o CSV [--cases a,b]` (exit 2 naming an unknown case)."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("-o", "--out", required=True, help="CSV (appended; rerun resumes)")
+    parser.add_argument("--cases", default=",".join(cases),
+                        help="comma-separated case names (default: all)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    names = [n for n in args.cases.split(",") if n]
+    unknown = [n for n in names if n not in cases]
+    if unknown:
+        parser.error(f"--cases: unknown case(s) {', '.join(unknown)}\n"
+                     f"To fix: pass names from {', '.join(cases)}")
+    counts = record_cases(names, args.out)
+    logger.info("%s: %d cases recorded, %d already there", args.out, counts["recorded"],
+                counts["skipped"])
+
+
+# ---- the layout cases --------------------------------------------------------------------------
 
 def _data_rank(rank: int, layout: ParallelLayout) -> int:
     """The data-parallel index of a rank (tp and cp innermost: their ranks share a batch)."""
     return rank // (layout.tp * layout.cp)
 
 
-def _worker(rank: int, world_size: int, store: str, spec_json: str, runs_json: str,
-            out: str) -> None:
-    """One rank: per run, build, parallelize and train a warm-up step, then record one step;
-    every rank's records are gathered to rank 0, which writes them."""
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank,
-                            world_size=world_size)
+def _layout_job(rank: int, world_size: int, spec_json: str,
+                runs_json: str) -> list[list[Collective]]:
+    """One rank: per run, build, parallelize and train a warm-up step, then record one step."""
     spec = ModelSpec(**json.loads(spec_json))
     results = []
     for run in json.loads(runs_json):
@@ -286,89 +393,43 @@ def _worker(rank: int, world_size: int, store: str, spec_json: str, runs_json: s
         optimizer = make_optimizer(model, recipe)
         tokens = random_tokens(spec, run["micro_batch"], run["seq_len"],
                                seed=_data_rank(rank, layout))
-        train_step(model, optimizer, tokens, accum_steps=run["accum_steps"], recipe=recipe)
-        recorder = CollectiveRecorder(mesh_group_names(mesh), optimizer)
-        attach_unit_names(model, recorder)
-        micro = [-1]
-
-        def advance(micro: list[int] = micro, recorder: CollectiveRecorder = recorder) -> None:
-            micro[0] += 1
-            recorder.micro_step = micro[0]
-
-        with recorder:
-            train_step(model, optimizer, tokens, accum_steps=run["accum_steps"], recipe=recipe,
-                       before_micro_step=advance)
-        results.append([asdict(r) for r in recorder.records])
-    gathered: list[Any] = [None] * world_size
-    dist.all_gather_object(gathered, results)
-    if rank == 0:
-        Path(out).write_text(json.dumps(gathered))
-    dist.barrier()
-    dist.destroy_process_group()
+        results.append(record_warm_step(
+            model, optimizer, tokens, recipe=recipe, accum_steps=run["accum_steps"],
+            make_recorder=partial(CollectiveRecorder, mesh_group_names(mesh), optimizer)))
+    return results
 
 
 def record_layout_orders(spec: ModelSpec, runs: Sequence[LayoutRun], *,
                          world_size: int) -> list[list[list[Collective]]]:
     """Every rank's collectives of one recorded step per run (after a warm-up step), from one
     real `world_size`-rank gloo job on CPU: result[rank][run] in issue order."""
-    # lazy: torch's process launcher, only for this job
-    import torch.multiprocessing as mp
-
     spec_json = json.dumps({k: getattr(spec, k) for k in spec.__dataclass_fields__})
     runs_json = json.dumps([{"recipe": recipe_mapping(r.recipe), "accum_steps": r.accum_steps,
                              "micro_batch": r.micro_batch, "seq_len": r.seq_len} for r in runs])
-    with tempfile.TemporaryDirectory() as tmp:
-        out = os.path.join(tmp, "records.json")
-        mp.spawn(  # type: ignore[attr-defined,no-untyped-call]  # untyped torch API
-            _worker, args=(world_size, os.path.join(tmp, "store"), spec_json, runs_json, out),
-            nprocs=world_size, join=True)
-        raw = json.loads(Path(out).read_text())
-    return [[[Collective(**r) for r in run] for run in ranks] for ranks in raw]
+    return gloo_collectives(_layout_job, (spec_json, runs_json), world_size)
+
+
+def _case_fields(name: str) -> dict[str, Any]:
+    world, run = RECORDED_CASES[name]
+    return {"case": name, "world_size": world, "recipe": recipe_cell(run.recipe),
+            "accum_steps": run.accum_steps, "micro_batch": run.micro_batch,
+            "seq_len": run.seq_len}
 
 
 def record_cases(names: Sequence[str], out_path: str | Path) -> dict[str, int]:
-    """Record the `RECORDED_CASES` named (one gloo job per world size), appending rank 0's
-    collectives to `out_path` (cases already in it are skipped); ValueError if the ranks of a
-    case did not issue identical sequences (the dataset keeps rank 0's)."""
-    log = CsvLog(out_path, COLUMNS, ("case", "seq"))
-    done = {row["case"] for row in log.rows()}
-    todo = [n for n in names if n not in done]
-    append_environment(out_path, environment_record(
-        device="cpu", threads=1, extra={"benchmark": "layout-orders", "backend": "gloo"}))
-    for world in sorted({RECORDED_CASES[n][0] for n in todo}):
-        cases = [n for n in todo if RECORDED_CASES[n][0] == world]
-        recorded = record_layout_orders(ORDER_SPEC, [RECORDED_CASES[n][1] for n in cases],
-                                        world_size=world)
-        for i, name in enumerate(cases):
-            ranks = [per_rank[i] for per_rank in recorded]
-            if any(r != ranks[0] for r in ranks):
-                raise ValueError(f"{name}: the {world} ranks issued different collectives")
-            run = RECORDED_CASES[name][1]
-            log.append([{"case": name, "world_size": world,
-                         "recipe": recipe_cell(run.recipe), "accum_steps": run.accum_steps,
-                         "micro_batch": run.micro_batch, "seq_len": run.seq_len, "seq": seq,
-                         **asdict(record), "torch_version": torch.__version__}
-                        for seq, record in enumerate(ranks[0])])
-            logger.info("%s: %d collectives on each of %d ranks", name, len(ranks[0]), world)
-    return {"recorded": len(todo), "skipped": len(names) - len(todo)}
+    """Record the `RECORDED_CASES` named into `out_path` (`record_to_csv`)."""
+    return record_to_csv(
+        out_path, names, cases=RECORDED_CASES, columns=COLUMNS, case_fields=_case_fields,
+        record=lambda batch, world: record_layout_orders(
+            ORDER_SPEC, [RECORDED_CASES[n][1] for n in batch], world_size=world),
+        benchmark="layout-orders")
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     """`python -m perfmodel.bench.layout_record -o catalogs/profiles/data/layout-orders.csv`"""
-    parser = argparse.ArgumentParser(description="Record the collectives of real parallel-"
-                                     "layout steps (gloo, CPU) for tests/test_layout_order.py.")
-    parser.add_argument("-o", "--out", required=True, help="CSV (appended; rerun resumes)")
-    parser.add_argument("--cases", default=",".join(RECORDED_CASES),
-                        help="comma-separated case names (default: all)")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    names = [n for n in args.cases.split(",") if n]
-    unknown = [n for n in names if n not in RECORDED_CASES]
-    if unknown:
-        raise SystemExit(f"unknown case(s) {unknown}; known: {', '.join(RECORDED_CASES)}")
-    counts = record_cases(names, args.out)
-    logger.info("%s: %d cases recorded, %d already there", args.out, counts["recorded"],
-                counts["skipped"])
+    record_main(argv, description="Record the collectives of real parallel-layout steps (gloo, "
+                "CPU) for tests/test_layout_order.py.", cases=RECORDED_CASES,
+                record_cases=record_cases)
 
 
 if __name__ == "__main__":

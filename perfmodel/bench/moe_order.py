@@ -11,9 +11,23 @@ reduce-scatters of the dense units (`group` "dp_shard", units block{i} and root)
 experts' own units (`group` "efsdp", unit block{i}.experts), with phase, micro-step, dtype and
 element counts; both ranks issue the same sequence (checked when recording).
 Why: the performance model's EP plan (all-to-all per MoE layer, expert FSDP) is compared with
-it (the simulator's side is the performance model's).
+it: the simulator's typed plan (`perfmodel.sim.fsdp.step_plan` with the model's `moe_layers`;
+`MoeRun.layout_run` is the same step as a layout) lists, per stream, the same collectives in
+the same order, each in the same micro-step, phase, unit, group and dtype and moving the same
+bytes (`perfmodel.bench.layout_order.simulated_collectives` against `by_stream(records, ep)`).
+Where the two legitimately differ, the comparison says how: (1) streams are compared apart
+(as for dense layouts): the simulator runs the all-to-alls inline on the compute stream and
+FSDP2's collectives on the communication stream, so their interleaving is the schedule's, not
+the CPU's issue order (the experts' all-gather is recorded after the dispatch, when FSDP2
+reaches the experts' pre-forward; the plan issues it with the block's, prefetched); (2) an
+all-to-all's size is what the rank sends to the other ranks (the recorded buffer times
+(ep - 1)/ep; the capacity C = ceil(T k / E x factor) of every case here is exact, so no
+rounding); (3) an expert FSDP group of one rank (ep = world) issues nothing, and its planned
+zero-duration tasks are left out; (4) the planner's step costs keep the mean block (each
+block s = MoE layers / layers times the all-to-alls): the order test types the blocks.
 Checked by: tests/test_moe_order.py (the file is what the recording command writes: a live
-re-record of a case compared row by row).
+re-record of a case compared row by row; every case against the simulator, and plans with a
+wrong MoE layer, ep or expert unit shown to differ).
 
 The dataset has the columns of layout-orders.csv (`perfmodel.bench.layout_order.COLUMNS`) plus
 `ep` and `capacity_factor` after `seq_len`; `perfmodel.bench.layout_order.read_orders` reads it.
@@ -24,7 +38,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from perfmodel.bench.layout_order import COLUMNS as LAYOUT_ORDER_COLUMNS
+from perfmodel.bench.layout_order import LayoutRun
 from perfmodel.spec.arch import ModelSpec, MoeSpec
+from perfmodel.spec.layout import ParallelLayout
 from perfmodel.spec.recipe import DEFAULT_RECIPE, TrainingRecipe
 
 MOE_ORDER_SPEC = ModelSpec(
@@ -52,6 +68,14 @@ class MoeRun:
     """Sequences per rank per micro-step."""
     seq_len: int = 16
     """Tokens per sequence."""
+
+    def layout_run(self) -> LayoutRun:
+        """The same step as the simulator plans it: `ep` on the recipe's layout (dp_shard the
+        ranks), the fixed capacity as the recipe's `moe_capacity_factor`."""
+        recipe = replace(self.recipe, parallel=ParallelLayout(ep=self.ep),
+                         moe_capacity_factor=self.capacity_factor)
+        return LayoutRun(recipe=recipe, accum_steps=self.accum_steps,
+                         micro_batch=self.micro_batch, seq_len=self.seq_len)
 
 
 def _run(ep: int, accum_steps: int = 1, **overrides: str) -> MoeRun:

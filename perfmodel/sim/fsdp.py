@@ -37,7 +37,10 @@ test `tests/test_fsdp_order.py` records it from a real 2-rank gloo run and compa
   fsdp_degree/ep ranks holding the same experts, right after the block's dense part on the
   same stream. Blocks carry the layers' mean (`perfmodel.spec.arch`): a model whose MoE
   layers are a share s of its layers gets s times each all-to-all per block. Checked by
-  tests/test_moe_step.py (order of a block's collectives; payloads and times).
+  tests/test_moe_step.py (order of a block's collectives; payloads and times). `step_plan`'s
+  `moe_layers` types the blocks instead (dense ones without all-to-alls, the experts' FSDP unit
+  as tasks of its own): tests/test_moe_order.py compares that plan, stream by stream, with a
+  recorded 2-rank gloo EP step (`perfmodel.bench.moe_order`).
 
 Timing rules (`step_plan` is the only place they live; the fast path compiles its output):
 
@@ -119,9 +122,16 @@ class UnitCosts:
     replicate_s: float = 0.0
     """HSDP: the all-reduce of the unit's gradient shard across the replicas, after its
     reduce_scatter (0 without replication)."""
+    expert_all_gather_s: float = 0.0
+    """A typed MoE block under ep > 1 (`step_plan`'s `moe_layers`): the all_gather of its
+    routed experts' own FSDP unit over the expert FSDP group, after the block's (0 otherwise;
+    the planner's mean blocks fold it into `all_gather_s`)."""
+    expert_reduce_scatter_s: float = 0.0
+    """The same unit's reduce_scatter, before the block's."""
 
     def __post_init__(self) -> None:
-        for key in (*COST_FIELDS, "replicate_s"):
+        for key in (*COST_FIELDS, "replicate_s", "expert_all_gather_s",
+                    "expert_reduce_scatter_s"):
             value = getattr(self, key)
             if not (math.isfinite(value) and value >= 0):
                 raise ValueError(f"unit {self.name!r}: {key} must be finite and >= 0, got {value}")
@@ -155,6 +165,9 @@ class StepCosts:
     FSDP: the replicated norm weights' partial gradients, all-reduced once per norm)."""
     block_norms: int = 2
     """Normalisation layers per block (sequence parallelism all-reduces their gradients)."""
+    moe_layers: tuple[int, ...] | None = None
+    """Blocks typed as MoE layers (`step_plan`); None: every block is the model's mean block
+    (what `step_costs` builds)."""
 
     def __post_init__(self) -> None:
         if not self.units:
@@ -183,7 +196,8 @@ class StepCosts:
     def plan(self, accum_steps: int) -> tuple[TaskSpec, ...]:
         """The task structure of a step of `accum_steps` micro-steps."""
         return step_plan(len(self.units), has_root=self.has_root, recipe=self.recipe,
-                         accum_steps=accum_steps, block_norms=self.block_norms)
+                         accum_steps=accum_steps, block_norms=self.block_norms,
+                         moe_layers=self.moe_layers)
 
     def duration_s(self, spec: TaskSpec) -> float:
         """Duration of one planned task."""
@@ -262,7 +276,8 @@ class TaskSpec:
     index: int = -1
     """Position in a tuple-valued cost (an inline collective); -1 for scalar costs."""
     group: str = ""
-    """The parallel group of a collective (tp, cp, fsdp, dp_replicate); empty for compute."""
+    """The parallel group of a collective (tp, cp, ep, fsdp, expert_fsdp, dp_replicate); empty
+    for compute."""
     payload: str = ""
     """What an inline collective moves (`Inline`: activation, logits, kv, loss_rows,
     norm_weight); empty for other tasks."""
@@ -292,7 +307,7 @@ def applies_fsdp(layout: ParallelLayout) -> bool:
 
 @lru_cache(maxsize=128)
 def inline_collectives(recipe: TrainingRecipe, where: str, block_norms: int = 2,
-                       num_norms: int = 0) -> Inline:
+                       num_norms: int = 0, moe_layer: bool = True) -> Inline:
     """The collectives a layout runs inline on the compute stream at `where`, in issue order:
 
     * block_forward, root_forward, embed_forward: a forward's (the embedding is part of the root
@@ -303,7 +318,9 @@ def inline_collectives(recipe: TrainingRecipe, where: str, block_norms: int = 2,
       micro-steps that reduce its gradients (the root's after the whole backward);
     * optimizer: inside the optimizer step;
 
-    `block_norms` normalisation layers per block, `num_norms` in the whole model.
+    `block_norms` normalisation layers per block, `num_norms` in the whole model; `moe_layer`
+    False: a block typed dense in a model with MoE layers (no all-to-alls; True: an MoE layer,
+    or the mean block of an MoE model, which carries them).
 
     Claim (torchtitan's Llama TP plan as `perfmodel.bench.parallel` applies it; DTensor, FSDP2
     and fused AdamW of torch 2.13):
@@ -352,15 +369,16 @@ def inline_collectives(recipe: TrainingRecipe, where: str, block_norms: int = 2,
             out += [("reduce_scatter" if sp else "all_reduce", "tp", "activation")]
             out += [("all_gather", "tp", "activation")] if sp else []
             out += [("reduce_scatter" if sp else "all_reduce", "tp", "activation")]
-        if layout.ep > 1:   # MoE: tokens to their experts' ranks and back (module doc)
+        if layout.ep > 1 and moe_layer:   # MoE: tokens to their experts' ranks and back
             out += [("all_to_all", "ep", "dispatch"), ("all_to_all", "ep", "combine")]
     elif where in ("block_backward", "block_backward_whole"):
         if sp:  # the MLP output's gradient is gathered before anything saved is unpacked
             out += [("all_gather", "tp", "activation")]
         # the recompute runs when backward first unpacks a saved tensor (the down projection's)
-        out += recomputed_collectives(recipe, where == "block_backward_whole", block_norms)
-        if layout.ep > 1:   # the recompute's MoE ones, the combine's gradient, then (after the
-            # experts' backward) the dispatch's
+        out += recomputed_collectives(recipe, where == "block_backward_whole", block_norms,
+                                      moe_layer=moe_layer)
+        if layout.ep > 1 and moe_layer:   # the recompute's MoE ones, the combine's gradient,
+            # then (after the experts' backward) the dispatch's
             out += recomputed_collectives(recipe, where == "block_backward_whole",
                                           block_norms, experts=True)
             out += [("all_to_all", "ep", "combine"), ("all_to_all", "ep", "dispatch")]
@@ -393,15 +411,16 @@ def inline_collectives(recipe: TrainingRecipe, where: str, block_norms: int = 2,
 
 
 def recomputed_collectives(recipe: TrainingRecipe, whole: bool, block_norms: int = 2, *,
-                           experts: bool = False) -> Inline:
+                           experts: bool = False, moe_layer: bool = True) -> Inline:
     """The forward collectives a block's backward re-issues for its recompute
     (`inline_collectives`' claim): all of them for a block checkpointed whole (`whole`, or
     every block under full), those the op-level policy does not save under op-sac (every one
     but the reduce-scatters and the all-to-alls: torchtitan's save list keeps their outputs),
     context parallelism's K/V gather under attn, none without checkpointing. `experts`: only
     the MoE all-to-alls (re-issued first, with the rest of the recompute: the MoE sits at the
-    block's end); otherwise every other one."""
-    forward = tuple(c for c in inline_collectives(recipe, "block_forward", block_norms)
+    block's end); otherwise every other one. `moe_layer`: as `inline_collectives`'."""
+    forward = tuple(c for c in inline_collectives(recipe, "block_forward", block_norms,
+                                                  moe_layer=moe_layer)
                     if (c[0] == "all_to_all") == experts)
     mode = recipe.checkpoint.mode
     if whole or mode == "full":
@@ -475,14 +494,28 @@ def _gathers(num_units: int, has_root: bool, recipe: TrainingRecipe) -> list[tup
 
 @lru_cache(maxsize=256)
 def step_plan(num_units: int, *, has_root: bool = True, recipe: TrainingRecipe = DEFAULT_RECIPE,
-              accum_steps: int = 1, block_norms: int = 2) -> tuple[TaskSpec, ...]:
+              accum_steps: int = 1, block_norms: int = 2,
+              moe_layers: tuple[int, ...] | None = None) -> tuple[TaskSpec, ...]:
     """The tasks of one FSDP step (k micro-steps + optimizer) in add order (module docstring);
     cached: the plan is immutable and depends only on these arguments (`block_norms`: the
-    normalisation layers per block, whose gradients sequence parallelism all-reduces)."""
+    normalisation layers per block, whose gradients sequence parallelism all-reduces).
+
+    `moe_layers` types the blocks. None (what `step_costs` times): every block is the model's
+    mean block, carrying the MoE all-to-alls under ep > 1 and one FSDP unit holding its share
+    of the experts. A tuple of block indices: those blocks are MoE layers and the others dense
+    (no all-to-all); under ep > 1 each MoE block's routed experts are their own FSDP unit
+    (torchtitan wraps `moe.experts` apart), group `expert_fsdp`: its all_gather issued right
+    after the block's (same consumer), its reduce_scatter right before the block's (the experts'
+    backward ends inside the block's). The typed plan is the collective order of record for a
+    real model's layers: tests/test_moe_order.py compares it with a recorded gloo EP step."""
     if num_units < 1:
         raise ValueError(f"an FSDP step needs at least one unit, got {num_units}")
     if accum_steps < 1:
         raise ValueError(f"accum_steps must be >= 1, got {accum_steps}")
+    num_blocks = num_units - 1 if has_root else num_units
+    if moe_layers is not None and any(not 0 <= b < num_blocks for b in moe_layers):
+        raise ValueError(f"moe_layers {list(moe_layers)} must be block indices in "
+                         f"[0, {num_blocks})")
     tasks: list[TaskSpec] = []
     sync: int | None = None
     for micro in range(accum_steps):
@@ -490,7 +523,8 @@ def step_plan(num_units: int, *, has_root: bool = True, recipe: TrainingRecipe =
         reduce = final or recipe.accum_mode == "reduce_scatter"
         label = f" m{micro}" if accum_steps > 1 else ""
         sync = _plan_microstep(tasks, num_units, has_root, recipe, sync=sync, reduce=reduce,
-                               label=label, micro=micro, block_norms=block_norms)
+                               label=label, micro=micro, block_norms=block_norms,
+                               moe_layers=moe_layers)
     # collectives inside the optimizer step (replicated weights' partial gradients without FSDP)
     for i, (op, group, kind) in enumerate(inline_collectives(
             recipe, "optimizer", block_norms, model_norms(num_units, has_root, block_norms))):
@@ -511,14 +545,26 @@ def model_norms(num_units: int, has_root: bool, block_norms: int) -> int:
 
 def _plan_microstep(tasks: list[TaskSpec], num_units: int, has_root: bool,
                     recipe: TrainingRecipe, *, sync: int | None, reduce: bool, label: str,
-                    micro: int, block_norms: int = 2) -> int:
-    """Append one micro-step to `tasks`; returns the index of the task the next one waits for."""
+                    micro: int, block_norms: int = 2,
+                    moe_layers: tuple[int, ...] | None = None) -> int:
+    """Append one micro-step to `tasks`; returns the index of the task the next one waits for
+    (`moe_layers`: `step_plan`'s)."""
     slots = _slots(num_units, has_root)
     gathers = _gathers(num_units, has_root, recipe)
     depth = recipe.prefetch_depth
     root = num_units - 1 if has_root else None
     replicate = recipe.parallel.dp_replicate > 1
     policy = recipe.checkpoint
+    typed = moe_layers is not None
+    moe_blocks = frozenset(moe_layers or ())
+
+    def moe_layer(unit: int | None) -> bool:
+        """Whether a unit's inline collectives include the MoE ones (every block when untyped;
+        the root's places have none either way)."""
+        return not typed or unit in moe_blocks
+
+    # a typed MoE block's experts are an FSDP unit of their own under ep > 1 (step_plan doc)
+    own_experts = typed and recipe.parallel.ep > 1
 
     def add(spec: TaskSpec) -> int:
         tasks.append(replace(spec, micro_step=micro))
@@ -527,7 +573,8 @@ def _plan_microstep(tasks: list[TaskSpec], num_units: int, has_root: bool,
     def inline(where: str, unit: int | None, cost: str, prefix: str, offset: int = 0) -> None:
         """The layout's inline collectives at `where`, after the compute stream's last task;
         `offset`: their first index in the unit's cost tuple."""
-        for i, (op, group, kind) in enumerate(inline_collectives(recipe, where, block_norms)):
+        for i, (op, group, kind) in enumerate(inline_collectives(
+                recipe, where, block_norms, moe_layer=moe_layer(unit))):
             add(_spec(f"{prefix} {op} {group}{label}", COMPUTE_STREAM, op, unit, cost, (),
                       index=offset + i, group=group, payload=kind))
 
@@ -538,6 +585,9 @@ def _plan_microstep(tasks: list[TaskSpec], num_units: int, has_root: bool,
         return "block_backward_whole" if whole else "block_backward"
 
     def reduce_scatter(unit: int, after: int) -> int:
+        if own_experts and unit in moe_blocks:
+            add(_spec(f"RS {{unit}} experts{label}", COMM_STREAM, "reduce_scatter", unit,
+                      "expert_reduce_scatter_s", (after,), group="expert_fsdp"))
         last = add(_spec(f"RS {{unit}}{label}", COMM_STREAM, "reduce_scatter", unit,
                          "reduce_scatter_s", (after,), group="fsdp"))
         if replicate:  # HSDP: the shard is all-reduced across the replicas right after
@@ -556,6 +606,11 @@ def _plan_microstep(tasks: list[TaskSpec], num_units: int, has_root: bool,
             ready.setdefault(consumer, []).append(add(_spec(
                 f"AG {{unit}}{' bwd' if gback else ''}{label}", COMM_STREAM, "all_gather", gu,
                 "all_gather_s", () if after is None else (after,), group="fsdp")))
+            if own_experts and gu in moe_blocks:
+                ready[consumer].append(add(_spec(
+                    f"AG {{unit}} experts{' bwd' if gback else ''}{label}", COMM_STREAM,
+                    "all_gather", gu, "expert_all_gather_s",
+                    () if after is None else (after,), group="expert_fsdp")))
             g += 1
         if s == 0 and root is not None and inline_collectives(recipe, "embed_forward"):
             # the embedding (in the root unit) runs before the first block, once the root is in
@@ -575,7 +630,8 @@ def _plan_microstep(tasks: list[TaskSpec], num_units: int, has_root: bool,
             inline(where, u, "backward_inline_s", "B")
             if reduce and u != root:  # FSDP2's post-backward, before the unit's reduce-scatter
                 inline("block_post_backward", u, "backward_inline_s", "post",
-                       len(inline_collectives(recipe, where, block_norms)))
+                       len(inline_collectives(recipe, where, block_norms,
+                                              moe_layer=moe_layer(u))))
         unit_end = len(tasks) - 1
         if back and s == len(slots) - 1 and root is not None:
             # the embedding's backward follows the first block's; the root's post-backward runs
