@@ -500,7 +500,8 @@ def moe_section(workers: int | None) -> str:
         findings.append(
             f"- {what} ({given}): the fastest plan is "
             f"{_change(b['fastest h'], a['fastest h'], 'faster', 'slower')} "
-            f"({a['fastest h']:.4g} h, {a['fastest USD']:,.0f} USD -> {b['fastest h']:.4g} h, "
+            f"({format_number(a['fastest h'])} h, {a['fastest USD']:,.0f} USD -> "
+            f"{format_number(b['fastest h'])} h, "
             f"{b['fastest USD']:,.0f} USD) and the cheapest "
             f"{_change(b['cheapest USD'], a['cheapest USD'], 'cheaper', 'dearer')} "
             f"({a['cheapest USD']:,.0f} -> {b['cheapest USD']:,.0f} USD).")
