@@ -17,6 +17,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
+import yaml
 
 from perfmodel import __version__
 from perfmodel.numbers import format_duration, format_usd
@@ -229,6 +230,24 @@ def test_html_with_a_scenario_study_is_refused(run_cli, tmp_path: Path) -> None:
     assert result.code == 2
     assert "HTML report covers one instance" in result.err and "To fix:" in result.err
     assert "Traceback" not in result.err and not path.exists()
+
+
+def test_instance_text_is_escaped(tmp_path: Path) -> None:
+    """Text from the instance (its name) is shown as text, never as markup: a name holding a
+    script tag adds no element to the page."""
+    name = "<script>alert('x')</script> & \"co\""
+    raw = yaml.safe_load(TWO.read_text(encoding="utf-8"))
+    raw["name"] = name
+    (tmp_path / "tables").mkdir()
+    shutil.copy(TWO.parent / raw["islands_table"], tmp_path / raw["islands_table"])
+    instance = tmp_path / "hostile.yaml"
+    instance.write_text(yaml.safe_dump(raw), encoding="utf-8")
+    path = tmp_path / "hostile.html"
+    api.frontier(api.FrontierRequest(instance_paths=(instance,), html_path=path))
+    page = Page(path.read_text(encoding="utf-8"))
+    assert len(page.find("script")) == 1  # the page's own hover script only
+    assert name in _text(page.find("h1")[0])
+    assert name in _text(page.by_id("assumption-table"))
 
 
 def test_plan_label_names_variant_and_provider(case_page) -> None:

@@ -484,6 +484,7 @@ border-bottom:1px solid #d8dce4}h3{font-size:1.05em}
 .note{color:#374151}
 table{border-collapse:collapse;margin:6px 0;font-size:.9em}
 th,td{border:1px solid #d8dce4;padding:3px 8px;text-align:left;vertical-align:top}
+td{white-space:nowrap}td:last-child{white-space:normal}
 th{background:#eef1f6}tr.plan-row.active td{background:#fde9d9}
 svg{max-width:100%;height:auto;display:block}
 .plot{fill:#fbfcfe;stroke:#9aa3b2}.grid{stroke:#e3e7ee}
