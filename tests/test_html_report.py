@@ -260,6 +260,9 @@ def test_plan_label_names_variant_and_provider(case_page) -> None:
     for record, label in zip(result.records, labels, strict=True):
         for group in record["island_groups"]:
             assert f"{group['gpu_type']} @ RunPod/{group['cluster']}" in label
+            assert f"{group['count']}x{group['nodes']}x{group['gpus_per_node']}" in label
+    # two shapes on one cluster share its name
+    assert "5x1x8+1x4x8 A100-PCIe-80GB @ RunPod/B" in labels
 
 
 def _browser() -> str | None:

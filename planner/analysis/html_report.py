@@ -127,10 +127,16 @@ def _answer(records: Sequence[dict[str, Any]], meta: dict[str, Any], problem: Pr
         model = meta.get("error_model", (chosen or {}).get("error_model", ""))
         parts.append(f"<p class=\"note\">Times and costs are the {_e(format_number(quantile))}"
                      f"-quantiles: {_e(model)}</p>")
+    if meta.get("failures"):
+        parts.append("<p class=\"note\">Times and costs are expected values under failures, "
+                     "spot preemptions, checkpoints, egress and billing (the failure model; "
+                     "see Assumptions).</p>")
     priors = [p["gpu_type"] for p in profiles if p["provenance"] == "prior"]
     if priors:
-        parts.append(f"<p class=\"warning\">Warning: the profiles of {_e(', '.join(priors))} "
-                     "are datasheet priors, not measurements: their times are estimates "
+        which = (f"the profile of {priors[0]} is a datasheet prior, not a measurement"
+                 if len(priors) == 1 else
+                 f"the profiles of {', '.join(priors)} are datasheet priors, not measurements")
+        parts.append(f"<p class=\"warning\">Warning: {_e(which)}: the times are estimates "
                      "(see Provenance).</p>")
     if meta.get("proven_exact") is False:
         parts.append("<p class=\"warning\">Warning: the solve stopped before proving the "

@@ -52,26 +52,31 @@ GROUP_KEYS = ("cluster", "tier", "gpu_type", "nodes", "gpus_per_node", "micro_ba
 
 
 def plan_label(plan: Plan, problem: Problem | None = None) -> str:
-    """Paper figure-8 label naming what to rent from whom: '1x9x8 H200-SXM-141GB @ RunPod/A +
-    1x5x8 A100-PCIe-80GB @ RunPod/B', one 'count x nodes x gpus_per_node GPU @ seller' group per
-    set of equal islands, most islands first.
+    """Paper figure-8 label naming what to rent from whom: '1x8x8 A100-PCIe-80GB @ RunPod/B +
+    1x8x8 H200-SXM-141GB @ RunPod/A': per GPU type and seller, its island shapes 'count x nodes x
+    gpus_per_node' ('2x1x8+1x8x8 H200-SXM-141GB @ RunPod/A' for two shapes on one cluster), the
+    seller with most islands first.
 
-    Why: the paper's '1x9x8 H200 + 1x5x8 A100' drops the GPU variant (A100-PCIe-80GB and
+    Why: the paper's '1x8x8 A100 + 1x8x8 H200' drops the GPU variant (A100-PCIe-80GB and
     A100-SXM4-40GB differ in price, memory and speed) and the provider, so a reader cannot rent
-    it (issue 29). The seller is `_seller`: the provider's first word and the cluster (the
-    cluster alone when priced in the instance file), with the tier where the failure model lets
-    one cluster be rented at several tiers. Checked by tests/test_html_report.py
-    (test_plan_label_names_variant_and_provider) and tests/test_scenarios.py (labels of a
-    scenario study)."""
+    it (issue 29); shapes of one seller share its name so the label stays short for 80-column
+    tables. The seller is `_seller`: the provider's first word and the cluster (the cluster
+    alone when priced in the instance file or named after its provider), with the tier where
+    the failure model lets one cluster be rented at several tiers. Checked by
+    tests/test_html_report.py (test_plan_label_names_variant_and_provider),
+    tests/test_scenarios.py (labels of a scenario study) and tests/test_terminal.py (plan
+    --vary at 80 columns)."""
     tiers = _tiered_clusters(problem)
-    groups: dict[tuple[str, str, int, int], int] = {}
+    sellers: dict[tuple[str, str], dict[tuple[int, int], int]] = {}
     for island in plan.islands:
-        key = (island.gpu_type, _seller(problem, island, tiers), island.nodes,
-               island.gpus_per_node)
-        groups[key] = groups.get(key, 0) + 1
-    parts = sorted(groups.items(), key=lambda kv: (-kv[1], kv[0]))
-    return " + ".join(f"{n}x{nodes}x{g} {gpu} @ {seller}"
-                      for (gpu, seller, nodes, g), n in parts)
+        shapes = sellers.setdefault((island.gpu_type, _seller(problem, island, tiers)), {})
+        shape = (island.nodes, island.gpus_per_node)
+        shapes[shape] = shapes.get(shape, 0) + 1
+    parts = sorted(sellers.items(), key=lambda kv: (-sum(kv[1].values()), kv[0]))
+    return " + ".join(
+        "+".join(f"{n}x{nodes}x{g}" for (nodes, g), n in sorted(
+            shapes.items(), key=lambda kv: (-kv[1], -kv[0][0], -kv[0][1])))
+        + f" {gpu} @ {seller}" for (gpu, seller), shapes in parts)
 
 
 def _tiered_clusters(problem: Problem | None) -> set[str]:
@@ -87,8 +92,9 @@ def _tiered_clusters(problem: Problem | None) -> set[str]:
 
 def _seller(problem: Problem | None, island: Island, tiered: set[str]) -> str:
     """'RunPod/A' (provider's first word / cluster; 'AWS p5en.48xlarge' -> 'AWS': the company,
-    the instance type is in the price list), 'A' for a cluster priced in the instance file, with
-    ' spot' (the tier) for a cluster in `tiered`."""
+    the instance type is in the price list), the cluster alone where it is priced in the
+    instance file or its name already holds the company ('aws-h200-spot'), with ' spot' (the
+    tier) for a cluster in `tiered`."""
     provider = None
     if problem is not None:
         info = next((c for c in problem.clusters if c.name == island.cluster), None)
@@ -96,7 +102,7 @@ def _seller(problem: Problem | None, island: Island, tiered: set[str]) -> str:
     text = island.cluster
     if provider:
         company = provider.split()[0]
-        if company != island.cluster:
+        if company.lower() not in island.cluster.lower():  # 'runpod-h100' names its provider
             text = f"{company}/{island.cluster}"
     return f"{text} {island.tier}" if island.cluster in tiered else text
 
