@@ -10,7 +10,8 @@ strategy, caps, each cluster's price list with its date and price) and each GPU'
 provenance (measured / calibrated / prior), the date generated and the ShardMeter version.
 Why: issue 29 item 7: a terminal table does not travel; a PNG plot does not say which plan a
 point is, nor what it rests on.
-How: numbers go through the one formatter of `perfmodel.numbers`; plan facts come from the
+How: numbers go through the one formatter of `perfmodel.numbers` (through the planner's door
+`perfmodel.facts`); plan facts come from the
 records of `planner.analysis.report` (`frontier_records`, `plan_record`, `gpu_profiles`); the
 chart is hand-written SVG whose axis ticks come from matplotlib's locators (no new dependency),
 one <circle class="point"> per frontier point carrying its plan in data-* attributes.
@@ -28,8 +29,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from perfmodel import __version__
-from perfmodel.numbers import format_duration, format_number, format_usd
+from perfmodel.facts import __version__, format_duration, format_number, format_usd
 from planner.analysis import report
 from planner.model.instance import Instance
 from planner.model.problem import Problem
