@@ -9,7 +9,6 @@ headless chromium where one is installed (the hover script runs and fills the de
 
 from __future__ import annotations
 
-import math
 import shutil
 import subprocess
 from dataclasses import dataclass, field
@@ -271,24 +270,25 @@ def _browser() -> str | None:
 
 @pytest.mark.skipif(_browser() is None, reason="no chromium installed (apt-get install chromium)")
 def test_page_renders_in_headless_chromium(case_page) -> None:
-    """The page loaded in a real browser from a file (no network): the script runs (body
-    data-ready), the detail panel shows the fastest plan as hovering it would, and the svg has
-    every point."""
+    """The page loaded in a real browser from a file (no network), linked to its last point
+    (report.html#point-8): the script runs (body data-ready) and shows that point's plan in the
+    detail panel and highlights its dot and table row, as hovering it does."""
     path, result = case_page
     browser = _browser()
     assert browser is not None
+    last = result.records[-1]
+    url = f"{path.resolve().as_uri()}#point-{last['point']}"
     done = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu",
-                           "--no-first-run", "--dump-dom", path.resolve().as_uri()],
+                           "--no-first-run", "--dump-dom", url],
                           capture_output=True, text=True, timeout=BROWSER_TIMEOUT_S, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     page = Page(done.stdout)
     (body,) = page.find("body")
     assert body.attrs.get("data-ready") == "1", done.stdout[:2000]
     detail = _text(page.by_id("point-detail"))
-    fast = result.records[0]
-    assert f"Point 0: {fast['label']}" in detail
-    assert format_usd(fast["cost_usd"]) in detail and "RunPod community" in detail
+    assert f"Point {last['point']}: {last['label']}" in detail
+    assert format_usd(last["cost_usd"]) in detail and "RunPod community" in detail
     assert len(page.find("circle", "point")) == len(result.records)
-    active = [d for d in page.find("circle", "point") if "active" in d.classes]
-    assert [d.attrs["data-point"] for d in active] == ["0"]
-    assert not math.isnan(float(active[0].attrs["cx"]))
+    active = [d.attrs["data-point"] for d in page.find("circle", "point") if "active" in d.classes]
+    rows = [r.attrs["data-point"] for r in page.find("tr", "active")]
+    assert active == rows == [str(last["point"])]

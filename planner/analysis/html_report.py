@@ -218,7 +218,8 @@ def _chart(records: Sequence[dict[str, Any]], key: str, metric: str,
             (" near-duplicate" if record.get("near_duplicate") else "")
         data = _point_data(record, key)
         attrs = " ".join(f"data-{name}=\"{_e(value)}\"" for name, value in data.items())
-        out.append(f"<circle class=\"{classes}\" cx=\"{x:.1f}\" cy=\"{y:.1f}\" "
+        out.append(f"<circle id=\"point-{_e(data['point'])}\" class=\"{classes}\" "
+                   f"cx=\"{x:.1f}\" cy=\"{y:.1f}\" "
                    f"r=\"{7 if i == chosen_point else 5}\" tabindex=\"0\" {attrs}>"
                    f"<title>{_e(_point_text(data))}</title></circle>")
     out.append("</svg>")
@@ -531,11 +532,16 @@ _SCRIPT = """
       if (dot) { show(dot); }
     });
   });
-  var first = document.querySelector("circle.point.chosen") || points[0];
+  var wanted = /^#point-([0-9]+)$/.exec(window.location.hash);
+  var linked = wanted && points.filter(function (p) {
+    return p.dataset.point === wanted[1];
+  })[0];
+  var first = linked || document.querySelector("circle.point.chosen") || points[0];
   if (first) { show(first); }
   document.body.setAttribute("data-ready", "1");
 })();
 """
 """Hover/focus a dot or a table row: the detail panel shows that plan (textContent: no markup
-from data). On load it shows the chosen (else the fastest) plan; `data-ready` on <body> says the
-script ran (the headless-browser test checks both)."""
+from data). On load it shows the plan the link names (report.html#point-3), else the chosen,
+else the fastest; `data-ready` on <body> says the script ran (the headless-browser test checks
+both)."""
