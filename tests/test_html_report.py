@@ -272,7 +272,8 @@ def _browser() -> str | None:
 def test_page_renders_in_headless_chromium(case_page) -> None:
     """The page loaded in a real browser from a file (no network), linked to its last point
     (report.html#point-8): the script runs (body data-ready) and shows that point's plan in the
-    detail panel and highlights its dot and table row, as hovering it does."""
+    detail panel and highlights its dot and table row, as hovering or focusing it does (the
+    browser focuses the linked dot; the script also reads the link itself)."""
     path, result = case_page
     browser = _browser()
     assert browser is not None
