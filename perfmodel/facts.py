@@ -11,11 +11,15 @@ limits every user file goes through (`perfmodel.spec.inputs`). Every name here h
 `perfmodel.spec` (the provenances in `perfmodel.profiles.profile`);
 this module only names the ones the planner may use, so the planner never reaches into
 `perfmodel.spec.catalog` and a change of the catalogs' internals stays inside the performance
-model.
+model. It also names the one number formatter (`perfmodel.numbers`) and the ShardMeter version,
+for the planner's reports (`planner.analysis.html_report`), so tables, plots, docs and the HTML
+report format numbers alike.
 """
 
 from __future__ import annotations
 
+from perfmodel import __version__
+from perfmodel.numbers import format_duration, format_number, format_usd
 from perfmodel.profiles.profile import PROVENANCES
 from perfmodel.spec.catalog import (
     cluster_fabric,
@@ -59,6 +63,10 @@ from perfmodel.spec.reliability_catalog import (
 )
 
 __all__ = [
+    "__version__",
+    "format_duration",
+    "format_number",
+    "format_usd",
     "async_stall_fraction",
     "Billing",
     "billing",

@@ -263,9 +263,22 @@ def frontier(request: FrontierRequest, *,
         report.write_csv(records, request.csv_path)
     if request.plot_path is not None:
         _plots(solved, request.plot_path, notify)
-    return FrontierResult(solved=solved, records=records,
-                          meta={**stated, **report.frontier_meta(solved.frontier),
-                                **report.failure_assumptions(solved.problem)})
+    meta = {**stated, **report.frontier_meta(solved.frontier),
+            **report.failure_assumptions(solved.problem)}
+    if request.html_path is not None:
+        _html(request.html_path, solved, records, meta, None, notify)
+    return FrontierResult(solved=solved, records=records, meta=meta)
+
+
+def _html(path: Path, solved: Solved, records: list[dict[str, Any]], meta: dict[str, Any],
+          chosen: dict[str, Any] | None, notify: Notify) -> None:
+    """Write the self-contained HTML report (`planner.analysis.html_report`)."""
+    # lazy: the report module (and matplotlib's tick locators) load only for --html
+    from planner.analysis import html_report
+
+    html_report.write_frontier_page(path, records, meta, instance=solved.instance,
+                                    problem=solved.problem, metric=solved.metric, chosen=chosen)
+    notify(f"wrote {path}")
 
 
 def _plots(solved: Solved, plot: Path, notify: Notify) -> None:
@@ -281,9 +294,10 @@ def _plots(solved: Solved, plot: Path, notify: Notify) -> None:
     notify(f"wrote {plot} and {second}")
 
 
-def query(request: QueryRequest) -> PlanAnswer | ScenarioStudy:
+def query(request: QueryRequest, *, notify: Notify = quiet) -> PlanAnswer | ScenarioStudy:
     """The one plan of `plan` (several files or `vary`: each scenario's answer, scored under all,
-    as a `ScenarioStudy`)."""
+    as a `ScenarioStudy`); with `html_path`, the HTML report of the plan on its whole frontier
+    (`notify` says where it went)."""
 
     metric = _energy_metric(request.objective, request.max_co2_kg, request.max_energy_kwh)
     _no_quantile_study(request.options, request.scenarios)
@@ -298,7 +312,8 @@ def query(request: QueryRequest) -> PlanAnswer | ScenarioStudy:
         chosen, extra = energy_answer(solved, request.objective, has_cap=metric_cap(request),
                                       fraction=request.min_throughput_fraction)
     else:
-        first_only = request.objective == "cost" and request.min_throughput_fraction is None
+        first_only = request.objective == "cost" and request.min_throughput_fraction is None \
+            and request.html_path is None  # the report draws the whole frontier
         solved = solve(SolveRequest(instance_path=request.instance_paths[0], first_only=first_only,
                                     options=request.options))
         chosen, extra = answer(solved.problem, solved.frontier, request.objective,
@@ -310,6 +325,13 @@ def query(request: QueryRequest) -> PlanAnswer | ScenarioStudy:
               **report.frontier_meta(solved.frontier),
               **report.failure_assumptions(solved.problem),
               "excluded": report.exclusion_records(solved.problem)}
+    if request.html_path is not None:
+        stated = quantile_fields(request.options)
+        points = [{**r, **stated} for r in report.frontier_records(
+            solved.frontier, solved.problem, metric=solved.metric)]
+        _html(request.html_path, solved, points,
+              {**stated, **report.frontier_meta(solved.frontier),
+               **report.failure_assumptions(solved.problem)}, record, notify)
     return PlanAnswer(solved=solved, plan=chosen, record=record)
 
 

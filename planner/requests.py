@@ -58,6 +58,15 @@ def _is_study(instance_paths: tuple[Path, ...], vary: tuple[str, ...],
     return len(instance_paths) > 1 or bool(vary) or bool(scenario)
 
 
+def _no_html_study(request: FrontierRequest | QueryRequest) -> None:
+    """The HTML report is one instance's: a scenario study (several files, --vary, --scenario)
+    is refused rather than reported in part."""
+    if request.html_path is not None and request.scenarios:
+        raise UserInputError(f"html_path = {str(request.html_path)!r} with several instances, "
+                             "--vary or --scenario: the HTML report covers one instance",
+                             hint="drop --html, or run one instance without --vary/--scenario.")
+
+
 def _choice(name: str, value: str, choices: tuple[str, ...]) -> None:
     if value not in choices:
         raise UserInputError(f"{name} = {value!r}: not one of {', '.join(choices)}",
@@ -199,6 +208,9 @@ class FrontierRequest:
     plot_path: Path | None = None
     """Write a figure-7 style PNG here and a figure-8 style one next to it (scenarios: their
     frontiers side by side); time-vs-cost frontiers only."""
+    html_path: Path | None = None
+    """Write a self-contained HTML report of the frontier here (`planner.analysis.html_report`);
+    one instance only (a scenario study is refused)."""
     options: SolveOptions = field(default_factory=SolveOptions)
     """Solver, limits and caps."""
     min_gain: float = DEFAULT_MIN_GAIN
@@ -209,6 +221,7 @@ class FrontierRequest:
         _paths("instance_paths", self.instance_paths)
         _choice("objectives", self.objectives, FRONTIER_OBJECTIVES)
         _caps(self)
+        _no_html_study(self)
         gain = self.min_gain
         if isinstance(gain, bool) or not isinstance(gain, int | float) \
                 or not math.isfinite(gain) or not 0 <= gain < 1:
@@ -242,12 +255,16 @@ class QueryRequest:
     """CO2 cap of the run in kg CO2e."""
     max_energy_kwh: float | None = None
     """Energy cap of the run in kWh."""
+    html_path: Path | None = None
+    """Write a self-contained HTML report of the plan and its frontier here
+    (`planner.analysis.html_report`; the whole frontier is then solved); one instance only."""
     options: SolveOptions = field(default_factory=SolveOptions)
     """Solver, limits and caps."""
 
     def __post_init__(self) -> None:
         _paths("instance_paths", self.instance_paths)
         _choice("objective", self.objective, OBJECTIVES)
+        _no_html_study(self)
         fraction = self.min_throughput_fraction
         if fraction is not None:
             _positive("min_throughput_fraction", fraction, "give a fraction in (0, 1], e.g. 0.99.")

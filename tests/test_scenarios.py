@@ -39,6 +39,12 @@ IDENTITY = {"model": "Llama-3.2-1B", "seq_len": 100, "recipe": "torchtitan"}
 """What the hand-made tables below were built for (a fixed table must say it, issue 30)."""
 
 
+H100_PLAN = "1x1x1 H100-SXM5-80GB @ A"
+"""The label of the one-island plan on cluster A (GPU variant and cluster, priced in the file)."""
+A100_PLAN = "1x1x1 A100-SXM4-80GB @ B"
+"""The label of the one-island plan on cluster B."""
+
+
 def _write(tmp_path: Path, *, price_b: float = 0.5, extra_cluster: dict | None = None) -> Path:
     rows = [
         {
@@ -110,7 +116,7 @@ def test_frontier_regret_and_robust_choice_by_hand(tmp_path: Path) -> None:
     ]
     assert [(p.wall_time_s / HOURS, p.cost_usd) for p in results[1].points] == [(1.0, 2.0)]
     scored = {s.label: s for s in score_frontiers(results)}
-    a, b = scored["1x1x1 H100"], scored["1x1x1 A100"]
+    a, b = scored[H100_PLAN], scored[A100_PLAN]
     assert a.regret == (0.0, 0.0)
     assert b.regret[0] == 0.0 and math.isclose(b.regret[1], 2.0)
     assert b.cost_usd == (1.0, 6.0)
@@ -125,11 +131,11 @@ def test_plan_cost_regret_through_the_cli(tmp_path: Path, run_cli) -> None:
     )
     assert result.code == 0, result.err
     payload = json.loads(result.out)
-    assert [row["label"] for row in payload["summary"]] == ["1x1x1 A100", "1x1x1 H100"]
+    assert [row["label"] for row in payload["summary"]] == [A100_PLAN, H100_PLAN]
     plans = {p["label"]: p for p in payload["instances"][0]["plans"]}
-    assert [s["regret"] for s in plans["1x1x1 H100"]["by_scenario"]] == pytest.approx([1.0, 0.0])
-    assert [s["regret"] for s in plans["1x1x1 A100"]["by_scenario"]] == pytest.approx([0.0, 2.0])
-    assert payload["instances"][0]["robust"] == "1x1x1 H100"
+    assert [s["regret"] for s in plans[H100_PLAN]["by_scenario"]] == pytest.approx([1.0, 0.0])
+    assert [s["regret"] for s in plans[A100_PLAN]["by_scenario"]] == pytest.approx([0.0, 2.0])
+    assert payload["instances"][0]["robust"] == H100_PLAN
 
 
 def test_vary_latency_changes_sigma_by_hand(tmp_path: Path) -> None:

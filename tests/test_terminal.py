@@ -285,12 +285,14 @@ PLANNER = {
     "pareto": ["pareto", CASE_STUDY],
     "plan": ["plan", CASE_STUDY],
     "pareto-vary": ["pareto", CASE_STUDY, "--vary", "clusters.A.wan_gbit_s=1,10,100"],
+    "plan-vary": ["plan", CASE_STUDY, "--vary", "training.inner_steps=100,500"],
 }
 """The README's planner commands, rendered at 80 columns."""
 PLANNER_ANSWER = {
     "pareto": ("fastest:", "cheapest:"),
     "plan": ("plan (fastest)",),
     "pareto-vary": ("robust choice",),
+    "plan-vary": ("robust choice",),
 }
 """What the first 10 lines say (the first line starts with the first of them)."""
 
@@ -315,6 +317,9 @@ def test_planner_answer_first_at_80_columns(cli80, name: str) -> None:
         assert fastest < cheapest < 10
         assert "H200-SXM-141GB) @ RunPod community" in " ".join(x.strip() for x in lines[:10])
         assert "$" in lines[fastest] and ("days" in lines[fastest] or " h" in lines[fastest])
+    if name == "plan-vary":  # one summary row per scenario, long plan labels named by number
+        assert re.search(r"^s0 +plan 0", result.out, re.MULTILINE), result.out
+        assert re.search(r"^s1 +plan ", result.out, re.MULTILINE), result.out
     assert "num_solves" not in result.out and "price_resolution" not in result.out
 
 

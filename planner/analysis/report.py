@@ -13,7 +13,8 @@ list and region; plan and pareto JSON are versioned objects (`frontier_document`
 stays exact (every point kept) but points whose gain over a neighbour is below `min_gain` are
 marked `near_duplicate`, and `usd_per_hour_saved` is measured against a faster point that saves
 at least that fraction of wall time (`marginal_costs`).
-Why: a label like "1x8x8 A100 + 1x8x8 H200" drops the GPU variant and the provider; a dollar
+Why: a label like "1x8x8 A100 + 1x8x8 H200" drops the GPU variant and the provider (labels
+now read "1x8x8 A100-PCIe-80GB @ RunPod/B + ...", `plan_label`); a dollar
 difference divided by 15 seconds saved reads as hundreds of thousands of dollars per hour.
 Checked by: tests/test_plan_output.py (groups sum to the plan, near-duplicates and the per-hour
 figure on the case study, the JSON validates against its schema, CSV rows per island group) and
@@ -51,43 +52,59 @@ GROUP_KEYS = ("cluster", "tier", "gpu_type", "nodes", "gpus_per_node", "micro_ba
 
 
 def plan_label(plan: Plan, problem: Problem | None = None) -> str:
-    """Paper figure-8 label: 'count x nodes x gpus_per_node GPU' groups joined by ' + '.
+    """Paper figure-8 label naming what to rent from whom: '1x8x8 A100-PCIe-80GB @ RunPod/B +
+    1x8x8 H200-SXM-141GB @ RunPod/A': per GPU type and seller, its island shapes 'count x nodes x
+    gpus_per_node' ('2x1x8+1x8x8 H200-SXM-141GB @ RunPod/A' for two shapes on one cluster), the
+    seller with most islands first.
 
-    Where two clusters (or two price tiers of one cluster) of `problem` share a GPU type, the GPU
-    is followed by its price source ("H200 (AWS spot)") so islands of different providers or tiers
-    are not merged."""
-    shared = _shared_gpu_types(problem)
-    groups: dict[tuple[str, int, int], int] = {}
+    Why: the paper's '1x8x8 A100 + 1x8x8 H200' drops the GPU variant (A100-PCIe-80GB and
+    A100-SXM4-40GB differ in price, memory and speed) and the provider, so a reader cannot rent
+    it (issue 29); shapes of one seller share its name so the label stays short for 80-column
+    tables. The seller is `_seller`: the provider's first word and the cluster (the cluster
+    alone when priced in the instance file or named after its provider), with the tier where
+    the failure model lets one cluster be rented at several tiers. Checked by
+    tests/test_html_report.py (test_plan_label_names_variant_and_provider),
+    tests/test_scenarios.py (labels of a scenario study) and tests/test_terminal.py (plan
+    --vary at 80 columns)."""
+    tiers = _tiered_clusters(problem)
+    sellers: dict[tuple[str, str], dict[tuple[int, int], int]] = {}
     for island in plan.islands:
-        gpu = island.gpu_type.split("-")[0]
-        if island.gpu_type in shared and problem is not None:
-            gpu += f" ({_source(problem, island.cluster, island.tier)})"
-        key = (gpu, island.nodes, island.gpus_per_node)
-        groups[key] = groups.get(key, 0) + 1
-    parts = sorted(groups.items(), key=lambda kv: (-kv[1], kv[0]))
-    return " + ".join(f"{n}x{nodes}x{g} {gpu}" for (gpu, nodes, g), n in parts)
+        shapes = sellers.setdefault((island.gpu_type, _seller(problem, island, tiers)), {})
+        shape = (island.nodes, island.gpus_per_node)
+        shapes[shape] = shapes.get(shape, 0) + 1
+    parts = sorted(sellers.items(), key=lambda kv: (-sum(kv[1].values()), kv[0]))
+    return " + ".join(
+        "+".join(f"{n}x{nodes}x{g}" for (nodes, g), n in sorted(
+            shapes.items(), key=lambda kv: (-kv[1], -kv[0][0], -kv[0][1])))
+        + f" {gpu} @ {seller}" for (gpu, seller), shapes in parts)
 
 
-def _shared_gpu_types(problem: Problem | None) -> set[str]:
-    """GPU types whose islands need their price source in labels: offered by several clusters,
-    or (with the failure model on, where both can be chosen) at several tiers of one."""
-    if problem is None:
+def _tiered_clusters(problem: Problem | None) -> set[str]:
+    """Clusters rentable at several tiers in one plan (the failure model on: a cluster and its
+    alternatives); their islands' labels name the tier."""
+    if problem is None or problem.risk is None:
         return set()
-    clusters_of: dict[str, set[tuple[str, str]]] = {}
+    tiers: dict[str, set[str]] = {}
     for option in problem.options:
-        tier = option.tier if problem.risk is not None else ""
-        clusters_of.setdefault(option.gpu_type, set()).add((option.cluster, tier))
-    return {gpu for gpu, names in clusters_of.items() if len(names) > 1}
+        tiers.setdefault(option.cluster, set()).add(option.tier)
+    return {cluster for cluster, names in tiers.items() if len(names) > 1}
 
 
-def _source(problem: Problem, cluster: str, tier: str | None = None) -> str:
-    for option in problem.options:
-        if option.cluster == cluster and (tier is None or option.tier == tier) and option.source:
-            return option.source
-    for info in problem.clusters:
-        if info.name == cluster:
-            return info.price_source or cluster
-    return cluster
+def _seller(problem: Problem | None, island: Island, tiered: set[str]) -> str:
+    """'RunPod/A' (provider's first word / cluster; 'AWS p5en.48xlarge' -> 'AWS': the company,
+    the instance type is in the price list), the cluster alone where it is priced in the
+    instance file or its name already holds the company ('aws-h200-spot'), with ' spot' (the
+    tier) for a cluster in `tiered`."""
+    provider = None
+    if problem is not None:
+        info = next((c for c in problem.clusters if c.name == island.cluster), None)
+        provider = info.provider if info is not None else None
+    text = island.cluster
+    if provider:
+        company = provider.split()[0]
+        if company.lower() not in island.cluster.lower():  # 'runpod-h100' names its provider
+            text = f"{company}/{island.cluster}"
+    return f"{text} {island.tier}" if island.cluster in tiered else text
 
 
 def marginal_costs(points: Sequence[Plan], min_gain: float = DEFAULT_MIN_GAIN,

@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 
 FORMATS = ("table", "json", "csv")
 OUTPUT_PARAM_NAMES = frozenset({"output", "out", "plot", "plot_path", "trace_path", "timeline_path",
-                                "timelines", "trace"})
+                                "timelines", "trace", "html"})
 """Parameter names that are files the command writes (their folder is created)."""
 FIGURE_WORDS = ("plot", "timeline", "figure")
 """A written path whose parameter name contains one of these is a matplotlib figure."""

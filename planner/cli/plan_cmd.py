@@ -124,6 +124,15 @@ def _refuse_solver_flags(solve: dict[str, Any]) -> None:
                       fix="drop --milp-backend, or pass --solver milp.")
 
 
+def _html_option(func: Callable[..., Any]) -> Callable[..., Any]:
+    """`--html PATH`: the self-contained HTML report (planner.analysis.html_report)."""
+    return click.option("--html", type=click.Path(dir_okay=False, path_type=Path), default=None,
+                        metavar="PATH",
+                        help="Write one self-contained HTML page here (answer, interactive "
+                             "frontier, plan table, assumptions, profile provenance; no network "
+                             "needed); one instance only.")(func)
+
+
 def _energy_options(func: Callable[..., Any]) -> Callable[..., Any]:
     """Energy and CO2 caps (issue 14): exact on the time-vs-energy/CO2 frontier
     (planner.analysis.energy)."""
@@ -149,6 +158,7 @@ def _energy_options(func: Callable[..., Any]) -> Callable[..., Any]:
 @click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write a figure-7 style PNG here and a figure-8 style PNG next to it "
                    "(*_throughput.png); with scenarios, their frontiers side by side.")
+@_html_option
 @click.option("--min-gain", type=click.FloatRange(min=0, max=1, max_open=True),
               default=DEFAULT_MIN_GAIN, show_default=True,
               help="Mark frontier points whose gain over a neighbour is below this fraction of "
@@ -162,7 +172,7 @@ def pareto(instance_paths: tuple[Path, ...], vary: tuple[str, ...], scenario: tu
            output: Path | None,
            plot: Path | None, fmt: str, objectives: str, max_co2_kg: float | None,
            max_energy_kwh: float | None, min_gain: float, wide: bool, verbose: bool,
-           **solve: Any) -> None:
+           html: Path | None, **solve: Any) -> None:
     """The exact cost-time Pareto frontier of INSTANCE (one or several files; what-ifs with
     --vary)."""
     _refuse_solver_flags(solve)
@@ -170,6 +180,7 @@ def pareto(instance_paths: tuple[Path, ...], vary: tuple[str, ...], scenario: tu
                                   objectives=objectives,
                                   max_co2_kg=max_co2_kg, max_energy_kwh=max_energy_kwh,
                                   csv_path=output, plot_path=plot, min_gain=min_gain,
+                                  html_path=html,
                                   options=api.SolveOptions(**solve))
     result = api.frontier(request, notify=_stderr)
     if not isinstance(result, api.FrontierResult):
@@ -216,6 +227,7 @@ def _islands(records: list[dict[str, Any]]) -> Any:
 @click.option("--min-throughput-fraction", type=click.FloatRange(min=0, max=1, min_open=True),
               default=None,
               help="Cheapest plan with tokens/s >= this fraction of the best; reports the saving.")
+@_html_option
 @_solver_options
 @format_option()
 @wide_option()
@@ -223,7 +235,8 @@ def _islands(records: list[dict[str, Any]]) -> Any:
 def plan(instance_paths: tuple[Path, ...], vary: tuple[str, ...], scenario: tuple[str, ...],
          objective: str,
          min_throughput_fraction: float | None, fmt: str, max_co2_kg: float | None,
-         max_energy_kwh: float | None, wide: bool, verbose: bool, **solve: Any) -> None:
+         max_energy_kwh: float | None, wide: bool, verbose: bool, html: Path | None,
+         **solve: Any) -> None:
     """One plan of INSTANCE: fastest, cheapest, least CO2/energy, or cheapest near the best
     throughput (what-ifs with --vary)."""
     _refuse_solver_flags(solve)
@@ -236,8 +249,8 @@ def plan(instance_paths: tuple[Path, ...], vary: tuple[str, ...], scenario: tupl
                                objective=objective,
                                min_throughput_fraction=min_throughput_fraction,
                                max_co2_kg=max_co2_kg, max_energy_kwh=max_energy_kwh,
-                               options=api.SolveOptions(**solve))
-    result = api.query(request)
+                               html_path=html, options=api.SolveOptions(**solve))
+    result = api.query(request, notify=_stderr)
     if not isinstance(result, api.PlanAnswer):
         emit_study(result, fmt, wide=wide)
         return

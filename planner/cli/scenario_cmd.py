@@ -101,6 +101,12 @@ def _study_view(study: ScenarioStudy) -> None:
             out["instance"] = str(row["instance"])
         out.update(_summary_cells(row))
         rows.append(out)
+    if not compact_fits(rows):  # a plan's label is long: name it by its cross-table number
+        numbers = _plan_numbers(study)
+        for out, row in zip(rows, study.summary, strict=True):
+            name = numbers.get((row["instance"], out.get("plan", "")))
+            if name is not None:
+                out["plan"] = f"plan {name}"
     echo_wrapped("scenarios" + (" (s<j>: " + "; ".join(
         f"s{j} {name}" for j, name in enumerate(study.sections[0].scenarios)) + ")"
         if not several and len(names) <= 4 else ""))
@@ -111,6 +117,22 @@ def _study_view(study: ScenarioStudy) -> None:
                 echo_wrapped(f"s{j}{' of ' + section.instance if several else ''}: {scenario}")
     for section in study.sections:
         _cross_view(section)
+
+
+def _plan_numbers(study: ScenarioStudy) -> dict[tuple[str, str], str]:
+    """(instance, label) -> the plan's name in that instance's cross table ('0*'), for labels
+    that name one plan only (the cross view lists each plan's label under its name)."""
+    out: dict[tuple[str, str], str] = {}
+    for section in study.sections:
+        frame = section.cross_table
+        if frame.empty:
+            continue
+        counts = Counter(str(label) for label in frame["label"])
+        for record in frame.to_dict(orient="records"):
+            if counts[str(record["label"])] == 1:
+                out[(section.instance, str(record["label"]))] = _plan_name(
+                    {str(k): v for k, v in record.items()})
+    return out
 
 
 def _summary_cells(row: dict[str, Any]) -> dict[str, str]:
