@@ -1,7 +1,7 @@
 """Generate docs/CASE_STUDY.md: the paper's case study (section V) and a sweep over the assumptions
 the paper leaves open, showing where its 21.69 % saving at 99 % throughput could come from.
 
-Usage: .venv/bin/python -m scripts.make_case_study [--check] [--workers N]
+Usage: .venv/bin/python -m scripts.make_case_study [--check] [--executor SPEC]
 
 Every number in the document is computed by this run (the planner's library calls, the same as
 the CLI's); every conclusion sentence is built from those results. `--check` regenerates the text
@@ -27,6 +27,7 @@ from planner.analysis.pareto import (
     fastest_within_budget,
 )
 from planner.analysis.scenarios import Scenario, solve_all
+from planner.executor import run_or_exit
 from planner.model.instance import load_instance
 from planner.model.island_table import load_island_table
 from planner.model.uncertainty import (
@@ -338,7 +339,7 @@ def _clusters_used(plan: Any) -> str:
     return ", ".join(f"{name} ({n})" if n > 1 else name for name, n in sorted(counts.items()))
 
 
-def layouts_section(workers: int | None) -> str:
+def layouts_section(executor: str | None) -> str:
     """Section 7: what changes when the planner may choose layouts and checkpointing: the
     frontier's two ends, the clusters each uses, and every cluster the pinned plan leaves out
     (with the performance model's reason) that the free plan brings back."""
@@ -346,7 +347,7 @@ def layouts_section(workers: int | None) -> str:
     results = []
     for path, name, overrides in LAYOUT_STUDIES:
         results += solve_all([str(path)], [Scenario(name=name, overrides=overrides)], {},
-                             workers=workers)
+                             executor=executor)
     rows: list[dict[str, Any]] = []
     notes: list[str] = []
     for (path, name, _), result in zip(LAYOUT_STUDIES, results, strict=True):
@@ -392,13 +393,13 @@ def layouts_section(workers: int | None) -> str:
     return "\n".join(lines)
 
 
-def build(workers: int | None, write_figures: bool) -> str:
+def build(executor: str | None, write_figures: bool) -> str:
     from importlib.metadata import version
 
     plan = sweep()
     groups = {name: group for group, name, _ in plan}
     scenarios = [Scenario(name=name, overrides=overrides) for _, name, overrides in plan]
-    results = solve_all([str(INSTANCE)], scenarios, {}, workers=workers)
+    results = solve_all([str(INSTANCE)], scenarios, {}, executor=executor)
     base = results[0]
     if write_figures:
         from planner.solvers.baselines import sample_plans
@@ -488,7 +489,7 @@ at 8k context on six clusters of five providers). Both frontiers of each pair ar
 their table; the free table contains every pinned row, so the free frontier can only be at least
 as good. Reproduce a row with `shardmeter pareto INSTANCE --vary training.parallel=...`.
 
-{layouts_section(workers)}
+{layouts_section(executor)}
 """
 
 
@@ -498,11 +499,14 @@ def main() -> None:
         "--check", action="store_true", help="exit 1 if docs/CASE_STUDY.md is not current"
     )
     parser.add_argument(
-        "--workers", type=int, default=None, help="parallel scenario processes (default: CPUs)"
+        "--executor", default=None, metavar="SPEC",
+        help="where the scenarios are solved (planner.executor): local (default: one process "
+             "per CPU), local:N, serial or dask://HOST:PORT; the document is the same on each",
     )
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
-    text = build(args.workers, write_figures=not args.check)
+    text = run_or_exit(parser, lambda executor: build(executor, write_figures=not args.check),
+                       args.executor)
     raise SystemExit(
         check_or_write(DOC, text, check=args.check, generator="python -m scripts.make_case_study")
     )
