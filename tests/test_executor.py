@@ -221,3 +221,18 @@ def test_no_library_module_imports_dask_at_import_time(tmp_path: Path) -> None:
     probe = tmp_path / "probe.py"  # the scan sees eager imports and skips lazy ones
     probe.write_text("import dask.array\nfrom os import path\ndef f():\n    import distributed\n")
     assert _top_level_imports(probe) == {"dask", "os"}
+
+
+def test_generators_refuse_a_bad_spec_with_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    """`python -m scripts.make_case_study --executor ...` (and make_reliability) check the spec
+    before any work: argparse's exit 2 with the message and its fix, no traceback."""
+    import argparse
+
+    built: list[str] = []
+    parser = argparse.ArgumentParser(prog="make_x")
+    with pytest.raises(SystemExit) as caught:
+        ex.run_or_exit(parser, built.append, "local:-1")
+    assert caught.value.code == 2 and built == []
+    err = capsys.readouterr().err
+    assert "make_x: error: --executor = 'local:-1'" in err and "To fix: write local:N" in err
+    assert ex.run_or_exit(parser, lambda spec: spec, None) == "local"
