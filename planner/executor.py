@@ -16,18 +16,17 @@ Checked by: tests/test_executor.py (a scenario sweep and the failure-simulation 
 unreachable scheduler and a scheduler without workers exit 2 with a fix, within the connect
 timeout).
 
-Specs (`--executor`): `serial`; `local` (one process per CPU, at most one per task); `local:N`
-(N processes); `dask://HOST:PORT` (the scheduler a user started with `dask scheduler`, reached
-over TCP). A dask cluster needs `pip install 'shardmeter[dask]'` here and the same ShardMeter on
-every worker; its workers read the instance files by path (this module sends absolute paths), so
-they need the same file system or the files at the same paths.
+Specs (`--executor`): `serial`; `local` (one process per CPU this process may use, at most one
+per task); `local:N` (N processes); `dask://HOST:PORT` (the scheduler a user started with
+`dask scheduler`, reached over TCP). A dask cluster needs `pip install 'shardmeter[dask]'` here
+and the same ShardMeter on every worker; its workers read the instance files by path (this module
+sends absolute paths), so they need the same file system or the files at the same paths.
 """
 
 from __future__ import annotations
 
 import importlib
 import logging
-import os
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -151,7 +150,13 @@ def run_tasks(fn: Callable[..., T], tasks: Sequence[tuple[Any, ...]],
 
 
 def _local_processes(spec: Executor, tasks: int) -> int:
-    return max(1, min(tasks, spec.processes or os.cpu_count() or 1))
+    """local:N's N, or joblib's count of the CPUs this process may use (its affinity and cgroup
+    quota, not the machine's cores), at most one per task."""
+    if spec.processes is None:
+        import joblib
+
+        return max(1, min(tasks, int(joblib.cpu_count())))
+    return max(1, min(tasks, spec.processes))
 
 
 class _Failed:
