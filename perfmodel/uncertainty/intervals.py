@@ -25,10 +25,11 @@ error and that noise together; adding the recorded within-run spread on top woul
 What the band cannot contain is variation no calibration measurement shows: between separate
 launches, sessions or machines of one configuration. No shipped dataset measures a configuration
 twice (`perfmodel.costs.datasets.repeat_spread` finds no repeated configuration in cpu-compute.csv
-or cpu-comm.csv; a published run is one figure), and the benchmarks cannot write repeats yet
-(`perfmodel.bench.common.CsvLog` keys rows by configuration and skips a key already measured).
-With R repeats per configuration (a `repeat` key column, R separate launches), the fits take
-their median and the profile keeps their relative spread s (`provenance_detail.repeats`); one
+or cpu-comm.csv; a published run is one figure). `bench comm --repeats R` now writes them (R
+fresh torchrun launches, a `repeat` key column); `bench compute` and `bench fsdp` cannot yet
+(`perfmodel.bench.common.CsvLog` keys their rows by configuration and skips a key already
+measured). With R repeats per configuration the fits take their median and the profile keeps
+their relative spread s (`provenance_detail.repeats`); one
 future run then differs from a calibration median by the extra log-variance s² − v_R (v_R the
 variance of a median of R: s² for R = 1, so nothing to add, → π·s²/(2R) for large R), the
 component to add to the ratios then.
