@@ -5,12 +5,13 @@ Claim: `run_tasks(fn, tasks, executor)` returns `[fn(*t) for t in tasks]` — th
 the same order — whether the tasks run in this process (`serial`), in joblib's local process pool
 (`local`, `local:N`; the default) or on a dask.distributed cluster (`dask://HOST:PORT`).
 Why: a task is a pure function of its arguments (a Monte Carlo task carries its own seed, never
-a generator shared across tasks), and the results are collected in task order, not completion
-order (joblib's `Parallel` and dask's `Client.gather` both return them in submission order). A
-task's `ShardMeterError` (a bad scenario, an infeasible one) comes back with its class and fields
-and is raised again in the caller — the first failed task's in task order — so a user error on a
-worker still exits 2 with its "To fix:" line; the error classes themselves do not pickle (an
-`InfeasibleError` needs its `binding`).
+a generator shared across tasks; a solve is deterministic unless its time limit cuts it short,
+which depends on the machine's speed whatever the executor), and the results are collected in
+task order, not completion order (joblib's `Parallel` and dask's `Client.gather` both return
+them in submission order). A task's `ShardMeterError` (a bad scenario, an infeasible one) comes
+back with its class and fields and is raised again in the caller — the first failed task's in
+task order — so a user error on a worker still exits 2 with its "To fix:" line; the error
+classes themselves do not pickle (an `InfeasibleError` needs its `binding`).
 Checked by: tests/test_executor.py (a scenario sweep and the failure-simulation grid on a real
 `dask.distributed.LocalCluster` equal the serial and joblib runs; bad specs, a missing dask, an
 unreachable scheduler and a scheduler without workers exit 2 with a fix, within the connect

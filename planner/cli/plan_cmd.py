@@ -88,7 +88,7 @@ def _solver_options(func: Callable[..., Any]) -> Callable[..., Any]:
                           "CPU), local:N, serial, or dask://HOST:PORT (a dask.distributed "
                           "scheduler; pip install 'shardmeter[dask]', workers with ShardMeter and "
                           "the instance files at the same paths). Results are identical on every "
-                          "executor."),
+                          "executor (solves that finish within --time-limit-s)."),
     ]
     for option in reversed(options):
         func = option(func)
