@@ -200,6 +200,16 @@ def _no_quantile_study(options: SolveOptions, scenarios: bool) -> None:
                              hint="run one instance without --vary, or drop --quantile.")
 
 
+def _no_executor_single(options: SolveOptions) -> None:
+    """An executor runs the several solves of a scenario study; one solve refuses it (every flag
+    acts or is refused)."""
+    if options.executor is not None:
+        raise UserInputError("--executor with one instance and no --vary or --scenario: the "
+                             "executor runs the solves of a scenario study, and this is one solve",
+                             hint="drop --executor (use --threads for the solver), or add "
+                                  "instances, --vary or --scenario.")
+
+
 def islands(request: IslandsRequest, *, notify: Notify = quiet) -> IslandsResult:
     """The validated (or built) island table of an instance, written where the request says, and
     what it leaves out (each cluster or option without a row, with reason and fix)."""
@@ -246,6 +256,7 @@ def frontier(request: FrontierRequest, *,
     if metric is None and request.scenarios:
 
         return frontier_study(request, notify=notify)
+    _no_executor_single(request.options)
     if request.plot_path is not None and metric is not None:  # every flag acts or is refused
         raise UserInputError(f"--plot draws time-vs-cost frontiers only, not time-vs-{metric}",
                              hint="drop --plot, or use --objectives time,cost.")
@@ -304,6 +315,7 @@ def query(request: QueryRequest, *, notify: Notify = quiet) -> PlanAnswer | Scen
     if metric is None and request.scenarios:
 
         return query_study(request)
+    _no_executor_single(request.options)
     if metric is not None:
         solved = solve(SolveRequest(instance_path=_single(request.instance_paths,
                                                     request.vary + request.scenario),

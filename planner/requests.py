@@ -14,6 +14,7 @@ from typing import Any
 
 from perfmodel.facts import check_limit
 from perfmodel.spec.errors import UserInputError
+from planner.executor import Executor, parse_executor
 from planner.model.uncertainty import ErrorModel, check_quantile
 from planner.solvers.registry import DEFAULT_TIME_LIMIT_S, MILP_BACKENDS, SOLVERS
 
@@ -105,9 +106,14 @@ class SolveOptions:
     the error model (`planner.model.uncertainty`); None: point estimates."""
     error_model: ErrorModel | None = None
     """The error model of `quantile` (None: `ErrorModel.from_residuals()`, the residuals file)."""
+    executor: str | Executor | None = None
+    """Where a scenario study's solves run (`planner.executor`): serial, local, local:N or
+    dask://HOST:PORT; None: the local process pool. Only a study has several solves: a single
+    instance refuses it."""
 
     def __post_init__(self) -> None:
         _choice("solver", self.solver, SOLVERS)
+        parse_executor(self.executor)  # a bad spec fails here, before any file is read
         if self.quantile is not None:
             check_quantile(self.quantile)
             if self.failures:

@@ -31,6 +31,7 @@ from planner.requests import FrontierRequest, Notify, QueryRequest, SolveOptions
 
 if TYPE_CHECKING:
     from planner.analysis.scenarios import ScenarioResult, ScoredPlan
+    from planner.executor import Executor
     from planner.model.problem import Plan, Problem
 
 ISLAND_KEYS = ("cluster", "nodes", "gpus_per_node", "micro_batch", "accum_steps", "tier")
@@ -86,10 +87,10 @@ def _pct(value: float) -> float | None:
 
 
 def _results(paths: Sequence[Path], vary: Sequence[str], linked: Sequence[str],
-             solve: dict[str, Any]) -> list[ScenarioResult]:
+             solve: dict[str, Any], executor: str | Executor | None) -> list[ScenarioResult]:
 
     scenarios = scenarios_of([parse_vary(v) for v in vary], [parse_linked(t) for t in linked])
-    return solve_all([str(p) for p in paths], scenarios, solve)
+    return solve_all([str(p) for p in paths], scenarios, solve, executor=executor)
 
 
 def _by_instance(results: Sequence[ScenarioResult]) -> dict[str, list[ScenarioResult]]:
@@ -166,7 +167,8 @@ def frontier_study(request: FrontierRequest, *, notify: Notify) -> ScenarioStudy
     """`frontier` over several files and/or scenarios (plots and the cross-table CSV written)."""
 
     paths = request.instance_paths
-    results = _results(paths, request.vary, request.scenario, _solve_kwargs(request.options))
+    results = _results(paths, request.vary, request.scenario, _solve_kwargs(request.options),
+                       request.options.executor)
     summary = summary_rows(results)
     sections: list[ScenarioSection] = []
     instances: list[dict[str, Any]] = []
@@ -203,7 +205,8 @@ def query_study(request: QueryRequest) -> ScenarioStudy:
     objective, fraction = request.objective, request.min_throughput_fraction
     first_only = objective == "cost" and fraction is None
     results = _results(request.instance_paths, request.vary, request.scenario,
-                       _solve_kwargs(request.options, first_only=first_only))
+                       _solve_kwargs(request.options, first_only=first_only),
+                       request.options.executor)
     summary: list[dict[str, Any]] = []
     sections: list[ScenarioSection] = []
     instances: list[dict[str, Any]] = []

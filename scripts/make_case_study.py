@@ -3,7 +3,7 @@ the paper leaves open, showing where its 21.69 % saving at 99 % throughput could
 what free layouts change (section 7) and what expert parallelism and FP8 change for a
 mixture-of-experts job (section 8, `moe_section`).
 
-Usage: .venv/bin/python -m scripts.make_case_study [--check] [--workers N]
+Usage: .venv/bin/python -m scripts.make_case_study [--check] [--executor SPEC]
 
 Every number in the document is computed by this run (the planner's library calls, the same as
 the CLI's); every conclusion sentence is built from those results. `--check` regenerates the text
@@ -31,6 +31,7 @@ from planner.analysis.pareto import (
     fastest_within_budget,
 )
 from planner.analysis.scenarios import Scenario, solve_all
+from planner.executor import run_or_exit
 from planner.model.instance import load_instance
 from planner.model.island_table import load_island_table
 from planner.model.uncertainty import (
@@ -360,7 +361,7 @@ def _clusters_used(plan: Any) -> str:
     return ", ".join(f"{name} ({n})" if n > 1 else name for name, n in sorted(counts.items()))
 
 
-def layouts_section(workers: int | None) -> str:
+def layouts_section(executor: str | None) -> str:
     """Section 7: what changes when the planner may choose layouts and checkpointing: the
     frontier's two ends, the clusters each uses, and every cluster the pinned plan leaves out
     (with the performance model's reason) that the free plan brings back."""
@@ -368,7 +369,7 @@ def layouts_section(workers: int | None) -> str:
     results = []
     for path, name, overrides in LAYOUT_STUDIES:
         results += solve_all([str(path)], [Scenario(name=name, overrides=overrides)], {},
-                             workers=workers)
+                             executor=executor)
     rows: list[dict[str, Any]] = []
     notes: list[str] = []
     for (path, name, _), result in zip(LAYOUT_STUDIES, results, strict=True):
@@ -440,7 +441,7 @@ def _change(new: float, old: float, better: str, worse: str) -> str:
     return f"{abs(pct):.1f} % {better if pct >= 0 else worse}"
 
 
-def moe_section(workers: int | None) -> str:
+def moe_section(executor: str | None) -> str:
     """Section 8: what the Qwen3-MoE instance costs, and how expert parallelism and FP8 move its
     frontier: each `MOE_STUDIES` scenario's frontier ends and the islands of its fastest plan,
     then comparisons computed from them."""
@@ -467,7 +468,7 @@ def moe_section(workers: int | None) -> str:
                                f"{c.price.as_of})" for c in instance.clusters if c.price}))
     results = solve_all([str(MOE_INSTANCE)],
                         [Scenario(name=name, overrides=o) for name, o in MOE_STUDIES], {},
-                        workers=workers)
+                        executor=executor)
     rows: list[dict[str, Any]] = []
     notes: list[str] = []
     for (name, _), result in zip(MOE_STUDIES, results, strict=True):
@@ -530,13 +531,13 @@ def moe_section(workers: int | None) -> str:
         "(computed from the table):", "", *findings])
 
 
-def build(workers: int | None, write_figures: bool) -> str:
+def build(executor: str | None, write_figures: bool) -> str:
     from importlib.metadata import version
 
     plan = sweep()
     groups = {name: group for group, name, _ in plan}
     scenarios = [Scenario(name=name, overrides=overrides) for _, name, overrides in plan]
-    results = solve_all([str(INSTANCE)], scenarios, {}, workers=workers)
+    results = solve_all([str(INSTANCE)], scenarios, {}, executor=executor)
     base = results[0]
     if write_figures:
         from planner.solvers.baselines import sample_plans
@@ -626,11 +627,11 @@ at 8k context on six clusters of five providers). Both frontiers of each pair ar
 their table; the free table contains every pinned row, so the free frontier can only be at least
 as good. Reproduce a row with `shardmeter pareto INSTANCE --vary training.parallel=...`.
 
-{layouts_section(workers)}
+{layouts_section(executor)}
 
 ## 8. A mixture-of-experts job: what expert parallelism and FP8 change (issue 26)
 
-{moe_section(workers)}
+{moe_section(executor)}
 """
 
 
@@ -640,11 +641,14 @@ def main() -> None:
         "--check", action="store_true", help="exit 1 if docs/CASE_STUDY.md is not current"
     )
     parser.add_argument(
-        "--workers", type=int, default=None, help="parallel scenario processes (default: CPUs)"
+        "--executor", default=None, metavar="SPEC",
+        help="where the scenarios are solved (planner.executor): local (default: one process "
+             "per CPU), local:N, serial or dask://HOST:PORT; the document is the same on each",
     )
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
-    text = build(args.workers, write_figures=not args.check)
+    text = run_or_exit(parser, lambda executor: build(executor, write_figures=not args.check),
+                       args.executor)
     raise SystemExit(
         check_or_write(DOC, text, check=args.check, generator="python -m scripts.make_case_study")
     )

@@ -1,6 +1,6 @@
 """Generate docs/RELIABILITY.md: plans that survive failures and preemption (issue 28).
 
-Usage: .venv/bin/python -m scripts.make_reliability [--check]
+Usage: .venv/bin/python -m scripts.make_reliability [--check] [--executor SPEC]
 
 Every number in the document is computed by this run: the performance model's `predict` with the
 failure model, the closed forms of `perfmodel.spec.failure_model`, the discrete-event Monte Carlo of
@@ -39,6 +39,7 @@ from perfmodel.spec.reliability_catalog import (
 )
 from planner.analysis import report
 from planner.analysis.pareto import cheapest, cheapest_at_throughput, fastest, solve_instance
+from planner.executor import run_or_exit, run_tasks
 from planner.model.evaluate import evaluate
 from planner.model.instance import instance_from_mapping, load_instance
 from planner.model.island_table import load_island_table
@@ -198,27 +199,35 @@ is below that share of the on-demand price.
 # ---- 2. Monte Carlo ------------------------------------------------------------------------------
 
 
-def monte_carlo(job: Any) -> list[list[str]]:
-    rows = []
-    restarts, weights = (600.0, 3600.0), (0.7, 0.3)
+MC_RESTARTS_S, MC_WEIGHTS = (600.0, 3600.0), (0.7, 0.3)
+"""Restart seconds and shares of the Monte Carlo's interruption types (failures, preemptions)."""
+
+
+def monte_carlo(job: Any, executor: str | None = None) -> list[list[str]]:
+    """One row per grid point; each point is one task of `executor` (`planner.executor`), with
+    its own seed, so the rows are the same on every executor."""
     grid = [*MC_GRID, (200.0, 1 / job.interruptions_per_hour, job.checkpoint_write_s)]
-    for work_h, mtbf_h, write in sorted(grid, key=lambda g: (g[0], g[1])):
-        rate = 1 / (mtbf_h * HOUR)
-        factor, interval = formulas.checkpointed_wall_factor(
-            rate_per_s=rate, stall_s=write, write_lag_s=0.0, restart_s=list(restarts),
-            weights=list(weights))
-        sample = simulate_checkpointed_run(
-            work_s=work_h * HOUR, interval_s=interval, stall_s=write,
-            process=Interruptions(rate_per_s=rate, weights=weights, restart_s=restarts),
-            runs=MC_RUNS, seed=11)
-        mean = sample.mean_wall_time_s
-        first = work_h * HOUR * (1 + write / interval + rate * (interval / 2 + 0.7 * 600 + 0.3
-                                                                * 3600))
-        rows.append([f"{work_h:g}", f"{mtbf_h:.3g}", f"{write:.3g}", f"{interval / 60:.1f}",
-                     f"{mean / HOUR:.2f}", f"{work_h * factor:.2f}",
-                     f"{100 * (work_h * HOUR * factor / mean - 1):+.2f} %",
-                     f"{100 * (first / mean - 1):+.2f} %"])
-    return rows
+    return run_tasks(mc_row, sorted(grid, key=lambda g: (g[0], g[1])), executor)
+
+
+def mc_row(work_h: float, mtbf_h: float, write: float) -> list[str]:
+    """The simulated mean wall time of MC_RUNS checkpointed jobs against Daly's closed form and
+    the first-order form, at one (job hours, MTBF hours, checkpoint write s)."""
+    rate = 1 / (mtbf_h * HOUR)
+    factor, interval = formulas.checkpointed_wall_factor(
+        rate_per_s=rate, stall_s=write, write_lag_s=0.0, restart_s=list(MC_RESTARTS_S),
+        weights=list(MC_WEIGHTS))
+    sample = simulate_checkpointed_run(
+        work_s=work_h * HOUR, interval_s=interval, stall_s=write,
+        process=Interruptions(rate_per_s=rate, weights=MC_WEIGHTS, restart_s=MC_RESTARTS_S),
+        runs=MC_RUNS, seed=11)
+    mean = sample.mean_wall_time_s
+    first = work_h * HOUR * (1 + write / interval + rate * (interval / 2 + 0.7 * 600 + 0.3
+                                                            * 3600))
+    return [f"{work_h:g}", f"{mtbf_h:.3g}", f"{write:.3g}", f"{interval / 60:.1f}",
+            f"{mean / HOUR:.2f}", f"{work_h * factor:.2f}",
+            f"{100 * (work_h * HOUR * factor / mean - 1):+.2f} %",
+            f"{100 * (first / mean - 1):+.2f} %"]
 
 
 def mc_section(rows: list[list[str]]) -> str:
@@ -440,7 +449,7 @@ band.
 """
 
 
-def build() -> str:
+def build(executor: str | None = None) -> str:
     llama = llama_check()
     return "\n".join([
         "# Plans that survive failures and preemption",
@@ -453,7 +462,7 @@ def build() -> str:
         "`perfmodel/sim/failures.py` (the simulation that checks the closed forms).",
         "",
         llama_section(llama),
-        mc_section(monte_carlo(llama["job"])),
+        mc_section(monte_carlo(llama["job"], executor)),
         islands_section(islands_table(llama)),
         paper_section(),
         multi_section().replace("{spot_16k}", _pct(llama["spot"]["goodput"])),
@@ -464,9 +473,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true",
                         help="exit 1 if docs/RELIABILITY.md is not current")
+    parser.add_argument("--executor", default=None, metavar="SPEC",
+                        help="where the Monte Carlo grid runs (planner.executor): local "
+                             "(default), local:N, serial or dask://HOST:PORT; the document is "
+                             "the same on each")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
-    raise SystemExit(check_or_write(DOC, build(), check=args.check,
+    raise SystemExit(check_or_write(DOC, run_or_exit(parser, build, args.executor),
+                                    check=args.check,
                                     generator="python -m scripts.make_reliability"))
 
 

@@ -99,3 +99,41 @@ def test_bench_comm_send_recv_on_two_gloo_ranks(run_cli, tmp_path: Path) -> None
     assert {r["world_size"] for r in rows} == {"2"}
     assert [int(r["payload_bytes"]) for r in rows] == [65536, 262144, 1048576]
     assert all(float(r["time_s"]) > 0 for r in rows)
+
+
+def test_repeats_are_bounded_and_checked_before_torchrun(run_cli, tmp_path: Path) -> None:
+    out = tmp_path / "r.csv"
+    for bad in ("0", "101"):
+        result = run_cli("bench", "comm", "-o", str(out), "--repeats", bad)
+        assert result.code == 2 and f"--repeats {bad}" in result.err and "To fix:" in result.err
+    assert not out.exists()
+    assert comm.dataset_columns(1) == (comm.COLUMNS, comm.KEY_COLUMNS)  # as before: no repeat
+    columns, key = comm.dataset_columns(3)
+    assert columns[-1] == key[-1] == comm.REPEAT_COLUMN
+
+
+@pytest.mark.slow
+def test_bench_comm_repeats_are_separate_launches_and_fit_as_repeats(run_cli,
+                                                                      tmp_path: Path) -> None:
+    """`--repeats 2`: two torchrun launches, each writing every configuration once with its
+    repeat number; the rows are repeats of one configuration to the fits' key (COMM_KEY), so
+    `repeat_spread` (what `fit comm` stores in the profile) sees two per configuration."""
+    import pandas as pd
+
+    from perfmodel.costs.comm import COMM_KEY
+    from perfmodel.costs.datasets import repeat_spread
+
+    out = tmp_path / "rep.csv"
+    result = run_cli("bench", "comm", "--nproc", "2", "-o", str(out), "--ops", "all_reduce",
+                     "--min-mib", "0.25", "--max-mib", "1", "--points", "2", "--iters", "2",
+                     "--warmup", "1", "--repeats", "2")
+    assert result.code == 0, result.err
+    rows = _rows(out)
+    assert list(rows[0]) == [*comm.COLUMNS, comm.REPEAT_COLUMN]
+    assert sorted((r["payload_bytes"], r["repeat"]) for r in rows) == sorted(
+        (p, k) for p in {r["payload_bytes"] for r in rows} for k in ("1", "2"))
+    sessions = json.loads(Path(f"{out}.env.json").read_text())["sessions"]
+    assert [s.get("repeat") for s in sessions] == [1, 2]  # two launches
+    spread = repeat_spread(pd.read_csv(out), COMM_KEY)
+    assert spread["configurations"] == 2 and spread["repeated_configurations"] == 2
+    assert all(c["n"] == 2 and c["max_s"] >= c["min_s"] > 0 for c in spread["by_configuration"])

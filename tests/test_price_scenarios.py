@@ -88,7 +88,7 @@ def test_price_scale_reaches_a_cluster_only_the_table_prices(tmp_path: Path) -> 
         del cluster["price_usd_per_gpu_hour"]
     path.write_text(yaml.safe_dump(raw))
     scenarios = scenarios_of([parse_vary("clusters.B.price_scale=1,4")])
-    base, dear = solve_all([str(path)], scenarios, {}, workers=1)
+    base, dear = solve_all([str(path)], scenarios, {}, executor="serial")
     assert [p.cost_usd for p in base.points] == pytest.approx([2.0, 1.0], rel=1e-6)
     assert [p.cost_usd for p in dear.points] == pytest.approx([2.0], rel=1e-6)  # B: 4 USD, 2 h
 
@@ -99,7 +99,7 @@ def test_a_linked_scenario_halves_every_cost_and_keeps_every_time(tmp_path: Path
     assert linked.overrides == (("clusters.A.price_scale", 0.5), ("clusters.B.price_scale", 0.5))
     scenarios = scenarios_of([], [linked])
     assert [s.name for s in scenarios] == ["base", "half"]
-    base, half = solve_all([str(path)], scenarios, {}, workers=1)
+    base, half = solve_all([str(path)], scenarios, {}, executor="serial")
     assert base.frontier is not None and half.frontier is not None
     assert [p.wall_time_s for p in half.points] == [p.wall_time_s for p in base.points]
     assert [p.cost_usd for p in half.points] == pytest.approx(

@@ -109,7 +109,7 @@ def test_overrides_address_clusters_by_name_or_index() -> None:
 def test_frontier_regret_and_robust_choice_by_hand(tmp_path: Path) -> None:
     path = _write(tmp_path)
     scenarios = scenarios_of([parse_vary("clusters.B.price_usd_per_gpu_hour=0.5,3")])
-    results = solve_all([str(path)], scenarios, {"solver": "brute"}, workers=1)
+    results = solve_all([str(path)], scenarios, {"solver": "brute"}, executor="serial")
     assert [(p.wall_time_s / HOURS, p.cost_usd) for p in results[0].points] == [
         (1.0, 2.0),
         (2.0, 1.0),
@@ -147,7 +147,7 @@ def test_vary_latency_changes_sigma_by_hand(tmp_path: Path) -> None:
     raw["limits"]["max_islands"] = 2
     path.write_text(yaml.safe_dump(raw))
     scenarios = scenarios_of([parse_vary("clusters.B.wan_latency_ms=0,1000")])
-    results = solve_all([str(path)], scenarios, {"solver": "dp"}, workers=2)
+    results = solve_all([str(path)], scenarios, {"solver": "dp"}, executor="local:2")
     key = (("A", 1, 1, 1, 1), ("B", 1, 1, 1, 1))
     sigma = [rescore(r.problem, key).sync_s for r in results]
     assert sigma == pytest.approx([4000 / 1.25e9 + 2 * 0.010, 4000 / 1.25e9 + 2 * 1.0])

@@ -10,6 +10,13 @@ the last rank, which receives it (`dist.send` / `dist.recv`, what a pipeline sta
 carries); the other ranks wait. The row's world_size is 2 (the pair) and its link the link
 between those two ranks; payloads are any multiple of the element size.
 
+Repeats (`--repeats R`, issue 27 item 6): the whole sweep is launched R times, each a fresh
+torchrun (new processes, new process group), and every row carries its `repeat` (1..R), part of
+the row's key; the spread between the repeats of one configuration is run-to-run noise, which
+the `time_iqr_s` of one launch (its iterations' spread) does not see. `fit comm` fits their median
+and keeps their spread in the profile (`perfmodel.costs.datasets.repeat_spread`). R = 1 (the
+default) writes the columns as before, without `repeat`.
+
 Multi-node: pass torchrun's own rendezvous flags with --torchrun-args instead of the default
 `--standalone`, e.g. `--torchrun-args "--nnodes 2 --node-rank 0 --rdzv-backend c10d
 --rdzv-endpoint host0:29500"` on every node (node-rank differing), and --link naming the slowest
@@ -45,7 +52,18 @@ P2P_OPS = ("send_recv",)
 ALL_OPS = OPS + P2P_OPS
 COLUMNS = ("backend", "op", "link", "world_size", "payload_bytes", "time_s", "time_iqr_s", "iters")
 KEY_COLUMNS = ("backend", "op", "link", "world_size", "payload_bytes")
+REPEAT_COLUMN = "repeat"
+"""With --repeats R > 1: which launch (1..R) measured the row (a key column)."""
+MAX_REPEATS = 100
+"""Most launches of one sweep (each a full torchrun; run-to-run noise needs a handful)."""
 MIB = 1024**2
+
+
+def dataset_columns(repeats: int) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(columns, key columns) of a sweep of `repeats` launches (`repeat` only when > 1)."""
+    if repeats > 1:
+        return (*COLUMNS, REPEAT_COLUMN), (*KEY_COLUMNS, REPEAT_COLUMN)
+    return COLUMNS, KEY_COLUMNS
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +90,8 @@ class CommSettings:
     """torch threads per rank."""
     dtype: str = "float32"
     """Element type of the payload."""
+    repeats: int = 1
+    """Launches of the whole sweep (each a fresh torchrun); > 1 adds the `repeat` column."""
 
 
 def payload_sizes(min_mib: float, max_mib: float, points: int, world_size: int,
@@ -101,6 +121,11 @@ def check_settings(s: CommSettings) -> None:
     if s.iters < 1 or s.warmup < 0:
         raise UserInputError(f"--iters must be >= 1 and --warmup >= 0, got {s.iters}, {s.warmup}",
                              hint="e.g. --iters 20 --warmup 3.")
+    if isinstance(s.repeats, bool) or not isinstance(s.repeats, int) \
+            or not 1 <= s.repeats <= MAX_REPEATS:
+        raise UserInputError(f"--repeats {s.repeats!r}: must be an integer from 1 to "
+                             f"{MAX_REPEATS}",
+                             hint="pass e.g. --repeats 3 (three launches of the sweep).")
 
 
 def torchrun_command(module: str, worker_args: Sequence[str], *, nproc: int,
@@ -155,9 +180,10 @@ def check_launch(out_path: str | Path, settings: CommSettings, *, nproc: int,
     message, not one traceback per rank)."""
 
     check_settings(settings)
-    check_run_inputs(out=out_path, columns=COLUMNS, key_columns=KEY_COLUMNS, dtype=settings.dtype,
-                     threads=settings.threads, nproc=nproc, iters=settings.iters,
-                     warmup=settings.warmup)
+    columns, key_columns = dataset_columns(settings.repeats)
+    check_run_inputs(out=out_path, columns=columns, key_columns=key_columns,
+                     dtype=settings.dtype, threads=settings.threads, nproc=nproc,
+                     iters=settings.iters, warmup=settings.warmup)
     if nproc < 2 and any(op in P2P_OPS for op in settings.ops) and not (
             torchrun_args and "--nnodes" in torchrun_args):
         raise UserInputError(f"--ops send_recv with --nproc {nproc}: a transfer needs two ranks",
@@ -168,14 +194,18 @@ def check_launch(out_path: str | Path, settings: CommSettings, *, nproc: int,
 
 def run_comm(out_path: str | Path, settings: CommSettings, *, nproc: int,
              torchrun_args: str | None = None) -> None:
-    """Launch the collective sweep under torchrun; rows go to out_path (resumable)."""
+    """Launch the collective sweep under torchrun, `settings.repeats` times (one fresh torchrun
+    per repeat); rows go to out_path (resumable: a rerun measures only missing rows)."""
     check_launch(out_path, settings, nproc=nproc, torchrun_args=torchrun_args)
     args = ["--out", str(out_path), "--backend", settings.backend, "--link", settings.link,
             "--ops", ",".join(settings.ops), "--min-mib", str(settings.min_mib),
             "--max-mib", str(settings.max_mib), "--points", str(settings.points),
             "--iters", str(settings.iters), "--warmup", str(settings.warmup),
             "--threads", str(settings.threads), "--dtype", settings.dtype]
-    launch(torchrun_command("perfmodel.bench.comm_worker", args, nproc=nproc,
-                            torchrun_args=torchrun_args),
-           threads=settings.threads, what="collective benchmark",
-           log_path=f"{out_path}{WORKER_LOG_SUFFIX}")
+    for repeat in range(1, settings.repeats + 1):
+        tagged = args + (["--repeat", str(repeat)] if settings.repeats > 1 else [])
+        launch(torchrun_command("perfmodel.bench.comm_worker", tagged, nproc=nproc,
+                                torchrun_args=torchrun_args),
+               threads=settings.threads, what="collective benchmark"
+               + (f" (repeat {repeat} of {settings.repeats})" if settings.repeats > 1 else ""),
+               log_path=f"{out_path}{WORKER_LOG_SUFFIX}")

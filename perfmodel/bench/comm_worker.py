@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 import torch
 import torch.distributed as dist
 
-from perfmodel.bench.comm import COLUMNS, KEY_COLUMNS, P2P_OPS, payload_sizes
+from perfmodel.bench.comm import P2P_OPS, REPEAT_COLUMN, dataset_columns, payload_sizes
 from perfmodel.bench.common import CsvLog, median_iqr, resolve_dtype
 from perfmodel.bench.environment import append_environment, environment_record
 
@@ -38,6 +38,8 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--dtype", default="float32")
+    p.add_argument("--repeat", type=int, default=0,
+                   help="which launch of a repeated sweep (1..R) writes the rows; 0: not repeated")
     return p.parse_args(argv)
 
 
@@ -123,19 +125,21 @@ def main(argv: Sequence[str] | None = None) -> None:
     rank, world = dist.get_rank(), dist.get_world_size()
     dtype = resolve_dtype(args.dtype)
     elem = torch.tensor([], dtype=dtype).element_size()
-    log = CsvLog(args.out, COLUMNS, KEY_COLUMNS)
+    log = CsvLog(args.out, *dataset_columns(2 if args.repeat else 1))
+    tag = {REPEAT_COLUMN: args.repeat} if args.repeat else {}
     done = done_keys_rank0(log)
     if rank == 0:
         append_environment(args.out, environment_record(
             device=device.type, threads=args.threads,
             extra={"benchmark": "comm", "backend": args.backend, "world_size": world,
-                   "link": args.link}))
+                   "link": args.link, **tag}))
     for op in args.ops.split(","):
         p2p = op in P2P_OPS
         for size in payload_sizes(args.min_mib, args.max_mib, args.points, 1 if p2p else world,
                                   elem):
             row = {"backend": args.backend, "op": op, "link": args.link,
-                   "world_size": 2 if p2p else world, "payload_bytes": size, "iters": args.iters}
+                   "world_size": 2 if p2p else world, "payload_bytes": size, "iters": args.iters,
+                   **tag}
             if log.key_of(row) in done:
                 continue
             run = (point_to_point(size // elem, world, device, dtype) if p2p

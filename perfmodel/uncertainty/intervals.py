@@ -17,6 +17,22 @@ each dimension in which the query lies outside what the group's calibration rows
 / pp) and an outer strategy (DiLoCo) that no residual covers spreads the ratios away from their
 median in log space by 1 + WIDEN_PER_DIMENSION each (`conformal.widen`); the output names every
 such dimension in `interval_widened`.
+Run-to-run noise (issue 27 item 6) is not a separate term, and why: a calibration ratio's
+`measured` is one benchmark measurement (the median of one run's timed iterations; the datasets
+keep their spread in `time_iqr_s`), so the noise of one such measurement is already inside the
+ratios — a new measurement taken the same way is exchangeable with them and the band covers model
+error and that noise together; adding the recorded within-run spread on top would count it twice.
+What the band cannot contain is variation no calibration measurement shows: between separate
+launches, sessions or machines of one configuration. No shipped dataset measures a configuration
+twice (`perfmodel.costs.datasets.repeat_spread` finds no repeated configuration in cpu-compute.csv
+or cpu-comm.csv; a published run is one figure). `bench comm --repeats R` now writes them (R
+fresh torchrun launches, a `repeat` key column); `bench compute` and `bench fsdp` cannot yet
+(`perfmodel.bench.common.CsvLog` keys their rows by configuration and skips a key already
+measured). With R repeats per configuration the fits take their median and the profile keeps
+their relative spread s (`provenance_detail.repeats`); one
+future run then differs from a calibration median by the extra log-variance s² − v_R (v_R the
+variance of a median of R: s² for R = 1, so nothing to add, → π·s²/(2R) for large R), the
+component to add to the ratios then.
 Checked by: tests/test_uncertainty.py (multipliers from the calibration rows only, monotone in
 the quantile; a query beyond the ranges widens and says why; p_fits < 1 just under the limit and
 ≈ 1 far under it; --interval and --fit-probability through the CLI).

@@ -5,7 +5,9 @@ addressed by name or index (`clusters.A.wan_gbit_s`, `clusters.0.price.tier`), e
 its keys (`training.inner_steps`, `limits.max_islands`) — and a list of values (each read as YAML,
 so `10`, `2.5`, `null`, `fp4`). Several `--vary` options form the Cartesian product. Each
 scenario is a complete instance, validated like a file (a bad value exits 2 naming the path) and
-solved independently, in parallel across processes.
+solved independently, one task per scenario on the executor (`planner.executor`: the local process
+pool by default, a dask.distributed cluster with `--executor dask://HOST:PORT`; the results in
+scenario order whichever runs them).
 
 Prices as users say them: `clusters.A.price_scale=0.7` scales a cluster's price, listed or
 explicit (`planner.model.instance.Cluster.price_scale`), and `gpu.NAME.FIELD` sets FIELD on every
@@ -37,18 +39,17 @@ import datetime as dt
 import itertools
 import logging
 import math
-import os
 import time
 from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from perfmodel.facts import check_limit, parse_yaml, short_repr
-from perfmodel.spec.errors import InfeasibleError, ShardMeterError, UserInputError, did_you_mean
+from perfmodel.spec.errors import InfeasibleError, UserInputError, did_you_mean
 from planner.analysis.pareto import Frontier, solve_instance
 from planner.analysis.report import plan_label
+from planner.executor import Executor, parse_executor, run_tasks
 from planner.model.evaluate import evaluate, violations
 from planner.model.instance import (
     gpu_prices,
@@ -397,38 +398,32 @@ def _scenario_table(instance_path: str, scenario: Scenario, instance: Any) -> An
     return table
 
 
-def _solve_job(instance_path: str, scenario: Scenario,
-               solve: dict[str, Any]) -> ScenarioResult | tuple[str, str, str]:
-    """Worker entry: errors travel back as (class name, message, hint) (they do not pickle)."""
-
-    try:
-        return solve_scenario(instance_path, scenario, solve)
-    except ShardMeterError as err:
-        return (type(err).__name__, err.message, err.hint or "")
-
-
 def solve_all(instance_paths: Sequence[str], scenarios: Sequence[Scenario], solve: dict[str, Any],
-              *, workers: int | None = None) -> list[ScenarioResult]:
-    """Every (instance, scenario), in parallel processes when there are several (order kept).
+              *, executor: str | Executor | None = None) -> list[ScenarioResult]:
+    """Every (instance, scenario), one task each on `executor` (`planner.executor`; None: the
+    local process pool), in that order whichever finishes first.
 
-    Every scenario instance is validated here first, so a bad --vary fails before any solve."""
+    Every scenario instance is validated here first, so a bad --vary fails before any solve. The
+    workers get absolute paths (a dask worker may run in another directory)."""
 
-    jobs = [(str(p), s) for p in instance_paths for s in scenarios]
+    spec = parse_executor(executor)
+    jobs = [(str(Path(p).resolve()), s) for p in instance_paths for s in scenarios]
     check_limit("scenarios", len(jobs), field="instances x --vary combinations")
     for path, scenario in jobs:
         scenario_instance(path, scenario)
     if solve.get("time_limit_s") is not None:  # the limit bounds the whole study, not each solve
         solve = {**solve, "deadline": time.time() + float(solve["time_limit_s"])}
-    workers = min(len(jobs), workers or os.cpu_count() or 1)
-    if workers <= 1:
-        return [solve_scenario(p, s, solve) for p, s in jobs]
-    solve = {**solve, "threads": 1}  # one process per core already
-    with ProcessPoolExecutor(max_workers=workers) as pool:
-        done = list(pool.map(_solve_job, *zip(*[(p, s, solve) for p, s in jobs], strict=True)))
-    for item in done:
-        if isinstance(item, tuple):
-            raise ShardMeterError(item[1], hint=item[2] or None)
-    return [item for item in done if isinstance(item, ScenarioResult)]
+    if spec.parallel(len(jobs)):
+        solve = {**solve, "threads": 1}  # one process per core already
+    results = run_tasks(solve_scenario, [(p, s, solve) for p, s in jobs], spec)
+    given = [str(p) for p in instance_paths for _ in scenarios]
+    return [_as_given(r, path) for r, path in zip(results, given, strict=True)]
+
+
+def _as_given(result: ScenarioResult, path: str) -> ScenarioResult:
+    """The result under the instance path as the caller gave it (reports name that file)."""
+    return ScenarioResult(instance_path=path, scenario=result.scenario, problem=result.problem,
+                          frontier=result.frontier, error=result.error, skipped=result.skipped)
 
 
 # ---- cross-evaluation --------------------------------------------------------------------

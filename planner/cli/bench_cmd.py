@@ -130,12 +130,15 @@ def _comm_link(backend: str, link: str | None) -> str:
 @click.option("--warmup", type=int, default=3, show_default=True)
 @click.option("--threads", type=int, default=1, show_default=True, help="torch threads per rank.")
 @click.option("--dtype", default="float32", show_default=True)
+@click.option("--repeats", type=int, default=1, show_default=True,
+              help="Launch the sweep this many times (fresh torchrun each): rows gain a repeat "
+                   "column, and fit comm records the run-to-run spread per configuration.")
 @click.option("--torchrun-args", default=None,
               help='torchrun rendezvous flags replacing --standalone (multi-node), e.g. '
                    '"--nnodes 2 --node-rank 0 --rdzv-backend c10d --rdzv-endpoint host0:29500".')
 def comm_cmd(out: Path, nproc: int, backend: str, link: str | None, ops: str, min_mib: float,
              max_mib: float, points: int, iters: int, warmup: int, threads: int, dtype: str,
-             torchrun_args: str | None) -> None:
+             repeats: int, torchrun_args: str | None) -> None:
     """Time all_gather / reduce_scatter / all_reduce (and send_recv) over log-spaced payloads
     (torchrun)."""
     require_torch()
@@ -145,9 +148,10 @@ def comm_cmd(out: Path, nproc: int, backend: str, link: str | None, ops: str, mi
 
     settings = CommSettings(backend=backend, link=_comm_link(backend, link),
                             ops=tuple(ops.split(",")), min_mib=min_mib, max_mib=max_mib,
-                            points=points, iters=iters, warmup=warmup, threads=threads, dtype=dtype)
+                            points=points, iters=iters, warmup=warmup, threads=threads, dtype=dtype,
+                            repeats=repeats)
     run_comm(out, settings, nproc=nproc, torchrun_args=torchrun_args)
-    click.echo(f"{out}: {len(CsvLog(out, comm_bench.COLUMNS, comm_bench.KEY_COLUMNS).rows())} rows")
+    click.echo(f"{out}: {len(CsvLog(out, *comm_bench.dataset_columns(repeats)).rows())} rows")
 
 
 @bench.command("fsdp")

@@ -82,6 +82,13 @@ def _solver_options(func: Callable[..., Any]) -> Callable[..., Any]:
                           "are those that hold with probability Q under the comonotone "
                           "per-provenance error model of catalogs/uncertainty/residuals.csv "
                           "(planner.model.uncertainty)."),
+        click.option("--executor", default=None, metavar="SPEC",
+                     help="Where the scenarios of a study (several files, --vary, --scenario) "
+                          "are solved: local (default: joblib's process pool, one process per "
+                          "CPU), local:N, serial, or dask://HOST:PORT (a dask.distributed "
+                          "scheduler; pip install 'shardmeter[dask]', workers with ShardMeter and "
+                          "the instance files at the same paths). Results are identical on every "
+                          "executor (solves that finish within --time-limit-s)."),
     ]
     for option in reversed(options):
         func = option(func)
@@ -111,7 +118,7 @@ _VARY_HELP = ("What-if: PATH=V1,V2,... into the instance (clusters.A.wan_gbit_s,
               "training.inner_steps, clusters.B.price.tier, clusters.A.price_scale (0.7: 30% "
               "cheaper), gpu.H100-SXM5-80GB.price_scale (every cluster of that GPU), ...); "
               "repeatable (all combinations). Each scenario is solved, every plan scored "
-              "under every scenario with its regret; scenarios run in parallel.")
+              "under every scenario with its regret; scenarios run in parallel (--executor).")
 _SCENARIO_HELP = ("A linked what-if: one named scenario setting several paths together, e.g. "
                   "cheap-h100:clusters.A.price_scale=0.7,clusters.B.price_scale=0.7; "
                   "repeatable (with base, one axis, crossed with --vary).")
