@@ -57,3 +57,16 @@ def run_cli(capsys: pytest.CaptureFixture[str]) -> Callable[..., CliResult]:
         return CliResult(code=code, out=captured.out, err=captured.err)
 
     return run
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Start the longest tests first: the generators' checks, then the `slow` ones (real
+    torch.distributed runs), then the rest, each group in collection order. Under pytest-xdist
+    (the README's command runs `-n auto`) the long ones then run side by side from the start
+    instead of one of them finishing alone after every short test is done."""
+    def rank(item: pytest.Item) -> int:
+        if item.get_closest_marker("generated"):
+            return 0
+        return 1 if item.get_closest_marker("slow") else 2
+
+    items.sort(key=rank)   # stable: collection order within a group

@@ -310,17 +310,3 @@ def test_cli_co2_query_unknown_region_and_refusals(tmp_path) -> None:
         ],
     )
     assert cap.exit_code == 1 and "max_co2_kg" in cap.output
-
-
-@pytest.mark.slow
-def test_energy_doc_is_current() -> None:
-    import subprocess
-    import sys
-
-    done = subprocess.run(
-        [sys.executable, "-m", "scripts.make_energy_doc", "--check"],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]

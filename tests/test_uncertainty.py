@@ -222,12 +222,6 @@ def test_rotating_gpu_coverage_holds_each_gpu_out(tmp_path: Path) -> None:
     assert b.covered == 0.0 and a.covered == 0.0  # each GPU's errors lie outside the other's
 
 
-def test_validation_part_intervals_is_current() -> None:
-    from scripts import make_validation
-
-    assert make_validation.main(["--check", "--part", "intervals"]) == 0
-
-
 # ---- widening ---------------------------------------------------------------------------------
 
 def test_a_query_beyond_the_residuals_widens_and_says_why() -> None:

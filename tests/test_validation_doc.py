@@ -25,10 +25,6 @@ def test_doc_has_three_generated_parts(make_validation) -> None:
         assert make_validation._section(text, name), name
 
 
-def test_calibrated_and_planner_parts_are_current(make_validation) -> None:
-    assert make_validation.main(["--check", "--part", "calibrated", "--part", "planner"]) == 0
-
-
 def test_check_fails_on_a_stale_part(make_validation, tmp_path: Path) -> None:
     doc = tmp_path / "VALIDATION.md"
     shutil.copy(ROOT / "docs" / "VALIDATION.md", doc)
