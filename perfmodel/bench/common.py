@@ -15,8 +15,9 @@ import logging
 import math
 import os
 import statistics
+import tempfile
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -344,3 +345,21 @@ def reject_unknown_keys(path: Path, where: str, raw: Mapping[str, Any], known: S
             dotted = f"{where}.{key}" if where else str(key)
             raise UserInputError(f"{path}: unknown key {dotted!r}; {did_you_mean(str(key), known)}",
                                  hint=f"fix {path} (see {example} for the format).")
+
+
+def spawn_gloo_job(worker: Callable[..., None], world_size: int, *args: Any) -> Any:
+    """Run `worker(rank, world_size, store, out, *args)` in `world_size` fresh processes
+    (torch.multiprocessing's spawn), `store` a file for the gloo rendezvous and `out` a file rank 0
+    writes its JSON result to, and return that result: the one launch of every recorded gloo job
+    (`perfmodel.bench.fsdp_order`, `perfmodel.bench.layout_record`)."""
+    # lazy: torch's process launcher, only for a job (the [bench] extra)
+    import json
+
+    import torch.multiprocessing as mp
+
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "records.json")
+        mp.spawn(  # type: ignore[attr-defined,no-untyped-call]  # untyped torch API
+            worker, args=(world_size, os.path.join(tmp, "store"), out, *args),
+            nprocs=world_size, join=True)
+        return json.loads(Path(out).read_text())

@@ -17,14 +17,12 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import tempfile
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from perfmodel.bench.common import resolve_dtype
+from perfmodel.bench.common import resolve_dtype, spawn_gloo_job
 from perfmodel.sim.fsdp import step_plan
 from perfmodel.spec.arch import ModelSpec
 from perfmodel.spec.recipe import TrainingRecipe, recipe_from_mapping
@@ -102,8 +100,8 @@ def attach_recorder(model: Any, records: list[CollectiveRecord], micro_step: lis
             module.set_custom_reduce_scatter(RecordingReduceScatter(names[id(module)]))
 
 
-def _worker(rank: int, world_size: int, store: str, spec_json: str, runs_json: str,
-            out: str) -> None:
+def _worker(rank: int, world_size: int, store: str, out: str, spec_json: str,
+            runs_json: str) -> None:
     """One rank: for each run, build and shard the model, record one training step."""
     # lazy: torch, the optional [bench] extra
     import torch
@@ -155,18 +153,10 @@ class OrderRun:
 def record_orders(spec: ModelSpec, runs: Sequence[OrderRun], *,
                   world_size: int = 2) -> list[list[CollectiveRecord]]:
     """Rank 0's collectives of one real FSDP2 step per run (gloo, CPU, `world_size` processes)."""
-    # lazy: torch, the optional [bench] extra
-    import torch.multiprocessing as mp
-
     spec_json = json.dumps({k: getattr(spec, k) for k in spec.__dataclass_fields__})
     runs_json = json.dumps([{"recipe": _recipe_mapping(r.recipe), "accum_steps": r.accum_steps,
                              "micro_batch": r.micro_batch, "seq_len": r.seq_len} for r in runs])
-    with tempfile.TemporaryDirectory() as tmp:
-        out = os.path.join(tmp, "records.json")
-        mp.spawn(  # type: ignore[attr-defined,no-untyped-call]  # untyped torch API
-            _worker, args=(world_size, os.path.join(tmp, "store"), spec_json, runs_json, out),
-            nprocs=world_size, join=True)
-        raw = json.loads(Path(out).read_text())
+    raw = spawn_gloo_job(_worker, world_size, spec_json, runs_json)
     return [[CollectiveRecord(**r) for r in run] for run in raw]
 
 

@@ -23,9 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import re
-import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, replace
 from functools import partial
@@ -39,7 +37,7 @@ from torch.distributed.tensor import DTensor
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from perfmodel.bench.common import CsvLog, resolve_dtype
+from perfmodel.bench.common import CsvLog, resolve_dtype, spawn_gloo_job
 from perfmodel.bench.environment import append_environment, environment_record
 from perfmodel.bench.layout_order import (
     COLUMNS,
@@ -290,15 +288,7 @@ def gloo_collectives(job: RecordJob, job_args: tuple[Any, ...],
                      world_size: int) -> list[list[list[Collective]]]:
     """Every rank's collectives per case from one real `world_size`-rank gloo job on CPU
     (`RecordJob`): result[rank][case] in issue order."""
-    # lazy: torch's process launcher, only for this job
-    import torch.multiprocessing as mp
-
-    with tempfile.TemporaryDirectory() as tmp:
-        out = os.path.join(tmp, "records.json")
-        mp.spawn(  # type: ignore[attr-defined,no-untyped-call]  # untyped torch API
-            _gloo_worker, args=(world_size, os.path.join(tmp, "store"), out, job, job_args),
-            nprocs=world_size, join=True)
-        raw = json.loads(Path(out).read_text())
+    raw = spawn_gloo_job(_gloo_worker, world_size, job, job_args)
     return [[[Collective(**r) for r in case] for case in ranks] for ranks in raw]
 
 
