@@ -180,7 +180,8 @@ def solve(request: SolveRequest) -> Solved:
     else:
         problem, found = solve_energy(instance, table, request.metric, max_value=request.cap,
                                       **options)
-    bands = plan_bands(instance, point_table, problem, model=request.options.error_model)
+    bands = plan_bands(instance, point_table, problem, model=request.options.error_model,
+                       level=request.options.interval_level)
     return Solved(instance=instance, problem=problem, frontier=found, metric=request.metric,
                   bands=bands)
 
@@ -199,11 +200,13 @@ def quantile_fields(options: SolveOptions) -> dict[str, Any]:
 
 
 def _no_quantile_study(options: SolveOptions, scenarios: bool) -> None:
-    """Scenario studies score plans on point estimates: a quantile there is refused."""
-    if scenarios and options.quantile is not None:
-        raise UserInputError("--quantile with several instances or --vary: scenario studies "
-                             "score plans on point estimates",
-                             hint="run one instance without --vary, or drop --quantile.")
+    """Scenario studies score plans on point estimates: a quantile or an interval level there is
+    refused (their plans carry no band)."""
+    for flag, value in (("--quantile", options.quantile), ("--interval", options.interval_level)):
+        if scenarios and value is not None:
+            raise UserInputError(f"{flag} with several instances or --vary: scenario studies "
+                                 "score plans on point estimates",
+                                 hint=f"run one instance without --vary, or drop {flag}.")
 
 
 def _no_executor_single(options: SolveOptions) -> None:

@@ -82,6 +82,9 @@ def _solver_options(func: Callable[..., Any]) -> Callable[..., Any]:
                           "are those that hold with probability Q under the comonotone "
                           "per-provenance error model of catalogs/uncertainty/residuals.csv "
                           "(planner.model.uncertainty)."),
+        click.option("--interval", "interval_level", type=float, default=None, metavar="L",
+                     help="Add *_lo/*_hi bounds and interval_level at this two-sided level "
+                          "(e.g. 0.9) beside the p10/p90 band every plan carries (JSON, CSV)."),
         click.option("--executor", default=None, metavar="SPEC",
                      help="Where the scenarios of a study (several files, --vary, --scenario) "
                           "are solved: local (default: joblib's process pool, one process per "

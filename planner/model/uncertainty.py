@@ -382,19 +382,35 @@ def plan_bands(instance: Instance, table: pd.DataFrame, reference: Problem, *,
     """The bands of the plans of `reference` (the solved problem of `instance` and its unscaled
     island `table`): one problem per level, rebuilt from the table scaled by `quantile_table`
     (`model`, else the residuals file's). No band, with the reason, under the failure model,
-    without a provenance column, or where the model cannot give a level."""
+    without a provenance column, or where the model cannot give p10/p90; an explicit `level`
+    (--interval) the model cannot give, or on plans without a band, is refused (exit 2)."""
+    bands = _plan_bands(instance, table, reference, model, level)
+    if level is not None and not bands.problems:
+        raise UserInputError(f"--interval {level:g}: {bands.note}",
+                             hint="drop --interval (the plans then say why they carry no band).")
+    return bands
+
+
+def _plan_bands(instance: Instance, table: pd.DataFrame, reference: Problem,
+                model: ErrorModel | None, level: float | None) -> PlanBands:
     if reference.risk is not None:
         return no_bands("no band: under the failure model the figures are expectations over "
                         "failures, not quantiles of the step-time error model")
     if GROUP_COLUMN not in table.columns:
         return no_bands(f"no band: the island table has no {GROUP_COLUMN!r} column naming each "
                         "row's residual group (add it, one of " + ", ".join(PROVENANCES) + ")")
+    levels = sorted(set(PlanBands(problems={}, groups={}, level=level, note="")
+                        .suffixes().values()))
     try:
         model = ErrorModel.from_residuals() if model is None else model
-        levels = PlanBands(problems={}, groups={}, level=level, note="").suffixes()
-        scaled = {u: quantile_table(table, model, u) for u in sorted(set(levels.values()))}
+        scaled = {u: quantile_table(table, model, u) for u in sorted(BAND_LEVELS.values())}
     except (ConfigError, InstanceError) as err:
         return no_bands(f"no band: {err.message}")
+    try:
+        scaled.update({u: quantile_table(table, model, u) for u in levels if u not in scaled})
+    except ConfigError as err:
+        raise UserInputError(f"--interval {level}: {err.message}",
+                             hint="give a lower level (e.g. 0.9), or drop --interval.") from None
     key = [_pair_key(p) for p in reference.pairs]
     problems = {}
     for u, frame in scaled.items():
