@@ -199,3 +199,13 @@ def test_interval_adds_lo_hi_or_is_refused(run_cli, mixed_path: Path) -> None:
                          "--interval", "0.9"], "scenario studies")):
         result = run_cli(*args)
         assert result.code == 2 and said in result.err and "To fix:" in result.err, result.err
+
+
+def test_plan_table_states_the_band_within_80_columns(run_cli, mixed_path: Path) -> None:
+    """The answer of `plan` (table) states the p10–p90 time and cost and the residual groups,
+    wrapped at 80 columns; a plan without a band says why."""
+    shown = run_cli("plan", str(mixed_path)).out
+    assert "p10–p90: " in shown and "residual groups" in shown
+    assert max(len(line) for line in shown.splitlines()) <= 80
+    assert "no band: the island table has no 'provenance' column" in run_cli("plan",
+                                                                             str(TWO)).out
