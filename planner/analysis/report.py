@@ -12,13 +12,16 @@ list and region; plan and pareto JSON are versioned objects (`frontier_document`
 `plan_document`, schemas in planner/schemas/) naming each GPU's profile provenance; the frontier
 stays exact (every point kept) but points whose gain over a neighbour is below `min_gain` are
 marked `near_duplicate`, and `usd_per_hour_saved` is measured against a faster point that saves
-at least that fraction of wall time (`marginal_costs`).
+at least that fraction of wall time (`marginal_costs`); given the solve's `PlanBands`
+(`planner.model.uncertainty`), every plan record carries the p10/p90 band of its wall time, cost,
+tokens/s, energy and CO2 next to each figure, with `interval_groups` and `interval_note`.
 Why: a label like "1x8x8 A100 + 1x8x8 H200" drops the GPU variant and the provider (labels
 now read "1x8x8 A100-PCIe-80GB @ RunPod/B + ...", `plan_label`); a dollar
 difference divided by 15 seconds saved reads as hundreds of thousands of dollars per hour.
 Checked by: tests/test_plan_output.py (groups sum to the plan, near-duplicates and the per-hour
 figure on the case study, the JSON validates against its schema, CSV rows per island group) and
-tests/test_terminal.py (pareto, plan and pareto --vary at 80 columns).
+tests/test_terminal.py (pareto, plan and pareto --vary at 80 columns); the bands by
+tests/test_plan_bands.py.
 """
 
 from __future__ import annotations
