@@ -29,7 +29,7 @@ from planner.analysis.pareto import answer, fastest, solve_instance
 from planner.model.energy import FIELD
 from planner.model.instance import load_instance
 from planner.model.island_table import load_island_table, table_exclusions
-from planner.model.uncertainty import ErrorModel, quantile_table
+from planner.model.uncertainty import ErrorModel, PlanBands, plan_bands, quantile_table
 from planner.requests import (
     FRONTIER_OBJECTIVES,
     OBJECTIVES,
@@ -93,6 +93,9 @@ class Solved:
     """Its frontier (time vs `metric`), fastest first."""
     metric: str
     """The second objective: cost, energy or co2."""
+    bands: PlanBands
+    """The p10/p90 band of every plan of the frontier, under the error model of --quantile
+    (`planner.model.uncertainty.plan_bands`; none, with the reason, where it does not apply)."""
 
     @property
     def name(self) -> str:
@@ -160,6 +163,7 @@ def solve(request: SolveRequest) -> Solved:
     """Load and solve one instance; `InfeasibleError` (exit 1) names the binding limit."""
 
     instance, table = _load(request.instance_path)
+    point_table = table
     quantile = request.options.quantile
     if quantile is not None:
         if request.metric != "cost":
@@ -176,7 +180,10 @@ def solve(request: SolveRequest) -> Solved:
     else:
         problem, found = solve_energy(instance, table, request.metric, max_value=request.cap,
                                       **options)
-    return Solved(instance=instance, problem=problem, frontier=found, metric=request.metric)
+    bands = plan_bands(instance, point_table, problem, model=request.options.error_model,
+                       level=request.options.interval_level)
+    return Solved(instance=instance, problem=problem, frontier=found, metric=request.metric,
+                  bands=bands)
 
 
 def _error_model(options: SolveOptions) -> ErrorModel:
@@ -193,11 +200,13 @@ def quantile_fields(options: SolveOptions) -> dict[str, Any]:
 
 
 def _no_quantile_study(options: SolveOptions, scenarios: bool) -> None:
-    """Scenario studies score plans on point estimates: a quantile there is refused."""
-    if scenarios and options.quantile is not None:
-        raise UserInputError("--quantile with several instances or --vary: scenario studies "
-                             "score plans on point estimates",
-                             hint="run one instance without --vary, or drop --quantile.")
+    """Scenario studies score plans on point estimates: a quantile or an interval level there is
+    refused (their plans carry no band)."""
+    for flag, value in (("--quantile", options.quantile), ("--interval", options.interval_level)):
+        if scenarios and value is not None:
+            raise UserInputError(f"{flag} with several instances or --vary: scenario studies "
+                                 "score plans on point estimates",
+                                 hint=f"run one instance without --vary, or drop {flag}.")
 
 
 def _no_executor_single(options: SolveOptions) -> None:
@@ -267,7 +276,7 @@ def frontier(request: FrontierRequest, *,
                                 max_energy_kwh=request.max_energy_kwh,
                                 options=request.options))
     records = report.frontier_records(solved.frontier, solved.problem, min_gain=request.min_gain,
-                                      metric=solved.metric)
+                                      metric=solved.metric, bands=solved.bands)
     stated = quantile_fields(request.options)
     records = [{**record, **stated} for record in records]
     if request.csv_path is not None:
@@ -333,14 +342,14 @@ def query(request: QueryRequest, *, notify: Notify = quiet) -> PlanAnswer | Scen
     if request.options.quantile is not None:
         extra["query"] = f"{extra['query']} (Q{request.options.quantile:g} time and cost)"
     record = {**extra, **quantile_fields(request.options),
-              **report.plan_record(chosen, solved.problem),
+              **report.plan_record(chosen, solved.problem, solved.bands),
               **report.frontier_meta(solved.frontier),
               **report.failure_assumptions(solved.problem),
               "excluded": report.exclusion_records(solved.problem)}
     if request.html_path is not None:
         stated = quantile_fields(request.options)
         points = [{**r, **stated} for r in report.frontier_records(
-            solved.frontier, solved.problem, metric=solved.metric)]
+            solved.frontier, solved.problem, metric=solved.metric, bands=solved.bands)]
         _html(request.html_path, solved, points,
               {**stated, **report.frontier_meta(solved.frontier),
                **report.failure_assumptions(solved.problem)}, record, notify)

@@ -14,6 +14,7 @@ from typing import Any
 
 from perfmodel.facts import check_limit
 from perfmodel.spec.errors import UserInputError
+from perfmodel.uncertainty.intervals import check_level
 from planner.executor import Executor, parse_executor
 from planner.model.uncertainty import ErrorModel, check_quantile
 from planner.solvers.registry import DEFAULT_TIME_LIMIT_S, MILP_BACKENDS, SOLVERS
@@ -106,6 +107,10 @@ class SolveOptions:
     the error model (`planner.model.uncertainty`); None: point estimates."""
     error_model: ErrorModel | None = None
     """The error model of `quantile` (None: `ErrorModel.from_residuals()`, the residuals file)."""
+    interval_level: float | None = None
+    """Add `*_lo`/`*_hi` bounds and `interval_level` at this two-sided level (0 < L < 1) beside
+    the p10/p90 band every plan carries (`planner.model.uncertainty.PlanBands`); None: p10/p90
+    only."""
     executor: str | Executor | None = None
     """Where a scenario study's solves run (`planner.executor`): serial, local, local:N or
     dask://HOST:PORT; None: the local process pool. Only a study has several solves: a single
@@ -123,6 +128,8 @@ class SolveOptions:
         elif self.error_model is not None:
             raise UserInputError("error_model without quantile: it acts only on a quantile",
                                  hint="set quantile (e.g. 0.9) or drop error_model.")
+        if self.interval_level is not None:
+            check_level(self.interval_level, field="--interval")
         if not isinstance(self.failures, bool):
             raise UserInputError(f"failures = {self.failures!r}: not true or false",
                                  hint="set failures to True or False.")

@@ -212,8 +212,9 @@ def check_level(level: float, *, field: str = "--interval") -> float:
     return check_quantile(level, field=field)
 
 
-def _insert_after(record: Mapping[str, Any], extra: Mapping[str, Mapping[str, Any]]
-                  ) -> dict[str, Any]:
+def insert_after(record: Mapping[str, Any], extra: Mapping[str, Mapping[str, Any]]
+                 ) -> dict[str, Any]:
+    """`record` with `extra[key]`'s items right after each `key` (a band next to its figure)."""
     out: dict[str, Any] = {}
     for key, value in record.items():
         out[key] = value
@@ -253,7 +254,7 @@ def annotate(record: Mapping[str, Any], *, time: ErrorModel | None, memory: Erro
                                  reciprocal=reciprocal)
                 added.update({f"{key}_lo": lo, f"{key}_hi": hi})
             extra[key] = added
-    out = _insert_after(record, extra)
+    out = insert_after(record, extra)
     if time is not None:
         out["interval_group"] = time.group
         out["interval_widened"] = list(time.widened)

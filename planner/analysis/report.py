@@ -12,13 +12,16 @@ list and region; plan and pareto JSON are versioned objects (`frontier_document`
 `plan_document`, schemas in planner/schemas/) naming each GPU's profile provenance; the frontier
 stays exact (every point kept) but points whose gain over a neighbour is below `min_gain` are
 marked `near_duplicate`, and `usd_per_hour_saved` is measured against a faster point that saves
-at least that fraction of wall time (`marginal_costs`).
+at least that fraction of wall time (`marginal_costs`); given the solve's `PlanBands`
+(`planner.model.uncertainty`), every plan record carries the p10/p90 band of its wall time, cost,
+tokens/s, energy and CO2 next to each figure, with `interval_groups` and `interval_note`.
 Why: a label like "1x8x8 A100 + 1x8x8 H200" drops the GPU variant and the provider (labels
 now read "1x8x8 A100-PCIe-80GB @ RunPod/B + ...", `plan_label`); a dollar
 difference divided by 15 seconds saved reads as hundreds of thousands of dollars per hour.
 Checked by: tests/test_plan_output.py (groups sum to the plan, near-duplicates and the per-hour
 figure on the case study, the JSON validates against its schema, CSV rows per island group) and
-tests/test_terminal.py (pareto, plan and pareto --vary at 80 columns).
+tests/test_terminal.py (pareto, plan and pareto --vary at 80 columns); the bands by
+tests/test_plan_bands.py.
 """
 
 from __future__ import annotations
@@ -33,10 +36,12 @@ from typing import Any
 import pandas as pd
 
 from perfmodel.tables import gpu_profile
+from perfmodel.uncertainty.intervals import insert_after
 from planner.analysis.pareto import Frontier
 from planner.model.energy import FIELD
 from planner.model.instance import Instance
 from planner.model.problem import ClusterInfo, Island, Plan, Problem
+from planner.model.uncertainty import PlanBands
 from planner.requests import DEFAULT_MIN_GAIN
 
 LOG = logging.getLogger(__name__)
@@ -161,9 +166,11 @@ def _gain(reference: float, better: float) -> float:
     return (reference - better) / reference
 
 
-def plan_record(plan: Plan, problem: Problem) -> dict[str, Any]:
+def plan_record(plan: Plan, problem: Problem, bands: PlanBands | None = None) -> dict[str, Any]:
     """One plan as a JSON-able record (required keys: wall_time_s, cost_usd, tokens_per_s,
-    islands)."""
+    islands); with `bands`, each banded figure is followed by its `*_p10`/`*_p90` (and
+    `*_lo`/`*_hi`) and the record states `interval_groups`, `interval_note` (and
+    `interval_level`) after `co2_kg` (`planner.model.uncertainty.PlanBands`)."""
     period_s = plan.inner_step_s + plan.sync_s / problem.inner_steps
     risky = problem.risk is not None
     clusters = {c.name: c for c in problem.clusters}
@@ -190,7 +197,7 @@ def plan_record(plan: Plan, problem: Problem) -> dict[str, Any]:
             **more,
             **_layout_fields(island),
         })
-    return {
+    record = {
         "label": plan_label(plan, problem),
         "wall_time_s": plan.wall_time_s,
         "wall_time_h": plan.wall_time_s / 3600.0,
@@ -210,6 +217,11 @@ def plan_record(plan: Plan, problem: Problem) -> dict[str, Any]:
         "islands": islands,
         "island_groups": island_groups(islands),
     }
+    if bands is None:
+        return record
+    extra, stated = bands.fields(plan)
+    extra["co2_kg"] = {**extra.get("co2_kg", {}), **stated}
+    return insert_after(record, extra)
 
 
 def _price_fields(cluster: ClusterInfo | None) -> dict[str, Any]:
@@ -314,7 +326,7 @@ def _energy_notes(problem: Problem) -> dict[str, Any]:
 
 def frontier_records(frontier: Frontier, problem: Problem, *,
                      min_gain: float = DEFAULT_MIN_GAIN,
-                     metric: str = "cost") -> list[dict[str, Any]]:
+                     metric: str = "cost", bands: PlanBands | None = None) -> list[dict[str, Any]]:
     """Frontier points (fastest first) with the frontier's provenance on each point, each marked
     `near_duplicate` (`near_duplicates` at `min_gain`); on the time-vs-cost frontier each also
     has `usd_per_hour_saved` (`marginal_costs`)."""
@@ -322,7 +334,7 @@ def frontier_records(frontier: Frontier, problem: Problem, *,
     marginal = marginal_costs(frontier.points, min_gain, metric)
     marks = near_duplicates(frontier.points, min_gain, metric)
     for i, plan in enumerate(sorted(frontier.points, key=lambda p: p.wall_time_s)):
-        record = {"point": i, **plan_record(plan, problem)}
+        record = {"point": i, **plan_record(plan, problem, bands)}
         if metric == "cost":
             record["usd_per_hour_saved"] = marginal[i]
         record["near_duplicate"] = marks[i]
@@ -394,18 +406,30 @@ GROUP_CSV_KEYS = ("count", "cluster", "gpu_type", "nodes", "gpus_per_node", "mic
 
 def group_rows(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """Plan and frontier CSV: one row per island group of every plan record, the plan's figures
-    repeated on each of its rows, then the group's (`group_` summed tokens/s, USD/h, cost)."""
-    plan_keys = ("point", "wall_time_h", "wall_time_s", "cost_usd", "usd_per_hour_saved",
-                 "near_duplicate", "tokens_per_s", "num_gpus", "usd_per_hour", "goodput")
+    (with the p10/p90 band of time, cost and tokens/s, and its residual groups as
+    `interval_groups` "A=prior;B=calibrated", where the record has them) repeated on each of its
+    rows, then the group's (`group_` summed tokens/s, USD/h, cost)."""
+    plan_keys = ("point", "wall_time_h", "wall_time_s", *_band_keys("wall_time_s"), "cost_usd",
+                 *_band_keys("cost_usd"), "usd_per_hour_saved", "near_duplicate", "tokens_per_s",
+                 *_band_keys("tokens_per_s"), "num_gpus", "usd_per_hour", "goodput",
+                 "interval_level")
     rows = []
     for record in records:
         head = {k: record[k] for k in plan_keys if k in record}
+        if "interval_groups" in record:  # one CSV cell: "A=prior;B=calibrated"
+            head["interval_groups"] = ";".join(f"{c}={g}"
+                                               for c, g in record["interval_groups"].items())
         for group in record["island_groups"]:
             rows.append({**head, **{k: group[k] for k in GROUP_CSV_KEYS if k in group},
                          "group_tokens_per_s": group["tokens_per_s"],
                          "group_usd_per_hour": group["usd_per_hour"],
                          "group_cost_usd": group["cost_usd"]})
     return rows
+
+
+def _band_keys(key: str) -> tuple[str, ...]:
+    """The band columns of a figure in CSV: p10, p90, lo, hi (those a record has)."""
+    return tuple(f"{key}_{suffix}" for suffix in ("p10", "p90", "lo", "hi"))
 
 
 def points_frame(records: Sequence[dict[str, Any]]) -> pd.DataFrame:

@@ -82,6 +82,9 @@ def _solver_options(func: Callable[..., Any]) -> Callable[..., Any]:
                           "are those that hold with probability Q under the comonotone "
                           "per-provenance error model of catalogs/uncertainty/residuals.csv "
                           "(planner.model.uncertainty)."),
+        click.option("--interval", "interval_level", type=float, default=None, metavar="L",
+                     help="Add *_lo/*_hi bounds and interval_level at this two-sided level "
+                          "(e.g. 0.9) beside the p10/p90 band every plan carries (JSON, CSV)."),
         click.option("--executor", default=None, metavar="SPEC",
                      help="Where the scenarios of a study (several files, --vary, --scenario) "
                           "are solved: local (default: joblib's process pool, one process per "
@@ -395,6 +398,19 @@ def _quantile_line(record: dict[str, Any]) -> None:
                      f"{record.get('error_model', '')}")
 
 
+def _band_line(record: dict[str, Any]) -> None:
+    """The plan's 80 % band of time and cost (`planner.model.uncertainty.PlanBands`), wrapped,
+    or why it has none; the full band is in --wide and JSON."""
+    if "wall_time_s_p10" not in record:
+        echo_wrapped(str(record.get("interval_note", "no band")), indent="  ")
+        return
+    groups = ", ".join(f"{c} {g}" for c, g in record["interval_groups"].items())
+    echo_wrapped(f"p10–p90: {format_duration(record['wall_time_s_p10'])} – "
+                 f"{format_duration(record['wall_time_s_p90'])}, "
+                 f"{format_usd(record['cost_usd_p10'])} – {format_usd(record['cost_usd_p90'])} "
+                 f"(residual groups {groups})", indent="  ")
+
+
 def _solve_line(meta: dict[str, Any]) -> str:
     """'exact, dp, 0.4 s' (or 'NOT proven exact')."""
     exact = "exact" if meta.get("proven_exact") else "NOT proven exact"
@@ -444,6 +460,7 @@ def _plan_view(result: api.PlanAnswer, *, verbose: bool) -> None:
                  f"{format_number(record['tokens_per_s'])} tok/s on {record['num_gpus']} GPUs")
     for group in record["island_groups"]:
         echo_wrapped("  " + group["description"], indent="    ")
+    _band_line(record)
     _profile_lines(report.gpu_profiles(result.solved.instance, report._gpus_of([record])))
     _quantile_line(record)
     click.echo("")

@@ -37,7 +37,42 @@ WAN all-reduce has its own group, "collectives", outside this model), and the ac
 the step (energy columns) is scaled with the step time so the energy figures of a quantile plan
 are those of the same U; energy and CO2 objectives are refused with a quantile (not checked).
 
-Checked by: tests/test_quantile_plans.py (Monte Carlo of this model over the chosen plan's islands
+The band of every plan (issue 27: every JSON output that carries a prediction carries its
+interval): the same model, read at other levels. Each plan record of `plan` and `pareto` (JSON
+and CSV) gains `wall_time_s_p10/_p90`, `cost_usd_p10/_p90`, `tokens_per_s_p10/_p90`,
+`energy_kwh_p10/_p90`, `co2_kg_p10/_p90` and `interval_groups` (cluster -> residual group of the
+plan's clusters). A figure nondecreasing in U has its p-quantile at U = p, so its p10/p90 are the
+plan evaluated (`planner.model.evaluate.evaluate`, the one evaluator) on the island table scaled
+by `quantile_table` at 0.1 / 0.9 — the problem rebuilt from that table has the same pairs in the
+same order, as every row of one option scales by one factor (`exactly_dominated` compares rows of
+one option only; checked in `plan_bands`). Which figures, and why:
+- wall time W(U): nondecreasing (above).
+- cost: pay-per-time, C = W·Σprice/3600 for a fixed plan, so C(U) = W(U)·Σprice/3600 and its
+  band is the time band times the plan's price rate. A DiLoCo plan with islands of different
+  groups is no exception: every island is billed for the whole run W(U), and W(U) already takes
+  the max over the islands' scaled step times of the same U (the islands' errors move together),
+  so one U gives both time and cost, and C_p90 is the cost of the run that takes W_p90.
+- tokens/s = D/W(U): nonincreasing, so its p10 is the value at U = 0.9 and its p90 at U = 0.1 (a
+  p-quantile: P(T <= t) >= p and P(T < t) <= p, as `perfmodel.uncertainty.intervals` mirrors it).
+- energy and CO2: E = Σ_i a_i·W + steps·b_i (`planner.model.energy`), the activity split of the
+  step scaled with its step time, so E(U) is the power model's point applied to the time band;
+  nondecreasing in U because b_i >= 0 (`PowerAssumptions` requires idle <= comm <= compute). The
+  power model's own error is NOT in the band: no measurement of energy validates it
+  (docs/ENERGY.md states assumptions, no residuals; catalogs/uncertainty/residuals.csv has no
+  energy group), so the energy band is the time band's share only — `interval_note` says so.
+With a --quantile plan the record's point figures are its Q-values (U = Q) and the band is of
+the same plan (p10/p90 at U = 0.1/0.9 of the unscaled table): `plan --quantile 0.9` reports
+wall_time_s equal to its own wall_time_s_p90. No band (and `interval_note` says why) where the
+failure model is on (its figures are expectations over failures, not quantiles of this model,
+as --quantile refuses it), where the island table has no provenance column, or where a group has
+too few calibration ratios. No widening by extrapolation applies (unlike `predict`'s bands): the
+planner's model is the one --quantile plans are solved under.
+
+Checked by: tests/test_plan_bands.py (Monte Carlo of this model over the case-study plans'
+islands: each band end is a p-quantile of the sampled W, C, tokens/s and energy within binomial
+sampling error; a --quantile 0.9 plan's p90 is its own figure; JSON validates against the
+schemas; a fixed table without provenance gives the note) and tests/test_quantile_plans.py
+(Monte Carlo of this model over the chosen plan's islands
 agrees with the reported Q-time and Q-cost within binomial sampling error; the quantile frontier
 equals the non-dominated set of every brute-force plan's exact Q-quantiles computed from the full
 distribution of U; Q = 0.5 with symmetric ratios is the point plan; bad Q and a missing or
@@ -51,13 +86,15 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from perfmodel.facts import PROVENANCES, catalog_dir, read_text
 from perfmodel.spec.errors import ConfigError, InstanceError, UserInputError
-from planner.model.evaluate import cost_usd, wall_time_s
+from planner.model.evaluate import build_problem, cost_usd, evaluate, wall_time_s
+from planner.model.instance import Instance
 from planner.model.problem import Plan, Problem
 
 RESIDUAL_COLUMNS = ("group", "quantity", "case", "source", "predicted", "measured", "role")
@@ -271,3 +308,127 @@ def cluster_groups(table: pd.DataFrame) -> dict[str, str]:
                             hint="let ShardMeter build the table, or add the column.")
     pairs = table.groupby("cluster")[GROUP_COLUMN].unique()
     return {str(c): str(v[0]) for c, v in pairs.items() if len(v) == 1}
+
+
+# ---- the band of every plan (module docstring, "The band of every plan") ---------------------
+
+BAND_LEVELS = {"p10": 0.1, "p90": 0.9}
+"""The band every plan carries: the 80 % interval, as every prediction does (issue 27 item 2)."""
+RISING_KEYS = ("wall_time_s", "cost_usd", "energy_kwh", "co2_kg")
+"""Plan figures nondecreasing in U: their p-quantile is the plan's value at U = p."""
+FALLING_KEYS = ("tokens_per_s",)
+"""Plan figures nonincreasing in U (D/W): their p-quantile is the plan's value at U = 1 − p."""
+BAND_NOTE = ("80 % band (p10/p90) of the comonotone step-time error model, {source}; energy and "
+             "CO2 bands are the time band through the power model's point (the power model's own "
+             "error is not included: no energy measurement validates it)")
+"""`interval_note` of a plan with a band."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PlanBands:
+    """The problems the bands of a solved instance's plans are read from (module docstring)."""
+
+    problems: Mapping[float, Problem]
+    """U -> the problem built from the island table scaled at U (empty: no band, `note` says
+    why)."""
+    groups: Mapping[str, str]
+    """cluster -> residual group (the table's provenance column)."""
+    level: float | None = None
+    """The two-sided level of `*_lo`/`*_hi` (--interval); None: the 80 % band only."""
+    note: str
+    """What the band covers, or why a plan has none."""
+
+    def suffixes(self) -> dict[str, float]:
+        """Key suffix -> U of a rising figure: p10, p90 (and lo, hi at `level`)."""
+        levels = dict(BAND_LEVELS)
+        if self.level is not None:
+            levels.update(lo=(1 - self.level) / 2, hi=(1 + self.level) / 2)
+        return levels
+
+    def fields(self, plan: Plan) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
+        """(figure key -> its band keys, the record's interval keys) of `plan`: a band where
+        `problems` has one, else only `interval_note`."""
+        if not self.problems:
+            return {}, {"interval_note": self.note}
+        suffixes = self.suffixes()
+        at = {u: evaluate(problem, plan.choices) for u, problem in self.problems.items()}
+        mirrored = {name: 1 - u for name, u in suffixes.items()}
+        extra: dict[str, dict[str, Any]] = {}
+        for keys, levels in ((RISING_KEYS, suffixes), (FALLING_KEYS, mirrored)):
+            for key in keys:
+                extra[key] = {f"{key}_{name}": getattr(at[_nearest(at, u)], key)
+                              for name, u in levels.items()}
+        stated: dict[str, Any] = {
+            "interval_groups": {c: self.groups[c] for c in sorted({i.cluster
+                                                                   for i in plan.islands})},
+            "interval_note": self.note}
+        if self.level is not None:
+            stated["interval_level"] = self.level
+        return extra, stated
+
+
+def _nearest(levels: Mapping[float, Any], u: float) -> float:
+    """The key of `levels` equal to u up to rounding (1 − 0.9 is 0.09999999999999998)."""
+    return min(levels, key=lambda key: abs(key - u))
+
+
+def no_bands(note: str) -> PlanBands:
+    """Bands of a solve whose plans carry none, and why."""
+    return PlanBands(problems={}, groups={}, note=note)
+
+
+def plan_bands(instance: Instance, table: pd.DataFrame, reference: Problem, *,
+               model: ErrorModel | None = None, level: float | None = None) -> PlanBands:
+    """The bands of the plans of `reference` (the solved problem of `instance` and its unscaled
+    island `table`): one problem per level, rebuilt from the table scaled by `quantile_table`
+    (`model`, else the residuals file's). No band, with the reason, under the failure model,
+    without a provenance column, or where the model cannot give p10/p90; an explicit `level`
+    (--interval) the model cannot give, or on plans without a band, is refused (exit 2)."""
+    bands = _plan_bands(instance, table, reference, model, level)
+    if level is not None and not bands.problems:
+        raise UserInputError(f"--interval {level:g}: {bands.note}",
+                             hint="drop --interval (the plans then say why they carry no band).")
+    return bands
+
+
+def _plan_bands(instance: Instance, table: pd.DataFrame, reference: Problem,
+                model: ErrorModel | None, level: float | None) -> PlanBands:
+    if reference.risk is not None:
+        return no_bands("no band: under the failure model the figures are expectations over "
+                        "failures, not quantiles of the step-time error model")
+    if GROUP_COLUMN not in table.columns:
+        return no_bands(f"no band: the island table has no {GROUP_COLUMN!r} column naming each "
+                        "row's residual group (add it, one of " + ", ".join(PROVENANCES) + ")")
+    levels = sorted(set(PlanBands(problems={}, groups={}, level=level, note="")
+                        .suffixes().values()))
+    try:
+        model = ErrorModel.from_residuals() if model is None else model
+        scaled = {u: quantile_table(table, model, u) for u in sorted(BAND_LEVELS.values())}
+    except (ConfigError, InstanceError) as err:
+        return no_bands(f"no band: {err.message}")
+    try:
+        scaled.update({u: quantile_table(table, model, u) for u in levels if u not in scaled})
+    except ConfigError as err:
+        raise UserInputError(f"--interval {level}: {err.message}",
+                             hint="give a lower level (e.g. 0.9), or drop --interval.") from None
+    key = [_pair_key(p) for p in reference.pairs]
+    problems = {}
+    for u, frame in scaled.items():
+        # these problems only price plans (`evaluate`): the table's attrs (recipe, exclusions)
+        # are not needed, and pandas deep-copies them on every row slice of `build_problem`
+        frame.attrs = {}
+        problem = build_problem(instance, frame)
+        if [_pair_key(p) for p in problem.pairs] != key:  # not expected: see the docstring
+            return no_bands(f"no band: the island table scaled at U = {u:g} keeps other rows "
+                            "than the solved one")
+        problems[u] = problem
+    named = table.groupby("cluster")[GROUP_COLUMN].unique()
+    groups = {str(c): "+".join(sorted(str(g) for g in v)) for c, v in named.items()}
+    return PlanBands(problems=problems, groups=groups, level=level,
+                     note=BAND_NOTE.format(source=model.source))
+
+
+def _pair_key(pair: Any) -> tuple[Any, ...]:
+    """What identifies a problem's pair (its table row) across scalings of the table."""
+    return (pair.option_index, pair.micro_batch, pair.variant, pair.seqs_per_accum_step,
+            pair.min_accum_steps, pair.max_accum_steps)

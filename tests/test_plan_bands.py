@@ -1,0 +1,211 @@
+"""The p10/p90 band of every plan of `plan` and `pareto` (planner.model.uncertainty.PlanBands).
+
+The error model is the one `--quantile` plans are solved under: one uniform U drives every
+residual group, an island's step time is its predicted one times F_g⁻¹(U) of its group. These
+tests sample that model (Monte Carlo) over each plan's islands, computing wall time, cost,
+tokens/s and energy from the plan's own figures (not through the scaled-table shortcut the band
+uses), and check that every reported band end is a p-quantile of the sample.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import shutil
+from pathlib import Path
+
+import jsonschema
+import numpy as np
+import pandas as pd
+import pytest
+
+from perfmodel.spec.formulas import J_PER_KWH
+from planner import api
+from planner.model.energy import island_coefficients
+from planner.model.evaluate import cost_usd, wall_time_s
+from planner.model.island_table import load_island_table
+from planner.model.problem import Plan, Problem
+from planner.model.uncertainty import ErrorModel, cluster_groups
+from planner.schemas import load_schema
+
+ROOT = Path(__file__).resolve().parent.parent
+CASE = ROOT / "instances" / "paper-case-study.yaml"
+TWO = ROOT / "instances" / "small-two-clusters.yaml"
+SAMPLES = 20_000
+MIXED = ErrorModel.from_ratios({
+    "prior": np.linspace(0.85, 1.60, 19),        # wide and skewed slow: datasheet priors
+    "calibrated": np.linspace(0.95, 1.07, 19),   # narrow: calibrated profiles
+})
+
+
+@pytest.fixture(scope="module")
+def case_study() -> api.FrontierResult:
+    """The case study's time-vs-cost frontier with the shipped residuals' bands."""
+    found = api.frontier(api.FrontierRequest(instance_paths=(CASE,)))
+    assert isinstance(found, api.FrontierResult)
+    return found
+
+
+@pytest.fixture(scope="module")
+def mixed_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """small-two-clusters with a provenance column: cluster A prior, cluster B calibrated."""
+    folder = tmp_path_factory.mktemp("bands")
+    (folder / "tables").mkdir()
+    table = pd.read_csv(ROOT / "instances" / "tables" / "small-two-clusters.csv")
+    table["provenance"] = table["cluster"].map({"A": "prior", "B": "calibrated"})
+    table.to_csv(folder / "tables" / "small-two-clusters.csv", index=False)
+    shutil.copy(TWO, folder / "small-two-clusters.yaml")
+    return folder / "small-two-clusters.yaml"
+
+
+def _sampled(problem: Problem, plan: Plan, groups: dict[str, str], model: ErrorModel,
+             uniforms: np.ndarray, scales: dict[str, float]) -> dict[str, np.ndarray]:
+    """W, C, tokens/s and energy of `plan` at each U: island step times (divided by the
+    multiplier a --quantile table applied to the group, `scales`) times F_g⁻¹(U), σ unscaled,
+    every GPU billed and powered for W, the busy energy per step scaled with the step."""
+    ratios = [model.sample(groups[i.cluster], uniforms) / scales.get(groups[i.cluster], 1.0)
+              for i in plan.islands]
+    walls = wall_time_s(problem, np.max([r * i.step_time_s
+                                         for r, i in zip(ratios, plan.islands, strict=True)],
+                                        axis=0), plan.sync_s)
+    joules = np.zeros_like(walls)
+    for r, choice in zip(ratios, plan.choices, strict=True):
+        a, b = island_coefficients(problem, choice.pair_index, choice.accum_steps)
+        joules += a * walls + problem.inner_steps_total * b * r
+    return {"wall_time_s": walls, "cost_usd": cost_usd(walls, plan.price_units),
+            "tokens_per_s": problem.train_tokens / walls, "energy_kwh": joules / J_PER_KWH}
+
+
+def _assert_quantile(sample: np.ndarray, reported: float, level: float, what: str) -> None:
+    """`reported` is a `level`-quantile of `sample`: P(X <= x) >= level and P(X < x) <= level,
+    within 4 binomial standard errors."""
+    tolerance = 4 * math.sqrt(level * (1 - level) / len(sample))
+    close = np.isclose(sample, reported, rtol=1e-9)
+    assert float(np.mean((sample <= reported) | close)) >= level - tolerance, what
+    assert float(np.mean((sample < reported) & ~close)) <= level + tolerance, what
+
+
+def _check_bands(problem: Problem, plans: list[Plan], records: list[dict], groups: dict[str, str],
+                 model: ErrorModel, scales: dict[str, float] | None = None) -> None:
+    uniforms = np.random.default_rng(27).uniform(size=SAMPLES)
+    for plan, record in zip(plans, records, strict=True):
+        assert record["interval_groups"] == {c: groups[c] for c in sorted(
+            {i.cluster for i in plan.islands})}
+        sampled = _sampled(problem, plan, groups, model, uniforms, scales or {})
+        for key, values in sampled.items():
+            for suffix, level in (("p10", 0.1), ("p90", 0.9)):
+                _assert_quantile(values, record[f"{key}_{suffix}"], level,
+                                 f"{record['label']} {key}_{suffix}")
+
+
+def test_case_study_bands_agree_with_monte_carlo(case_study: api.FrontierResult) -> None:
+    """Every frontier point of the case study: its p10/p90 of time, cost, tokens/s and energy are
+    quantiles of the sampled model (the shipped residuals), and the band holds the point."""
+    solved = case_study.solved
+    points = sorted(solved.frontier.points, key=lambda p: p.wall_time_s)
+    groups = cluster_groups(load_island_table(solved.instance))
+    assert set(groups.values()) == {"prior"}  # H200 and A100 rest on datasheet priors
+    _check_bands(solved.problem, points, case_study.records, groups,
+                 ErrorModel.from_residuals())
+    for record in case_study.records:
+        for key in ("wall_time_s", "cost_usd", "tokens_per_s", "energy_kwh", "co2_kg"):
+            assert record[f"{key}_p10"] < record[f"{key}_p90"], key
+        assert "power model's own error is not included" in record["interval_note"]
+
+
+def test_quantile_plan_bands_mix_groups_and_hold_the_quantile(mixed_path: Path) -> None:
+    """A --quantile 0.75 frontier mixing a prior and a calibrated cluster: the bands are of the
+    same plans under the unscaled table (Monte Carlo), and each point's Q-time lies inside."""
+    found = api.frontier(api.FrontierRequest(
+        instance_paths=(mixed_path,), options=api.SolveOptions(quantile=0.75,
+                                                               error_model=MIXED)))
+    assert isinstance(found, api.FrontierResult)
+    points = sorted(found.solved.frontier.points, key=lambda p: p.wall_time_s)
+    assert any(len({i.cluster for i in p.islands}) == 2 for p in points)
+    groups = {"A": "prior", "B": "calibrated"}
+    # a quantile plan's islands carry Q-scaled step times; the model samples the predicted ones
+    scales = {g: MIXED.multiplier(g, 0.75) for g in set(groups.values())}
+    _check_bands(found.solved.problem, points, found.records, groups, MIXED, scales)
+    for record in found.records:
+        assert record["wall_time_s_p10"] <= record["wall_time_s"] <= record["wall_time_s_p90"]
+
+
+def test_plan_at_quantile_0_9_is_its_own_p90() -> None:
+    """`plan --quantile 0.9` reports the Q0.9 time and cost of its plan: the p90 of its band."""
+    answer = api.query(api.QueryRequest(instance_paths=(CASE,), objective="time",
+                                        options=api.SolveOptions(quantile=0.9)))
+    assert isinstance(answer, api.PlanAnswer)
+    record = answer.record
+    assert record["wall_time_s_p90"] == pytest.approx(record["wall_time_s"], rel=1e-12)
+    assert record["cost_usd_p90"] == pytest.approx(record["cost_usd"], rel=1e-12)
+    assert record["wall_time_s_p10"] < record["wall_time_s"]
+
+
+def test_plan_json_and_csv_carry_the_band(run_cli, mixed_path: Path) -> None:
+    """`plan --format json` validates against its schema with the band keys, which the schema
+    documents (a band end that is not a number is refused: the schema can fail); the CSV has
+    the band columns and the groups."""
+    document = json.loads(run_cli("plan", str(CASE), "--format", "json").out)
+    schema = load_schema("plan")
+    validator = jsonschema.Draft202012Validator(schema)
+    assert list(validator.iter_errors(document)) == []
+    for key in ("wall_time_s_p10", "cost_usd_p90", "tokens_per_s_p10", "energy_kwh_p90",
+                "co2_kg_p10", "interval_groups", "interval_note"):
+        assert key in document and key in schema["properties"], key
+    assert list(validator.iter_errors({**document, "wall_time_s_p10": "soon"})) != []
+    frame = pd.read_csv(io.StringIO(run_cli("pareto", str(mixed_path), "--format", "csv").out))
+    assert {"wall_time_s_p10", "cost_usd_p90", "tokens_per_s_p10"} <= set(frame.columns)
+    assert "A=prior;B=calibrated" in set(frame["interval_groups"])
+
+
+def test_no_band_is_said_not_dropped(run_cli) -> None:
+    """A fixed island table without a provenance column, and the failure model, give no band
+    and say why (`interval_note`), and the JSON still validates."""
+    for args, reason in (([], "no 'provenance' column"), (["--failures"], "failure model")):
+        document = json.loads(run_cli("pareto", str(TWO), *args, "--format", "json").out)
+        assert list(jsonschema.Draft202012Validator(load_schema("pareto")).iter_errors(
+            document)) == []
+        for point in document["frontier"]:
+            assert not [k for k in point if k.endswith("_p10")]
+            assert point["interval_note"].startswith("no band") and reason in \
+                point["interval_note"]
+
+
+def test_html_report_shows_the_band_of_a_real_plan(tmp_path: Path) -> None:
+    """The HTML report prints 'p10–p90 a – b' for the chosen plan of a real instance."""
+    page = tmp_path / "plan.html"
+    api.query(api.QueryRequest(instance_paths=(CASE,), objective="time", html_path=page))
+    assert "p10–p90" in page.read_text(encoding="utf-8")
+
+
+def test_interval_adds_lo_hi_or_is_refused(run_cli, mixed_path: Path) -> None:
+    """`--interval 0.95` adds `*_lo`/`*_hi` outside the p10/p90 band and `interval_level`; a level
+    the residuals cannot certify, a plan without a band, and a scenario study refuse it (exit 2,
+    with a fix)."""
+    document = json.loads(run_cli("pareto", str(mixed_path), "--interval", "0.95", "--format",
+                                  "json").out)
+    assert list(jsonschema.Draft202012Validator(load_schema("pareto")).iter_errors(
+        document)) == []
+    for point in document["frontier"]:
+        assert point["interval_level"] == 0.95
+        for key in ("wall_time_s", "cost_usd", "tokens_per_s", "energy_kwh"):
+            assert point[f"{key}_lo"] <= point[f"{key}_p10"] < point[f"{key}_p90"] \
+                <= point[f"{key}_hi"], key
+    for args, said in ((["plan", str(mixed_path), "--interval", "0.999"], "too few"),
+                       (["plan", str(TWO), "--interval", "0.9"], "no 'provenance' column"),
+                       (["plan", str(TWO), "--interval", "1.5"], "strictly between 0 and 1"),
+                       (["pareto", str(TWO), "--vary", "training.inner_steps=50,100",
+                         "--interval", "0.9"], "scenario studies")):
+        result = run_cli(*args)
+        assert result.code == 2 and said in result.err and "To fix:" in result.err, result.err
+
+
+def test_plan_table_states_the_band_within_80_columns(run_cli, mixed_path: Path) -> None:
+    """The answer of `plan` (table) states the p10–p90 time and cost and the residual groups,
+    wrapped at 80 columns; a plan without a band says why."""
+    shown = run_cli("plan", str(mixed_path)).out
+    assert "p10–p90: " in shown and "residual groups" in shown
+    assert max(len(line) for line in shown.splitlines()) <= 80
+    assert "no band: the island table has no 'provenance' column" in run_cli("plan",
+                                                                             str(TWO)).out
