@@ -268,7 +268,11 @@ def build_problem(instance: Instance, table: pd.DataFrame, *, relax: Collection[
     # without it a dearer tier of the same nodes is never better, and the problem stays main's
     alt_prices = alternative_prices(instance) if instance.failures_on else {}
     keys = [c for c in VARIANT_COLUMNS if c in table.columns]
-    groups: Any = table.groupby(OPTION_KEY, sort=True)  # keys and rows: untyped pandas values
+    # the rows without the table's attrs (recipe, exclusions: read from `table` below): pandas
+    # deep-copies attrs into every group slice, which cost most of this function's time
+    plain = table.copy(deep=False)
+    plain.attrs = {}
+    groups: Any = plain.groupby(OPTION_KEY, sort=True)  # keys and rows: untyped pandas values
     for (cluster, nodes, gpn), rows in groups:
         spec = instance.cluster(str(cluster))
         reason = _unusable(spec.gpus_per_node_choices, clusters[index[spec.name]].num_nodes,

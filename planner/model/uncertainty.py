@@ -414,9 +414,6 @@ def _plan_bands(instance: Instance, table: pd.DataFrame, reference: Problem,
     key = [_pair_key(p) for p in reference.pairs]
     problems = {}
     for u, frame in scaled.items():
-        # these problems only price plans (`evaluate`): the table's attrs (recipe, exclusions)
-        # are not needed, and pandas deep-copies them on every row slice of `build_problem`
-        frame.attrs = {}
         problem = build_problem(instance, frame)
         if [_pair_key(p) for p in problem.pairs] != key:  # not expected: see the docstring
             return no_bands(f"no band: the island table scaled at U = {u:g} keeps other rows "
