@@ -36,7 +36,6 @@ from perfmodel.costs.comm import (
     island_nics,
     prior_link_coefficients,
 )
-from perfmodel.costs.compute import PriorAssumptions, prior_compute_coefficients
 from perfmodel.costs.features import (
     PHASES,
     UNITS,
@@ -382,6 +381,39 @@ def _load_file(path: str, mtime_ns: int) -> HardwareProfile:
     return profile_from_dict(data, source=path)
 
 
+@functools.lru_cache(maxsize=256)
+def _declared_hardware(path: str, mtime_ns: int) -> str | None:
+    """The `hardware:` a profile file declares (lower case), read cheaply, or None when it cannot
+    be read so.
+
+    Claim: `default_profile` may skip a file whose top-level `hardware` scalar names another GPU
+    without parsing it strictly, and still returns the profile it returned when it parsed them
+    all. Why: the pick filters on `HardwareProfile.hardware`, which is that scalar; a skipped file
+    could not have been picked. The read uses libyaml's composer (no aliases expanded, so no
+    alias bomb) and looks at one node; a file it cannot read (no C loader, bad YAML, a flow or
+    duplicate key, a non-string value) gives None and is parsed strictly as before, so its
+    error is still reported. Saves the strict pure-Python parse of every shipped file (most of
+    a `predict`'s start-up before issue 29).
+    Checked by: tests/test_startup.py (same pick as parsing every file; a broken file still
+    fails; a file naming another GPU is not parsed).
+    """
+    loader = getattr(yaml, "CSafeLoader", None)
+    if loader is None:
+        return None
+    try:
+        node = yaml.compose(Path(path).read_bytes(), Loader=loader)
+    except (OSError, yaml.YAMLError, RecursionError, ValueError):
+        return None
+    if not isinstance(node, yaml.MappingNode):
+        return None
+    values = [v for k, v in node.value if isinstance(k, yaml.ScalarNode) and k.value == "hardware"]
+    if len(values) != 1 or not isinstance(values[0], yaml.ScalarNode):
+        return None
+    if values[0].tag != "tag:yaml.org,2002:str":
+        return None
+    return str(values[0].value).lower()
+
+
 def _profile_files() -> dict[str, Path]:
     folder = profiles_dir()
     return {p.stem.lower(): p for p in sorted(folder.glob("*.yaml"))} if folder.is_dir() else {}
@@ -420,7 +452,10 @@ def default_profile(gpu_name: str) -> HardwareProfile:
         canonical = get_gpu(gpu_name).name
     except CatalogError:
         canonical = gpu_name
-    matches = [p for p in (load_profile(str(f)) for f in _profile_files().values())
+    candidates = [f for f in _profile_files().values()
+                  if _declared_hardware(str(f.resolve()), f.stat().st_mtime_ns)
+                  in (None, canonical.lower())]
+    matches = [p for p in (load_profile(str(f)) for f in candidates)
                if p.hardware.lower() == canonical.lower()]
     for provenance in PROVENANCES:
         found = [p for p in matches if p.provenance == provenance]
@@ -457,6 +492,9 @@ def _sha256(path: Path) -> str:
 
 def make_prior_profile(gpu_name: str, assumptions: Any = None) -> HardwareProfile:
     """Datasheet-based profile of a catalog GPU (see compute.PriorAssumptions)."""
+    # lazy: perfmodel.costs.compute imports pandas, scipy and sklearn for its fitting half, which
+    # loading a shipped profile never needs (startup time, issue 29)
+    from perfmodel.costs.compute import PriorAssumptions, prior_compute_coefficients
 
     gpu = get_gpu(gpu_name)
     assume = assumptions or PriorAssumptions()
