@@ -1,8 +1,9 @@
-"""Start-up cost of the light commands (issue 29: `predict` <= 1.5 s in a fresh process).
+"""Fast answers (issue 29 item 6): start-up of the light commands and infeasible queries.
 
-The wall time itself is measured by benchmarks/bench_startup.py (machine-dependent, so not a test);
-these tests hold the two causes it removed: the fitting libraries imported by every command, and
-the strict parse of every shipped profile on each `default_profile` call.
+The wall times themselves are measured by benchmarks/bench_startup.py (machine-dependent, so not
+tests); these tests hold what made them slow: the fitting libraries imported by every command,
+the strict parse of every shipped profile on each `default_profile` call, and infeasible plans
+searched with caps no plan meets, then explained with CP-SAT where the DP applies.
 """
 
 from __future__ import annotations
@@ -11,14 +12,23 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
+import pandas as pd
 import pytest
 import yaml
 
 from perfmodel.profiles import profile as profile_mod
 from perfmodel.profiles.profile import default_profile, load_profile
-from perfmodel.spec.errors import ProfileError
+from perfmodel.spec.errors import InfeasibleError, ProfileError
 from perfmodel.spec.paths import REPO_ROOT
+from planner.analysis import pareto
+from planner.analysis.pareto import compute_frontier, solve_instance
+from planner.model.evaluate import build_problem
+from planner.model.instance import Instance, load_instance
+from planner.model.island_table import load_island_table
+from planner.model.problem import Problem
+from planner.solvers.dp import plan_lower_bounds
 
 HEAVY = ("pandas", "scipy", "sklearn", "matplotlib", "ortools", "torch")
 """Libraries a single prediction does not need (only fits, sweeps, plots and solvers do)."""
@@ -78,3 +88,55 @@ def test_declared_hardware_does_not_expand_aliases(tmp_path: Path) -> None:
     assert profile_mod._declared_hardware(str(path), path.stat().st_mtime_ns) == "l40s"
     path.write_text("{hardware: [1, 2]}\n")
     assert profile_mod._declared_hardware(str(path), path.stat().st_mtime_ns) is None
+
+
+# ---- infeasible queries: bound before searching ------------------------------------------
+
+def _problem(name: str) -> tuple[Instance, pd.DataFrame, Problem]:
+    instance = load_instance(REPO_ROOT / "instances" / f"{name}.yaml")
+    table = load_island_table(instance)
+    return instance, table, build_problem(instance, table)
+
+
+@pytest.mark.parametrize("name", ["small-two-clusters", "small-fsdp"])
+def test_plan_lower_bounds_hold_on_shipped_instances(name: str) -> None:
+    _, _, problem = _problem(name)
+    wall_s, cost = plan_lower_bounds(problem)
+    points = compute_frontier(problem).points
+    assert 0 < wall_s <= min(p.wall_time_s for p in points)
+    assert 0 < cost <= min(p.cost_usd for p in points)
+
+
+def test_impossible_caps_are_refused_without_a_capped_search(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    instance, table, problem = _problem("small-two-clusters")
+    wall_s, cost = plan_lower_bounds(problem)
+    fastest_s = min(p.wall_time_s for p in compute_frontier(problem).points)
+    searched: list[tuple[float | None, float | None]] = []
+    feasibility_solves: list[Problem] = []
+    real_frontier, real_feasible = pareto.compute_frontier, pareto.batch_feasible
+
+    def frontier(problem: Problem, **kw: Any) -> Any:
+        searched.append((problem.deadline_s, problem.budget_usd))
+        return real_frontier(problem, **kw)
+
+    def feasible(problem: Problem, *args: Any) -> Any:
+        feasibility_solves.append(problem)
+        return real_feasible(problem, *args)
+
+    monkeypatch.setattr(pareto, "compute_frontier", frontier)
+    monkeypatch.setattr(pareto, "batch_feasible", feasible)
+    with pytest.raises(InfeasibleError, match="deadline") as err:
+        solve_instance(instance, table, deadline_hours=0.5 * wall_s / 3600)
+    # one search, uncapped (the explanation's), and its fastest plan is the fix
+    assert searched == [(None, None)] and not feasibility_solves
+    assert f"allow at least {fastest_s / 3600:.6g} hours" in str(err.value)
+    searched.clear()
+    with pytest.raises(InfeasibleError, match="budget"):
+        solve_instance(instance, table, budget_usd=0.5 * cost)
+    assert searched == [(None, None)] and not feasibility_solves
+    # a cap above the bound is searched as before, then explained the same way
+    searched.clear()
+    with pytest.raises(InfeasibleError, match="deadline"):
+        solve_instance(instance, table, deadline_hours=0.5 * (wall_s + fastest_s) / 3600)
+    assert searched[0][0] is not None and searched[1:] == [(None, None)]
