@@ -229,8 +229,8 @@ def island_nics(island: IslandSpec) -> int:
 
 def load_comm_dataset(path: str) -> pd.DataFrame:
     """A communication dataset (COMM_COLUMNS; payload_bytes is the full unsharded payload)."""
-    # the fitting half imports pandas, scipy and sklearn here, not at module level: a prediction
-    # only needs the coefficients and must not pay seconds of imports (issue 29)
+    # lazy: the fitting half imports pandas, scipy and sklearn here, not at module level: a
+    # prediction only needs the coefficients and must not pay seconds of imports (issue 29)
     from perfmodel.costs.datasets import numeric_column, read_dataset_csv
 
     frame = read_dataset_csv(path, COMM_COLUMNS, positive_int=("world_size",),
@@ -263,8 +263,8 @@ def fit_link(op: str, frame: pd.DataFrame, *, per_nic: bool = False, n_splits: i
     out-of-fold predictions (k-fold, seeded) of the rows."""
     from sklearn.model_selection import KFold  # lazy: see load_comm_dataset
 
-    from perfmodel.costs.datasets import mape_pct
-    from perfmodel.costs.nnls import relative_nnls
+    from perfmodel.costs.datasets import mape_pct  # lazy: see load_comm_dataset
+    from perfmodel.costs.nnls import relative_nnls  # lazy: see load_comm_dataset
 
     world = frame["world_size"].to_numpy(float)
     X = _design(op, world, frame["payload_bytes"].to_numpy(float),
@@ -342,7 +342,7 @@ def comm_mape_table(frame: pd.DataFrame, predicted_s: np.ndarray) -> pd.DataFram
     """Per (op, link) and per op MAPE (percent), paper §IV-B form."""
     import pandas as pd  # lazy: see load_comm_dataset
 
-    from perfmodel.costs.datasets import mape_pct
+    from perfmodel.costs.datasets import mape_pct  # lazy: see load_comm_dataset
 
     data = frame.assign(predicted_s=predicted_s).dropna(subset=["predicted_s"])
     rows = [{"op": op, "link": link, "rows": len(g),

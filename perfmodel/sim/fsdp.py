@@ -645,7 +645,7 @@ def _moe_scale(model: ModelSpec, seq_len: int, recipe: TrainingRecipe, ep: int) 
         # dense: 1.0 by moe_compute_scale's definition; returning here keeps perfmodel.costs.compute
         # (pandas, scipy, sklearn for its fitting half: seconds of imports) out of a prediction
         return 1.0
-    from perfmodel.costs.compute import moe_compute_scale
+    from perfmodel.costs.compute import moe_compute_scale  # lazy: see the comment above
 
     return moe_compute_scale(model, seq_len, token_factor=moe_token_factor(recipe, ep),
                              grouped_gemm_efficiency=recipe.moe_grouped_gemm_efficiency)

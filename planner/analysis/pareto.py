@@ -22,6 +22,7 @@ from typing import Any
 
 import pandas as pd
 
+from perfmodel import progress
 from perfmodel.spec.errors import InfeasibleError, ShardMeterError
 from planner.model.evaluate import RELAXABLE, build_problem
 from planner.model.instance import Instance
@@ -56,14 +57,18 @@ def epsilon_frontier(problem: Problem, oracle: CostOracle, *,
     """The epsilon-constraint loop of the module docstring, within budget and deadline."""
     eps, strict = problem.deadline_s, False
     points: list[Plan] = []
-    while True:
-        plan = oracle.min_cost(eps, strict=strict)
-        if plan is None or (problem.budget_usd is not None and plan.cost_usd > problem.budget_usd):
-            break
-        points.append(plan)
-        if first_only:
-            break
-        eps, strict = plan.wall_time_s, True
+    # the number of points is unknown until the loop ends: the bar counts the points found
+    with progress.task("frontier points (exact solves)") as found:
+        while True:
+            plan = oracle.min_cost(eps, strict=strict)
+            if plan is None or (problem.budget_usd is not None
+                                and plan.cost_usd > problem.budget_usd):
+                break
+            points.append(plan)
+            found(1)
+            if first_only:
+                break
+            eps, strict = plan.wall_time_s, True
     return sorted(points, key=lambda p: p.wall_time_s)
 
 

@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from perfmodel import progress
 from perfmodel.facts import check_limit, parse_yaml, short_repr
 from perfmodel.spec.errors import InfeasibleError, ShardMeterError, UserInputError, did_you_mean
 from planner.analysis.pareto import Frontier, solve_instance
@@ -421,10 +422,14 @@ def solve_all(instance_paths: Sequence[str], scenarios: Sequence[Scenario], solv
         solve = {**solve, "deadline": time.time() + float(solve["time_limit_s"])}
     workers = min(len(jobs), workers or os.cpu_count() or 1)
     if workers <= 1:
-        return [solve_scenario(p, s, solve) for p, s in jobs]
+        return [solve_scenario(p, s, solve)
+                for p, s in progress.track(jobs, "scenarios (--vary grid)")]
     solve = {**solve, "threads": 1}  # one process per core already
     with ProcessPoolExecutor(max_workers=workers) as pool:
-        done = list(pool.map(_solve_job, *zip(*[(p, s, solve) for p, s in jobs], strict=True)))
+        # the workers report nothing (no sink in their process); the grid advances as each ends
+        done = list(progress.track(
+            pool.map(_solve_job, *zip(*[(p, s, solve) for p, s in jobs], strict=True)),
+            f"scenarios (--vary grid, {workers} processes)", total=len(jobs)))
     for item in done:
         if isinstance(item, tuple):
             raise ShardMeterError(item[1], hint=item[2] or None)
