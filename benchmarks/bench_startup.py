@@ -90,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     options = parser.parse_args(argv)
     if options.runs < 1:
         parser.error("--runs must be >= 1")
+    load_start = os.getloadavg()[0]  # other work on the machine inflates every wall time
     results = []
     for name, args, target in CASES:
         times = wall_seconds(args, runs=options.runs)
@@ -110,6 +111,7 @@ def main(argv: list[str] | None = None) -> int:
                       "within_target": bad / ok <= PAIR_RATIO})
         print(f"{name:32s} feasible {ok:.3f} s, infeasible {bad:.3f} s: {bad / ok:.2f}x; "
               f"target <= {PAIR_RATIO}x: {'met' if bad / ok <= PAIR_RATIO else 'NOT met'}")
+    load_end = os.getloadavg()[0]
     # lazy: the doc writer (benchmarks._perfdoc) only when a run completes
     from benchmarks._perfdoc import replace_block
     from benchmarks.bench_fastpath import machine_lines
@@ -128,7 +130,9 @@ def main(argv: list[str] | None = None) -> int:
     replace_block("bench_startup", "\n".join([
         "## Startup and single-prediction wall time", "",
         f"Command: `.venv/bin/python -m benchmarks.bench_startup --runs {options.runs}`", "",
-        *machine_lines(), "",
+        *machine_lines(),
+        f"Load average (1 min) at the start and the end: {load_start:.2f}, {load_end:.2f} "
+        f"({os.cpu_count()} CPUs)", "",
         f"Fresh `shardmeter` processes (one warm-up run, then {options.runs}), COLUMNS=80.", "",
         *table, "",
         "Feasible vs infeasible queries (medians of the same runs; the infeasible command exits "
@@ -139,7 +143,8 @@ def main(argv: list[str] | None = None) -> int:
             "benchmark": "python -m benchmarks.bench_startup",
             "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
             "machine": platform.platform(), "cpus": os.cpu_count(),
-            "python": platform.python_version(), "results": results, "pairs": pairs},
+            "python": platform.python_version(), "load_average_1min": [load_start, load_end],
+            "results": results, "pairs": pairs},
             indent=2) + "\n")
     return 0
 

@@ -49,14 +49,14 @@ def test_predict_imports_no_fitting_library() -> None:
     assert "LOADED []" in done.stderr, done.stderr
 
 
-def test_declared_hardware_prefilter_picks_as_a_full_parse(
+def test_declared_prefilter_picks_as_a_full_parse(
         tmp_catalogs: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # the pick over pre-filtered files equals the pick when every file is parsed strictly (the
-    # behaviour before the pre-filter: `_declared_hardware` answering None for every file)
+    # behaviour before the pre-filter: `_declared` answering None for every file)
     gpus = sorted({load_profile(str(f)).hardware
                    for f in (tmp_catalogs / "profiles").glob("*.yaml")})
     filtered = {gpu: default_profile(gpu).name for gpu in gpus}
-    monkeypatch.setattr(profile_mod, "_declared_hardware", lambda path, mtime_ns: None)
+    monkeypatch.setattr(profile_mod, "_declared", lambda path, mtime_ns: None)
     assert filtered == {gpu: default_profile(gpu).name for gpu in gpus}
     assert filtered["H100-SXM5-80GB"] == "H100-SXM5-80GB-calibrated"
 
@@ -72,6 +72,12 @@ def test_prefilter_skips_other_gpus_and_still_reports_broken_files(tmp_catalogs:
     with pytest.raises(ProfileError, match=r"comm\.0\.bandwidth_bytes_per_s"):
         default_profile("L40S")
     (folder / "l40s-broken.yaml").unlink()
+    # a broken file of the GPU asked for but of a less trusted provenance than another: skipped
+    doc = yaml.safe_load((folder / "H100-SXM5-80GB-prior.yaml").read_text())
+    doc["comm"][0]["bandwidth_bytes_per_s"] = -1
+    (folder / "h100-broken-prior.yaml").write_text(yaml.safe_dump(doc))
+    assert default_profile("H100-SXM5-80GB").name == "H100-SXM5-80GB-calibrated"
+    (folder / "h100-broken-prior.yaml").unlink()
     # a duplicate `hardware` key cannot be read cheaply: the strict parse reports it
     text = (folder / "B200-prior.yaml").read_text()
     (folder / "zz-dup.yaml").write_text(text + "hardware: L40S\n")
@@ -79,15 +85,15 @@ def test_prefilter_skips_other_gpus_and_still_reports_broken_files(tmp_catalogs:
         default_profile("H100-SXM5-80GB")
 
 
-def test_declared_hardware_does_not_expand_aliases(tmp_path: Path) -> None:
+def test_declared_scalars_do_not_expand_aliases(tmp_path: Path) -> None:
     # an alias bomb is composed as shared nodes, never expanded; its hardware is still read
     bomb = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
     bomb += [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]" for i in range(1, 12)]
     path = tmp_path / "bomb.yaml"
-    path.write_text("\n".join(["hardware: L40S", *bomb]) + "\n")
-    assert profile_mod._declared_hardware(str(path), path.stat().st_mtime_ns) == "l40s"
-    path.write_text("{hardware: [1, 2]}\n")
-    assert profile_mod._declared_hardware(str(path), path.stat().st_mtime_ns) is None
+    path.write_text("\n".join(["hardware: L40S", "provenance: prior", *bomb]) + "\n")
+    assert profile_mod._declared(str(path), path.stat().st_mtime_ns) == ("l40s", "prior")
+    path.write_text("{hardware: [1, 2], provenance: prior}\n")
+    assert profile_mod._declared(str(path), path.stat().st_mtime_ns) is None
 
 
 # ---- infeasible queries: bound before searching ------------------------------------------

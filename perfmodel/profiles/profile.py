@@ -382,18 +382,20 @@ def _load_file(path: str, mtime_ns: int) -> HardwareProfile:
 
 
 @functools.lru_cache(maxsize=256)
-def _declared_hardware(path: str, mtime_ns: int) -> str | None:
-    """The `hardware:` a profile file declares (lower case), read cheaply, or None when it cannot
-    be read so.
+def _declared(path: str, mtime_ns: int) -> tuple[str, str] | None:
+    """(`hardware` in lower case, `provenance`) as a profile file declares them, read cheaply, or
+    None when they cannot be read so.
 
-    Claim: `default_profile` may skip a file whose top-level `hardware` scalar names another GPU
-    without parsing it strictly, and still returns the profile it returned when it parsed them
-    all. Why: the pick filters on `HardwareProfile.hardware`, which is that scalar; a skipped file
-    could not have been picked. The read uses libyaml's composer (no aliases expanded, so no
-    alias bomb) and looks at one node; a file it cannot read (no C loader, bad YAML, a flow or
-    duplicate key, a non-string value) gives None and is parsed strictly as before, so its
-    error is still reported. Saves the strict pure-Python parse of every shipped file (most of
-    a `predict`'s start-up before issue 29).
+    Claim: `default_profile` may skip, without parsing it strictly, a file whose top-level
+    `hardware` scalar names another GPU or whose `provenance` is less trusted than another
+    candidate's, and still returns the profile it returned when it parsed them all. Why: the
+    pick filters on `HardwareProfile.hardware` and then takes the most trusted provenance present
+    (`PROVENANCES`), which are these two scalars; a skipped file could not have been picked. The
+    read uses libyaml's composer (no aliases expanded, so no alias bomb) and looks at two nodes;
+    a file it cannot read (no C loader, bad YAML, a flow or duplicate key, a non-string value)
+    gives None and is parsed strictly as before, so its error is still reported. Saves the
+    strict pure-Python parse of every shipped file (most of a `predict`'s start-up before issue
+    29).
     Checked by: tests/test_startup.py (same pick as parsing every file; a broken file still
     fails; a file naming another GPU is not parsed).
     """
@@ -406,12 +408,17 @@ def _declared_hardware(path: str, mtime_ns: int) -> str | None:
         return None
     if not isinstance(node, yaml.MappingNode):
         return None
-    values = [v for k, v in node.value if isinstance(k, yaml.ScalarNode) and k.value == "hardware"]
-    if len(values) != 1 or not isinstance(values[0], yaml.ScalarNode):
-        return None
-    if values[0].tag != "tag:yaml.org,2002:str":
-        return None
-    return str(values[0].value).lower()
+    found: dict[str, list[yaml.Node]] = {"hardware": [], "provenance": []}
+    for key, value in node.value:
+        if isinstance(key, yaml.ScalarNode) and key.value in found:
+            found[key.value].append(value)
+    scalars = []
+    for values in found.values():
+        if len(values) != 1 or not isinstance(values[0], yaml.ScalarNode) \
+                or values[0].tag != "tag:yaml.org,2002:str":
+            return None
+        scalars.append(str(values[0].value))
+    return scalars[0].lower(), scalars[1]
 
 
 def _profile_files() -> dict[str, Path]:
@@ -452,9 +459,16 @@ def default_profile(gpu_name: str) -> HardwareProfile:
         canonical = get_gpu(gpu_name).name
     except CatalogError:
         canonical = gpu_name
-    candidates = [f for f in _profile_files().values()
-                  if _declared_hardware(str(f.resolve()), f.stat().st_mtime_ns)
-                  in (None, canonical.lower())]
+    declared = {f: _declared(str(f.resolve()), f.stat().st_mtime_ns)
+                for f in _profile_files().values()}
+    candidates = [f for f, d in declared.items() if d is None or d[0] == canonical.lower()]
+    # of the files read cheaply only those of the most trusted provenance can be picked; a file
+    # not read so, or of an unknown provenance, is parsed (its error is then reported)
+    rank = {p: i for i, p in enumerate(PROVENANCES)}
+    best = min((rank[d[1]] for f in candidates if (d := declared[f]) is not None and d[1] in rank),
+               default=None)
+    candidates = [f for f in candidates
+                  if (d := declared[f]) is None or rank.get(d[1], best) == best]
     matches = [p for p in (load_profile(str(f)) for f in candidates)
                if p.hardware.lower() == canonical.lower()]
     for provenance in PROVENANCES:
