@@ -82,5 +82,11 @@ def track(items: Iterable[T], description: str, total: int | None = None) -> Ite
             advance(1)
 
 
+def silence() -> None:
+    """Report nowhere from here on in this context: the initializer of worker processes, which
+    a fork gives a copy of the parent's sink (bars drawn twice, from two processes)."""
+    _SINK.set(None)
+
+
 def _ignore(steps: int = 1) -> None:
     """`advance` without a sink."""

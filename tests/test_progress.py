@@ -6,6 +6,7 @@ import io
 import re
 import time
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
 from rich.console import Console
@@ -59,6 +60,17 @@ def test_a_real_frontier_reports_its_solves() -> None:
     assert sink.events[0] == ("begin", "frontier points (exact solves)", None)
     assert sum(int(str(e[2])) for e in sink.events if e[0] == "advance") == len(points) > 0
     assert sink.events[-1][0] == "end"
+
+
+def _sink_is_none() -> bool:
+    return progress._SINK.get() is None
+
+
+def test_worker_processes_report_nowhere() -> None:
+    # a forked worker inherits the parent's sink; the pool's initializer drops it
+    with progress.reporting_to(Recorder()), \
+            ProcessPoolExecutor(max_workers=1, initializer=progress.silence) as pool:
+        assert pool.submit(_sink_is_none).result(timeout=60)
 
 
 def _wait(condition: Callable[[], bool]) -> None:

@@ -425,7 +425,7 @@ def solve_all(instance_paths: Sequence[str], scenarios: Sequence[Scenario], solv
         return [solve_scenario(p, s, solve)
                 for p, s in progress.track(jobs, "scenarios (--vary grid)")]
     solve = {**solve, "threads": 1}  # one process per core already
-    with ProcessPoolExecutor(max_workers=workers) as pool:
+    with ProcessPoolExecutor(max_workers=workers, initializer=progress.silence) as pool:
         # the workers report nothing (no sink in their process); the grid advances as each ends
         done = list(progress.track(
             pool.map(_solve_job, *zip(*[(p, s, solve) for p, s in jobs], strict=True)),
