@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from perfmodel import progress
 from perfmodel.costs.memory import max_micro_batch, memory_coefficients
 from perfmodel.profiles.profile import HardwareProfile, default_profile
 from perfmodel.sim.analysis import classify_regime
@@ -100,7 +101,7 @@ def build_island_table(model: ModelSpec, *, seq_len: int, ac: str | None = None,
     costs: list[FastCosts] = []
     meta: list[dict[str, Any]] = []
     rows = 0
-    for cluster in clusters:
+    for cluster in progress.track(clusters, f"island table of {model.name}, by cluster"):
         profile = _profile_for(cluster.gpu.name, profiles)
         for nodes in range(1, cluster.num_nodes + 1):
             for gpn in cluster.allowed_gpus_per_node:
@@ -177,7 +178,7 @@ def build_layout_table(model: ModelSpec, *, seq_len: int, clusters: Sequence[Clu
     frames: list[pd.DataFrame] = []
     excluded: list[Exclusion] = []
     rows = 0
-    for cluster in clusters:
+    for cluster in progress.track(clusters, f"layout table of {model.name}, by cluster"):
         profile = _profile_for(cluster.gpu.name, profiles)
         counts = tuple((island_nodes or {}).get(cluster.name, ())) or tuple(
             range(1, cluster.num_nodes + 1))

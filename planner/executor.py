@@ -33,6 +33,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from perfmodel import progress
 from perfmodel.spec.errors import ShardMeterError, did_you_mean
 
 LOG = logging.getLogger(__name__)
@@ -132,18 +133,20 @@ def parse_executor(value: str | Executor | None, *, source: str = "--executor") 
 
 
 def run_tasks(fn: Callable[..., T], tasks: Sequence[tuple[Any, ...]],
-              executor: str | Executor | None = None) -> list[T]:
+              executor: str | Executor | None = None, *, description: str = "tasks") -> list[T]:
     """`[fn(*task) for task in tasks]`, computed by `executor` (module docstring). `fn` must be a
-    module-level function (it is pickled by reference) and every task's arguments picklable."""
+    module-level function (it is pickled by reference) and every task's arguments picklable.
+    Serial and local runs advance a progress task named `description` (`perfmodel.progress`) as
+    tasks end; the worker processes report nothing themselves."""
     spec = parse_executor(executor)
     if not tasks:
         return []
     if spec.kind == "dask":
         done = _run_dask(fn, tasks, spec)
     elif spec.kind == "local" and _local_processes(spec, len(tasks)) > 1:
-        done = _run_local(fn, tasks, _local_processes(spec, len(tasks)))
+        done = _run_local(fn, tasks, _local_processes(spec, len(tasks)), description)
     else:
-        done = [_guarded(fn, task) for task in tasks]
+        done = [_guarded(fn, task) for task in progress.track(tasks, description)]
     for item in done:  # the first failure in task order, whichever finished first
         if isinstance(item, _Failed):
             raise item.error()
@@ -185,13 +188,22 @@ def _guarded(fn: Callable[..., T], task: tuple[Any, ...]) -> T | _Failed:
         return _Failed(err)
 
 
+def _silent_guarded(fn: Callable[..., T], task: tuple[Any, ...]) -> T | _Failed:
+    """`_guarded` in a worker process: a fork copies the parent's progress sink, whose bars
+    would then be drawn from two processes, so the worker reports nowhere."""
+    progress.silence()
+    return _guarded(fn, task)
+
+
 def _run_local(fn: Callable[..., T], tasks: Sequence[tuple[Any, ...]],
-               processes: int) -> list[T | _Failed]:
+               processes: int, description: str) -> list[T | _Failed]:
     import joblib
 
     LOG.info("running %d tasks in %d local processes (joblib)", len(tasks), processes)
-    runner = joblib.Parallel(n_jobs=processes, backend=LOCAL_BACKEND)
-    return list(runner(joblib.delayed(_guarded)(fn, task) for task in tasks))
+    runner = joblib.Parallel(n_jobs=processes, backend=LOCAL_BACKEND, return_as="generator")
+    results = runner(joblib.delayed(_silent_guarded)(fn, task) for task in tasks)
+    return list(progress.track(results, f"{description}, {processes} processes",
+                               total=len(tasks)))
 
 
 def _distributed(spec: Executor) -> Any:

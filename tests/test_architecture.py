@@ -21,7 +21,8 @@ PACKAGES = ("perfmodel", "planner")
 MAX_TOP_MODULES = 8
 """Modules allowed directly in `perfmodel/` and in `planner/` (the rest live in subpackages)."""
 PLANNER_DOORS = frozenset({"perfmodel.tables", "perfmodel.facts", "perfmodel.spec.formulas",
-                           "perfmodel.spec.errors", "perfmodel.costs.power"})
+                           "perfmodel.spec.errors", "perfmodel.costs.power",
+                           "perfmodel.progress"})
 """What the planner (outside its CLI, which fronts both packages) may import of perfmodel."""
 LAZY_MARK = "# lazy:"
 

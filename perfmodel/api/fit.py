@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from perfmodel import progress
 from perfmodel.costs.comm import (
     BACKENDS,
     COMM_KEY,
@@ -246,7 +247,8 @@ def fit_compute(request: ComputeFitRequest) -> FitResult:
     frame = load_compute_dataset(r.data_path)
     base_profile, hw = _base_and_hardware(r.base, r.output_path, r.hardware)
     settings = {"selection": r.selection, "tolerance": r.tolerance}
-    regs = fit_phases(frame, **settings)
+    with progress.task("fit compute phases (feature selection by cross-validation)"):
+        regs = fit_phases(frame, **settings)
     nested = _nested_cv_mape(frame, r.data_path, settings, r.cache) if r.nested_cv else {}
     phases = {p: PhaseCoefficients(coefficients=reg.coefficients, provenance="measured",
                                    selection_cv_mape_pct=reg.cv_mape_,
@@ -279,12 +281,14 @@ def nested_predictions(frame: pd.DataFrame, data: str, settings: dict[str, Any],
                         cache: ResultCache | None) -> np.ndarray:
     """Nested leave-one-architecture-out predictions of every row (from `cache` when its key,
     the dataset, the compute code and the settings, holds)."""
-    if cache is None:
-        return leave_one_model_out(frame, **settings)
-    key = cache_key([data], ["perfmodel.costs.compute"], settings)
-    return np.array(cache.get(NESTED_CV_CACHE, key,
-                              lambda: leave_one_model_out(frame, **settings).tolist()),
-                    dtype=float)
+    # one refit per architecture inside perfmodel.costs.compute: a spinner with the elapsed time
+    with progress.task(f"leave-one-architecture-out refits ({frame['model'].nunique()} models)"):
+        if cache is None:
+            return leave_one_model_out(frame, **settings)
+        key = cache_key([data], ["perfmodel.costs.compute"], settings)
+        return np.array(cache.get(NESTED_CV_CACHE, key,
+                                  lambda: leave_one_model_out(frame, **settings).tolist()),
+                        dtype=float)
 
 
 def _nested_cv_mape(frame: pd.DataFrame, data: str, settings: dict[str, Any],
@@ -467,12 +471,18 @@ def validate_profile(request: ValidationRequest) -> ValidationReport:
 
     profile = load_profile(request.profile_name)
     parts: dict[str, ValidationTable] = {}
-    if request.compute_data_path is not None:
-        parts["compute"] = _validate_compute(profile, request.compute_data_path, request.cache)
-    if request.comm_data_path is not None:
-        parts["comm"] = _validate_comm(profile, request.comm_data_path)
-    return ValidationReport(profile=profile, parts=parts,
-                            memory=_validate_memory(request.memory_data))
+    asked = [request.compute_data_path, request.comm_data_path, request.memory_data]
+    with progress.task(f"validate {profile.name} (datasets)",
+                       total=sum(a is not None for a in asked)) as done:
+        if request.compute_data_path is not None:
+            parts["compute"] = _validate_compute(profile, request.compute_data_path,
+                                                 request.cache)
+            done(1)
+        if request.comm_data_path is not None:
+            parts["comm"] = _validate_comm(profile, request.comm_data_path)
+            done(1)
+        memory = _validate_memory(request.memory_data)
+    return ValidationReport(profile=profile, parts=parts, memory=memory)
 
 
 def _locate(recorded: str) -> Path | None:

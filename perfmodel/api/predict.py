@@ -12,8 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-import pandas as pd
-
+from perfmodel import progress
 from perfmodel.api.streaming import streaming_spans
 from perfmodel.api.verdict import does_not_fit, memory_answer, prediction_answer
 from perfmodel.api.workload import (
@@ -70,6 +69,7 @@ from perfmodel.uncertainty.intervals import (
 )
 
 if TYPE_CHECKING:
+
     from perfmodel.diloco.tuner import WanLink
     from perfmodel.sim.fsdp import StepResult
 
@@ -511,7 +511,7 @@ def sweep(model_names: list[str], *, gpu_name: str, nodes: list[int], gpus_per_n
 
 
     frames, summary, workloads = [], [], []
-    for name in model_names:
+    for name in progress.track(model_names, "sweep (models)"):
         for n in nodes:
             for gpn in gpus_per_node:
                 w = resolve_workload(name, gpu_name=gpu_name, nodes=n, gpus_per_node=gpn,
@@ -530,5 +530,7 @@ def sweep(model_names: list[str], *, gpu_name: str, nodes: list[int], gpus_per_n
                                 "changes": "; ".join(f"{a}->{b} at m={m}"
                                                      for m, a, b in regime_changes(frame)),
                                 "provenance": w.profile.provenance})
+    import pandas as pd  # lazy: a single prediction starts without pandas (issue 29)
+
     return Sweep(table=pd.concat(frames, ignore_index=True), summary=summary, workloads=workloads)
 

@@ -22,16 +22,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
-
 from perfmodel.spec.errors import DatasetError, UserInputError, did_you_mean
 from perfmodel.spec.formulas import dtype_bytes
 from perfmodel.spec.inputs import load_yaml
@@ -320,14 +310,6 @@ def is_oom(err: BaseException) -> bool:
 def time_budget_left(start_s: float, cap_s: float) -> float:
     """Seconds left of a per-configuration cap (inf when there is no cap)."""
     return math.inf if cap_s <= 0 else cap_s - (time.perf_counter() - start_s)
-
-
-def make_progress() -> Any:
-    """A rich progress bar with completed/total, elapsed time and ETA (stderr)."""
-
-    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                    TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
-                    console=Console(stderr=True))
 
 
 def read_space_yaml(path: Path, *, what: str, example: str) -> Any:

@@ -22,11 +22,11 @@ from typing import Any
 
 from scipy.stats import qmc
 
+from perfmodel import progress
 from perfmodel.bench.common import (
     CsvLog,
     dtype_name,
     is_oom,
-    make_progress,
     median_iqr,
     time_budget_left,
 )
@@ -374,8 +374,7 @@ def run_compute(configs: Sequence[BenchConfig], out_path: str | Path, settings: 
                if keys[c.config_id, c.seq_len] not in finished][:limit]  # limit None: all
     logger.info("%d configurations, %d already finished, %d to run now",
                 len(configs), len(finished), len(pending))
-    with make_progress() as bar:
-        task = bar.add_task("bench compute", total=len(pending))
+    with progress.task("bench compute (configurations)", total=len(pending)) as advance:
         for cfg in pending:
             t0 = time.perf_counter()
             reason = run_config(cfg, log, measured, settings)
@@ -386,7 +385,7 @@ def run_compute(configs: Sequence[BenchConfig], out_path: str | Path, settings: 
                         cfg.spec.family, cfg.spec.hidden_size, cfg.spec.num_layers,
                         cfg.spec.intermediate_size, cfg.spec.vocab_size, cfg.seq_len, reason,
                         time.perf_counter() - t0)
-            bar.advance(task)
+            advance(1)
     return summarise_rows(log.rows())
 
 

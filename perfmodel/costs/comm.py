@@ -45,16 +45,14 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
-import pandas as pd
-from sklearn.model_selection import KFold
 
-from perfmodel.costs.datasets import configurations, mape_pct, numeric_column, read_dataset_csv
-from perfmodel.costs.nnls import relative_nnls
 from perfmodel.spec.catalog import get_link, load_links
 from perfmodel.spec.errors import CatalogError, DatasetError, ProfileError
 from perfmodel.spec.formulas import OP_MULTIPLIER, ring_terms, ring_time_s
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from perfmodel.spec.hardware import IslandSpec
     from perfmodel.spec.layout import CommGroup
 
@@ -231,6 +229,9 @@ def island_nics(island: IslandSpec) -> int:
 
 def load_comm_dataset(path: str) -> pd.DataFrame:
     """A communication dataset (COMM_COLUMNS; payload_bytes is the full unsharded payload)."""
+    # lazy: the fitting half imports pandas, scipy and sklearn here, not at module level: a
+    # prediction only needs the coefficients and must not pay seconds of imports (issue 29)
+    from perfmodel.costs.datasets import numeric_column, read_dataset_csv
 
     frame = read_dataset_csv(path, COMM_COLUMNS, positive_int=("world_size",),
                              positive_float=("payload_bytes", "time_s"),
@@ -260,6 +261,11 @@ def fit_link(op: str, frame: pd.DataFrame, *, per_nic: bool = False, n_splits: i
              seed: int = 0) -> tuple[LinkCoefficients, np.ndarray]:
     """Fit α, β (= 1/B) of one (op, link) by relative-error NNLS. Returns the coefficients and
     out-of-fold predictions (k-fold, seeded) of the rows."""
+    from sklearn.model_selection import KFold  # lazy: see load_comm_dataset
+
+    from perfmodel.costs.datasets import mape_pct  # lazy: see load_comm_dataset
+    from perfmodel.costs.nnls import relative_nnls  # lazy: see load_comm_dataset
+
     world = frame["world_size"].to_numpy(float)
     X = _design(op, world, frame["payload_bytes"].to_numpy(float),
                 frame["nics_per_node"].to_numpy(float) if per_nic else np.ones(len(frame)))
@@ -292,6 +298,7 @@ def fit_comm(frame: pd.DataFrame, *,
     one side of every CV split); each row's out-of-fold prediction is its configuration's.
     Returns coefficients and out-of-fold predictions (NaN where skipped). Per-NIC links are those
     marked per_nic in the catalog."""
+    from perfmodel.costs.datasets import configurations  # lazy: see load_comm_dataset
 
     links = load_links()
     out: dict[tuple[str, str], LinkCoefficients] = {}
@@ -333,7 +340,9 @@ def predict_comm_dataset(model: CommModel, frame: pd.DataFrame) -> np.ndarray:
 
 def comm_mape_table(frame: pd.DataFrame, predicted_s: np.ndarray) -> pd.DataFrame:
     """Per (op, link) and per op MAPE (percent), paper §IV-B form."""
+    import pandas as pd  # lazy: see load_comm_dataset
 
+    from perfmodel.costs.datasets import mape_pct  # lazy: see load_comm_dataset
 
     data = frame.assign(predicted_s=predicted_s).dropna(subset=["predicted_s"])
     rows = [{"op": op, "link": link, "rows": len(g),
@@ -351,6 +360,7 @@ def synthetic_comm_dataset(coefficients: Mapping[tuple[str, str], LinkCoefficien
                            nics_per_node: int = 1, noise: float = 0.02,
                            seed: int = 0) -> pd.DataFrame:
     """Rows in the comm-dataset format from known coefficients with seeded multiplicative noise."""
+    import pandas as pd  # lazy: see load_comm_dataset
 
     rng = np.random.default_rng(seed)
     records = []

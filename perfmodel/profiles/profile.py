@@ -36,7 +36,6 @@ from perfmodel.costs.comm import (
     island_nics,
     prior_link_coefficients,
 )
-from perfmodel.costs.compute import PriorAssumptions, prior_compute_coefficients
 from perfmodel.costs.features import (
     PHASES,
     UNITS,
@@ -382,6 +381,46 @@ def _load_file(path: str, mtime_ns: int) -> HardwareProfile:
     return profile_from_dict(data, source=path)
 
 
+@functools.lru_cache(maxsize=256)
+def _declared(path: str, mtime_ns: int) -> tuple[str, str] | None:
+    """(`hardware` in lower case, `provenance`) as a profile file declares them, read cheaply, or
+    None when they cannot be read so.
+
+    Claim: `default_profile` may skip, without parsing it strictly, a file whose top-level
+    `hardware` scalar names another GPU or whose `provenance` is less trusted than another
+    candidate's, and still returns the profile it returned when it parsed them all. Why: the
+    pick filters on `HardwareProfile.hardware` and then takes the most trusted provenance present
+    (`PROVENANCES`), which are these two scalars; a skipped file could not have been picked. The
+    read uses libyaml's composer (no aliases expanded, so no alias bomb) and looks at two nodes;
+    a file it cannot read (no C loader, bad YAML, a flow or duplicate key, a non-string value)
+    gives None and is parsed strictly as before, so its error is still reported. Saves the
+    strict pure-Python parse of every shipped file (most of a `predict`'s start-up before issue
+    29).
+    Checked by: tests/test_startup.py (same pick as parsing every file; a broken file still
+    fails; a file naming another GPU is not parsed).
+    """
+    loader = getattr(yaml, "CSafeLoader", None)
+    if loader is None:
+        return None
+    try:
+        node = yaml.compose(Path(path).read_bytes(), Loader=loader)
+    except (OSError, yaml.YAMLError, RecursionError, ValueError):
+        return None
+    if not isinstance(node, yaml.MappingNode):
+        return None
+    found: dict[str, list[yaml.Node]] = {"hardware": [], "provenance": []}
+    for key, value in node.value:
+        if isinstance(key, yaml.ScalarNode) and key.value in found:
+            found[key.value].append(value)
+    scalars = []
+    for values in found.values():
+        if len(values) != 1 or not isinstance(values[0], yaml.ScalarNode) \
+                or values[0].tag != "tag:yaml.org,2002:str":
+            return None
+        scalars.append(str(values[0].value))
+    return scalars[0].lower(), scalars[1]
+
+
 def _profile_files() -> dict[str, Path]:
     folder = profiles_dir()
     return {p.stem.lower(): p for p in sorted(folder.glob("*.yaml"))} if folder.is_dir() else {}
@@ -420,7 +459,17 @@ def default_profile(gpu_name: str) -> HardwareProfile:
         canonical = get_gpu(gpu_name).name
     except CatalogError:
         canonical = gpu_name
-    matches = [p for p in (load_profile(str(f)) for f in _profile_files().values())
+    declared = {f: _declared(str(f.resolve()), f.stat().st_mtime_ns)
+                for f in _profile_files().values()}
+    candidates = [f for f, d in declared.items() if d is None or d[0] == canonical.lower()]
+    # of the files read cheaply only those of the most trusted provenance can be picked; a file
+    # not read so, or of an unknown provenance, is parsed (its error is then reported)
+    rank = {p: i for i, p in enumerate(PROVENANCES)}
+    best = min((rank[d[1]] for f in candidates if (d := declared[f]) is not None and d[1] in rank),
+               default=None)
+    candidates = [f for f in candidates
+                  if (d := declared[f]) is None or rank.get(d[1], best) == best]
+    matches = [p for p in (load_profile(str(f)) for f in candidates)
                if p.hardware.lower() == canonical.lower()]
     for provenance in PROVENANCES:
         found = [p for p in matches if p.provenance == provenance]
@@ -457,6 +506,9 @@ def _sha256(path: Path) -> str:
 
 def make_prior_profile(gpu_name: str, assumptions: Any = None) -> HardwareProfile:
     """Datasheet-based profile of a catalog GPU (see compute.PriorAssumptions)."""
+    # lazy: perfmodel.costs.compute imports pandas, scipy and sklearn for its fitting half, which
+    # loading a shipped profile never needs (startup time, issue 29)
+    from perfmodel.costs.compute import PriorAssumptions, prior_compute_coefficients
 
     gpu = get_gpu(gpu_name)
     assume = assumptions or PriorAssumptions()

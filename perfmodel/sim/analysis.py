@@ -24,16 +24,18 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from perfmodel.costs.model import CostModel
 from perfmodel.sim.fastpath import fast_step, model_fast_costs
 from perfmodel.sim.fsdp import StepResult
 from perfmodel.spec.arch import ModelSpec
 from perfmodel.spec.hardware import IslandSpec
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 logger = logging.getLogger(__name__)
 
@@ -94,7 +96,6 @@ def analyse_step(result: StepResult) -> StepAnalysis:
                                 if path_s else 0.0),
         largest_compute_gap_s=max(gaps, default=0.0))
 
-
 # ---- micro-batch sweeps -----------------------------------------------------------------------
 
 def batch_sweep(model: ModelSpec, profile: CostModel, island: IslandSpec, *, seq_len: int,
@@ -102,6 +103,7 @@ def batch_sweep(model: ModelSpec, profile: CostModel, island: IslandSpec, *, seq
                 max_micro_batch: int | None = None, recipe: Any = None) -> pd.DataFrame:
     """Step time, throughput and regime per micro-batch (fast path). Points beyond
     `max_micro_batch` (the memory limit) are kept and marked fits=False."""
+    import pandas as pd  # lazy: the CLI starts without pandas (issue 29)
     mb = np.asarray(sorted(set(micro_batches)), dtype=int)
     if mb.size == 0 or mb.min() < 1:
         raise ValueError(f"micro-batches must be >= 1, got {list(micro_batches)}")

@@ -74,7 +74,6 @@ from typing import Any
 import numpy as np
 
 from perfmodel.costs.comm import all_to_all_payload_bytes
-from perfmodel.costs.compute import moe_compute_scale
 from perfmodel.costs.features import RankShard, local_model
 from perfmodel.costs.model import CostModel
 from perfmodel.costs.precision import (
@@ -698,6 +697,12 @@ def recompute_fraction(model: ModelSpec, seq_len: int, ac: str, *, whole: bool =
 def _moe_scale(model: ModelSpec, seq_len: int, recipe: TrainingRecipe, ep: int) -> float:
     """The MoE block-time multiplier (`perfmodel.costs.compute.moe_compute_scale`) of the
     recipe's routing factors."""
+    if model.moe is None:
+        # dense: 1.0 by moe_compute_scale's definition; returning here keeps perfmodel.costs.compute
+        # (pandas, scipy, sklearn for its fitting half: seconds of imports) out of a prediction
+        return 1.0
+    from perfmodel.costs.compute import moe_compute_scale  # lazy: see the comment above
+
     return moe_compute_scale(model, seq_len, token_factor=moe_token_factor(recipe, ep),
                              grouped_gemm_efficiency=recipe.moe_grouped_gemm_efficiency)
 

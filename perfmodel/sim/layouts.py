@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from perfmodel import progress
 from perfmodel.costs.memory import (
     MemoryCoefficients,
     max_micro_batch,
@@ -133,7 +134,8 @@ def island_layout_rows(model: ModelSpec, profile: CostModel, island: IslandSpec,
     frames: list[pd.DataFrame] = []
     rejected: list[Rejected] = []
     recipes = _recipes(space, recipe, model, seq_len, island)
-    for r in recipes:
+    for r in progress.track(recipes, f"layouts of {island.num_nodes}x{island.gpus_per_node} "
+                                     f"{island.gpu.name}"):
         layout = r.parallel
         k0 = layout.pp if layout.pp > 1 and layout.pp_schedule != "gpipe" else 1
         peaks = _PeakByAccum(model, world, seq_len, r) if layout.pp > 1 else None

@@ -17,11 +17,12 @@ import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from perfmodel.sim.graph import Schedule
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 BLOCKED = "blocked"
 """Span kind of compute-stream time lost waiting for a late outer exchange."""

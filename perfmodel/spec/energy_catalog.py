@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Any
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from perfmodel.spec.errors import CatalogError, did_you_mean
 from perfmodel.spec.paths import catalog_dir
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 @functools.cache
 def carbon_table() -> pd.DataFrame:
     """catalogs/energy/carbon_intensity.csv, indexed by region key."""
+    import pandas as pd  # lazy: the CLI starts without pandas (issue 29)
     path = catalog_dir() / "energy" / "carbon_intensity.csv"
     frame = pd.read_csv(path, keep_default_na=False)
     values = pd.to_numeric(frame["gco2e_per_kwh"], errors="coerce")
@@ -27,6 +29,7 @@ def carbon_table() -> pd.DataFrame:
 @functools.cache
 def pue_table() -> pd.DataFrame:
     """catalogs/energy/pue.csv, indexed by provider (lower case), with a `default` row."""
+    import pandas as pd  # lazy: the CLI starts without pandas (issue 29)
     path = catalog_dir() / "energy" / "pue.csv"
     frame = pd.read_csv(path, keep_default_na=False)
     frame["provider"] = frame["provider"].str.lower()
@@ -65,6 +68,7 @@ def provider_pue(provider: str | None) -> tuple[float, str]:
 
 @functools.cache
 def _tdp_by_gpu() -> dict[str, float]:
+    import pandas as pd  # lazy: the CLI starts without pandas (issue 29)
     out: dict[str, float] = {}
     for name in ("gpus.csv", "gpus_local.csv"):
         path = catalog_dir() / name

@@ -12,12 +12,14 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from perfmodel.spec.catalog import get_gpu
 from perfmodel.spec.errors import CatalogError
 from perfmodel.spec.paths import catalog_dir
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 HOURS_PER_MONTH = 720.0
 """Hours in the 30-day month of the Spot interruption bands and the egress tiers."""
@@ -42,6 +44,7 @@ def _folder() -> str:
 
 @functools.cache
 def _table(name: str) -> pd.DataFrame:
+    import pandas as pd  # lazy: the CLI starts without pandas (issue 29)
     path = catalog_dir() / "reliability" / name
     if not path.is_file():
         raise CatalogError(f"catalog file {path} not found",
@@ -234,6 +237,7 @@ def offer_billing(provider: str, gpu: str, tier: str, as_of: str | None) -> Bill
     """Billing of one price-list offer: the row's own optional `billing_increment_s` /
     `minimum_billed_s` columns when its list carries them (a committed-use offer's term, an
     hourly minimum), else the provider's (billing.csv), else None (billed exactly)."""
+    import pandas as pd  # lazy: the CLI starts without pandas (issue 29)
     name = get_gpu(gpu).name
     default = billing(provider)
     best: tuple[str, float | None, float | None, str] | None = None

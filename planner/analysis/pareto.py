@@ -22,11 +22,13 @@ from typing import Any
 
 import pandas as pd
 
+from perfmodel import progress
 from perfmodel.spec.errors import InfeasibleError, ShardMeterError
 from planner.model.evaluate import RELAXABLE, build_problem
 from planner.model.instance import Instance
 from planner.model.problem import PRICE_UNITS_PER_USD_PER_HOUR, Plan, Problem, SolveProvenance
 from planner.solvers.cpsat import any_plan as batch_feasible
+from planner.solvers.dp import plan_lower_bounds
 from planner.solvers.oracle import CostOracle
 from planner.solvers.registry import (
     DEFAULT_TIME_LIMIT_S,
@@ -55,14 +57,18 @@ def epsilon_frontier(problem: Problem, oracle: CostOracle, *,
     """The epsilon-constraint loop of the module docstring, within budget and deadline."""
     eps, strict = problem.deadline_s, False
     points: list[Plan] = []
-    while True:
-        plan = oracle.min_cost(eps, strict=strict)
-        if plan is None or (problem.budget_usd is not None and plan.cost_usd > problem.budget_usd):
-            break
-        points.append(plan)
-        if first_only:
-            break
-        eps, strict = plan.wall_time_s, True
+    # the number of points is unknown until the loop ends: the bar counts the points found
+    with progress.task("frontier points (exact solves)") as found:
+        while True:
+            plan = oracle.min_cost(eps, strict=strict)
+            if plan is None or (problem.budget_usd is not None
+                                and plan.cost_usd > problem.budget_usd):
+                break
+            points.append(plan)
+            found(1)
+            if first_only:
+                break
+            eps, strict = plan.wall_time_s, True
     return sorted(points, key=lambda p: p.wall_time_s)
 
 
@@ -160,15 +166,29 @@ def solve_instance(instance: Instance, table: pd.DataFrame, *, solver: str = "au
     if failures:
         instance = instance.with_failures()
     problem = build_problem(instance, table, budget_usd=budget_usd, deadline_hours=deadline_hours)
-    frontier = compute_frontier(problem, solver=solver, threads=threads, time_limit_s=time_limit_s,
-                                milp_backend=milp_backend, first_only=first_only)
-    if frontier.points:
-        return problem, frontier
-    exact_solver = "cpsat" if solver in ("heuristic", "dp", "auto") else solver
-    if problem.risk is not None and exact_solver == "cpsat":
-        exact_solver = "dp"  # expected values: the DP (and brute force) are the exact backends
+    if below_bounds(problem):
+        # a cap below what any plan can reach: no search can find a plan, so explain at once
+        # (the explanation solves without the caps: about one feasible query's work)
+        exact, heuristic = True, False
+    else:
+        frontier = compute_frontier(problem, solver=solver, threads=threads,
+                                    time_limit_s=time_limit_s, milp_backend=milp_backend,
+                                    first_only=first_only)
+        if frontier.points:
+            return problem, frontier
+        exact, heuristic = frontier.proven_exact, solver == "heuristic"
+    # `auto` is exact (the DP where it applies, else CP-SAT; the DP under failures): explaining
+    # with CP-SAT where the DP applies took ten times the query (issue 29)
+    exact_solver = "auto" if solver in ("heuristic", "dp", "auto") else solver
     raise explain_infeasible(instance, table, problem, solver=exact_solver, threads=threads,
-                             heuristic=solver == "heuristic", exact=frontier.proven_exact)
+                             heuristic=heuristic, exact=exact)
+
+
+def below_bounds(problem: Problem) -> bool:
+    """True when the deadline or budget is below `plan_lower_bounds` (no plan can meet it)."""
+    wall_s, cost = plan_lower_bounds(problem)
+    return ((problem.deadline_s is not None and problem.deadline_s < wall_s)
+            or (problem.budget_usd is not None and problem.budget_usd < cost))
 
 
 def explain_infeasible(instance: Instance, table: pd.DataFrame, problem: Problem, *,
@@ -183,7 +203,14 @@ def explain_infeasible(instance: Instance, table: pd.DataFrame, problem: Problem
                                        for name in RELAXABLE):
         return no_option_error(problem, empty_table=False)
     free = dataclasses.replace(problem, budget_usd=None, deadline_s=None)
-    if batch_feasible(free) is not True:
+    # the uncapped frontier answers two questions below at once: a plan in it proves the batch
+    # can be split (no separate CP-SAT feasibility solve); its fastest plan is the deadline's fix,
+    # and with a budget alone its cheapest plan (first_only: one solve) is the budget's
+    fast = (compute_frontier(free, solver=solver, threads=threads,
+                             first_only=problem.deadline_s is None).points
+            if exact and (problem.deadline_s is not None or problem.budget_usd is not None)
+            else ())
+    if not fast and batch_feasible(free) is not True:
         relaxed = {name: build_problem(instance, table, relax={name}) for name in RELAXABLE}
         if not problem.pairs and not any(p.pairs for p in relaxed.values()):
             return no_option_error(problem, empty_table=False)
@@ -211,18 +238,19 @@ def explain_infeasible(instance: Instance, table: pd.DataFrame, problem: Problem
     if not exact:
         return ShardMeterError("no plan was found within the time limit",
                                hint="raise --time-limit-s.")
-    if problem.deadline_s is not None:
-        fast = compute_frontier(free, solver=solver, threads=threads).points
-        if fast and fastest(fast).wall_time_s > problem.deadline_s:
-            best = fastest(fast)
-            return InfeasibleError(
-                f"deadline {problem.deadline_s / 3600:.6g} h is below the fastest plan "
-                f"({best.wall_time_s / 3600:.6g} h = {best.wall_time_s:.6g} s)",
-                binding="deadline_hours",
-                hint=f"allow at least {best.wall_time_s / 3600:.6g} hours.")
+    if problem.deadline_s is not None and fast and fastest(fast).wall_time_s > problem.deadline_s:
+        best = fastest(fast)
+        return InfeasibleError(
+            f"deadline {problem.deadline_s / 3600:.6g} h is below the fastest plan "
+            f"({best.wall_time_s / 3600:.6g} h = {best.wall_time_s:.6g} s)",
+            binding="deadline_hours",
+            hint=f"allow at least {best.wall_time_s / 3600:.6g} hours.")
     if problem.budget_usd is not None:
+        # without a deadline the capped problem less its budget is `free`: its cheapest plan
+        # was found above
         timed = dataclasses.replace(problem, budget_usd=None)
-        cheap = compute_frontier(timed, solver=solver, threads=threads, first_only=True).points
+        cheap = (fast if problem.deadline_s is None else
+                 compute_frontier(timed, solver=solver, threads=threads, first_only=True).points)
         if cheap and cheap[0].cost_usd > problem.budget_usd:
             return InfeasibleError(
                 f"budget {problem.budget_usd:.6g} USD is below the cheapest plan "

@@ -415,7 +415,8 @@ def solve_all(instance_paths: Sequence[str], scenarios: Sequence[Scenario], solv
         solve = {**solve, "deadline": time.time() + float(solve["time_limit_s"])}
     if spec.parallel(len(jobs)):
         solve = {**solve, "threads": 1}  # one process per core already
-    results = run_tasks(solve_scenario, [(p, s, solve) for p, s in jobs], spec)
+    results = run_tasks(solve_scenario, [(p, s, solve) for p, s in jobs], spec,
+                        description="scenarios (--vary grid)")
     given = [str(p) for p in instance_paths for _ in scenarios]
     return [_as_given(r, path) for r, path in zip(results, given, strict=True)]
 

@@ -26,6 +26,7 @@ import click
 from perfmodel.spec.errors import InfeasibleError, ShardMeterError, did_you_mean
 from perfmodel.spec.inputs import cap_message
 from planner.cli.common import OutputPath, harden_command
+from planner.cli.progress import progress_bars
 
 DEBUG_ENV = "SHARDMETER_DEBUG"
 """Set to 1 to see the traceback of an unexpected error."""
@@ -254,10 +255,15 @@ def _usage_hint(err: click.UsageError, command_path: str) -> str:
 @click.option("-v", "--verbose", count=True, help="More log output (-v info, -vv debug).")
 @click.option("--debug", is_flag=True,
               help=f"Print the traceback of an unexpected error (also {DEBUG_ENV}=1).")
-def cli(verbose: int, debug: bool) -> None:
+@click.option("-q", "--quiet", is_flag=True,
+              help="No progress bars (shown on stderr only when it is a terminal, for work "
+                   "over about 2 s).")
+def cli(verbose: int, debug: bool, quiet: bool) -> None:
     """ShardMeter: predict, explain and plan sharded and decentralized transformer training."""
     level = logging.WARNING - 10 * min(verbose + 2 * debug, 2)
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    # the bars live as long as the group's context: through the sub-command, closed after it
+    click.get_current_context().with_resource(progress_bars(quiet=quiet))
 
 
 def main(argv: list[str] | None = None) -> None:

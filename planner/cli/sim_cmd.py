@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import click
-import pandas as pd
 
 from perfmodel import api
 from perfmodel.api.streaming import EXAMPLE_ACCUM, EXAMPLE_MICRO_BATCH, EXAMPLE_SEQ_LEN
@@ -493,6 +492,8 @@ def sweep(model_names: tuple[str, ...], models: str | None, gpu_name: str, nodes
     else:
         emit_table(table.drop(columns=["nodes", "gpus_per_node"]), title="micro-batch sweep")
         click.echo(f"recipe: {recipe.summary()}")
+        import pandas as pd  # lazy: `predict` starts without pandas (issue 29)
+
         emit_table(pd.DataFrame(result.summary), title="regime transitions")
         for path in outputs:
             click.echo(f"wrote {path}")

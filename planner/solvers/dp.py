@@ -269,8 +269,35 @@ class DpTables:
 
 def _lower_bounds(problem: Problem, items: Sequence[DpItem], levels: np.ndarray) -> np.ndarray:
     """LB(τ̄) of the module docstring, in USD, for every level (a bound on plans with τ >= τ̄)."""
-    t = np.array([i.step_time_s for i in items])
-    e = np.array([i.price_units / i.seqs for i in items])
+    return _cost_bounds(problem, np.array([i.step_time_s for i in items]),
+                        np.array([i.price_units / i.seqs for i in items]), levels)
+
+
+def plan_lower_bounds(problem: Problem) -> tuple[float, float]:
+    """(wall seconds, USD) below which no plan of `problem` goes, from its menu alone.
+
+    Claim: every plan has W >= D/(B·S)·min_i t_i and C >= LB(0) of the module docstring, the
+    minima over all menu items. Why: W = D/(B·S)·(τ + σ/H) with σ >= 0 and τ the largest step
+    time of the plan's islands, each a menu item's (`build_menu` keeps the fastest row per
+    (option, b), so no island is faster than its menu item); C is LB(τ̄) at τ̄ = 0, which bounds
+    every plan. Only failure-free figures: with the failure model on (`Problem.risk`) the
+    expected figures are not bounded here and (0, 0) is returned. Cost: one pass over the menu,
+    so a deadline or budget below these is refused before any search (issue 29: infeasible
+    queries no slower than feasible ones).
+    Checked by: tests/test_startup.py (never above the exact frontier's fastest time and least
+    cost on the shipped instances; an impossible deadline is refused without a search).
+    """
+    if problem.risk is not None or not problem.menu:
+        return 0.0, 0.0
+    t = np.array([m.step_time_s for m in problem.menu])
+    e = np.array([problem.options[m.option_index].price_units / m.seqs for m in problem.menu])
+    wall = problem.inner_steps_total * float(t.min()) * (1.0 - 1e-9)  # margin as _cost_bounds
+    return wall, float(_cost_bounds(problem, t, e, np.zeros(1))[0])
+
+
+def _cost_bounds(problem: Problem, t: np.ndarray, e: np.ndarray,
+                 levels: np.ndarray) -> np.ndarray:
+    """LB(τ̄) for items of step times `t` and price units per sequence `e`."""
     order = np.argsort(t, kind="stable")
     t, e = t[order], e[order]
     prefix = np.minimum.accumulate(e)  # min e over items with t_i <= level
