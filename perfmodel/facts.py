@@ -7,18 +7,21 @@ Spot preemption rates, restart and checkpoint defaults, egress and billing per p
 failure model's closed forms (`perfmodel.spec.failure_model`), the profile provenances (the
 residual groups of `planner.model.uncertainty`) and the catalog folder, the inter-node fabric a
 DiLoCo sync uses when every island shares one cluster, and the strict readers and documented
-limits every user file goes through (`perfmodel.spec.inputs`). Every name here has its home in
+limits every user file goes through (`perfmodel.spec.inputs`; an interval level's check,
+`perfmodel.uncertainty.intervals.check_level`). Every name here has its home in
 `perfmodel.spec` (the provenances in `perfmodel.profiles.profile`);
 this module only names the ones the planner may use, so the planner never reaches into
 `perfmodel.spec.catalog` and a change of the catalogs' internals stays inside the performance
-model. It also names the one number formatter (`perfmodel.numbers`) and the ShardMeter version,
-for the planner's reports (`planner.analysis.html_report`), so tables, plots, docs and the HTML
-report format numbers alike.
+model. It also names the one number formatter (`perfmodel.numbers`), the one way a record gains
+keys next to others (`perfmodel.formatting.insert_after`: a band after its figure) and the
+ShardMeter version, for the planner's reports (`planner.analysis.html_report`), so tables,
+plots, docs and the HTML report format numbers alike.
 """
 
 from __future__ import annotations
 
 from perfmodel import __version__
+from perfmodel.formatting import insert_after
 from perfmodel.numbers import format_duration, format_number, format_usd
 from perfmodel.profiles.profile import PROVENANCES
 from perfmodel.spec.catalog import (
@@ -61,12 +64,14 @@ from perfmodel.spec.reliability_catalog import (
     restart_s,
     spot_capacity_wait_s,
 )
+from perfmodel.uncertainty.intervals import check_level
 
 __all__ = [
     "__version__",
     "format_duration",
     "format_number",
     "format_usd",
+    "insert_after",
     "async_stall_fraction",
     "Billing",
     "billing",
@@ -74,6 +79,7 @@ __all__ = [
     "carbon_intensity_g_per_kwh",
     "catalog_dir",
     "check_limit",
+    "check_level",
     "checkpoint_bytes",
     "CHECKPOINT_MODES",
     "checkpoint_write_gbit_s_per_node",

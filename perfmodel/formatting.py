@@ -1,11 +1,12 @@
 """How results are written out, shared by the CLI and the generated docs: one Markdown table
-writer (VALIDATION, CASE_STUDY, FINDINGS, ENERGY, PERFORMANCE) and one conversion to JSON values
-(what `--format json` prints and what the doc generators read back)."""
+writer (VALIDATION, CASE_STUDY, FINDINGS, ENERGY, PERFORMANCE), one conversion to JSON values
+(what `--format json` prints and what the doc generators read back) and the one way a record
+gains keys next to others (an interval's bounds right after its figure)."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 
@@ -30,3 +31,13 @@ def json_ready(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return None
     return value
+
+
+def insert_after(record: Mapping[str, Any], extra: Mapping[str, Mapping[str, Any]]
+                 ) -> dict[str, Any]:
+    """`record` with `extra[key]`'s items right after each `key` (a band next to its figure)."""
+    out: dict[str, Any] = {}
+    for key, value in record.items():
+        out[key] = value
+        out.update(extra.get(key, {}))
+    return out

@@ -157,6 +157,7 @@ def _local_processes(spec: Executor, tasks: int) -> int:
     """local:N's N, or joblib's count of the CPUs this process may use (its affinity and cgroup
     quota, not the machine's cores), at most one per task."""
     if spec.processes is None:
+        # lazy: joblib (with scikit-learn) only when a pool is sized; a predict never needs it
         import joblib
 
         return max(1, min(tasks, int(joblib.cpu_count())))
@@ -197,13 +198,16 @@ def _silent_guarded(fn: Callable[..., T], task: tuple[Any, ...]) -> T | _Failed:
 
 def _run_local(fn: Callable[..., T], tasks: Sequence[tuple[Any, ...]],
                processes: int, description: str) -> list[T | _Failed]:
+    # lazy: joblib only for a local pool; a single solve never starts one
     import joblib
 
     LOG.info("running %d tasks in %d local processes (joblib)", len(tasks), processes)
-    runner = joblib.Parallel(n_jobs=processes, backend=LOCAL_BACKEND, return_as="generator")
-    results = runner(joblib.delayed(_silent_guarded)(fn, task) for task in tasks)
-    return list(progress.track(results, f"{description}, {processes} processes",
-                               total=len(tasks)))
+    runner = joblib.Parallel(n_jobs=processes, backend=LOCAL_BACKEND)
+    # the fork backend returns all results at once (no generator): one step when they are in
+    with progress.task(f"{description}, {processes} processes", total=len(tasks)) as advance:
+        results = list(runner(joblib.delayed(_silent_guarded)(fn, task) for task in tasks))
+        advance(len(tasks))
+    return results
 
 
 def _distributed(spec: Executor) -> Any:

@@ -12,9 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from perfmodel.facts import check_limit
+from perfmodel.facts import check_level, check_limit
 from perfmodel.spec.errors import UserInputError
-from perfmodel.uncertainty.intervals import check_level
 from planner.executor import Executor, parse_executor
 from planner.model.uncertainty import ErrorModel, check_quantile
 from planner.solvers.registry import DEFAULT_TIME_LIMIT_S, MILP_BACKENDS, SOLVERS

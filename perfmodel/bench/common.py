@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import logging
 import math
 import os
@@ -335,8 +336,6 @@ def spawn_gloo_job(worker: Callable[..., None], world_size: int, *args: Any) -> 
     writes its JSON result to, and return that result: the one launch of every recorded gloo job
     (`perfmodel.bench.fsdp_order`, `perfmodel.bench.layout_record`)."""
     # lazy: torch's process launcher, only for a job (the [bench] extra)
-    import json
-
     import torch.multiprocessing as mp
 
     with tempfile.TemporaryDirectory() as tmp:

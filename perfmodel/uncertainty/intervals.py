@@ -51,6 +51,7 @@ from typing import Any
 
 import numpy as np
 
+from perfmodel.formatting import insert_after
 from perfmodel.spec.errors import DatasetError, UserInputError
 from perfmodel.spec.paths import catalog_dir
 from perfmodel.uncertainty.conformal import (
@@ -210,16 +211,6 @@ def error_model(group: str, quantity: str, query: Query | None = None) -> ErrorM
 def check_level(level: float, *, field: str = "--interval") -> float:
     """A two-sided interval level strictly between 0 and 1."""
     return check_quantile(level, field=field)
-
-
-def insert_after(record: Mapping[str, Any], extra: Mapping[str, Mapping[str, Any]]
-                 ) -> dict[str, Any]:
-    """`record` with `extra[key]`'s items right after each `key` (a band next to its figure)."""
-    out: dict[str, Any] = {}
-    for key, value in record.items():
-        out[key] = value
-        out.update(extra.get(key, {}))
-    return out
 
 
 def _bounds(value: float, model: ErrorModel, low_q: float, high_q: float, *, reciprocal: bool

@@ -35,8 +35,8 @@ from typing import Any
 
 import pandas as pd
 
+from perfmodel.facts import insert_after
 from perfmodel.tables import gpu_profile
-from perfmodel.uncertainty.intervals import insert_after
 from planner.analysis.pareto import Frontier
 from planner.model.energy import FIELD
 from planner.model.instance import Instance
