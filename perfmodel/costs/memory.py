@@ -98,11 +98,12 @@ peak(m) = (1 + reserve_fraction)·max_i(fixed_i + m·per_sequence_i) + reserve_b
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 import numpy as np
@@ -117,6 +118,36 @@ from perfmodel.spec.layout import ParallelLayout
 from perfmodel.spec.recipe import DEFAULT_RECIPE, TrainingRecipe, moe_token_factor
 
 logger = logging.getLogger(__name__)
+
+MEMO_SIZE = 4096
+"""Results each memoised function of this module keeps (least recently used dropped first)."""
+
+
+def _memoised(function: Callable[..., Any]) -> Callable[..., Any]:
+    """`function` (pure, positional arguments only, frozen results) remembering its last
+    `MEMO_SIZE` results by argument value.
+
+    Claim: a memoised call returns the object the first call with equal arguments returned.
+    Why: the functions wrapped here are pure functions of frozen, value-compared inputs (model,
+    GPU count, sequence length, recipe, k, config) returning frozen values, and an island table
+    asks the same questions many times: every island of the same GPU count prices the same
+    per-rank memory whatever its GPU type, price or cluster, and the layout search, the bisection
+    over k and the exclusion reasons ask again for the same (layout, mode, k). Arguments that
+    cannot be hashed (a model spec holding a list) are computed, not remembered.
+    Checked by: tests/test_layout_speed.py (memoised answers equal fresh ones) and
+    benchmarks/compare_layout_tables.py (whole tables and frontiers equal the code before)."""
+    cached = functools.lru_cache(maxsize=MEMO_SIZE)(function)
+
+    @functools.wraps(function)
+    def call(*args: Any) -> Any:
+        try:
+            hash(args)
+        except TypeError:
+            return function(*args)
+        return cached(*args)
+
+    call.cache_clear = cached.cache_clear  # type: ignore[attr-defined]
+    return call
 
 
 # ---- configuration and results ------------------------------------------------------------
@@ -955,6 +986,15 @@ def memory_breakdown(model: ModelSpec, *, num_gpus: int, seq_len: int, micro_bat
     _positive("micro_batch", micro_batch)
     _positive("accum_steps", accum_steps)
     recipe = resolve_memory_recipe(recipe, ac, accum_mode)
+    return _breakdown(model, num_gpus, seq_len, micro_batch, recipe, accum_steps, outer_states,
+                      config)
+
+
+@_memoised
+def _breakdown(model: ModelSpec, num_gpus: int, seq_len: int, micro_batch: int,
+               recipe: TrainingRecipe, accum_steps: int, outer_states: bool,
+               config: MemoryConfig) -> MemoryBreakdown:
+    """`memory_breakdown` on validated arguments and a resolved recipe (memoised)."""
     if recipe.parallel.pp > 1:   # the worst pipeline rank
         return pipeline_memory(model, num_gpus=num_gpus, seq_len=seq_len,
                                micro_batch=micro_batch, recipe=recipe, accum_steps=accum_steps,
@@ -986,6 +1026,14 @@ def memory_coefficients(model: ModelSpec, *, num_gpus: int, seq_len: int, ac: st
     _positive("seq_len", seq_len)
     _positive("accum_steps", accum_steps)
     recipe = resolve_memory_recipe(recipe, ac, accum_mode)
+    return _coefficients(model, num_gpus, seq_len, recipe, accum_steps, outer_states, config)
+
+
+@_memoised
+def _coefficients(model: ModelSpec, num_gpus: int, seq_len: int, recipe: TrainingRecipe,
+                  accum_steps: int, outer_states: bool,
+                  config: MemoryConfig) -> MemoryCoefficients:
+    """`memory_coefficients` on validated arguments and a resolved recipe (memoised)."""
     if recipe.parallel.pp > 1:   # every moment of every pipeline rank
         return _pipeline_coefficients(model, num_gpus, seq_len, recipe, accum_steps, config,
                                       outer_states)
@@ -995,6 +1043,33 @@ def memory_coefficients(model: ModelSpec, *, num_gpus: int, seq_len: int, ac: st
     phases = _phases(model, seq_len, z, recipe, accum_steps, config, outer_states)
     fixed = tuple(float(sum(_component_bytes(p, 0).values())) for p in phases)
     per_seq = tuple(float(sum(p.per_token.values())) * seq_len for p in phases)
+    return _coefficients_of(fixed, per_seq, config)
+
+
+def _coefficients_of(fixed: tuple[float, ...], per_seq: tuple[float, ...],
+                     config: MemoryConfig) -> MemoryCoefficients:
+    """The coefficients of the phases (fixed_i, per_seq_i), less every phase another phase
+    dominates (fixed_j >= fixed_i and per_seq_j >= per_seq_i).
+
+    Claim: `peak_bytes(m)` and `max_micro_batch` are unchanged, to the bit, for every m >= 0.
+    Why: for m >= 0, fl(fixed_j + fl(m·per_seq_j)) >= fl(fixed_i + fl(m·per_seq_i)) (IEEE
+    rounding is monotone), so the maximum over the phases takes the same value without i; and
+    i's micro-batch limit floor((budget - fixed_i)/per_seq_i) is at least j's whenever j's is
+    >= 1 (the only case where the minimum is not clamped to 0). A pipeline walk has thousands of
+    moments, almost all dominated; the kept ones are what a sweep over m evaluates.
+    Non-finite values are kept as they are (no comparison is trusted).
+    Checked by: tests/test_layout_speed.py (peaks and largest micro-batches with and without the
+    reduction, on pipeline and FSDP recipes)."""
+    if all(math.isfinite(v) for v in (*fixed, *per_seq)):
+        order = sorted(range(len(fixed)), key=lambda i: (-fixed[i], -per_seq[i], i))
+        keep, best = [], -math.inf
+        for i in order:
+            if per_seq[i] > best:   # no phase before it (fixed at least its) has this slope
+                keep.append(i)
+                best = per_seq[i]
+        keep.sort()
+        fixed = tuple(fixed[i] for i in keep)
+        per_seq = tuple(per_seq[i] for i in keep)
     return MemoryCoefficients(fixed_bytes=fixed, per_sequence_bytes=per_seq,
                               reserve_bytes=config.reserve_bytes,
                               reserve_fraction=config.reserve_fraction)
@@ -1037,14 +1112,13 @@ class _Unit:
     order: tuple[int, ...]   # parameter sizes (elements) in registration order
     shard: float             # padded elements per FSDP rank
     padded: float            # all-gather / reduce-scatter buffer elements (FSDP ranks x shard)
+    # computed once (the schedule walk reads them at every moment)
+    params: float = field(init=False)
+    tensors: int = field(init=False)
 
-    @property
-    def params(self) -> float:
-        return float(sum(self.order))
-
-    @property
-    def tensors(self) -> int:
-        return len(self.order)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "params", float(sum(self.order)))
+        object.__setattr__(self, "tensors", len(self.order))
 
     def post_backward_bytes(self, b: float, r: float, first: bool) -> float:
         """Gradient bytes alive at the unit's post-backward in a pipeline backward (no
@@ -1075,18 +1149,15 @@ class _Stage:
     saved_upto: tuple[float, ...]  # bytes per token saved by local blocks 0..j
     work: tuple[float, ...]        # backward working set of local block j, per token
     held: float                   # bytes per token one micro-batch holds from F to B
+    # sums over the units, computed once (the schedule walk reads them at every moment)
+    params: float = field(init=False)
+    padded: float = field(init=False)
+    shard: float = field(init=False)
 
-    @property
-    def params(self) -> float:
-        return sum(u.params for u in self.units)
-
-    @property
-    def padded(self) -> float:
-        return sum(u.padded for u in self.units)
-
-    @property
-    def shard(self) -> float:
-        return sum(u.shard for u in self.units)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "params", sum(u.params for u in self.units))
+        object.__setattr__(self, "padded", sum(u.padded for u in self.units))
+        object.__setattr__(self, "shard", sum(u.shard for u in self.units))
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -1273,24 +1344,40 @@ def _rank_phases(stages: list[_Stage], rank: int, spec: ModelSpec, seq_len: int,
     last_forward: tuple[int, int] | None = None   # still referenced by the schedule's loop
     stale = False                                  # ... after its micro-batch's backward
 
+    # What every moment of the current state shares (its key and its sums), computed at its
+    # first moment and dropped (`snapshot.clear()`) wherever the walk changes the state: a
+    # backward action adds a dozen moments in one state. The same sums, in the same order, as
+    # computing them at each moment.
+    snapshot: list[tuple[Any, float, float, float, float, float | None, float]] = []
+
+    def state() -> tuple[Any, float, float, float, float, float | None, float]:
+        if not snapshot:
+            snapshot.append((
+                (tuple(sorted(held.items())), frozenset(gathered), frozenset(accumulated),
+                 frozenset(reduced), stale),
+                b * sum(by_index[s].padded for s in gathered),
+                FP32 * sum(by_index[s].shard for s in reduced),
+                r * sum(by_index[s].params for s in accumulated),
+                sum(n * by_index[s].held for s, n in held.items()),
+                output_bytes(by_index[last_forward[0]]) if stale and last_forward is not None
+                else None,
+                # the previous backward's input gradient, referenced by its send ops
+                boundary * sum(1 for s in accumulated if keeps_dx and not by_index[s].first)))
+        return snapshot[0]
+
     def add(name: str, key: Any, fixed: dict[str, float], per_token: dict[str, float],
             minus_held: float = 0.0) -> None:
         """One moment: states, gathered / accumulated / reduced stages and held micro-batches
         plus the moment's own terms."""
-        full_key = (key, tuple(sorted(held.items())), frozenset(gathered),
-                    frozenset(accumulated), frozenset(reduced), stale)
+        now, unsharded, sharded, acc, held_sum, stale_output, dx = state()
+        full_key = (key, now)
         if full_key in seen:
             return
         seen.add(full_key)
-        base = {"unsharded_params": b * sum(by_index[s].padded for s in gathered),
-                "sharded_grads": FP32 * sum(by_index[s].shard for s in reduced),
-                "activations": rope}
-        acc = r * sum(by_index[s].params for s in accumulated)
-        held_bytes = sum(n * by_index[s].held for s, n in held.items()) - minus_held
-        if stale and last_forward is not None:
-            held_bytes += output_bytes(by_index[last_forward[0]])
-        # the previous backward's input gradient, referenced by its send ops
-        dx = boundary * sum(1 for s in accumulated if keeps_dx and not by_index[s].first)
+        base = {"unsharded_params": unsharded, "sharded_grads": sharded, "activations": rope}
+        held_bytes = held_sum - minus_held
+        if stale_output is not None:
+            held_bytes += stale_output
         per = {"activations": persistent + held_bytes, "temporaries": dx}
         tot_fixed = {**states, **base}
         tot_fixed["temporaries"] = acc
@@ -1311,6 +1398,7 @@ def _rank_phases(stages: list[_Stage], rank: int, spec: ModelSpec, seq_len: int,
             gathered.add(s)
             held[s] += 1
             peak_held[s] = max(peak_held[s], held[s])
+            snapshot.clear()
             add(f"forward_end({where})", ("F", s, gathering),
                 {"all_gather": b * st.units[-1].padded if gathering else 0.0},
                 {"temporaries": loss_transient if st.last else 0.0})
@@ -1360,6 +1448,7 @@ def _rank_phases(stages: list[_Stage], rank: int, spec: ModelSpec, seq_len: int,
         held[s] -= 1
         accumulated.add(s)
         stale = stale or last_forward == (s, i)
+        snapshot.clear()
         if i == k - 1:
             # REDUCE_GRAD: the units reduce-scatter in forward order. The first one's parameters
             # are resharded, its reduce-scatter input is filled from its accumulated gradients,
@@ -1378,6 +1467,7 @@ def _rank_phases(stages: list[_Stage], rank: int, spec: ModelSpec, seq_len: int,
             gathered.discard(s)
             accumulated.discard(s)
             reduced.add(s)
+            snapshot.clear()
     add("optimizer_step", ("O",), {}, {})
     return phases, peak_held
 
@@ -1470,6 +1560,15 @@ def pipeline_memory(model: ModelSpec, *, num_gpus: int, seq_len: int, micro_batc
     _positive("micro_batch", micro_batch)
     _positive("accum_steps", accum_steps)
     recipe = resolve_memory_recipe(recipe, ac)
+    return _pipeline_memory(model, num_gpus, seq_len, micro_batch, recipe, accum_steps,
+                            outer_states, config)
+
+
+@_memoised
+def _pipeline_memory(model: ModelSpec, num_gpus: int, seq_len: int, micro_batch: int,
+                     recipe: TrainingRecipe, accum_steps: int, outer_states: bool,
+                     config: MemoryConfig) -> PipelineMemory:
+    """`pipeline_memory` on validated arguments and a resolved recipe (memoised)."""
     if recipe.parallel.pp == 1:
         layout = recipe.parallel.resolve(num_gpus)
         single = memory_breakdown(model, num_gpus=num_gpus, seq_len=seq_len,
@@ -1514,6 +1613,4 @@ def _pipeline_coefficients(model: ModelSpec, num_gpus: int, seq_len: int,
     phases = [p for rank_phases, _, _ in ranks for p in rank_phases]
     fixed = tuple(float(sum(_component_bytes(p, 0).values())) for p in phases)
     per_seq = tuple(float(sum(p.per_token.values())) * tokens_per_seq for p in phases)
-    return MemoryCoefficients(fixed_bytes=fixed, per_sequence_bytes=per_seq,
-                              reserve_bytes=config.reserve_bytes,
-                              reserve_fraction=config.reserve_fraction)
+    return _coefficients_of(fixed, per_seq, config)

@@ -124,9 +124,20 @@ def layout_label(recipe: TrainingRecipe) -> str:
 def island_layout_rows(model: ModelSpec, profile: CostModel, island: IslandSpec, *,
                        seq_len: int, space: LayoutSpace, recipe: TrainingRecipe,
                        global_batch_seqs: int | None = None,
-                       max_micro_batches: int | None = None) -> IslandLayouts:
+                       max_micro_batches: int | None = None,
+                       skip_batch_rejected: bool = False) -> IslandLayouts:
     """The rows of one island (module doc); `global_batch_seqs` leaves out micro-batches with
-    m·dp above it, `max_micro_batches` caps m (None: what memory allows)."""
+    m·dp above it, `max_micro_batches` caps m (None: what memory allows).
+
+    `skip_batch_rejected`: a (layout, mode) whose smallest step (k0 x 1 x dp sequences) exceeds
+    the global batch is left out before its memory is computed, with no `Rejected` record.
+    Claim: the rows are the same. Why: such a candidate has no row whatever its memory (it is
+    rejected for memory, or else for the batch; the batch test does not read memory), so only
+    its record, which says which of the two binds, is lost; a caller that needs every record
+    (an island with no row: its exclusion reason) asks again without the flag. For a 16k-GPU
+    island most pipeline layouts are such (k0 = pp: pp·dp = GPUs/(tp·cp) sequences), and their
+    pipeline memory walks were most of the table's time.
+    Checked by: tests/test_layout_speed.py (rows equal with and without the flag)."""
     world = island.num_gpus
     usable = island.gpu.usable_memory_bytes
     frames: list[pd.DataFrame] = []
@@ -135,6 +146,9 @@ def island_layout_rows(model: ModelSpec, profile: CostModel, island: IslandSpec,
     for r in recipes:
         layout = r.parallel
         k0 = layout.pp if layout.pp > 1 and layout.pp_schedule != "gpipe" else 1
+        if skip_batch_rejected and global_batch_seqs is not None and (
+                global_batch_seqs // layout.dp < 1 or k0 * layout.dp > global_batch_seqs):
+            continue
         peaks = _PeakByAccum(model, world, seq_len, r) if layout.pp > 1 else None
         largest = (peaks.max_micro_batch(usable, k0) if peaks is not None
                    else max_micro_batch(model, gpu_memory_bytes=usable, num_gpus=world,
