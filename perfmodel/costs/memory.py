@@ -1348,16 +1348,22 @@ def _rank_phases(stages: list[_Stage], rank: int, spec: ModelSpec, seq_len: int,
     # first moment and dropped (`snapshot.clear()`) wherever the walk changes the state: a
     # backward action adds a dozen moments in one state. The same sums, in the same order, as
     # computing them at each moment.
-    snapshot: list[tuple[Any, float, float, float, float, float | None, float]] = []
+    # A state is numbered the first time it is seen (a moment's dedup key is its own key and
+    # that number).
+    snapshot: list[tuple[int, dict[str, float], float, float | None, float]] = []
+    state_ids: dict[Any, int] = {}
 
-    def state() -> tuple[Any, float, float, float, float, float | None, float]:
+    def state() -> tuple[int, dict[str, float], float, float | None, float]:
         if not snapshot:
+            now = (tuple(sorted(held.items())), frozenset(gathered), frozenset(accumulated),
+                   frozenset(reduced), stale)
+            base = {"unsharded_params": b * sum(by_index[s].padded for s in gathered),
+                    "sharded_grads": FP32 * sum(by_index[s].shard for s in reduced),
+                    "activations": rope}
+            state_fixed = {**states, **base}
+            state_fixed["temporaries"] = r * sum(by_index[s].params for s in accumulated)
             snapshot.append((
-                (tuple(sorted(held.items())), frozenset(gathered), frozenset(accumulated),
-                 frozenset(reduced), stale),
-                b * sum(by_index[s].padded for s in gathered),
-                FP32 * sum(by_index[s].shard for s in reduced),
-                r * sum(by_index[s].params for s in accumulated),
+                state_ids.setdefault(now, len(state_ids)), state_fixed,
                 sum(n * by_index[s].held for s, n in held.items()),
                 output_bytes(by_index[last_forward[0]]) if stale and last_forward is not None
                 else None,
@@ -1369,18 +1375,16 @@ def _rank_phases(stages: list[_Stage], rank: int, spec: ModelSpec, seq_len: int,
             minus_held: float = 0.0) -> None:
         """One moment: states, gathered / accumulated / reduced stages and held micro-batches
         plus the moment's own terms."""
-        now, unsharded, sharded, acc, held_sum, stale_output, dx = state()
+        now, state_fixed, held_sum, stale_output, dx = state()
         full_key = (key, now)
         if full_key in seen:
             return
         seen.add(full_key)
-        base = {"unsharded_params": unsharded, "sharded_grads": sharded, "activations": rope}
         held_bytes = held_sum - minus_held
         if stale_output is not None:
             held_bytes += stale_output
         per = {"activations": persistent + held_bytes, "temporaries": dx}
-        tot_fixed = {**states, **base}
-        tot_fixed["temporaries"] = acc
+        tot_fixed = state_fixed.copy()
         for c, v in fixed.items():
             tot_fixed[c] = tot_fixed.get(c, 0.0) + v
         for c, v in per_token.items():
@@ -1611,6 +1615,18 @@ def _pipeline_coefficients(model: ModelSpec, num_gpus: int, seq_len: int,
     _, _, tokens_per_seq, ranks = _pipeline_ranks(model, num_gpus, seq_len, recipe, accum_steps,
                                                   config, outer_states)
     phases = [p for rank_phases, _, _ in ranks for p in rank_phases]
-    fixed = tuple(float(sum(_component_bytes(p, 0).values())) for p in phases)
-    per_seq = tuple(float(sum(p.per_token.values())) * tokens_per_seq for p in phases)
+    per_token = [sum(p.per_token.values()) for p in phases]
+    if all(math.isfinite(v) for v in per_token):
+        # sum(_component_bytes(p, 0).values()) column by column over every phase at once: the
+        # same additions in the same order (0 + c1 + c2 + ...; numpy adds as Python does), and
+        # tokens·per_token = 0·finite adds a zero, which changes no sum
+        table = np.array([[p.fixed.get(c, 0.0) for c in COMPONENTS] for p in phases],
+                         dtype=float).reshape(len(phases), len(COMPONENTS))
+        total = np.zeros(len(phases))
+        for column in range(len(COMPONENTS)):
+            total = total + table[:, column]
+        fixed = tuple(float(v) for v in total)
+    else:
+        fixed = tuple(float(sum(_component_bytes(p, 0).values())) for p in phases)
+    per_seq = tuple(float(v) * tokens_per_seq for v in per_token)
     return _coefficients_of(fixed, per_seq, config)

@@ -503,10 +503,23 @@ class CompiledPipeline:
     sinks: tuple[int, ...]
 
 
-@lru_cache(maxsize=128)
 def compile_pipeline(layout: ParallelLayout, micro_batches: int, *, replicate: bool = False,
                      blocks: tuple[int, ...] | None = None) -> CompiledPipeline:
-    """Compile `pipeline_plan` into a fixed DAG, as `perfmodel.sim.fastpath` compiles FSDP."""
+    """Compile `pipeline_plan` into a fixed DAG, as `perfmodel.sim.fastpath` compiles FSDP.
+
+    Claim: the DAG depends on the layout's pp, virtual stages and schedule only (with k, HSDP
+    replication and the blocks per stage). Why: `pipeline_plan` reads no other field of the
+    layout (durations come in later, from `PipelineCosts`), so layouts that differ in tp,
+    dp_shard, cp or sequence parallelism share one compilation (a layout table compiles each
+    shape once instead of once per layout). Checked by: tests/test_layout_speed.py."""
+    shape = ParallelLayout(pp=layout.pp, virtual_stages=layout.virtual_stages,
+                           pp_schedule=layout.pp_schedule)
+    return _compile_shape(shape, micro_batches, replicate, blocks)
+
+
+@lru_cache(maxsize=128)
+def _compile_shape(layout: ParallelLayout, micro_batches: int, replicate: bool,
+                   blocks: tuple[int, ...] | None) -> CompiledPipeline:
     plan = pipeline_plan(layout, micro_batches, replicate=replicate, blocks=blocks)
     last: dict[tuple[int, str], int] = {}
     preds: list[tuple[int, ...]] = []
