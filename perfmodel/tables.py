@@ -197,7 +197,7 @@ def build_layout_table(model: ModelSpec, *, seq_len: int, clusters: Sequence[Clu
                     result = island_layout_rows(model, profile, island, seq_len=seq_len,
                                                 space=space, recipe=recipe,
                                                 global_batch_seqs=global_batch_seqs,
-                                                skip_batch_rejected=True)
+                                                skip_rejected=True)
                     table = drop_dominated(result.rows)
                     why = None
                     if table.empty:

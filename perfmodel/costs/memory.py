@@ -102,6 +102,7 @@ import functools
 import itertools
 import logging
 import math
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
@@ -123,9 +124,10 @@ MEMO_SIZE = 4096
 """Results each memoised function of this module keeps (least recently used dropped first)."""
 
 
-def _memoised(function: Callable[..., Any]) -> Callable[..., Any]:
+class _Memo:
     """`function` (pure, positional arguments only, frozen results) remembering its last
-    `MEMO_SIZE` results by argument value.
+    `MEMO_SIZE` results by argument value (`get` and `put` let a caller that computed a result
+    another way, to the bit the same, share it).
 
     Claim: a memoised call returns the object the first call with equal arguments returned.
     Why: the functions wrapped here are pure functions of frozen, value-compared inputs (model,
@@ -133,21 +135,51 @@ def _memoised(function: Callable[..., Any]) -> Callable[..., Any]:
     asks the same questions many times: every island of the same GPU count prices the same
     per-rank memory whatever its GPU type, price or cluster, and the layout search, the bisection
     over k and the exclusion reasons ask again for the same (layout, mode, k). Arguments that
-    cannot be hashed (a model spec holding a list) are computed, not remembered.
+    cannot be hashed (a model spec holding a list) are computed, not remembered; an exception is
+    not remembered.
     Checked by: tests/test_layout_speed.py (memoised answers equal fresh ones) and
     benchmarks/compare_layout_tables.py (whole tables and frontiers equal the code before)."""
-    cached = functools.lru_cache(maxsize=MEMO_SIZE)(function)
 
-    @functools.wraps(function)
-    def call(*args: Any) -> Any:
+    def __init__(self, function: Callable[..., Any]) -> None:
+        self.function = function
+        self.values: OrderedDict[Any, Any] = OrderedDict()
+        functools.update_wrapper(self, function)
+
+    def get(self, args: tuple[Any, ...]) -> Any:
+        """The remembered result for `args` (None: none)."""
         try:
-            hash(args)
+            value = self.values.get(args)
         except TypeError:
-            return function(*args)
-        return cached(*args)
+            return None
+        if value is not None:
+            self.values.move_to_end(args)
+        return value
 
-    call.cache_clear = cached.cache_clear  # type: ignore[attr-defined]
-    return call
+    def put(self, args: tuple[Any, ...], value: Any) -> None:
+        """Remember `value` as the result for `args` (unhashable arguments: nothing)."""
+        try:
+            self.values[args] = value
+        except TypeError:
+            return
+        self.values.move_to_end(args)
+        while len(self.values) > MEMO_SIZE:
+            self.values.popitem(last=False)
+
+    def __call__(self, *args: Any) -> Any:
+        value = self.get(args)
+        if value is None:
+            value = self.function(*args)
+            self.put(args, value)
+        return value
+
+    def cache_clear(self) -> None:
+        """Forget every result."""
+        self.values.clear()
+
+
+def _memoised(function: Callable[..., Any]) -> _Memo:
+    """`function` memoised (`_Memo`)."""
+    return _Memo(function)
 
 
 # ---- configuration and results ------------------------------------------------------------
@@ -208,6 +240,7 @@ COMPONENTS = ("sharded_params", "optimizer_states", "sharded_grads", "unsharded_
 """Tracked components, one per FSDPMemTracker category (Sharded Param, OptState, Sharded Grad,
 Unsharded Param, Unsharded Grad, All Gather, Reduce Scatter, Activation + Inputs, Temp), and
 the DiLoCo outer optimizer state, which plain FSDP training (and the tracker) does not have."""
+_COMPONENT_INDEX = {c: i for i, c in enumerate(COMPONENTS)}
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -1300,8 +1333,17 @@ def _pipeline_stages(spec: ModelSpec, world: int, seq_len: int, recipe: Training
 
 def _rank_phases(stages: list[_Stage], rank: int, spec: ModelSpec, seq_len: int,
                  recipe: TrainingRecipe, k: int, z: _Sizes, boundary: float, outer: bool,
-                 config: MemoryConfig) -> tuple[list[_Phase], dict[int, int]]:
-    """Every candidate peak moment of pipeline rank `rank` over one step (section comment)."""
+                 config: MemoryConfig, totals: bool = False) -> tuple[list[Any], dict[int, int]]:
+    """Every candidate peak moment of pipeline rank `rank` over one step (section comment).
+
+    `totals`: each moment as (fixed bytes, bytes per token) only, the sums of its components
+    (what `_pipeline_coefficients` needs) instead of a `_Phase`. Claim: the same two numbers
+    `sum(_component_bytes(phase, 0).values())` and `sum(phase.per_token.values())` give for
+    finite per-token terms. Why: the components are added in the same order (COMPONENTS; the
+    per-token ones in the order the phase's dict holds them) from the same terms, absent ones as
+    0.0 as `_component_bytes` has them, and 0 x a finite per-token term adds a zero that changes
+    no sum; building a dict per moment was most of a pipeline table's time. Checked by:
+    tests/test_layout_speed.py (coefficients equal the phases' sums)."""
     layout = recipe.parallel
     b, r = z.b, z.r
     local = [stages[s] for s in pipeline.stage_of_rank(rank, layout.pp, layout.virtual_stages)]
@@ -1350,10 +1392,10 @@ def _rank_phases(stages: list[_Stage], rank: int, spec: ModelSpec, seq_len: int,
     # computing them at each moment.
     # A state is numbered the first time it is seen (a moment's dedup key is its own key and
     # that number).
-    snapshot: list[tuple[int, dict[str, float], float, float | None, float]] = []
+    snapshot: list[tuple[int, dict[str, float], float, float | None, float, list[float]]] = []
     state_ids: dict[Any, int] = {}
 
-    def state() -> tuple[int, dict[str, float], float, float | None, float]:
+    def state() -> tuple[int, dict[str, float], float, float | None, float, list[float]]:
         if not snapshot:
             now = (tuple(sorted(held.items())), frozenset(gathered), frozenset(accumulated),
                    frozenset(reduced), stale)
@@ -1368,14 +1410,15 @@ def _rank_phases(stages: list[_Stage], rank: int, spec: ModelSpec, seq_len: int,
                 output_bytes(by_index[last_forward[0]]) if stale and last_forward is not None
                 else None,
                 # the previous backward's input gradient, referenced by its send ops
-                boundary * sum(1 for s in accumulated if keeps_dx and not by_index[s].first)))
+                boundary * sum(1 for s in accumulated if keeps_dx and not by_index[s].first),
+                [state_fixed.get(c, 0.0) for c in COMPONENTS] if totals else []))
         return snapshot[0]
 
     def add(name: str, key: Any, fixed: dict[str, float], per_token: dict[str, float],
             minus_held: float = 0.0) -> None:
         """One moment: states, gathered / accumulated / reduced stages and held micro-batches
         plus the moment's own terms."""
-        now, state_fixed, held_sum, stale_output, dx = state()
+        now, state_fixed, held_sum, stale_output, dx, state_list = state()
         full_key = (key, now)
         if full_key in seen:
             return
@@ -1383,6 +1426,22 @@ def _rank_phases(stages: list[_Stage], rank: int, spec: ModelSpec, seq_len: int,
         held_bytes = held_sum - minus_held
         if stale_output is not None:
             held_bytes += stale_output
+        if totals:
+            values = state_list.copy()
+            for c, v in fixed.items():
+                i = _COMPONENT_INDEX[c]
+                values[i] = values[i] + v
+            activations, temporaries = persistent + held_bytes, dx
+            others: dict[str, float] = {}
+            for c, v in per_token.items():
+                if c == "activations":
+                    activations = activations + v
+                elif c == "temporaries":
+                    temporaries = temporaries + v
+                else:
+                    others[c] = others.get(c, 0.0) + v
+            phases.append((sum(values), sum([activations, temporaries, *others.values()])))
+            return
         per = {"activations": persistent + held_bytes, "temporaries": dx}
         tot_fixed = state_fixed.copy()
         for c, v in fixed.items():
@@ -1500,16 +1559,28 @@ def _pipeline_view(model: ModelSpec, num_gpus: int, seq_len: int, recipe: Traini
     return spec, world, tokens, layout, z, z.b * spec.hidden_size / sp
 
 
-def _pipeline_ranks(model: ModelSpec, num_gpus: int, seq_len: int, recipe: TrainingRecipe,
-                    accum_steps: int, config: MemoryConfig, outer_states: bool
-                    ) -> tuple[ParallelLayout, int, int, list[tuple[list[_Phase], dict[int, int],
-                                                                    list[_Stage]]]]:
+@_memoised
+def _pipeline_setup(model: ModelSpec, num_gpus: int, seq_len: int, recipe: TrainingRecipe,
+                    accum_steps: int, config: MemoryConfig
+                    ) -> tuple[ModelSpec, int, int, ParallelLayout, _Sizes, float, TrainingRecipe,
+                               list[_Stage]]:
+    """What every rank's walk shares: (in-stage model, FSDP ranks, tokens per sequence, resolved
+    layout, element sizes, boundary bytes per token, recipe with the resolved layout, stages)."""
     spec, world, tokens_per_seq, layout, z, boundary = _pipeline_view(model, num_gpus, seq_len,
                                                                       recipe, config)
     pipeline.check_schedule(layout.pp_schedule, layout.pp, layout.virtual_stages, accum_steps)
     recipe = replace(recipe, parallel=layout)
     stages = _pipeline_stages(spec, world, tokens_per_seq, recipe, config, z.b, boundary,
                               share=z.share, loss_parallel=z.loss_parallel)
+    return spec, world, tokens_per_seq, layout, z, boundary, recipe, stages
+
+
+def _pipeline_ranks(model: ModelSpec, num_gpus: int, seq_len: int, recipe: TrainingRecipe,
+                    accum_steps: int, config: MemoryConfig, outer_states: bool
+                    ) -> tuple[ParallelLayout, int, int, list[tuple[list[Any], dict[int, int],
+                                                                    list[_Stage]]]]:
+    spec, world, tokens_per_seq, layout, z, boundary, recipe, stages = _pipeline_setup(
+        model, num_gpus, seq_len, recipe, accum_steps, config)
     out = []
     for rank in range(layout.pp):
         phases, held = _rank_phases(stages, rank, spec, tokens_per_seq, recipe, accum_steps, z,
@@ -1612,21 +1683,118 @@ def _pipeline_coefficients(model: ModelSpec, num_gpus: int, seq_len: int,
                            outer_states: bool) -> MemoryCoefficients:
     """Every moment of every pipeline rank as an affine function of the micro-batch: their
     maximum is the worst rank's peak."""
-    _, _, tokens_per_seq, ranks = _pipeline_ranks(model, num_gpus, seq_len, recipe, accum_steps,
-                                                  config, outer_states)
-    phases = [p for rank_phases, _, _ in ranks for p in rank_phases]
-    per_token = [sum(p.per_token.values()) for p in phases]
-    if all(math.isfinite(v) for v in per_token):
-        # sum(_component_bytes(p, 0).values()) column by column over every phase at once: the
-        # same additions in the same order (0 + c1 + c2 + ...; numpy adds as Python does), and
-        # tokens·per_token = 0·finite adds a zero, which changes no sum
-        table = np.array([[p.fixed.get(c, 0.0) for c in COMPONENTS] for p in phases],
-                         dtype=float).reshape(len(phases), len(COMPONENTS))
-        total = np.zeros(len(phases))
-        for column in range(len(COMPONENTS)):
-            total = total + table[:, column]
-        fixed = tuple(float(v) for v in total)
-    else:
-        fixed = tuple(float(sum(_component_bytes(p, 0).values())) for p in phases)
-    per_seq = tuple(float(v) * tokens_per_seq for v in per_token)
+    found = _pipeline_walk(model, num_gpus, seq_len, recipe, accum_steps, config, outer_states)
+    if found is None:   # without a memory to exceed the walk always completes
+        raise RuntimeError("pipeline memory walk stopped without a memory bound")
+    return found
+
+
+def _pipeline_walk(model: ModelSpec, num_gpus: int, seq_len: int,
+                   recipe: TrainingRecipe, accum_steps: int, config: MemoryConfig,
+                   outer_states: bool, over_bytes: int | None = None
+                   ) -> MemoryCoefficients | None:
+    """Every moment of every pipeline rank as an affine function of the micro-batch: their
+    maximum is the worst rank's peak. With `over_bytes`, None as soon as one rank's moments
+    prove that micro-batch 1 does not fit in `over_bytes` (`coefficients_unless_over`); the
+    ranks are walked 0, last, then the others (the end stages hold the most), and the moments
+    are concatenated in rank order whatever the walk order."""
+    pp = recipe.parallel.resolve(num_gpus).pp
+    by_rank: dict[int, MemoryCoefficients] = {}
+    for rank in dict.fromkeys([0, pp - 1, *range(1, pp - 1)]):
+        mine = _rank_coefficients(model, num_gpus, seq_len, recipe, accum_steps, outer_states,
+                                  config, rank)
+        if mine is None:
+            # a non-finite per-token term: 0 x it is not a zero; add it as the phases do
+            _, _, tokens_per_seq, ranks = _pipeline_ranks(model, num_gpus, seq_len, recipe,
+                                                          accum_steps, config, outer_states)
+            phases = [p for rank_phases, _, _ in ranks for p in rank_phases]
+            fixed = tuple(float(sum(_component_bytes(p, 0).values())) for p in phases)
+            per_seq = tuple(float(sum(p.per_token.values())) * tokens_per_seq for p in phases)
+            return _coefficients_of(fixed, per_seq, config)
+        by_rank[rank] = mine
+        if over_bytes is not None and (mine.max_micro_batch(over_bytes) == 0
+                                       and mine.peak_bytes(1) > over_bytes):
+            return None
+    # the ranks' reduced moments in rank order: the moments a reduction of all of them keeps
+    # are among them (a moment dominated within its rank is dominated overall), and the
+    # reduction keeps the same ones whatever the order it is given (sorted by value, index)
+    fixed = tuple(f for rank in range(pp) for f in by_rank[rank].fixed_bytes)
+    per_seq = tuple(v for rank in range(pp) for v in by_rank[rank].per_sequence_bytes)
     return _coefficients_of(fixed, per_seq, config)
+
+
+@_memoised
+def _rank_coefficients(model: ModelSpec, num_gpus: int, seq_len: int, recipe: TrainingRecipe,
+                       accum_steps: int, outer_states: bool, config: MemoryConfig,
+                       rank: int) -> MemoryCoefficients | None:
+    """The (reduced) coefficients of one pipeline rank's moments, from its totals walk; None
+    when a per-token term is not finite (then the phases must be summed as dicts)."""
+    spec, _, tokens_per_seq, _, z, boundary, resolved, stages = _pipeline_setup(
+        model, num_gpus, seq_len, recipe, accum_steps, config)
+    sums, _ = _rank_phases(stages, rank, spec, tokens_per_seq, resolved, accum_steps, z,
+                           boundary, outer_states, config, totals=True)
+    if not all(math.isfinite(per) for _, per in sums):
+        return None
+    return _coefficients_of(tuple(float(f) for f, _ in sums),
+                            tuple(float(per) * tokens_per_seq for _, per in sums), config)
+
+
+def pipeline_rank_fits(model: ModelSpec, *, gpu_memory_bytes: int, num_gpus: int,
+                       seq_len: int, recipe: TrainingRecipe, accum_steps: int,
+                       micro_batch: int, config: MemoryConfig = DEFAULT_CONFIG) -> bool:
+    """Whether the worst pipeline rank's peak at (k = accum_steps, m = micro_batch) fits
+    `gpu_memory_bytes`: `memory_coefficients(...).peak_bytes(m) <= gpu_memory_bytes`, walking
+    the ranks one at a time (0, last, the others) and stopping at the first that does not fit.
+
+    Claim: the same answer as the full coefficients. Why: the peak is g(T) with T the largest
+    moment over all ranks and g (floors, the reserve) non-decreasing, so g(max_r T_r) <= memory
+    exactly when every g(T_r) <= memory; the ranks' walks are remembered for the next probe.
+    Checked by: tests/test_layout_speed.py."""
+    recipe = resolve_memory_recipe(recipe, None, None)
+    key = (model, num_gpus, seq_len, recipe, accum_steps, False, config)
+    known = _coefficients.get(key)
+    if known is None:
+        pp = recipe.parallel.resolve(num_gpus).pp
+        for rank in dict.fromkeys([0, pp - 1, *range(1, pp - 1)]):
+            mine = _rank_coefficients(*key, rank)
+            if mine is None:    # sum as dicts (memory_coefficients)
+                known = _coefficients(*key)
+                break
+            if mine.peak_bytes(micro_batch) > gpu_memory_bytes:
+                return False
+        else:
+            return True
+    return bool(known.peak_bytes(micro_batch) <= gpu_memory_bytes)
+
+
+def coefficients_unless_over(model: ModelSpec, *, gpu_memory_bytes: int, num_gpus: int,
+                             seq_len: int, recipe: TrainingRecipe, accum_steps: int = 1,
+                             outer_states: bool = False,
+                             config: MemoryConfig = DEFAULT_CONFIG) -> MemoryCoefficients | None:
+    """`memory_coefficients`, or None when micro-batch 1 does not fit `gpu_memory_bytes`, found
+    (for a pipeline) without walking every rank.
+
+    Claim: None only where `max_micro_batch` (and `_PeakByAccum.max_micro_batch`) would say 0;
+    otherwise the coefficients `memory_coefficients` returns, to the bit (and remembered as its).
+    Why: a pipeline's peak is the maximum over the moments of every rank, so a rank whose own
+    closed form is 0 (its smallest micro-batch limit < 1, so the minimum over all ranks is too)
+    and whose own peak at m = 1 exceeds the memory (the maximum over all ranks is at least it)
+    makes the search return 0 whatever the other ranks hold: the closed form starts at 0 and
+    the walk up stops at m = 1. A layout table proves most pipeline layouts of a large model
+    too big this way after one or two ranks instead of all of them.
+    Checked by: tests/test_layout_speed.py (None exactly where the largest micro-batch is 0,
+    coefficients equal otherwise)."""
+    _positive("gpu_memory_bytes", gpu_memory_bytes)
+    _positive("num_gpus", num_gpus)
+    _positive("seq_len", seq_len)
+    _positive("accum_steps", accum_steps)
+    recipe = resolve_memory_recipe(recipe, None, None)
+    key = (model, num_gpus, seq_len, recipe, accum_steps, outer_states, config)
+    known = _coefficients.get(key)
+    if known is not None or recipe.parallel.pp == 1:
+        return known if known is not None else _coefficients(*key)
+    found = _pipeline_walk(model, num_gpus, seq_len, recipe, accum_steps, config, outer_states,
+                           over_bytes=gpu_memory_bytes)
+    if found is not None:
+        _coefficients.put(key, found)
+    return found
