@@ -105,7 +105,7 @@ import math
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 
@@ -124,7 +124,10 @@ MEMO_SIZE = 4096
 """Results each memoised function of this module keeps (least recently used dropped first)."""
 
 
-class _Memo:
+_R = TypeVar("_R")
+
+
+class _Memo(Generic[_R]):
     """`function` (pure, positional arguments only, frozen results) remembering its last
     `MEMO_SIZE` results by argument value (`get` and `put` let a caller that computed a result
     another way, to the bit the same, share it).
@@ -140,12 +143,12 @@ class _Memo:
     Checked by: tests/test_layout_speed.py (memoised answers equal fresh ones) and
     benchmarks/compare_layout_tables.py (whole tables and frontiers equal the code before)."""
 
-    def __init__(self, function: Callable[..., Any]) -> None:
+    def __init__(self, function: Callable[..., _R]) -> None:
         self.function = function
-        self.values: OrderedDict[Any, Any] = OrderedDict()
+        self.values: OrderedDict[Any, _R] = OrderedDict()
         functools.update_wrapper(self, function)
 
-    def get(self, args: tuple[Any, ...]) -> Any:
+    def get(self, args: tuple[Any, ...]) -> _R | None:
         """The remembered result for `args` (None: none)."""
         try:
             value = self.values.get(args)
@@ -155,7 +158,7 @@ class _Memo:
             self.values.move_to_end(args)
         return value
 
-    def put(self, args: tuple[Any, ...], value: Any) -> None:
+    def put(self, args: tuple[Any, ...], value: _R) -> None:
         """Remember `value` as the result for `args` (unhashable arguments: nothing)."""
         try:
             self.values[args] = value
@@ -165,7 +168,7 @@ class _Memo:
         while len(self.values) > MEMO_SIZE:
             self.values.popitem(last=False)
 
-    def __call__(self, *args: Any) -> Any:
+    def __call__(self, *args: Any) -> _R:
         value = self.get(args)
         if value is None:
             value = self.function(*args)
@@ -177,7 +180,7 @@ class _Memo:
         self.values.clear()
 
 
-def _memoised(function: Callable[..., Any]) -> _Memo:
+def _memoised(function: Callable[..., _R]) -> _Memo[_R]:
     """`function` memoised (`_Memo`)."""
     return _Memo(function)
 
@@ -1381,7 +1384,7 @@ def _rank_phases(stages: list[_Stage], rank: int, spec: ModelSpec, seq_len: int,
     gathered: set[int] = set()
     accumulated: set[int] = set()
     reduced: set[int] = set()
-    phases: list[_Phase] = []
+    phases: list[Any] = []   # _Phase, or (fixed, per token) with `totals`
     seen: set[Any] = set()
     last_forward: tuple[int, int] | None = None   # still referenced by the schedule's loop
     stale = False                                  # ... after its micro-batch's backward
