@@ -577,20 +577,37 @@ def evaluate_pipeline(costs: PipelineCosts, micro_batches: int) -> PipelineEvalu
     starts: list[np.ndarray] = []
     ends: list[np.ndarray] = []
     compute, comm = zero, zero
+    # A collective that ended (every configuration) before a compute task started slows
+    # neither it nor any later compute task of its rank: contention_delay clips the span to
+    # [max(a, start), b], empty there, and adds max(0, min(x, 0)) = 0. Later compute tasks of the
+    # rank start no earlier (they follow on its compute stream and no duration is negative), so
+    # such a span is dropped once for the rest of the step. Only where every duration is finite
+    # and >= 0 (else every span is applied as before).
+    durations = [np.asarray(_duration(costs, c), dtype=float) for c in compiled.costs]
+    prune = slow != 1.0 and all(bool(np.all(np.isfinite(d)) and np.all(d >= 0.0))
+                                for d in durations)
+    finished: set[int] = set()
     for i, pred in enumerate(compiled.preds):
         start = zero if not pred else ends[pred[0]]
         for p in pred[1:]:
             start = np.maximum(start, ends[p])
-        dur = _duration(costs, compiled.costs[i])
-        end = start + np.asarray(dur, dtype=float)
+        dur = durations[i]
+        end = start + dur
         if compiled.is_compute[i]:
             if slow != 1.0 and compiled.overlaps[i]:
-                end = contention_delay(start, end, [(starts[j], ends[j])
-                                                    for j in compiled.overlaps[i]],
-                                       extra_in, lost)
+                spans = []
+                for j in compiled.overlaps[i]:
+                    if j in finished:
+                        continue
+                    if prune and bool(np.all(ends[j] <= start)):
+                        finished.add(j)
+                        continue
+                    spans.append((starts[j], ends[j]))
+                if spans:
+                    end = contention_delay(start, end, spans, extra_in, lost)
             compute = compute + (end - start)
         else:
-            comm = comm + np.asarray(dur, dtype=float)
+            comm = comm + dur
         starts.append(start)
         ends.append(end)
     out = zero
