@@ -584,8 +584,12 @@ def evaluate_pipeline(costs: PipelineCosts, micro_batches: int) -> PipelineEvalu
     # such a span is dropped once for the rest of the step. Only where every duration is finite
     # and >= 0 (else every span is applied as before).
     durations = [np.asarray(_duration(costs, c), dtype=float) for c in compiled.costs]
-    prune = slow != 1.0 and all(bool(np.all(np.isfinite(d)) and np.all(d >= 0.0))
-                                for d in durations)
+    sources = [np.asarray(v, dtype=float) for v in (
+        costs.p2p_s, *costs.optimizer_s, *(getattr(st, name) for st in costs.stages
+                                           for name in STAGE_COSTS))]
+    # (a task's duration is one of these, or one divided by its number of parts >= 1)
+    prune = slow != 1.0 and all(bool(np.all(np.isfinite(v)) and np.all(v >= 0.0))
+                                for v in sources)
     finished: set[int] = set()
     for i, pred in enumerate(compiled.preds):
         start = zero if not pred else ends[pred[0]]
@@ -599,7 +603,7 @@ def evaluate_pipeline(costs: PipelineCosts, micro_batches: int) -> PipelineEvalu
                 for j in compiled.overlaps[i]:
                     if j in finished:
                         continue
-                    if prune and bool(np.all(ends[j] <= start)):
+                    if prune and bool((ends[j] <= start).all()):
                         finished.add(j)
                         continue
                     spans.append((starts[j], ends[j]))
