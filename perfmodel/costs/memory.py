@@ -180,9 +180,20 @@ class _Memo(Generic[_R]):
         self.values.clear()
 
 
+_MEMOS: list[_Memo[Any]] = []
+
+
 def _memoised(function: Callable[..., _R]) -> _Memo[_R]:
     """`function` memoised (`_Memo`)."""
-    return _Memo(function)
+    memo = _Memo(function)
+    _MEMOS.append(memo)
+    return memo
+
+
+def clear_memos() -> None:
+    """Forget every memoised result of this module (a benchmark times a cold start)."""
+    for memo in _MEMOS:
+        memo.cache_clear()
 
 
 # ---- configuration and results ------------------------------------------------------------
