@@ -98,6 +98,7 @@ peak(m) = (1 + reserve_fraction)·max_i(fixed_i + m·per_sequence_i) + reserve_b
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 import logging
@@ -152,10 +153,11 @@ class _Memo(Generic[_R]):
         """The remembered result for `args` (None: none)."""
         try:
             value = self.values.get(args)
-        except TypeError:
+        except TypeError:   # unhashable arguments
             return None
         if value is not None:
-            self.values.move_to_end(args)
+            with contextlib.suppress(KeyError):   # dropped meanwhile by another thread
+                self.values.move_to_end(args)
         return value
 
     def put(self, args: tuple[Any, ...], value: _R) -> None:
