@@ -192,3 +192,27 @@ def test_islands_shared_across_clusters() -> None:
     by_cluster = {(e.cluster, e.gpus_per_node, e.reason) for e in excluded}
     assert {(c, g, r) for c, g, r in by_cluster if c == "b"} == {
         ("b", g, r) for c, g, r in by_cluster if c == "a"}
+
+
+def test_dp_convolution_of_many_changes_equals_one_at_a_time() -> None:
+    """The DP's class-table update with many changed entries (convolved row by row) gives the
+    table the entry-by-entry update gives (random int64 tables with INF entries)."""
+    from planner.solvers import dp
+
+    rng = np.random.default_rng(3)
+    for _ in range(20):
+        m, b = int(rng.integers(2, 6)), int(rng.integers(60, 300))
+        rest = rng.integers(0, 10**6, (m, b)).astype(np.int64)
+        rest[rng.random((m, b)) < 0.3] = dp.INF
+        table = rng.integers(0, 2 * 10**6, (m, b)).astype(np.int64)
+        table[rng.random((m, b)) < 0.3] = dp.INF
+        g = rng.integers(0, 10**6, (m, b)).astype(np.int64)
+        rows, cols = np.nonzero(rng.random((m, b)) < 0.5)
+        assert rows.size > dp.FEW   # the row-by-row path, with chunks past CHUNK entries
+        slow = table.copy()
+        for m1, b1 in zip(rows.tolist(), cols.tolist(), strict=True):
+            view = slow[m1:, b1:]
+            np.minimum(view, g[m1, b1] + rest[: m - m1, : b - b1], out=view)
+        fast = table.copy()
+        dp._convolve_changes(fast, rest, g, rows, cols)
+        assert np.array_equal(np.minimum(slow, dp.INF), np.minimum(fast, dp.INF))

@@ -281,7 +281,8 @@ def _convolve_changes(table: np.ndarray, rest: np.ndarray, g: np.ndarray, rows: 
     `rest` padded on the left with INF, and an INF-padded place adds INF + g >= INF, which no
     table entry (<= INF) exceeds, so it changes nothing. Python loops once per row and chunk
     instead of once per entry (the 70B multicloud instance's solve was most of it).
-    Checked by: tests/test_dp.py and tests/test_planner_layouts.py (the DP equals brute force)."""
+    Checked by: tests/test_layout_speed.py (equal to the entry-by-entry update), tests/test_dp.py
+    and tests/test_planner_layouts.py (the DP equals brute force)."""
     width = table.shape[1]
     if rows.size <= FEW:
         for m1, b1 in zip(rows.tolist(), cols.tolist(), strict=True):
