@@ -178,6 +178,11 @@ def build_layout_table(model: ModelSpec, *, seq_len: int, clusters: Sequence[Clu
     frames: list[pd.DataFrame] = []
     excluded: list[Exclusion] = []
     rows = 0
+    # An island's rows and exclusion depend on its profile (one per GPU name) and its
+    # IslandSpec (GPU, nodes, GPUs per node, links), not on the cluster's name, price or WAN:
+    # islands of equal (GPU name, IslandSpec) in several clusters are built once and share the
+    # rows (exact: the same function of the same inputs; benchmarks/compare_layout_tables.py).
+    built: dict[tuple[str, Any], tuple[pd.DataFrame, Exclusion | None]] = {}
     for cluster in progress.track(clusters, f"layout table of {model.name}, by cluster"):
         profile = _profile_for(cluster.gpu.name, profiles)
         counts = tuple((island_nodes or {}).get(cluster.name, ())) or tuple(
@@ -186,13 +191,26 @@ def build_layout_table(model: ModelSpec, *, seq_len: int, clusters: Sequence[Clu
         for nodes in counts:
             for gpn in cluster.allowed_gpus_per_node:
                 island = cluster.island(nodes, gpn)
-                result = island_layout_rows(model, profile, island, seq_len=seq_len,
-                                            space=space, recipe=recipe,
-                                            global_batch_seqs=global_batch_seqs)
-                table = drop_dominated(result.rows)
-                if table.empty:
-                    mine.append(_exclusion(model, profile, cluster, island, seq_len, space,
-                                           recipe, result, global_batch_seqs))
+                key = (cluster.gpu.name.lower(), island)
+                if key not in built:
+                    # candidates the batch alone rejects skip their memory walk; an island left
+                    # with no row is asked again for every candidate's reason (its exclusion)
+                    result = island_layout_rows(model, profile, island, seq_len=seq_len,
+                                                space=space, recipe=recipe,
+                                                global_batch_seqs=global_batch_seqs,
+                                                skip_rejected=True)
+                    table = drop_dominated(result.rows)
+                    why = None
+                    if table.empty:
+                        result = island_layout_rows(model, profile, island, seq_len=seq_len,
+                                                    space=space, recipe=recipe,
+                                                    global_batch_seqs=global_batch_seqs)
+                        why = _exclusion(model, profile, cluster, island, seq_len, space, recipe,
+                                         result, global_batch_seqs)
+                    built[key] = (table, why)
+                table, why = built[key]
+                if why is not None:
+                    mine.append(replace(why, cluster=cluster.name))
                     continue
                 rows += len(table)
                 if rows > LIMITS["table_rows"].maximum:

@@ -98,12 +98,15 @@ peak(m) = (1 + reserve_fraction)·max_i(fixed_i + m·per_sequence_i) + reserve_b
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import itertools
 import logging
 import math
+from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass, fields, replace
-from typing import Any
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 
@@ -117,6 +120,82 @@ from perfmodel.spec.layout import ParallelLayout
 from perfmodel.spec.recipe import DEFAULT_RECIPE, TrainingRecipe, moe_token_factor
 
 logger = logging.getLogger(__name__)
+
+MEMO_SIZE = 4096
+"""Results each memoised function of this module keeps (least recently used dropped first)."""
+
+
+_R = TypeVar("_R")
+
+
+class _Memo(Generic[_R]):
+    """`function` (pure, positional arguments only, frozen results) remembering its last
+    `MEMO_SIZE` results by argument value (`get` and `put` let a caller that computed a result
+    another way, to the bit the same, share it).
+
+    Claim: a memoised call returns the object the first call with equal arguments returned.
+    Why: the functions wrapped here are pure functions of frozen, value-compared inputs (model,
+    GPU count, sequence length, recipe, k, config) returning frozen values, and an island table
+    asks the same questions many times: every island of the same GPU count prices the same
+    per-rank memory whatever its GPU type, price or cluster, and the layout search, the bisection
+    over k and the exclusion reasons ask again for the same (layout, mode, k). Arguments that
+    cannot be hashed (a model spec holding a list) are computed, not remembered; an exception is
+    not remembered.
+    Checked by: tests/test_layout_speed.py (memoised answers equal fresh ones) and
+    benchmarks/compare_layout_tables.py (whole tables and frontiers equal the code before)."""
+
+    def __init__(self, function: Callable[..., _R]) -> None:
+        self.function = function
+        self.values: OrderedDict[Any, _R] = OrderedDict()
+        functools.update_wrapper(self, function)
+
+    def get(self, args: tuple[Any, ...]) -> _R | None:
+        """The remembered result for `args` (None: none)."""
+        try:
+            value = self.values.get(args)
+        except TypeError:   # unhashable arguments
+            return None
+        if value is not None:
+            with contextlib.suppress(KeyError):   # dropped meanwhile by another thread
+                self.values.move_to_end(args)
+        return value
+
+    def put(self, args: tuple[Any, ...], value: _R) -> None:
+        """Remember `value` as the result for `args` (unhashable arguments: nothing)."""
+        try:
+            self.values[args] = value
+        except TypeError:
+            return
+        self.values.move_to_end(args)
+        while len(self.values) > MEMO_SIZE:
+            self.values.popitem(last=False)
+
+    def __call__(self, *args: Any) -> _R:
+        value = self.get(args)
+        if value is None:
+            value = self.function(*args)
+            self.put(args, value)
+        return value
+
+    def cache_clear(self) -> None:
+        """Forget every result."""
+        self.values.clear()
+
+
+_MEMOS: list[_Memo[Any]] = []
+
+
+def _memoised(function: Callable[..., _R]) -> _Memo[_R]:
+    """`function` memoised (`_Memo`)."""
+    memo = _Memo(function)
+    _MEMOS.append(memo)
+    return memo
+
+
+def clear_memos() -> None:
+    """Forget every memoised result of this module (a benchmark times a cold start)."""
+    for memo in _MEMOS:
+        memo.cache_clear()
 
 
 # ---- configuration and results ------------------------------------------------------------
@@ -177,6 +256,7 @@ COMPONENTS = ("sharded_params", "optimizer_states", "sharded_grads", "unsharded_
 """Tracked components, one per FSDPMemTracker category (Sharded Param, OptState, Sharded Grad,
 Unsharded Param, Unsharded Grad, All Gather, Reduce Scatter, Activation + Inputs, Temp), and
 the DiLoCo outer optimizer state, which plain FSDP training (and the tracker) does not have."""
+_COMPONENT_INDEX = {c: i for i, c in enumerate(COMPONENTS)}
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -955,6 +1035,15 @@ def memory_breakdown(model: ModelSpec, *, num_gpus: int, seq_len: int, micro_bat
     _positive("micro_batch", micro_batch)
     _positive("accum_steps", accum_steps)
     recipe = resolve_memory_recipe(recipe, ac, accum_mode)
+    return _breakdown(model, num_gpus, seq_len, micro_batch, recipe, accum_steps, outer_states,
+                      config)
+
+
+@_memoised
+def _breakdown(model: ModelSpec, num_gpus: int, seq_len: int, micro_batch: int,
+               recipe: TrainingRecipe, accum_steps: int, outer_states: bool,
+               config: MemoryConfig) -> MemoryBreakdown:
+    """`memory_breakdown` on validated arguments and a resolved recipe (memoised)."""
     if recipe.parallel.pp > 1:   # the worst pipeline rank
         return pipeline_memory(model, num_gpus=num_gpus, seq_len=seq_len,
                                micro_batch=micro_batch, recipe=recipe, accum_steps=accum_steps,
@@ -986,6 +1075,14 @@ def memory_coefficients(model: ModelSpec, *, num_gpus: int, seq_len: int, ac: st
     _positive("seq_len", seq_len)
     _positive("accum_steps", accum_steps)
     recipe = resolve_memory_recipe(recipe, ac, accum_mode)
+    return _coefficients(model, num_gpus, seq_len, recipe, accum_steps, outer_states, config)
+
+
+@_memoised
+def _coefficients(model: ModelSpec, num_gpus: int, seq_len: int, recipe: TrainingRecipe,
+                  accum_steps: int, outer_states: bool,
+                  config: MemoryConfig) -> MemoryCoefficients:
+    """`memory_coefficients` on validated arguments and a resolved recipe (memoised)."""
     if recipe.parallel.pp > 1:   # every moment of every pipeline rank
         return _pipeline_coefficients(model, num_gpus, seq_len, recipe, accum_steps, config,
                                       outer_states)
@@ -995,6 +1092,33 @@ def memory_coefficients(model: ModelSpec, *, num_gpus: int, seq_len: int, ac: st
     phases = _phases(model, seq_len, z, recipe, accum_steps, config, outer_states)
     fixed = tuple(float(sum(_component_bytes(p, 0).values())) for p in phases)
     per_seq = tuple(float(sum(p.per_token.values())) * seq_len for p in phases)
+    return _coefficients_of(fixed, per_seq, config)
+
+
+def _coefficients_of(fixed: tuple[float, ...], per_seq: tuple[float, ...],
+                     config: MemoryConfig) -> MemoryCoefficients:
+    """The coefficients of the phases (fixed_i, per_seq_i), less every phase another phase
+    dominates (fixed_j >= fixed_i and per_seq_j >= per_seq_i).
+
+    Claim: `peak_bytes(m)` and `max_micro_batch` are unchanged, to the bit, for every m >= 0.
+    Why: for m >= 0, fl(fixed_j + fl(m·per_seq_j)) >= fl(fixed_i + fl(m·per_seq_i)) (IEEE
+    rounding is monotone), so the maximum over the phases takes the same value without i; and
+    i's micro-batch limit floor((budget - fixed_i)/per_seq_i) is at least j's whenever j's is
+    >= 1 (the only case where the minimum is not clamped to 0). A pipeline walk has thousands of
+    moments, almost all dominated; the kept ones are what a sweep over m evaluates.
+    Non-finite values are kept as they are (no comparison is trusted).
+    Checked by: tests/test_layout_speed.py (peaks and largest micro-batches with and without the
+    reduction, on pipeline and FSDP recipes)."""
+    if all(math.isfinite(v) for v in (*fixed, *per_seq)):
+        order = sorted(range(len(fixed)), key=lambda i: (-fixed[i], -per_seq[i], i))
+        keep, best = [], -math.inf
+        for i in order:
+            if per_seq[i] > best:   # no phase before it (fixed at least its) has this slope
+                keep.append(i)
+                best = per_seq[i]
+        keep.sort()
+        fixed = tuple(fixed[i] for i in keep)
+        per_seq = tuple(per_seq[i] for i in keep)
     return MemoryCoefficients(fixed_bytes=fixed, per_sequence_bytes=per_seq,
                               reserve_bytes=config.reserve_bytes,
                               reserve_fraction=config.reserve_fraction)
@@ -1037,14 +1161,13 @@ class _Unit:
     order: tuple[int, ...]   # parameter sizes (elements) in registration order
     shard: float             # padded elements per FSDP rank
     padded: float            # all-gather / reduce-scatter buffer elements (FSDP ranks x shard)
+    # computed once (the schedule walk reads them at every moment)
+    params: float = field(init=False)
+    tensors: int = field(init=False)
 
-    @property
-    def params(self) -> float:
-        return float(sum(self.order))
-
-    @property
-    def tensors(self) -> int:
-        return len(self.order)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "params", float(sum(self.order)))
+        object.__setattr__(self, "tensors", len(self.order))
 
     def post_backward_bytes(self, b: float, r: float, first: bool) -> float:
         """Gradient bytes alive at the unit's post-backward in a pipeline backward (no
@@ -1075,18 +1198,15 @@ class _Stage:
     saved_upto: tuple[float, ...]  # bytes per token saved by local blocks 0..j
     work: tuple[float, ...]        # backward working set of local block j, per token
     held: float                   # bytes per token one micro-batch holds from F to B
+    # sums over the units, computed once (the schedule walk reads them at every moment)
+    params: float = field(init=False)
+    padded: float = field(init=False)
+    shard: float = field(init=False)
 
-    @property
-    def params(self) -> float:
-        return sum(u.params for u in self.units)
-
-    @property
-    def padded(self) -> float:
-        return sum(u.padded for u in self.units)
-
-    @property
-    def shard(self) -> float:
-        return sum(u.shard for u in self.units)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "params", sum(u.params for u in self.units))
+        object.__setattr__(self, "padded", sum(u.padded for u in self.units))
+        object.__setattr__(self, "shard", sum(u.shard for u in self.units))
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -1229,8 +1349,17 @@ def _pipeline_stages(spec: ModelSpec, world: int, seq_len: int, recipe: Training
 
 def _rank_phases(stages: list[_Stage], rank: int, spec: ModelSpec, seq_len: int,
                  recipe: TrainingRecipe, k: int, z: _Sizes, boundary: float, outer: bool,
-                 config: MemoryConfig) -> tuple[list[_Phase], dict[int, int]]:
-    """Every candidate peak moment of pipeline rank `rank` over one step (section comment)."""
+                 config: MemoryConfig, totals: bool = False) -> tuple[list[Any], dict[int, int]]:
+    """Every candidate peak moment of pipeline rank `rank` over one step (section comment).
+
+    `totals`: each moment as (fixed bytes, bytes per token) only, the sums of its components
+    (what `_pipeline_coefficients` needs) instead of a `_Phase`. Claim: the same two numbers
+    `sum(_component_bytes(phase, 0).values())` and `sum(phase.per_token.values())` give for
+    finite per-token terms. Why: the components are added in the same order (COMPONENTS; the
+    per-token ones in the order the phase's dict holds them) from the same terms, absent ones as
+    0.0 as `_component_bytes` has them, and 0 x a finite per-token term adds a zero that changes
+    no sum; building a dict per moment was most of a pipeline table's time. Checked by:
+    tests/test_layout_speed.py (coefficients equal the phases' sums)."""
     layout = recipe.parallel
     b, r = z.b, z.r
     local = [stages[s] for s in pipeline.stage_of_rank(rank, layout.pp, layout.virtual_stages)]
@@ -1268,32 +1397,69 @@ def _rank_phases(stages: list[_Stage], rank: int, spec: ModelSpec, seq_len: int,
     gathered: set[int] = set()
     accumulated: set[int] = set()
     reduced: set[int] = set()
-    phases: list[_Phase] = []
+    phases: list[Any] = []   # _Phase, or (fixed, per token) with `totals`
     seen: set[Any] = set()
     last_forward: tuple[int, int] | None = None   # still referenced by the schedule's loop
     stale = False                                  # ... after its micro-batch's backward
+
+    # What every moment of the current state shares (its key and its sums), computed at its
+    # first moment and dropped (`snapshot.clear()`) wherever the walk changes the state: a
+    # backward action adds a dozen moments in one state. The same sums, in the same order, as
+    # computing them at each moment.
+    # A state is numbered the first time it is seen (a moment's dedup key is its own key and
+    # that number).
+    snapshot: list[tuple[int, dict[str, float], float, float | None, float, list[float]]] = []
+    state_ids: dict[Any, int] = {}
+
+    def state() -> tuple[int, dict[str, float], float, float | None, float, list[float]]:
+        if not snapshot:
+            now = (tuple(sorted(held.items())), frozenset(gathered), frozenset(accumulated),
+                   frozenset(reduced), stale)
+            base = {"unsharded_params": b * sum(by_index[s].padded for s in gathered),
+                    "sharded_grads": FP32 * sum(by_index[s].shard for s in reduced),
+                    "activations": rope}
+            state_fixed = {**states, **base}
+            state_fixed["temporaries"] = r * sum(by_index[s].params for s in accumulated)
+            snapshot.append((
+                state_ids.setdefault(now, len(state_ids)), state_fixed,
+                sum(n * by_index[s].held for s, n in held.items()),
+                output_bytes(by_index[last_forward[0]]) if stale and last_forward is not None
+                else None,
+                # the previous backward's input gradient, referenced by its send ops
+                boundary * sum(1 for s in accumulated if keeps_dx and not by_index[s].first),
+                [state_fixed.get(c, 0.0) for c in COMPONENTS] if totals else []))
+        return snapshot[0]
 
     def add(name: str, key: Any, fixed: dict[str, float], per_token: dict[str, float],
             minus_held: float = 0.0) -> None:
         """One moment: states, gathered / accumulated / reduced stages and held micro-batches
         plus the moment's own terms."""
-        full_key = (key, tuple(sorted(held.items())), frozenset(gathered),
-                    frozenset(accumulated), frozenset(reduced), stale)
+        now, state_fixed, held_sum, stale_output, dx, state_list = state()
+        full_key = (key, now)
         if full_key in seen:
             return
         seen.add(full_key)
-        base = {"unsharded_params": b * sum(by_index[s].padded for s in gathered),
-                "sharded_grads": FP32 * sum(by_index[s].shard for s in reduced),
-                "activations": rope}
-        acc = r * sum(by_index[s].params for s in accumulated)
-        held_bytes = sum(n * by_index[s].held for s, n in held.items()) - minus_held
-        if stale and last_forward is not None:
-            held_bytes += output_bytes(by_index[last_forward[0]])
-        # the previous backward's input gradient, referenced by its send ops
-        dx = boundary * sum(1 for s in accumulated if keeps_dx and not by_index[s].first)
+        held_bytes = held_sum - minus_held
+        if stale_output is not None:
+            held_bytes += stale_output
+        if totals:
+            values = state_list.copy()
+            for c, v in fixed.items():
+                i = _COMPONENT_INDEX[c]
+                values[i] = values[i] + v
+            activations, temporaries = persistent + held_bytes, dx
+            others: dict[str, float] = {}
+            for c, v in per_token.items():
+                if c == "activations":
+                    activations = activations + v
+                elif c == "temporaries":
+                    temporaries = temporaries + v
+                else:
+                    others[c] = others.get(c, 0.0) + v
+            phases.append((sum(values), sum([activations, temporaries, *others.values()])))
+            return
         per = {"activations": persistent + held_bytes, "temporaries": dx}
-        tot_fixed = {**states, **base}
-        tot_fixed["temporaries"] = acc
+        tot_fixed = state_fixed.copy()
         for c, v in fixed.items():
             tot_fixed[c] = tot_fixed.get(c, 0.0) + v
         for c, v in per_token.items():
@@ -1311,6 +1477,7 @@ def _rank_phases(stages: list[_Stage], rank: int, spec: ModelSpec, seq_len: int,
             gathered.add(s)
             held[s] += 1
             peak_held[s] = max(peak_held[s], held[s])
+            snapshot.clear()
             add(f"forward_end({where})", ("F", s, gathering),
                 {"all_gather": b * st.units[-1].padded if gathering else 0.0},
                 {"temporaries": loss_transient if st.last else 0.0})
@@ -1360,6 +1527,7 @@ def _rank_phases(stages: list[_Stage], rank: int, spec: ModelSpec, seq_len: int,
         held[s] -= 1
         accumulated.add(s)
         stale = stale or last_forward == (s, i)
+        snapshot.clear()
         if i == k - 1:
             # REDUCE_GRAD: the units reduce-scatter in forward order. The first one's parameters
             # are resharded, its reduce-scatter input is filled from its accumulated gradients,
@@ -1378,6 +1546,7 @@ def _rank_phases(stages: list[_Stage], rank: int, spec: ModelSpec, seq_len: int,
             gathered.discard(s)
             accumulated.discard(s)
             reduced.add(s)
+            snapshot.clear()
     add("optimizer_step", ("O",), {}, {})
     return phases, peak_held
 
@@ -1406,16 +1575,28 @@ def _pipeline_view(model: ModelSpec, num_gpus: int, seq_len: int, recipe: Traini
     return spec, world, tokens, layout, z, z.b * spec.hidden_size / sp
 
 
-def _pipeline_ranks(model: ModelSpec, num_gpus: int, seq_len: int, recipe: TrainingRecipe,
-                    accum_steps: int, config: MemoryConfig, outer_states: bool
-                    ) -> tuple[ParallelLayout, int, int, list[tuple[list[_Phase], dict[int, int],
-                                                                    list[_Stage]]]]:
+@_memoised
+def _pipeline_setup(model: ModelSpec, num_gpus: int, seq_len: int, recipe: TrainingRecipe,
+                    accum_steps: int, config: MemoryConfig
+                    ) -> tuple[ModelSpec, int, int, ParallelLayout, _Sizes, float, TrainingRecipe,
+                               list[_Stage]]:
+    """What every rank's walk shares: (in-stage model, FSDP ranks, tokens per sequence, resolved
+    layout, element sizes, boundary bytes per token, recipe with the resolved layout, stages)."""
     spec, world, tokens_per_seq, layout, z, boundary = _pipeline_view(model, num_gpus, seq_len,
                                                                       recipe, config)
     pipeline.check_schedule(layout.pp_schedule, layout.pp, layout.virtual_stages, accum_steps)
     recipe = replace(recipe, parallel=layout)
     stages = _pipeline_stages(spec, world, tokens_per_seq, recipe, config, z.b, boundary,
                               share=z.share, loss_parallel=z.loss_parallel)
+    return spec, world, tokens_per_seq, layout, z, boundary, recipe, stages
+
+
+def _pipeline_ranks(model: ModelSpec, num_gpus: int, seq_len: int, recipe: TrainingRecipe,
+                    accum_steps: int, config: MemoryConfig, outer_states: bool
+                    ) -> tuple[ParallelLayout, int, int, list[tuple[list[Any], dict[int, int],
+                                                                    list[_Stage]]]]:
+    spec, world, tokens_per_seq, layout, z, boundary, recipe, stages = _pipeline_setup(
+        model, num_gpus, seq_len, recipe, accum_steps, config)
     out = []
     for rank in range(layout.pp):
         phases, held = _rank_phases(stages, rank, spec, tokens_per_seq, recipe, accum_steps, z,
@@ -1470,6 +1651,15 @@ def pipeline_memory(model: ModelSpec, *, num_gpus: int, seq_len: int, micro_batc
     _positive("micro_batch", micro_batch)
     _positive("accum_steps", accum_steps)
     recipe = resolve_memory_recipe(recipe, ac)
+    return _pipeline_memory(model, num_gpus, seq_len, micro_batch, recipe, accum_steps,
+                            outer_states, config)
+
+
+@_memoised
+def _pipeline_memory(model: ModelSpec, num_gpus: int, seq_len: int, micro_batch: int,
+                     recipe: TrainingRecipe, accum_steps: int, outer_states: bool,
+                     config: MemoryConfig) -> PipelineMemory:
+    """`pipeline_memory` on validated arguments and a resolved recipe (memoised)."""
     if recipe.parallel.pp == 1:
         layout = recipe.parallel.resolve(num_gpus)
         single = memory_breakdown(model, num_gpus=num_gpus, seq_len=seq_len,
@@ -1509,11 +1699,118 @@ def _pipeline_coefficients(model: ModelSpec, num_gpus: int, seq_len: int,
                            outer_states: bool) -> MemoryCoefficients:
     """Every moment of every pipeline rank as an affine function of the micro-batch: their
     maximum is the worst rank's peak."""
-    _, _, tokens_per_seq, ranks = _pipeline_ranks(model, num_gpus, seq_len, recipe, accum_steps,
-                                                  config, outer_states)
-    phases = [p for rank_phases, _, _ in ranks for p in rank_phases]
-    fixed = tuple(float(sum(_component_bytes(p, 0).values())) for p in phases)
-    per_seq = tuple(float(sum(p.per_token.values())) * tokens_per_seq for p in phases)
-    return MemoryCoefficients(fixed_bytes=fixed, per_sequence_bytes=per_seq,
-                              reserve_bytes=config.reserve_bytes,
-                              reserve_fraction=config.reserve_fraction)
+    found = _pipeline_walk(model, num_gpus, seq_len, recipe, accum_steps, config, outer_states)
+    if found is None:   # without a memory to exceed the walk always completes
+        raise RuntimeError("pipeline memory walk stopped without a memory bound")
+    return found
+
+
+def _pipeline_walk(model: ModelSpec, num_gpus: int, seq_len: int,
+                   recipe: TrainingRecipe, accum_steps: int, config: MemoryConfig,
+                   outer_states: bool, over_bytes: int | None = None
+                   ) -> MemoryCoefficients | None:
+    """Every moment of every pipeline rank as an affine function of the micro-batch: their
+    maximum is the worst rank's peak. With `over_bytes`, None as soon as one rank's moments
+    prove that micro-batch 1 does not fit in `over_bytes` (`coefficients_unless_over`); the
+    ranks are walked 0, last, then the others (the end stages hold the most), and the moments
+    are concatenated in rank order whatever the walk order."""
+    pp = recipe.parallel.resolve(num_gpus).pp
+    by_rank: dict[int, MemoryCoefficients] = {}
+    for rank in dict.fromkeys([0, pp - 1, *range(1, pp - 1)]):
+        mine = _rank_coefficients(model, num_gpus, seq_len, recipe, accum_steps, outer_states,
+                                  config, rank)
+        if mine is None:
+            # a non-finite per-token term: 0 x it is not a zero; add it as the phases do
+            _, _, tokens_per_seq, ranks = _pipeline_ranks(model, num_gpus, seq_len, recipe,
+                                                          accum_steps, config, outer_states)
+            phases = [p for rank_phases, _, _ in ranks for p in rank_phases]
+            fixed = tuple(float(sum(_component_bytes(p, 0).values())) for p in phases)
+            per_seq = tuple(float(sum(p.per_token.values())) * tokens_per_seq for p in phases)
+            return _coefficients_of(fixed, per_seq, config)
+        by_rank[rank] = mine
+        if over_bytes is not None and (mine.max_micro_batch(over_bytes) == 0
+                                       and mine.peak_bytes(1) > over_bytes):
+            return None
+    # the ranks' reduced moments in rank order: the moments a reduction of all of them keeps
+    # are among them (a moment dominated within its rank is dominated overall), and the
+    # reduction keeps the same ones whatever the order it is given (sorted by value, index)
+    fixed = tuple(f for rank in range(pp) for f in by_rank[rank].fixed_bytes)
+    per_seq = tuple(v for rank in range(pp) for v in by_rank[rank].per_sequence_bytes)
+    return _coefficients_of(fixed, per_seq, config)
+
+
+@_memoised
+def _rank_coefficients(model: ModelSpec, num_gpus: int, seq_len: int, recipe: TrainingRecipe,
+                       accum_steps: int, outer_states: bool, config: MemoryConfig,
+                       rank: int) -> MemoryCoefficients | None:
+    """The (reduced) coefficients of one pipeline rank's moments, from its totals walk; None
+    when a per-token term is not finite (then the phases must be summed as dicts)."""
+    spec, _, tokens_per_seq, _, z, boundary, resolved, stages = _pipeline_setup(
+        model, num_gpus, seq_len, recipe, accum_steps, config)
+    sums, _ = _rank_phases(stages, rank, spec, tokens_per_seq, resolved, accum_steps, z,
+                           boundary, outer_states, config, totals=True)
+    if not all(math.isfinite(per) for _, per in sums):
+        return None
+    return _coefficients_of(tuple(float(f) for f, _ in sums),
+                            tuple(float(per) * tokens_per_seq for _, per in sums), config)
+
+
+def pipeline_rank_fits(model: ModelSpec, *, gpu_memory_bytes: int, num_gpus: int,
+                       seq_len: int, recipe: TrainingRecipe, accum_steps: int,
+                       micro_batch: int, config: MemoryConfig = DEFAULT_CONFIG) -> bool:
+    """Whether the worst pipeline rank's peak at (k = accum_steps, m = micro_batch) fits
+    `gpu_memory_bytes`: `memory_coefficients(...).peak_bytes(m) <= gpu_memory_bytes`, walking
+    the ranks one at a time (0, last, the others) and stopping at the first that does not fit.
+
+    Claim: the same answer as the full coefficients. Why: the peak is g(T) with T the largest
+    moment over all ranks and g (floors, the reserve) non-decreasing, so g(max_r T_r) <= memory
+    exactly when every g(T_r) <= memory; the ranks' walks are remembered for the next probe.
+    Checked by: tests/test_layout_speed.py."""
+    recipe = resolve_memory_recipe(recipe, None, None)
+    key = (model, num_gpus, seq_len, recipe, accum_steps, False, config)
+    known = _coefficients.get(key)
+    if known is None:
+        pp = recipe.parallel.resolve(num_gpus).pp
+        for rank in dict.fromkeys([0, pp - 1, *range(1, pp - 1)]):
+            mine = _rank_coefficients(*key, rank)
+            if mine is None:    # sum as dicts (memory_coefficients)
+                known = _coefficients(*key)
+                break
+            if mine.peak_bytes(micro_batch) > gpu_memory_bytes:
+                return False
+        else:
+            return True
+    return bool(known.peak_bytes(micro_batch) <= gpu_memory_bytes)
+
+
+def coefficients_unless_over(model: ModelSpec, *, gpu_memory_bytes: int, num_gpus: int,
+                             seq_len: int, recipe: TrainingRecipe, accum_steps: int = 1,
+                             outer_states: bool = False,
+                             config: MemoryConfig = DEFAULT_CONFIG) -> MemoryCoefficients | None:
+    """`memory_coefficients`, or None when micro-batch 1 does not fit `gpu_memory_bytes`, found
+    (for a pipeline) without walking every rank.
+
+    Claim: None only where `max_micro_batch` (and `_PeakByAccum.max_micro_batch`) would say 0;
+    otherwise the coefficients `memory_coefficients` returns, to the bit (and remembered as its).
+    Why: a pipeline's peak is the maximum over the moments of every rank, so a rank whose own
+    closed form is 0 (its smallest micro-batch limit < 1, so the minimum over all ranks is too)
+    and whose own peak at m = 1 exceeds the memory (the maximum over all ranks is at least it)
+    makes the search return 0 whatever the other ranks hold: the closed form starts at 0 and
+    the walk up stops at m = 1. A layout table proves most pipeline layouts of a large model
+    too big this way after one or two ranks instead of all of them.
+    Checked by: tests/test_layout_speed.py (None exactly where the largest micro-batch is 0,
+    coefficients equal otherwise)."""
+    _positive("gpu_memory_bytes", gpu_memory_bytes)
+    _positive("num_gpus", num_gpus)
+    _positive("seq_len", seq_len)
+    _positive("accum_steps", accum_steps)
+    recipe = resolve_memory_recipe(recipe, None, None)
+    key = (model, num_gpus, seq_len, recipe, accum_steps, outer_states, config)
+    known = _coefficients.get(key)
+    if known is not None or recipe.parallel.pp == 1:
+        return known if known is not None else _coefficients(*key)
+    found = _pipeline_walk(model, num_gpus, seq_len, recipe, accum_steps, config, outer_states,
+                           over_bytes=gpu_memory_bytes)
+    if found is not None:
+        _coefficients.put(key, found)
+    return found

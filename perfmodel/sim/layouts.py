@@ -42,9 +42,11 @@ import pandas as pd
 from perfmodel import progress
 from perfmodel.costs.memory import (
     MemoryCoefficients,
+    coefficients_unless_over,
     max_micro_batch,
     memory_breakdown,
     memory_coefficients,
+    pipeline_rank_fits,
 )
 from perfmodel.costs.model import CostModel
 from perfmodel.costs.precision import supports
@@ -126,9 +128,23 @@ def layout_label(recipe: TrainingRecipe) -> str:
 def island_layout_rows(model: ModelSpec, profile: CostModel, island: IslandSpec, *,
                        seq_len: int, space: LayoutSpace, recipe: TrainingRecipe,
                        global_batch_seqs: int | None = None,
-                       max_micro_batches: int | None = None) -> IslandLayouts:
+                       max_micro_batches: int | None = None,
+                       skip_rejected: bool = False) -> IslandLayouts:
     """The rows of one island (module doc); `global_batch_seqs` leaves out micro-batches with
-    m·dp above it, `max_micro_batches` caps m (None: what memory allows)."""
+    m·dp above it, `max_micro_batches` caps m (None: what memory allows).
+
+    `skip_rejected`: a (layout, mode) that surely has no row is left out without a `Rejected`
+    record, found cheaply: its smallest step (k0 x 1 x dp sequences) exceeds the global batch
+    (before its memory is computed), or, for a pipeline, one rank's walk proves that
+    micro-batch 1 does not fit (`perfmodel.costs.memory.coefficients_unless_over`, before the
+    other ranks are walked). Claim: the rows are the same. Why: such a candidate has no row
+    whatever the rest of its memory (the batch test does not read memory; a largest
+    micro-batch of 0 is a rejection), so only its record, which says what binds and by how
+    much, is lost; a caller that needs every record (an island with no row: its exclusion
+    reason) asks again without the flag. For a 16k-GPU island most pipeline layouts are such
+    (k0 = pp: pp·dp = GPUs/(tp·cp) sequences, or an 8k-token micro-batch over the memory), and
+    their pipeline memory walks were most of the table's time.
+    Checked by: tests/test_layout_speed.py (rows equal with and without the flag)."""
     world = island.num_gpus
     usable = island.gpu.usable_memory_bytes
     frames: list[pd.DataFrame] = []
@@ -138,6 +154,13 @@ def island_layout_rows(model: ModelSpec, profile: CostModel, island: IslandSpec,
                                      f"{island.gpu.name}"):
         layout = r.parallel
         k0 = layout.pp if layout.pp > 1 and layout.pp_schedule != "gpipe" else 1
+        if skip_rejected and global_batch_seqs is not None and (
+                global_batch_seqs // layout.dp < 1 or k0 * layout.dp > global_batch_seqs):
+            continue
+        if skip_rejected and layout.pp > 1 and coefficients_unless_over(
+                model, gpu_memory_bytes=usable, num_gpus=world, seq_len=seq_len, recipe=r,
+                accum_steps=k0) is None:
+            continue   # (otherwise remembered: `peaks.at(k0)` below finds them)
         peaks = _PeakByAccum(model, world, seq_len, r) if layout.pp > 1 else None
         largest = (peaks.max_micro_batch(usable, k0) if peaks is not None
                    else max_micro_batch(model, gpu_memory_bytes=usable, num_gpus=world,
@@ -288,9 +311,16 @@ class _PeakByAccum:
         return m
 
     def fits_at(self, usable: int, micro_batch: int) -> Callable[[int], bool]:
-        """Whether the worst rank's peak at k micro-batches per step fits the usable memory."""
+        """Whether the worst rank's peak at k micro-batches per step fits the usable memory
+        (`pipeline_rank_fits`: the ranks walked one at a time, stopping at one that does not
+        fit; the same answer as `at(k)`)."""
         def fits(k: int) -> bool:
-            return bool(self.at(k).peak_bytes(micro_batch) <= usable)
+            if k in self._by_k:
+                return bool(self._by_k[k].peak_bytes(micro_batch) <= usable)
+            return pipeline_rank_fits(self._model, gpu_memory_bytes=usable,
+                                      num_gpus=self._world, seq_len=self._seq_len,
+                                      recipe=self._recipe, accum_steps=k,
+                                      micro_batch=micro_batch)
         return fits
 
 

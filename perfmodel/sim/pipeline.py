@@ -503,10 +503,23 @@ class CompiledPipeline:
     sinks: tuple[int, ...]
 
 
-@lru_cache(maxsize=128)
 def compile_pipeline(layout: ParallelLayout, micro_batches: int, *, replicate: bool = False,
                      blocks: tuple[int, ...] | None = None) -> CompiledPipeline:
-    """Compile `pipeline_plan` into a fixed DAG, as `perfmodel.sim.fastpath` compiles FSDP."""
+    """Compile `pipeline_plan` into a fixed DAG, as `perfmodel.sim.fastpath` compiles FSDP.
+
+    Claim: the DAG depends on the layout's pp, virtual stages and schedule only (with k, HSDP
+    replication and the blocks per stage). Why: `pipeline_plan` reads no other field of the
+    layout (durations come in later, from `PipelineCosts`), so layouts that differ in tp,
+    dp_shard, cp or sequence parallelism share one compilation (a layout table compiles each
+    shape once instead of once per layout). Checked by: tests/test_layout_speed.py."""
+    shape = ParallelLayout(pp=layout.pp, virtual_stages=layout.virtual_stages,
+                           pp_schedule=layout.pp_schedule)
+    return _compile_shape(shape, micro_batches, replicate, blocks)
+
+
+@lru_cache(maxsize=128)
+def _compile_shape(layout: ParallelLayout, micro_batches: int, replicate: bool,
+                   blocks: tuple[int, ...] | None) -> CompiledPipeline:
     plan = pipeline_plan(layout, micro_batches, replicate=replicate, blocks=blocks)
     last: dict[tuple[int, str], int] = {}
     preds: list[tuple[int, ...]] = []
@@ -564,20 +577,41 @@ def evaluate_pipeline(costs: PipelineCosts, micro_batches: int) -> PipelineEvalu
     starts: list[np.ndarray] = []
     ends: list[np.ndarray] = []
     compute, comm = zero, zero
+    # A collective that ended (every configuration) before a compute task started slows
+    # neither it nor any later compute task of its rank: contention_delay clips the span to
+    # [max(a, start), b], empty there, and adds max(0, min(x, 0)) = 0. Later compute tasks of the
+    # rank start no earlier (they follow on its compute stream and no duration is negative), so
+    # such a span is dropped once for the rest of the step. Only where every duration is finite
+    # and >= 0 (else every span is applied as before).
+    durations = [np.asarray(_duration(costs, c), dtype=float) for c in compiled.costs]
+    sources = [np.asarray(v, dtype=float) for v in (
+        costs.p2p_s, *costs.optimizer_s, *(getattr(st, name) for st in costs.stages
+                                           for name in STAGE_COSTS))]
+    # (a task's duration is one of these, or one divided by its number of parts >= 1)
+    prune = slow != 1.0 and all(bool(np.all(np.isfinite(v)) and np.all(v >= 0.0))
+                                for v in sources)
+    finished: set[int] = set()
     for i, pred in enumerate(compiled.preds):
         start = zero if not pred else ends[pred[0]]
         for p in pred[1:]:
             start = np.maximum(start, ends[p])
-        dur = _duration(costs, compiled.costs[i])
-        end = start + np.asarray(dur, dtype=float)
+        dur = durations[i]
+        end = start + dur
         if compiled.is_compute[i]:
             if slow != 1.0 and compiled.overlaps[i]:
-                end = contention_delay(start, end, [(starts[j], ends[j])
-                                                    for j in compiled.overlaps[i]],
-                                       extra_in, lost)
+                spans = []
+                for j in compiled.overlaps[i]:
+                    if j in finished:
+                        continue
+                    if prune and bool((ends[j] <= start).all()):
+                        finished.add(j)
+                        continue
+                    spans.append((starts[j], ends[j]))
+                if spans:
+                    end = contention_delay(start, end, spans, extra_in, lost)
             compute = compute + (end - start)
         else:
-            comm = comm + np.asarray(dur, dtype=float)
+            comm = comm + dur
         starts.append(start)
         ends.append(end)
     out = zero

@@ -236,10 +236,7 @@ class DpTables:
             if members == everyone:  # never a `rest`: only its b = B column is read
                 self._update_column(table, rest, g, rows, cols)
                 continue
-            for m1, b1 in zip(rows.tolist(), cols.tolist(), strict=True):
-                view = table[m1:, b1:]
-                np.minimum(view, g[m1, b1] + rest[: table.shape[0] - m1, : table.shape[1] - b1],
-                           out=view)
+            _convolve_changes(table, rest, g, rows, cols)
             np.minimum(table, INF, out=table)
         self.tables[(k,)] = g
         return True
@@ -265,6 +262,44 @@ class DpTables:
 
 
 # ---- the sweep -------------------------------------------------------------------------------
+
+
+CHUNK = 128
+"""Changed entries of one row convolved at once (bounds the temporary: rows x CHUNK x batch)."""
+FEW = 24
+"""Up to this many changed entries, one at a time (the windows cost more than they save)."""
+
+
+def _convolve_changes(table: np.ndarray, rest: np.ndarray, g: np.ndarray, rows: np.ndarray,
+                      cols: np.ndarray) -> None:
+    """table[m1 + M, b1 + b] = min(table[m1 + M, b1 + b], g[m1, b1] + rest[M, b]) for every
+    changed entry (m1, b1), in place.
+
+    Claim: the table `DpTables.refresh` computed one changed entry at a time. Why: the same
+    integer sums and minima (int64, exact, so their order does not matter), taken for the
+    changed entries of one row m1 together: each entry's shifted copy of `rest` is a window of
+    `rest` padded on the left with INF, and an INF-padded place adds INF + g >= INF, which no
+    table entry (<= INF) exceeds, so it changes nothing. Python loops once per row and chunk
+    instead of once per entry (the 70B multicloud instance's solve was most of it).
+    Checked by: tests/test_layout_speed.py (equal to the entry-by-entry update), tests/test_dp.py
+    and tests/test_planner_layouts.py (the DP equals brute force)."""
+    width = table.shape[1]
+    if rows.size <= FEW:
+        for m1, b1 in zip(rows.tolist(), cols.tolist(), strict=True):
+            view = table[m1:, b1:]
+            np.minimum(view, g[m1, b1] + rest[: table.shape[0] - m1, : width - b1], out=view)
+        return
+    for m1 in np.unique(rows).tolist():
+        height = table.shape[0] - m1
+        padded = np.full((height, 2 * width), INF, dtype=np.int64)
+        padded[:, width:] = rest[:height]
+        windows = np.lib.stride_tricks.sliding_window_view(padded, width, axis=1)
+        changed = cols[rows == m1]
+        view = table[m1:]
+        for at in range(0, changed.size, CHUNK):
+            b1 = changed[at:at + CHUNK]
+            sums = windows[:, width - b1, :] + g[m1, b1][None, :, None]
+            np.minimum(view, sums.min(axis=1), out=view)
 
 
 def _lower_bounds(problem: Problem, items: Sequence[DpItem], levels: np.ndarray) -> np.ndarray:
