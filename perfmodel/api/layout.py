@@ -148,8 +148,9 @@ def rank_layouts(request: LayoutRequest) -> LayoutRanking:
     workload, rows, recipe = _candidates(request)
     ranked = _ranked(rows.rows, request.global_batch_seqs, workload.island.num_gpus,
                      workload.seq_len)
+    # closest first (the least memory over, or a batch limit), so the first names the nearest fix
     rejected = [{"layout": r.layout.describe(), "ac": r.ac, "why": r.reason}
-                for r in rows.rejected]
+                for r in sorted(rows.rejected, key=lambda r: r.over_bytes)]
     unmatched = _unmatched(rows.rows, ranked, request.global_batch_seqs)
     entries = [_entry(request, recipe, row, rank + 1)
                for rank, (_, row) in enumerate(ranked.head(request.top).iterrows())]
