@@ -61,3 +61,16 @@ def test_a_named_layout_that_cannot_run_says_why(request_) -> None:  # type: ign
     with pytest.raises(UserInputError) as err:
         explain(request_, "tp=3,pp=1,dp_shard=1")
     assert "To fix:" in str(err.value)
+
+
+def test_no_layout_fits_exits_1_naming_the_closest(run_cli) -> None:  # type: ignore[no-untyped-def]
+    """Llama-3.1-70B on one A100-40GB: nothing runs; the table is printed, then exit 1 with the
+    closest candidate's limit (the least memory over) and the fixes; JSON is printed too."""
+    args = ("layout", "Llama-3.1-70B", "--gpu", "A100-SXM4-40GB", "--nodes", "1",
+            "--gpus-per-node", "1", "--seq-len", "2048", "--global-batch", "8")
+    result = run_cli(*args)
+    assert result.code == 1
+    assert "no layout of 1 x 1 A100-SXM4-40GB" in result.out
+    assert "the closest" in result.err and "GiB over" in result.err and "To fix:" in result.err
+    as_json = run_cli(*args, "--format", "json")
+    assert as_json.code == 1 and '"ranked": 0' in as_json.out
