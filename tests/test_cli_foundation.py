@@ -76,8 +76,11 @@ not through perfmodel.spec.catalog, so a row the loader drops is caught)."""
 
 
 @pytest.mark.parametrize("what", ["models", "gpus", "links", "prices"])
-def test_catalog_table_format(run_cli, what: str) -> None:
-    # the compact price view groups offers by GPU and tier; --wide lists every row
+def test_catalog_table_format(run_cli, what: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the compact price view groups offers by GPU and tier; --wide lists every row, folding
+    # cells to the terminal's width: a wide one keeps each name on one line (pytest-xdist's
+    # workers set COLUMNS=80)
+    monkeypatch.setenv("COLUMNS", "1000")
     result = run_cli("catalog", what, *(["--wide"] if what == "prices" else []))
     assert result.code == 0, result.err
     if what == "prices":

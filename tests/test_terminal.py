@@ -329,7 +329,10 @@ def test_fit_answers_first_at_80_columns(cli80, tmp_path, monkeypatch: pytest.Mo
     from pathlib import Path
 
     data = Path(__file__).resolve().parent.parent / "catalogs/profiles/data/cpu-comm.csv"
-    out = tmp_path / "cpu.yaml"
+    # a short output path: a path is one word, which a line of 80 columns must hold unbroken
+    # (pytest-xdist's temporary folders alone are longer than 60 characters)
+    monkeypatch.chdir(tmp_path)
+    out = Path("cpu.yaml")
     result = cli80("fit", "comm", str(data), "-o", str(out), "--hardware", "cpu")
     assert result.code == 0, result.err
     lines = _fits_the_terminal(result.out)
