@@ -13,6 +13,7 @@ import_published_runs (tests/test_calibrate.py), make_residuals (tests/test_unce
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -37,8 +38,12 @@ the suite already keeps every core busy."""
 @pytest.mark.parametrize("generator", GENERATORS, ids=lambda g: g[0])
 def test_generated_file_is_current(generator: tuple[str, ...]) -> None:
     module, *extra = generator
+    # as a user's shell runs it: pytest-xdist's workers set COLUMNS=80, which no generator reads
+    # on purpose but a terminal-sized formatter would
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
     done = subprocess.run([sys.executable, "-m", f"scripts.{module}", "--check", *extra],
-                          cwd=ROOT, capture_output=True, text=True, timeout=1800, check=False)
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800,
+                          check=False)
     assert done.returncode == 0, (
         f"python -m scripts.{module} --check exited {done.returncode}; rerun it without --check "
         f"to regenerate.\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
