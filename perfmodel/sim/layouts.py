@@ -262,11 +262,10 @@ def _rows(model: ModelSpec, profile: CostModel, island: IslandSpec, seq_len: int
     })
     if peaks is not None:
         # every schedule's bound on k, per m (a smaller m allows at least as many)
-        frame["max_accum"] = [
-            _pipeline_max_accum(peaks, usable, int(m), min_accum, multiple,
-                                MAX_GPIPE_ACCUM if global_batch_seqs is None
-                                else global_batch_seqs // (int(m) * layout.dp))
-            for m in mb]
+        frame["max_accum"] = _pipeline_max_accums(
+            peaks, usable, [int(m) for m in mb], min_accum, multiple,
+            [MAX_GPIPE_ACCUM if global_batch_seqs is None
+             else global_batch_seqs // (int(m) * layout.dp) for m in mb])
     return frame.loc[:, list(ROW_COLUMNS)]
 
 
@@ -333,23 +332,54 @@ def _last_fitting(fits: Callable[[int], bool], lo: int, hi: int, step: int) -> i
     return lo
 
 
+def _pipeline_max_accums(peaks: _PeakByAccum, usable: int, micro_batches: Sequence[int],
+                         min_accum: int, multiple: int, ceilings: Sequence[int]) -> list[int]:
+    """`_pipeline_max_accum` of each micro-batch, in ascending m. A larger m needs at least the
+    memory of a smaller one at every k, so a k that failed for m fails for every larger m: the
+    search of each m is capped by the previous m's first failing k
+    and no k at or above it is walked (the same answers, fewer memory walks:
+    tests/test_layout_rows.py checks every row's bound against `memory_breakdown`)."""
+    out: list[int] = []
+    fails_at: int | None = None   # a k known not to fit at the previous (smaller) m
+    for m, ceiling in sorted(zip(micro_batches, ceilings, strict=True)):
+        if fails_at is not None and fails_at <= min_accum:
+            out.append(min_accum - 1)   # not even min_accum fits a smaller m
+            continue
+        k = _pipeline_max_accum(peaks, usable, m, min_accum, multiple, ceiling, fails_at)
+        if k == min_accum - 1:
+            fails_at = min_accum
+        elif k > 0:
+            fails_at = k + multiple
+        out.append(k)
+    order = sorted(range(len(micro_batches)), key=lambda i: micro_batches[i])
+    by_index = dict(zip(order, out, strict=True))
+    return [by_index[i] for i in range(len(micro_batches))]
+
+
 def _pipeline_max_accum(peaks: _PeakByAccum, usable: int, micro_batch: int, min_accum: int,
-                        multiple: int, ceiling: int) -> int:
+                        multiple: int, ceiling: int, fails_at: int | None = None) -> int:
     """The largest admissible k (min_accum plus a multiple of `multiple`) whose worst-rank peak
     fits, searched up to `ceiling` (the most micro-batches a step of the global batch can take;
     0: every admissible k up to it fits, or none is admissible below it). Doubling from
     min_accum, then bisection: memory is non-decreasing in k (module doc). min_accum - 1 when
     not even k = min_accum fits (GPipe: its micro-batch bound is read at k = 1, while its affine
-    step needs k >= pp), which leaves the row without an admissible k."""
+    step needs k >= pp), which leaves the row without an admissible k. `fails_at`: an
+    admissible k > min_accum known not to fit (a smaller m's), never walked."""
     fits = peaks.fits_at(usable, micro_batch)
     if not fits(min_accum):
         return min_accum - 1
     top = min_accum + (ceiling - min_accum) // multiple * multiple
     if top <= min_accum:
         return 0
-    # doubling first: the walk's cost grows with k, so the ceiling is read only when reached
+    # doubling first: the walk's cost grows with k, so the ceiling is read only when reached,
+    # and a k at or above `fails_at` is known not to fit without a walk
     lo, hi = min_accum, min_accum + multiple
-    while fits(hi):
+    while True:
+        if fails_at is not None and hi >= fails_at:
+            hi = fails_at
+            break
+        if not fits(hi):
+            break
         if hi == top:
             return 0
         lo, hi = hi, min(top, min_accum + 2 * (hi - min_accum))
