@@ -24,8 +24,8 @@ import pandas as pd
 
 from perfmodel.api.predict import predict
 from perfmodel.api.workload import OuterSpec, WorkloadSpec, positive, resolve_workload
-from perfmodel.sim.layouts import IslandLayouts, island_layout_rows
-from perfmodel.spec.errors import UserInputError
+from perfmodel.sim.layouts import IslandLayouts, Rejected, island_layout_rows
+from perfmodel.spec.errors import InfeasibleError, UserInputError
 from perfmodel.spec.layout import PP_SCHEDULES, ParallelLayout
 from perfmodel.spec.layout_space import LayoutSpace
 from perfmodel.spec.recipe import TrainingRecipe, canonical_ac
@@ -71,6 +71,9 @@ class LayoutRanking:
     """(layout, mode) pairs considered."""
     table: pd.DataFrame = field(repr=False)
     """Every (layout, mode) with its best m and k, ranked (the affine rows' figures)."""
+    closest: Rejected | None = None
+    """The rejected (layout, mode) nearest to running: the least memory over (a batch limit,
+    0 bytes over, first); None when none was rejected for memory or the batch."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -149,13 +152,30 @@ def rank_layouts(request: LayoutRequest) -> LayoutRanking:
     ranked = _ranked(rows.rows, request.global_batch_seqs, workload.island.num_gpus,
                      workload.seq_len)
     # closest first (the least memory over, or a batch limit), so the first names the nearest fix
-    rejected = [{"layout": r.layout.describe(), "ac": r.ac, "why": r.reason}
-                for r in sorted(rows.rejected, key=lambda r: r.over_bytes)]
+    nearest = sorted(rows.rejected, key=lambda r: r.over_bytes)
+    rejected = [{"layout": r.layout.describe(), "ac": r.ac, "why": r.reason} for r in nearest]
     unmatched = _unmatched(rows.rows, ranked, request.global_batch_seqs)
     entries = [_entry(request, recipe, row, rank + 1)
                for rank, (_, row) in enumerate(ranked.head(request.top).iterrows())]
     return LayoutRanking(entries=entries, total=len(ranked), rejected=rejected + unmatched,
-                         candidates=rows.candidates, table=ranked)
+                         candidates=rows.candidates, table=ranked,
+                         closest=nearest[0] if nearest else None)
+
+
+def require_a_layout(request: LayoutRequest, ranking: LayoutRanking) -> None:
+    """An InfeasibleError (exit 1) when no layout runs the batch on the island, naming the
+    closest candidate's binding limit (GPU memory when it is over, else the global batch)."""
+    if ranking.total:
+        return
+    w, closest = request.workload, ranking.closest
+    raise InfeasibleError(
+        f"no layout of {w.nodes} x {w.gpus_per_node} {w.gpu_name} runs a batch of "
+        f"{request.global_batch_seqs} sequences of {w.model_name}"
+        + (f"; the closest, {closest.layout.describe()} ac {closest.ac}: {closest.reason}"
+           if closest else ""),
+        binding="GPU memory" if closest and closest.over_bytes > 0 else "global batch",
+        hint="more GPUs (--nodes), a GPU with more memory (--gpu), more checkpointing (--ac "
+             "full) or another --global-batch; `--format json` lists why each layout cannot.")
 
 
 def _unmatched(rows: pd.DataFrame, ranked: pd.DataFrame, batch: int) -> list[dict[str, str]]:

@@ -9,9 +9,14 @@ import click
 import pandas as pd
 
 from perfmodel import api
-from perfmodel.api.layout import DEFAULT_TOP, LayoutRequest, explain, rank_layouts
+from perfmodel.api.layout import (
+    DEFAULT_TOP,
+    LayoutRequest,
+    explain,
+    rank_layouts,
+    require_a_layout,
+)
 from perfmodel.numbers import format_number, format_percent
-from perfmodel.spec.errors import InfeasibleError
 from planner.cli.common import (
     SCHEMA_VERSION,
     CheckpointParam,
@@ -118,13 +123,13 @@ def layout(model_name: str, gpu_name: str, nodes: int, gpus_per_node: int, seq_l
         emit_json({"schema_version": SCHEMA_VERSION, "layouts": ranking.entries,
                    "ranked": ranking.total, "considered": ranking.candidates,
                    "rejected": ranking.rejected})
-        _fail_if_none(ranking, model_name, gpu_name, nodes, gpus_per_node, global_batch)
+        require_a_layout(request, ranking)
         return
     frame = pd.DataFrame(ranking.entries)
     if fmt == "csv":
         flat = frame.drop(columns=["layout"]) if not frame.empty else frame
         click.echo(flat.to_csv(index=False), nl=False)
-        _fail_if_none(ranking, model_name, gpu_name, nodes, gpus_per_node, global_batch)
+        require_a_layout(request, ranking)
         return
     if frame.empty:
         echo_wrapped(f"no layout of {nodes} x {gpus_per_node} {gpu_name} runs a batch of "
@@ -149,25 +154,7 @@ def layout(model_name: str, gpu_name: str, nodes: int, gpus_per_node: int, seq_l
                      f"{ranking.rejected[0]['why']}")
     if not wide:
         click.echo("every column and why: --wide or --format json")
-    _fail_if_none(ranking, model_name, gpu_name, nodes, gpus_per_node, global_batch)
-
-
-def _fail_if_none(ranking: Any, model_name: str, gpu_name: str, nodes: int, gpus_per_node: int,
-                  global_batch: int) -> None:
-    """Exit 1 (after the output) when no layout runs the batch, naming the closest candidate's
-    binding limit (`rank_layouts` lists the rejected closest first)."""
-    if ranking.total:
-        return
-    closest = ranking.rejected[0] if ranking.rejected else None
-    raise InfeasibleError(
-        f"no layout of {nodes} x {gpus_per_node} {gpu_name} runs a batch of {global_batch} "
-        f"sequences of {model_name}"
-        + (f"; the closest, {closest['layout']} ac {closest['ac']}: {closest['why']}"
-           if closest else ""),
-        binding="GPU memory" if closest and "GiB over" in closest["why"] else "global batch",
-        hint="more GPUs (--nodes), a GPU with more memory (--gpu), more "
-                               "checkpointing (--ac full) or another --global-batch; "
-                               "`--format json` lists why each layout cannot.")
+    require_a_layout(request, ranking)
 
 
 for _option in reversed(recipe_option_list(ac=False)):
