@@ -334,14 +334,15 @@ def _last_fitting(fits: Callable[[int], bool], lo: int, hi: int, step: int) -> i
 
 def _pipeline_max_accums(peaks: _PeakByAccum, usable: int, micro_batches: Sequence[int],
                          min_accum: int, multiple: int, ceilings: Sequence[int]) -> list[int]:
-    """`_pipeline_max_accum` of each micro-batch, in ascending m. A larger m needs at least the
-    memory of a smaller one at every k, so a k that failed for m fails for every larger m: the
-    search of each m is capped by the previous m's first failing k
-    and no k at or above it is walked (the same answers, fewer memory walks:
-    tests/test_layout_rows.py checks every row's bound against `memory_breakdown`)."""
+    """`_pipeline_max_accum` of each micro-batch (`micro_batches` ascending, as `_rows` builds
+    them: np.arange from 1). A larger m needs at least the memory of a smaller one at every k,
+    so a k that failed for m fails for every larger m: the search of each m is capped by the
+    previous m's first failing k, and no k at or above it is walked (the same answers, fewer
+    memory walks: tests/test_layout_rows.py checks every row's bound against
+    `memory_breakdown`)."""
     out: list[int] = []
     fails_at: int | None = None   # a k known not to fit at the previous (smaller) m
-    for m, ceiling in sorted(zip(micro_batches, ceilings, strict=True)):
+    for m, ceiling in zip(micro_batches, ceilings, strict=True):
         if fails_at is not None and fails_at <= min_accum:
             out.append(min_accum - 1)   # not even min_accum fits a smaller m
             continue
@@ -351,9 +352,7 @@ def _pipeline_max_accums(peaks: _PeakByAccum, usable: int, micro_batches: Sequen
         elif k > 0:
             fails_at = k + multiple
         out.append(k)
-    order = sorted(range(len(micro_batches)), key=lambda i: micro_batches[i])
-    by_index = dict(zip(order, out, strict=True))
-    return [by_index[i] for i in range(len(micro_batches))]
+    return out
 
 
 def _pipeline_max_accum(peaks: _PeakByAccum, usable: int, micro_batch: int, min_accum: int,
