@@ -1,8 +1,12 @@
-"""docs/PERFORMANCE.md is written only by benchmark scripts: each owns one marked block."""
+"""docs/PERFORMANCE.md is written only by benchmark scripts: each owns one marked block; and the
+one timed run of an instance (load, island table, exact frontier) the planner benchmarks share."""
 
 from __future__ import annotations
 
+import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "PERFORMANCE.md"
 HEADER = (
@@ -24,3 +28,43 @@ def replace_block(key: str, markdown: str, doc: Path = DOC) -> Path:
     doc.parent.mkdir(parents=True, exist_ok=True)
     doc.write_text(text)
     return doc
+
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TimedSolve:
+    """One instance solved from its file, with the wall and CPU seconds of each stage."""
+
+    table: Any
+    """The island table (`load_island_table`)."""
+    problem: Any
+    """The planning problem built from it."""
+    frontier: Any
+    """Its exact frontier (default solver)."""
+    table_s: float
+    """Wall seconds to load the instance and build the table."""
+    total_s: float
+    """Wall seconds to the frontier, table included."""
+    table_cpu_s: float
+    """CPU seconds of this process for the table."""
+    total_cpu_s: float
+    """CPU seconds of this process to the frontier, table included."""
+
+
+def timed_solve(path: Path) -> TimedSolve:
+    """Load `path`, build its island table and solve its frontier, timing both stages.
+    (`benchmarks.compare_layout_tables` keeps its own copy: it runs on older revisions,
+    whose benchmarks package lacks this.)"""
+    # lazy: the planner, only for the planner benchmarks (this module also serves the others)
+    from planner.analysis.pareto import solve_instance
+    from planner.model.instance import load_instance
+    from planner.model.island_table import load_island_table
+
+    start, cpu = time.perf_counter(), time.process_time()
+    instance = load_instance(path)
+    table = load_island_table(instance)
+    table_s, table_cpu_s = time.perf_counter() - start, time.process_time() - cpu
+    problem, frontier = solve_instance(instance, table)
+    return TimedSolve(table=table, problem=problem, frontier=frontier, table_s=table_s,
+                      total_s=time.perf_counter() - start, table_cpu_s=table_cpu_s,
+                      total_cpu_s=time.process_time() - cpu)

@@ -12,11 +12,9 @@ import statistics
 import time
 from pathlib import Path
 
-from benchmarks._perfdoc import replace_block
+from benchmarks._perfdoc import replace_block, timed_solve
 from benchmarks.bench_fastpath import machine_lines
-from planner.analysis.pareto import cheapest_at_throughput, compute_frontier, solve_instance
-from planner.model.instance import load_instance
-from planner.model.island_table import load_island_table
+from planner.analysis.pareto import cheapest_at_throughput, compute_frontier
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -26,14 +24,10 @@ INSTANCE = ROOT / "instances" / "paper-case-study.yaml"
 
 
 def one_run() -> tuple[float, float, int, bool, float, object, object]:
-    start = time.perf_counter()
-    instance = load_instance(INSTANCE)
-    table = load_island_table(instance)
-    table_s = time.perf_counter() - start
-    problem, frontier = solve_instance(instance, table)
-    total_s = time.perf_counter() - start
-    _, saving = cheapest_at_throughput(frontier.points, 0.99)
-    return table_s, total_s, len(frontier.points), frontier.proven_exact, saving, problem, frontier
+    run = timed_solve(INSTANCE)
+    _, saving = cheapest_at_throughput(run.frontier.points, 0.99)
+    return (run.table_s, run.total_s, len(run.frontier.points), run.frontier.proven_exact, saving,
+            run.problem, run.frontier)
 
 
 def main() -> None:

@@ -16,16 +16,12 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import time
 from pathlib import Path
 
-from benchmarks._perfdoc import replace_block
+from benchmarks._perfdoc import replace_block, timed_solve
 from benchmarks.bench_fastpath import machine_lines
 from perfmodel.costs.memory import clear_memos
 from perfmodel.sim.pipeline import _compile_shape
-from planner.analysis.pareto import solve_instance
-from planner.model.instance import load_instance
-from planner.model.island_table import load_island_table
 
 ROOT = Path(__file__).resolve().parent.parent
 INSTANCES = ("llama-405b-h100.yaml", "llama-70b-multicloud.yaml")
@@ -35,18 +31,14 @@ TARGET_S = 10.0
 def one_run(path: Path) -> tuple[float, float, int, int, bool, str, float, float]:
     clear_memos()
     _compile_shape.cache_clear()
-    start, cpu = time.perf_counter(), time.process_time()
-    instance = load_instance(path)
-    table = load_island_table(instance)
-    table_s, table_cpu_s = time.perf_counter() - start, time.process_time() - cpu
-    problem, frontier = solve_instance(instance, table)
-    total_s, total_cpu_s = time.perf_counter() - start, time.process_time() - cpu
+    run = timed_solve(path)
+    frontier = run.frontier
     fastest = min(frontier.points, key=lambda p: p.wall_time_s)
     islands = "; ".join(f"{i.cluster} {i.nodes}x{i.gpus_per_node} {i.layout or 'fsdp'} "
                         f"ac {i.ac or '-'} m {i.micro_batch} k {i.accum_steps}"
                         for i in fastest.islands)
-    return (table_s, total_s, len(table), len(frontier.points), frontier.proven_exact, islands,
-            table_cpu_s, total_cpu_s)
+    return (run.table_s, run.total_s, len(run.table), len(frontier.points),
+            frontier.proven_exact, islands, run.table_cpu_s, run.total_cpu_s)
 
 
 def main() -> None:
