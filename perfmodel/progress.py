@@ -83,8 +83,9 @@ def track(items: Iterable[T], description: str, total: int | None = None) -> Ite
 
 
 def silence() -> None:
-    """Report nowhere from here on in this context: the initializer of worker processes, which
-    a fork gives a copy of the parent's sink (bars drawn twice, from two processes)."""
+    """Report nowhere from here on in this context: called first by each task of a worker
+    process (`planner.executor`), which a fork gives a copy of the parent's sink (bars drawn
+    twice, from two processes)."""
     _SINK.set(None)
 
 
