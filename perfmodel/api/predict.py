@@ -65,6 +65,7 @@ from perfmodel.uncertainty.intervals import (
     error_model,
     largest_fitting,
     layout_kind,
+    memory_group,
     p_fits,
 )
 
@@ -197,7 +198,7 @@ def memory_report(spec: WorkloadSpec, *, allow_oom: bool = True,
                       fp8_all_gather=recipe.fp8_all_gather)
     if not allow_oom and not record["fits"]:
         raise does_not_fit(spec, answer=memory_answer(record), what="memory report")
-    mem = error_model("memory", "peak_memory_bytes",
+    mem = error_model(memory_group(model.num_experts), "peak_memory_bytes",
                       Query(num_gpus=gpus, seq_len=spec.seq_len, params=model.total_params,
                             layout=layout_kind(recipe.parallel.tp, recipe.parallel.pp)))
     record = _with_fit_probability(record, mem, fit_probability, lambda budget: max_micro_batch(
@@ -337,7 +338,7 @@ def _with_intervals(p: Prediction, level: float | None, probability: float | Non
     """`p` with every figure's interval, `p_fits` and (asked) the probable max micro-batch."""
     w = p.workload
     time = error_model(w.profile.provenance, "step_time_s", _query(w, p.strategy))
-    mem = error_model("memory", "peak_memory_bytes", _query(w, "fsdp"))
+    mem = error_model(memory_group(w.model.num_experts), "peak_memory_bytes", _query(w, "fsdp"))
     record = _with_fit_probability(p.record, mem, probability, lambda budget: max_micro_batch(
         w.model, gpu_memory_bytes=int(budget), num_gpus=w.island.num_gpus, seq_len=w.seq_len,
         recipe=w.recipe, accum_steps=w.accum), usable_bytes=w.gpu.usable_memory_bytes)

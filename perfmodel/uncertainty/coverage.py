@@ -3,18 +3,26 @@ source, the share of holdout pairs whose ratio measured / predicted lies inside 
 interval at a level (default 80 %: [multiplier(0.1), multiplier(0.9)]).
 
 Claim: the figures docs/VALIDATION.md's "intervals" part prints are these, recomputed from
-catalogs/uncertainty/residuals.csv; holdout rows are scored only, never used to form a bound.
+catalogs/uncertainty/residuals.csv; no row is scored against an interval it helped form.
 Why: a conformal guarantee needs exchangeability; holdout pairs from another source (another
 GPU, published runs no fit reads, fresh architectures) test whether it carries over, so each
-source is reported apart.
+source is reported apart. A group with holdout rows is scored on them (split conformal). A group
+without any (the memory groups: their only out-of-sample rows are the calibration rows, the
+rest is in-sample) is scored by K-fold cross-conformal: the rows split into FOLDS fixed folds
+by the sha256 of their case id, and each row is scored against the interval the other folds'
+rows form (Vovk 2015, "Cross-conformal predictors"; the estimate of how often the interval
+formed from all of them holds for a new exchangeable row). `leave_one_source_out` scores each
+source against the others alone: what a source unlike every calibration source would see.
 Checked by: tests/test_uncertainty.py (a holdout pair inside / outside the band counts as such;
-the goal's verdict follows the 70-90 % rule only for >= GOAL_MIN_CASES cases).
+the goal's verdict follows the 70-90 % rule only for >= GOAL_MIN_CASES cases; a cross-conformal
+row is never inside the interval of its own fold).
 """
 
 from __future__ import annotations
 
 import csv
-from collections.abc import Mapping
+import hashlib
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +35,10 @@ GOAL_LOW, GOAL_HIGH = 0.70, 0.90
 """Issue 27's goal for the 80 % intervals on holdout data."""
 GOAL_MIN_CASES = 10
 """The goal applies to a group with at least this many holdout cases."""
+FOLDS = 5
+"""Cross-conformal folds for a group without holdout rows."""
+SPLIT = "split"
+CROSS = f"{FOLDS}-fold cross-conformal"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -48,7 +60,10 @@ class CoverageRow:
     lower: float
     """The interval's lower multiplier."""
     upper: float
-    """The interval's upper multiplier."""
+    """The interval's upper multiplier (for a cross-conformal row: of the interval every
+    calibration row forms, the one shipped; each case was scored against its folds' own)."""
+    method: str = SPLIT
+    """SPLIT (holdout rows scored on the calibration rows' interval) or CROSS."""
 
     @property
     def width(self) -> float:
@@ -64,36 +79,94 @@ class CoverageRow:
         return "met" if GOAL_LOW <= self.covered <= GOAL_HIGH else "missed"
 
 
-def _holdout(path: Path) -> dict[tuple[str, str], list[tuple[str, float]]]:
-    out: dict[tuple[str, str], list[tuple[str, float]]] = {}
+def _pairs(path: Path, role: str) -> dict[tuple[str, str], list[tuple[str, str, float]]]:
+    """(group, quantity) -> (source, case, ratio) of `path`'s rows of `role`."""
+    out: dict[tuple[str, str], list[tuple[str, str, float]]] = {}
     with path.open(newline="") as handle:
         for row in csv.DictReader(handle):
-            if row["role"] == "holdout":
+            if row["role"] == role:
                 ratio = float(row["measured"]) / float(row["predicted"])
-                out.setdefault((row["group"], row["quantity"]), []).append((row["source"], ratio))
+                out.setdefault((row["group"], row["quantity"]), []).append(
+                    (row["source"], row["case"], ratio))
     return out
 
 
+def _fold(case: str) -> int:
+    return int(hashlib.sha256(case.encode()).hexdigest(), 16) % FOLDS
+
+
+def cross_conformal_inside(pairs: Sequence[tuple[str, str, float]], *,
+                           level: float) -> list[bool]:
+    """Per pair, whether its ratio lies inside the `level` interval formed from the pairs of the
+    other folds (`_fold` of the case id)."""
+    folds = [_fold(case) for _, case, _ in pairs]
+    ratios = np.array([r for _, _, r in pairs])
+    bounds = {}
+    for fold in set(folds):
+        others = ratios[[f != fold for f in folds]]
+        bounds[fold] = (conformal_quantile(others, (1 - level) / 2),
+                        conformal_quantile(others, (1 + level) / 2))
+    return [bool(bounds[f][0] <= r <= bounds[f][1]) for f, r in zip(folds, ratios, strict=True)]
+
+
+def _per_source(group: str, quantity: str, pairs: Sequence[tuple[str, str, float]],
+                inside: Sequence[bool], *, calibration_rows: int, lower: float, upper: float,
+                method: str) -> list[CoverageRow]:
+    sources = sorted({s for s, _, _ in pairs})
+    parts = [("all" if len(sources) > 1 else sources[0] if sources else "all",
+              list(range(len(pairs))))]
+    if len(sources) > 1:
+        parts += [(s, [i for i, p in enumerate(pairs) if p[0] == s]) for s in sources]
+    return [CoverageRow(group=group, quantity=quantity, source=source,
+                        calibration_rows=calibration_rows, holdout_rows=len(index),
+                        covered=float(np.mean([inside[i] for i in index])) if index
+                        else float("nan"), lower=lower, upper=upper, method=method)
+            for source, index in parts]
+
+
 def coverage(path: Path, *, level: float = 0.8) -> list[CoverageRow]:
-    """Per group with calibration rows: every holdout row together, then each holdout source
-    apart (when the group has several)."""
+    """Per group with calibration rows: every scored row together, then each source apart (when
+    the group has several) — holdout rows against the calibration rows' interval (SPLIT), or,
+    for a group without holdout rows, every calibration row by cross-conformal folds (CROSS)."""
     calibration: Mapping[tuple[str, str], np.ndarray] = calibration_ratios(path)
-    holdout = _holdout(path)
+    holdout = _pairs(path, "holdout")
+    own = _pairs(path, "calibration")
     rows = []
     for (group, quantity), sample in calibration.items():
         lower = conformal_quantile(sample, (1 - level) / 2)
         upper = conformal_quantile(sample, (1 + level) / 2)
         held = holdout.get((group, quantity), [])
-        sources = sorted({s for s, _ in held})
-        parts = [("all", held)] + ([(s, [h for h in held if h[0] == s]) for s in sources]
-                                   if len(sources) > 1 else [])
-        for source, pairs in parts:
-            inside = [lower <= r <= upper for _, r in pairs]
+        if held:
+            inside = [lower <= r <= upper for _, _, r in held]
+            rows += _per_source(group, quantity, held, inside, calibration_rows=int(sample.size),
+                                lower=lower, upper=upper, method=SPLIT)
+        else:
+            pairs = own[(group, quantity)]
+            rows += _per_source(group, quantity, pairs,
+                                cross_conformal_inside(pairs, level=level),
+                                calibration_rows=int(sample.size), lower=lower, upper=upper,
+                                method=CROSS)
+    return rows
+
+
+def leave_one_source_out(path: Path, group: str, *, level: float = 0.8) -> list[CoverageRow]:
+    """A diagnostic beside the cross-conformal rows: each calibration source of `group` scored
+    against the interval the group's OTHER sources form."""
+    rows = []
+    for (g, quantity), pairs in _pairs(path, "calibration").items():
+        if g != group:
+            continue
+        for source in sorted({s for s, _, _ in pairs}):
+            others = np.array([r for s, _, r in pairs if s != source])
+            mine = [r for s, _, r in pairs if s == source]
+            if not others.size:
+                continue
+            lower = conformal_quantile(others, (1 - level) / 2)
+            upper = conformal_quantile(others, (1 + level) / 2)
             rows.append(CoverageRow(
-                group=group, quantity=quantity, source=source if source != "all" or len(
-                    sources) != 1 else sources[0], calibration_rows=int(sample.size),
-                holdout_rows=len(pairs), covered=float(np.mean(inside)) if inside else float("nan"),
-                lower=lower, upper=upper))
+                group=group, quantity=quantity, source=source, calibration_rows=int(others.size),
+                holdout_rows=len(mine), covered=float(np.mean([lower <= r <= upper for r in mine])),
+                lower=lower, upper=upper, method="leave-one-source-out"))
     return rows
 
 

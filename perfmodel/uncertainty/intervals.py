@@ -3,11 +3,12 @@
 Claim: the p-quantile of a predicted time is point × multiplier(group, "step_time_s", p), where
 multiplier is the split-conformal quantile (`perfmodel.uncertainty.conformal`) of the ratios
 measured / predicted of the group's calibration rows in catalogs/uncertainty/residuals.csv (never
-its holdout rows); throughputs and MFU are time's reciprocals (their p10 is point / the p90
-multiplier), costs and wall times scale with time; a peak's quantiles use the
-memory group. P(fits) is the conformal P(r <= usable / predicted peak), and the largest
-micro-batch that fits with probability p is the one whose predicted peak stays within usable /
-multiplier("memory", ..., p).
+its holdout or in-sample rows); throughputs and MFU are time's reciprocals (their p10 is point /
+the p90 multiplier), costs and wall times scale with time; a peak's quantiles use the memory
+group of its model (`memory_group`: memory, or memory-moe for a mixture-of-experts model).
+P(fits) is the conformal P(r <= usable / predicted peak), and the largest micro-batch that fits
+with probability p is the one whose predicted peak stays within usable / multiplier(memory
+group, ..., p).
 Why: the ratio is the error that scales with the figure (`conformal`); the group is what
 predicted it (the profile's provenance for times, the memory model for peaks), as the residuals
 show the groups' errors differ by an order of magnitude.
@@ -197,6 +198,13 @@ class ErrorModel:
     def p_at_most(self, threshold: float) -> float:
         """P(ratio <= threshold)."""
         return probability_at_most(self.sample, threshold)
+
+
+def memory_group(num_experts: int) -> str:
+    """The residual group of a peak-memory prediction: mixture-of-experts models (`num_experts`
+    routed experts > 0) have their own (`perfmodel.uncertainty.residuals`: their routing and
+    capacity terms err by percents, the dense terms by permille)."""
+    return "memory-moe" if num_experts > 0 else "memory"
 
 
 def error_model(group: str, quantity: str, query: Query | None = None) -> ErrorModel:

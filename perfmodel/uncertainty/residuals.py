@@ -25,9 +25,19 @@ Why, per group (the `group` column; the first three are the profile provenances 
   rows keep the A100 runs predicted from the H100's calibrated profile (the scaling every
   Hopper-and-newer prior uses): no H100 measurement is a calibration ratio, though the H100's
   runs shaped that profile.
-* memory — the memory model against FSDPMemTracker: the grid datasets memory-tracker.csv,
-  -layouts.csv and -pipeline.csv are calibration rows, their *-heldout.csv companions and the
-  real-allocator runs memory-tracker-real.csv are holdout rows (quantity peak_memory_bytes).
+* memory — the memory model against FSDPMemTracker (quantity peak_memory_bytes), dense models:
+  the grid datasets memory-tracker.csv, -layouts.csv and -pipeline.csv are the rows the model
+  was designed against (it matches most of them to the byte), so their ratios are in-sample
+  (role `in-sample`: they set the ranges an interval covers without widening, never a quantile,
+  and are never scored); the *-heldout.csv companions and the real-allocator runs
+  memory-tracker-real.csv, held out of the design (reported, never fitted), are the
+  calibration rows. No memory
+  row is left untouched to score them with, so `perfmodel.uncertainty.coverage` scores these
+  groups by cross-conformal folds (every row against the interval the other folds form).
+* memory-moe — the same for mixture-of-experts models (its routing and capacity terms err by
+  percents where the dense terms err by permille, so one group would give MoE peaks a band far
+  too narrow and dense ones one too wide): memory-tracker-moe.csv in-sample,
+  memory-tracker-moe-heldout.csv the calibration rows.
 * collectives — the gloo collectives of cpu-comm.csv: 5-fold out-of-fold predictions
   (`perfmodel.costs.comm.fit_comm`); a fixed quarter of the configurations (by the sha256 of the
   case id) are holdout rows.
@@ -75,9 +85,11 @@ logger = logging.getLogger(__name__)
 
 COLUMNS = ("group", "quantity", "case", "source", "predicted", "measured", "role")
 """The columns of catalogs/uncertainty/residuals.csv, in order (the shared contract)."""
-GROUPS = ("measured", "calibrated", "prior", "memory", "collectives")
+GROUPS = ("measured", "calibrated", "prior", "memory", "memory-moe", "collectives")
 QUANTITIES = ("step_time_s", "peak_memory_bytes", "collective_time_s")
-ROLES = ("calibration", "holdout")
+ROLES = ("calibration", "holdout", "in-sample")
+"""calibration: forms the intervals; holdout: only scores them; in-sample: rows the model was
+designed against (never a quantile, never scored; they only widen the covered ranges)."""
 DATA = REPO_ROOT / "catalogs" / "profiles" / "data"
 PUBLISHED = REPO_ROOT / "catalogs" / "published"
 CPU_PROFILE = REPO_ROOT / "catalogs" / "profiles" / "cpu-x86-2core.yaml"
@@ -90,14 +102,16 @@ NAMED_MODELS = ("SmolLM-360M", "Llama-3.2-1B", "Phi-1.5", "Gemma-2B", "Yi-6B")
 CALIBRATED_GPUS = ("A100-SXM4-40GB", "A100-SXM4-80GB", "H100-SXM5-80GB")
 HELD_OUT_GPU = "H100-SXM5-80GB"
 """The prior group's held-out GPU (leave-one-GPU-out)."""
-MEMORY_SETS = (("memory-tracker.csv", "fsdp", "calibration"),
-               ("memory-tracker-layouts.csv", "layouts", "calibration"),
-               ("memory-tracker-pipeline.csv", "pipeline", "calibration"),
-               ("memory-tracker-heldout.csv", "fsdp", "holdout"),
-               ("memory-tracker-layouts-heldout.csv", "layouts", "holdout"),
-               ("memory-tracker-pipeline-heldout.csv", "pipeline", "holdout"),
-               ("memory-tracker-real.csv", "fsdp", "holdout"))
-"""Tracker datasets: file, row kind, role."""
+MEMORY_SETS = (("memory-tracker.csv", "fsdp", "in-sample", "memory"),
+               ("memory-tracker-layouts.csv", "layouts", "in-sample", "memory"),
+               ("memory-tracker-pipeline.csv", "pipeline", "in-sample", "memory"),
+               ("memory-tracker-heldout.csv", "fsdp", "calibration", "memory"),
+               ("memory-tracker-layouts-heldout.csv", "layouts", "calibration", "memory"),
+               ("memory-tracker-pipeline-heldout.csv", "pipeline", "calibration", "memory"),
+               ("memory-tracker-real.csv", "fsdp", "calibration", "memory"),
+               ("memory-tracker-moe.csv", "layouts", "in-sample", "memory-moe"),
+               ("memory-tracker-moe-heldout.csv", "layouts", "calibration", "memory-moe"))
+"""Tracker datasets: file, row kind, role, group."""
 COLLECTIVE_HOLDOUT_SHARE = 4
 """One configuration in this many (by the sha256 of its case id) is a collectives holdout row."""
 
@@ -119,7 +133,7 @@ class Residual:
     measured: float
     """The measured figure, same unit."""
     role: str
-    """calibration (forms the intervals) or holdout (only scores them)."""
+    """One of ROLES."""
     num_gpus: int | None = None
     """GPUs (ranks) of the configuration, None where it has no meaning."""
     seq_len: int | None = None
@@ -276,7 +290,7 @@ def _layout_kind(tp: int, pp: int) -> str:
 def memory_residuals() -> list[Residual]:
     """The memory model's tracked peak against each tracker dataset's peak."""
     out = []
-    for name, kind, role in MEMORY_SETS:
+    for name, kind, role, group in MEMORY_SETS:
         path = DATA / name
         if not path.is_file():
             logger.warning("%s missing: no memory residuals from it", _shown(path))
@@ -292,7 +306,7 @@ def memory_residuals() -> list[Residual]:
                 gpus = int(row["world_size"])
                 layout = _layout_kind(int(row.get("tp", "1") or 1), 1)
             out.append(Residual(
-                group="memory", quantity="peak_memory_bytes",
+                group=group, quantity="peak_memory_bytes",
                 case=f"{path.stem}:{i + 2}:{row['model']}", source=_shown(path),
                 predicted=float(predicted), measured=float(row["peak_bytes"]), role=role,
                 num_gpus=gpus, seq_len=int(row["seq_len"]),
@@ -347,12 +361,13 @@ def _span(values: Sequence[int | None]) -> list[int] | None:
 
 
 def coverage_json(residuals: Sequence[Residual]) -> str:
-    """What each group's calibration rows cover (GPU count, sequence length, parameters, layout
-    kinds), the ranges beyond which an interval widens (`perfmodel.uncertainty.intervals`)."""
+    """What each group's calibration and in-sample rows cover (GPU count, sequence length,
+    parameters, layout kinds), the ranges beyond which an interval widens
+    (`perfmodel.uncertainty.intervals`): the model has been checked on both kinds of rows."""
     out: dict[str, Any] = {}
     for group in GROUPS:
-        rows = [r for r in residuals if r.group == group and r.role == "calibration"]
-        if not rows:
+        rows = [r for r in residuals if r.group == group and r.role in ("calibration", "in-sample")]
+        if not any(r.role == "calibration" for r in rows):
             continue
         layouts = sorted({r.layout for r in rows if r.layout is not None})
         out[group] = {"num_gpus": _span([r.num_gpus for r in rows]),

@@ -100,10 +100,11 @@ from planner.model.problem import Plan, Problem
 RESIDUAL_COLUMNS = ("group", "quantity", "case", "source", "predicted", "measured", "role")
 """The columns of catalogs/uncertainty/residuals.csv (the contract with the residual generator,
 `python -m scripts.make_residuals`)."""
-RESIDUAL_GROUPS = (*PROVENANCES, "memory", "collectives")
+RESIDUAL_GROUPS = (*PROVENANCES, "memory", "memory-moe", "collectives")
 """Every residual group of the file; the time groups of a plan are the profile provenances."""
-ROLES = ("calibration", "holdout")
-"""calibration rows form the error model; holdout rows only score coverage."""
+ROLES = ("calibration", "holdout", "in-sample")
+"""calibration rows form the error model; holdout rows only score coverage; in-sample rows (the
+ones a model was designed against) do neither (`perfmodel.uncertainty.residuals.ROLES`)."""
 TIME_QUANTITY = "step_time_s"
 """The quantity whose ratios scale an island's step time."""
 SCALED_COLUMNS = ("microstep_s", "step_fixed_s", "compute_fixed_s", "compute_micro_s",
@@ -218,7 +219,7 @@ class ErrorModel:
                 raise fail("group", "not a residual group", "use one of "
                            + ", ".join(RESIDUAL_GROUPS) + ".")
             if row["role"] not in ROLES:
-                raise fail("role", "not a role", "use calibration or holdout.")
+                raise fail("role", "not a role", "use calibration, holdout or in-sample.")
             values = []
             for column in ("predicted", "measured"):
                 try:
