@@ -236,6 +236,17 @@ def test_cross_conformal_never_scores_a_row_on_its_own_fold(tmp_path: Path) -> N
     assert loso == []  # one source: nothing to leave out against
 
 
+def test_coverage_ci_is_the_exact_binomial_interval() -> None:
+    row = coverage_module.CoverageRow(group="g", quantity="q", source="s", calibration_rows=50,
+                                      holdout_rows=10, covered=1.0, lower=1, upper=1)
+    low, high = row.covered_ci()
+    assert high == 1.0 and low == pytest.approx(0.025 ** (1 / 10))  # P(10 of 10 | p) = p^10
+    half = coverage_module.CoverageRow(group="g", quantity="q", source="s", calibration_rows=50,
+                                       holdout_rows=20, covered=0.5, lower=1, upper=1)
+    low, high = half.covered_ci()
+    assert low == pytest.approx(1 - high) and 0.25 < low < 0.3  # symmetric about one half
+
+
 def test_a_moe_peak_uses_the_moe_memory_group() -> None:
     from perfmodel.uncertainty.intervals import memory_group
 

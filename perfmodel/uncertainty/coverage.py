@@ -71,6 +71,21 @@ class CoverageRow:
         group, so also its median)."""
         return self.upper - self.lower
 
+    def covered_ci(self, confidence: float = 0.95) -> tuple[float, float]:
+        """The exact (Clopper-Pearson) `confidence` interval of the true coverage given
+        `covered` of `holdout_rows` (NaN, NaN without rows): how far a small row's share can
+        stray from the level by chance alone (10 of 10 inside is consistent with 80 %)."""
+        n = self.holdout_rows
+        if n == 0:
+            return float("nan"), float("nan")
+        from scipy.stats import beta  # noqa: PLC0415 (scipy is heavy; only the doc needs it)
+
+        k = round(self.covered * n)
+        alpha = 1.0 - confidence
+        low = float(beta.ppf(alpha / 2, k, n - k + 1)) if k > 0 else 0.0
+        high = float(beta.ppf(1 - alpha / 2, k + 1, n - k)) if k < n else 1.0
+        return low, high
+
     @property
     def verdict(self) -> str:
         """met / missed against the 70-90 % goal, or why it does not apply."""
