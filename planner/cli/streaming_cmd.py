@@ -253,9 +253,12 @@ def _streaming_view(records: list[dict[str, Any]]) -> None:
     former table)."""
     for r in records:
         blocked = float(r["blocked_s"] or 0.0)
-        # below a nanosecond the "blocking" is float rounding of the schedule's sums, not a wait
-        verdict = (f"blocked {format_duration(blocked)} in {r['sync_every']} inner steps"
-                   if blocked > 1e-9 else "never blocked")
+        # the API decides whether it blocks (perfmodel.diloco.streaming: rounding of the
+        # schedule's sums is not a wait; a link that cannot keep up blocks later if not yet)
+        verdict = ("never blocked" if not r["blocks"]
+                   else f"blocked {format_duration(blocked)} in {r['sync_every']} inner steps"
+                   if blocked > 0 else "blocks later: the link cannot carry one "
+                   f"pseudo-gradient per {r['sync_every']} inner steps")
         echo_wrapped(f"{r['case']}: F {r['fragments']}, τ {r['delay_steps']}, H "
                      f"{r['sync_every']} over {format_number(r['wan_gbit_s'])} Gbit/s: {verdict}; "
                      f"tuner — {r['tuner']}")
