@@ -118,6 +118,29 @@ SOURCES: dict[str, tuple[str, str, str]] = {
         GH + "NVIDIA-NeMo/Megatron-Bridge/blob/067f987df03b8355b03192d88d70f1709fedf51a/docs/"
         "performance-summary.md",
         "NVIDIA Megatron-Bridge performance summary, 26.08 NeMo container", "2026-08-11"),
+    "mbridge_2602": (
+        GH + "NVIDIA-NeMo/Megatron-Bridge/blob/067f987df03b8355b03192d88d70f1709fedf51a/docs/"
+        "performance-summary-archive.md",
+        "NVIDIA Megatron-Bridge performance summary archive, 26.02 NeMo container", "2026-02-25"),
+    "mbridge_260201": (
+        GH + "NVIDIA-NeMo/Megatron-Bridge/blob/067f987df03b8355b03192d88d70f1709fedf51a/docs/"
+        "performance-summary-archive.md",
+        "NVIDIA Megatron-Bridge performance summary archive, 26.02.01 NeMo container",
+        "2026-03-21"),
+    "mbridge_2604": (
+        GH + "NVIDIA-NeMo/Megatron-Bridge/blob/067f987df03b8355b03192d88d70f1709fedf51a/docs/"
+        "performance-summary-archive.md",
+        "NVIDIA Megatron-Bridge performance summary archive, 26.04 NeMo container", "2026-04-17"),
+    "mbridge_260401": (
+        GH + "NVIDIA-NeMo/Megatron-Bridge/blob/067f987df03b8355b03192d88d70f1709fedf51a/docs/"
+        "performance-summary-archive.md",
+        "NVIDIA Megatron-Bridge performance summary archive, 26.04.01 NeMo container",
+        "2026-05-16"),
+    "torchao_moe_b200": (
+        GH + "pytorch/ao/blob/838dcebb13be7cd7b7ae5d1d8c4e674c89a5d7b8/torchao/prototype/"
+        "moe_training/README.md",
+        "torchao prototype/moe_training README: End-to-end training, Llama4 16e MoE layer vs "
+        "bfloat16 baseline with TorchTitan (4xB200)", "2025-10-13"),
     "deepseek_v3": ("https://arxiv.org/abs/2412.19437",
                     "DeepSeek-AI 2024, DeepSeek-V3 Technical Report", "2024-12-27"),
     "llmfoundry_fp8": (
@@ -449,6 +472,30 @@ def _torchtitan(b: Builder) -> None:
                      "published. mxfp8 on routed-expert grouped GEMMs and all linears except "
                      "output, router.gate, wk, wv. Model dims not given in the source."))
 
+    for config, median, gib in [("bf16 baseline", 49381.0, 145.55),
+                             ("MXFP8 for Linears only", 52038.0, 146.62),
+                             ("MXFP8 for Grouped GEMMs only", 69350.0, 144.71),
+                             ("MXFP8 for Linears + Grouped GEMMs", 70747.0, 145.32)]:
+        b.add("torchao_moe_b200",
+              "End-to-end training: Llama4 16e MoE layer vs bfloat16 baseline with TorchTitan",
+              model="Llama4 17Bx16E (2 layers)", model_family="Llama 4 MoE", hidden_size=5120,
+              num_layers=2, num_heads=40, num_kv_heads=8, vocab_size=202048, num_experts=16,
+              experts_per_token=1, gpu="B200", num_gpus=4, dp_shard=4, ep=4, seq_len=8192,
+              micro_batch=8, activation_checkpointing="none",
+              precision="bf16" if config.startswith("bf16") else "mxfp8", torch_compile="yes",
+              framework="torchtitan (FSDP2 + EP) + torchao MXFP8", tokens_per_s_per_gpu=median,
+              notes=(f"Configuration '{config}'; 'Throughput (Median Tokens/s)' {median}, max "
+                     f"memory {gib} GiB (torchtitan tps is per device). Source text: 'Single node "
+                     "benchmarks with 4xB200', 'Llama4 16e default configs; FSDP=4, EP=4; "
+                     "AC=none; compile=True; seq_len=8192; local_bs=8', 'Reduced num layers from "
+                     "48 -> 2 to avoid OOM in single node setting', 'TorchTitan debug model config "
+                     "(same as Llama4 17bx16e, but with 2 layers)'. Other dims: torchtitan "
+                     "models/llama4 at 58c5455 (2025-10-13), '17bx16e': dim=5120, n_heads=40, "
+                     "n_kv_heads=8, MoEArgs(num_experts=16) (top_k 1, one shared expert by "
+                     "default), interleave_moe_layer_step=1, vocab_size default 202048. Load "
+                     "balance not forced (MoEArgs _debug_force_load_balance default False). Global "
+                     "batch = local 8 x 4 ranks (not published)."))
+
 
 def _fms(b: Builder) -> None:
     """IBM foundation-model-stack fms-fsdp (FSDP / HSDP)."""
@@ -709,6 +756,22 @@ def _megatron_bridge(b: Builder) -> None:
               precision=prec, framework=fw, tokens_per_s_per_gpu=tps, tflops_per_gpu=tflops,
               notes=(f"Published precision '{label}' (MX = 32x32 quantization blocks on GB200). "
                      f"FSDP 0, GA {ga}. " + DSV3_NOTE + " " + note))
+    moe_note = ("Quoted row (the table's columns: Model | #-GPUs | Precision | GBS | MBS | "
+                "Sequence Length | FSDP | TP | PP | CP | VP | EP | GA | Tokens / sec / GPU | Model "
+                "TFLOP / sec / GPU): ")
+    for model, prec, label, g, gb, mb, ep, tps, tflops, quote in [
+            (oss, "bf16", "BF16", 64, 512, 4, 8, 8213, 223,
+             "| GPT OSS 120B | 64 | BF16 | 512 | 4 | 4096 | 0 | 1 | 1 | 1 | 1 | 8 | 2 | 8213 | "
+             "223 |"),
+            (q30, "mxfp8", "FP8-MX", 8, 512, 1, 8, 9299, 214,
+             "| Qwen3_30B_a3B | 8 | FP8-MX | 512 | 1 | 4096 | 0 | 1 | 1 | 1 | 1 | 8 | 64 | 9299 | "
+             "214 |")]:
+        b.add("mbridge_2511", "25.11 NeMo Container, Pre-Training Performance, System: DGX-B200",
+              **model, gpu="B200 (DGX-B200)", num_gpus=g, tp=1, pp=1, cp=1, ep=ep,
+              seq_len=4096, micro_batch=mb, global_batch_seqs=gb, precision=prec, framework=fw,
+              tokens_per_s_per_gpu=tps, tflops_per_gpu=tflops,
+              notes=(f"Published precision '{label}'. " + moe_note + quote
+                     + " MoE dims not in the source. " + note))
     b.add("mbridge_2606",
           "26.06 NeMo Container, Pre-Training Performance, Model: LLAMA3.1_405B (DGX-H100 row)",
           **dict(L405, model="LLAMA3.1_405B"), gpu="H100 (DGX-H100)", num_gpus=1024, tp=8,
@@ -738,6 +801,60 @@ def _megatron_bridge(b: Builder) -> None:
               notes=("Published precision 'MXFP8'. "
                      + (DSV3_NOTE + " " if model is DSV3 else "MoE dims not in the source. ")
                      + note))
+
+    # every DGX-H100 / DGX-B200 MoE row with TP = PP = 1 of the 26.02 - 26.04.01 archive
+    # sections (issue 26: scripts.validate_moe predicts them); column order of those tables
+    cols = ("Quoted row (the table's columns: System | #-GPUs | Precision | GBS | MBS | Sequence "
+            "Length | FSDP | TP | PP | CP | VP | EP | Tokens / sec / GPU | Model TFLOP / sec / "
+            "GPU), under '#### Model: {name}': ")
+    gpus = {"DGX-H100": "H100 (DGX-H100)", "DGX-B200": "B200 (DGX-B200)"}
+    precisions = {"BF16": "bf16", "FP8": "fp8", "MXFP8": "mxfp8"}
+    for source, container, rows in [
+            ("mbridge_2602", "26.02", [
+                (oss, "GPT OSS 120B", "DGX-B200", 64, "BF16", 1280, 4, 64, 8047, 219,
+                 "| DGX-B200 | 64 | BF16 | 1280 | 4 | 4096 | 0 | 1 | 1 | 1 | n/a | 64 | 8047 | "
+                 "219 |"),
+                (q30, "Qwen3_30B_a3B", "DGX-B200", 8, "MXFP8", 512, 1, 8, 9691, 223,
+                 "| DGX-B200 | 8 | MXFP8 | 512 | 1 | 4096 | 0 | 1 | 1 | 1 | n/a | 8 | 9691 | "
+                 "223 |")]),
+            ("mbridge_260201", "26.02.01", [
+                (oss, "GPT OSS 120B", "DGX-B200", 64, "BF16", 1280, 4, 8, 13722, 373,
+                 "| DGX-B200 | 64 | BF16 | 1280 | 4 | 4096 | 0 | 1 | 1 | 1 | n/a | 8 | 13722 | "
+                 "373 |"),
+                (q30, "Qwen3_30B_a3B", "DGX-B200", 8, "MXFP8", 512, 4, 8, 26695, 614,
+                 "| DGX-B200 | 8 | MXFP8 | 512 | 4 | 4096 | 0 | 1 | 1 | 1 | n/a | 8 | 26695 | "
+                 "614 |")]),
+            ("mbridge_2604", "26.04", [
+                (oss, "GPT OSS 120B", "DGX-B200", 64, "BF16", 1280, 4, 8, 13045, 355,
+                 "| DGX-B200 | 64 | BF16 | 1280 | 4 | 4096 | 0 | 1 | 1 | 1 | n/a | 8 | 13045 | "
+                 "355 |"),
+                (q30, "Qwen3_30B_a3B", "DGX-B200", 8, "MXFP8", 512, 4, 8, 26859, 618,
+                 "| DGX-B200 | 8 | MXFP8 | 512 | 4 | 4096 | 0 | 1 | 1 | 1 | n/a | 8 | 26859 | "
+                 "618 |"),
+                (q30, "Qwen3_30B_a3B", "DGX-H100", 16, "FP8", 1024, 1, 16, 8901, 205,
+                 "| DGX-H100 | 16 | FP8 | 1024 | 1 | 4096 | 0 | 1 | 1 | 1 | n/a | 16 | 8901 | "
+                 "205 |")]),
+            ("mbridge_260401", "26.04.01", [
+                (oss, "GPT OSS 120B", "DGX-B200", 64, "BF16", 1280, 4, 8, 13568, 369,
+                 "| DGX-B200 | 64 | BF16 | 1280 | 4 | 4096 | 0 | 1 | 1 | 1 | n/a | 8 | 13568 | "
+                 "369 |"),
+                (q30, "Qwen3_30B_a3B", "DGX-B200", 8, "MXFP8", 512, 4, 8, 27136, 619,
+                 "| DGX-B200 | 8 | MXFP8 | 512 | 4 | 4096 | 0 | 1 | 1 | 1 | n/a | 8 | 27136 | "
+                 "619 |"),
+                (q30, "Qwen3_30B_a3B", "DGX-H100", 16, "FP8", 1024, 1, 16, 8960, 206,
+                 "| DGX-H100 | 16 | FP8 | 1024 | 1 | 4096 | 0 | 1 | 1 | 1 | n/a | 16 | 8960 | "
+                 "206 |")])]:
+        for model, name, system, g, label, gb, mb, ep, tps, tflops, quote in rows:
+            b.add(source,
+                  f"{container} NeMo Container, Pre-Training Performance, Model: {name} "
+                  f"({system} row)", **model, gpu=gpus[system], num_gpus=g, tp=1, pp=1, cp=1,
+                  ep=ep, seq_len=4096, micro_batch=mb, global_batch_seqs=gb,
+                  precision=precisions[label],
+                  framework=f"Megatron-Bridge (NeMo {container}, Megatron-Core)",
+                  tokens_per_s_per_gpu=tps, tflops_per_gpu=tflops,
+                  notes=(f"Published precision '{label}'; FSDP 0 (DDP); VP n/a. "
+                         + cols.format(name=name) + quote + " MoE dims not in the source. "
+                         + note))
 
     b.add("deepseek_v3",
           "Sections 1 & 3.1-3.2 (training costs, 180K H800 GPU hours per trillion tokens; "

@@ -148,6 +148,8 @@ GPU_MAP: dict[str, str] = {
     "H100-80GB": "H100-SXM5-80GB",
     "H200 (8/host, NVLink; 400 Gb/s CX-7 RDMA per GPU)": "H200-SXM-141GB",
     "B200 (power limited)": "B200",
+    "B200 (DGX-B200)": "B200",
+    "B200": "B200",
 }
 """Published GPU -> the catalog GPU of the same die, form factor and SM count (the A100 SXM4 80GB
 in DGX/HGX nodes, the GH100 SXM, ...). What the catalog GPU does not describe is not corrected
@@ -377,8 +379,9 @@ def _not_expressible(row: Mapping[str, str]) -> list[str]:
         if (row["tp"] or "1") != "1" or (row["pp"] or "1") != "1":
             out.append("mixture-of-experts model with tp or pp > 1: not modelled (expert tensor "
                        "parallelism, per-stage expert memory; issue 26)")
-        out.append("mixture-of-experts model without a shipped config.json for the row (the "
-                   "MoE step is modelled for mixtral, qwen2_moe, qwen3_moe, llama4, gpt_oss)")
+        out.append("mixture-of-experts model: predicted apart by `python -m "
+                   "scripts.validate_moe` where it can be (tp = pp = 1 with a shipped "
+                   "config.json), listed there with its reasons otherwise")
     if _schedule(row) is None:
         out.append(f"pipeline schedule {row['pp_schedule']!r} is not modelled (gpipe, 1f1b, "
                    "interleaved-1f1b)")
