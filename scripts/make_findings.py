@@ -15,6 +15,8 @@ from ours (`scripts.streaming_published`), and are never used to tune anything.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import os
 import subprocess
@@ -95,17 +97,25 @@ class Doc:
     def run(self, *args: str) -> str:
         """Run `shardmeter args`, paste command and output, return the output."""
         out = _shardmeter(*args)
+        self.paste(args, out)
+        return out
+
+    def paste(self, args: Sequence[str], out: str) -> None:
+        """Paste the console block of `shardmeter args` printing `out`."""
         self.say(
             "```console", "$ shardmeter " + " ".join(args), *out.rstrip("\n").split("\n"), "```", ""
         )
-        return out
 
     def text(self) -> str:
         return "\n".join(self.lines).rstrip("\n") + "\n"
 
 
+CONSOLE_ENV = {"COLUMNS": "200", "NO_COLOR": "1", "TERM": "dumb"}
+"""The console every pasted command prints to: 200 columns, no colour."""
+
+
 def _shardmeter(*args: str) -> str:
-    env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1", "TERM": "dumb"}
+    env = {**os.environ, **CONSOLE_ENV}
     done = subprocess.run(
         [SM, *args], cwd=ROOT, env=env, capture_output=True, text=True, check=False
     )
@@ -578,6 +588,35 @@ LAYOUT_QUERY = ("layout", "Llama-3.1-70B", "--gpu", "H100-SXM5-80GB", "--nodes",
 context and batch: the island the FSDP-only planner left out."""
 
 
+def _layout_views(query: Sequence[str], *, shown: int) -> tuple[str, Any]:
+    """One ranking of `shardmeter *query` (`rank_layouts`, in this process), seen two ways: what
+    `shardmeter *query --top shown` prints (the command's own `emit_ranking` on the best
+    `shown` entries, on the `CONSOLE_ENV` console) and the JSON of `--top 1000 --format json`
+    (every entry, and the rejected candidates with why). The ranking is the costly part (it
+    predicts every entry), so it is computed once; `--check` shows both views unchanged."""
+    # lazy: the layout command (click, pandas) only for this section
+    from unittest import mock
+
+    from perfmodel.api.layout import rank_layouts
+    from planner.cli.layout_cmd import emit_ranking, layout, layout_request
+
+    params = layout.make_context(query[0], [*query[1:], "--top", "1000"]).params
+    for option in ("named", "wide", "fmt"):
+        params.pop(option)
+    request = layout_request(**params)
+    ranking = rank_layouts(request)
+    # rank_layouts' entries are its ranked table's head(top): the first `shown` are --top shown's
+    best = replace(ranking, entries=ranking.entries[:shown])
+    out = {}
+    for fmt, req, ranked in (("table", replace(request, top=shown), best),
+                             ("json", request, ranking)):
+        buffer = io.StringIO()
+        with contextlib.redirect_stdout(buffer), mock.patch.dict(os.environ, CONSOLE_ENV):
+            emit_ranking(req, ranked, fmt=fmt, wide=False)
+        out[fmt] = buffer.getvalue()
+    return out["table"], json.loads(out["json"])
+
+
 def _section_layouts(doc: Doc) -> None:
     """Why an island comes back when the layout and checkpointing are free: the layouts one
     island can run, ranked, and what the plain-FSDP recipe lacks. The whole-plan effect (which
@@ -592,8 +631,8 @@ def _section_layouts(doc: Doc) -> None:
         "not. Unlike sections 1-5 this uses the H100's shipped calibrated profile.",
         "",
     )
-    doc.run(*LAYOUT_QUERY, "--top", "8")
-    result = _json(*LAYOUT_QUERY, "--top", "1000")
+    text, result = _layout_views(LAYOUT_QUERY, shown=8)
+    doc.paste((*LAYOUT_QUERY, "--top", "8"), text)
     ranked = result["layouts"]
     best = ranked[0]
     fsdp_op_sac = [r for r in result["rejected"]

@@ -9,9 +9,12 @@ from pathlib import Path
 
 import pytest
 import torch
+import torch.nn.functional as F
 
+from perfmodel.bench.model import Attention, _apply_rope, rope_tables
 from perfmodel.bench.moe import (
     MoeBlock,
+    QkNormAttention,
     build_moe_model,
     check_moe_buildable,
     dense_reference,
@@ -37,6 +40,39 @@ def test_parameter_count_equals_spec() -> None:
     model = build_moe_model(SPEC)
     assert sum(p.numel() for p in model.parameters()) == SPEC.total_params
     assert [i for i, _ in moe_blocks(model)] == [1]
+
+
+def test_qk_norms_run_in_the_dense_attention_forward() -> None:
+    """QkNormAttention has no forward of its own: the dense Attention's applies its per-head
+    q/k RMSNorms (before RoPE). It equals the attention composed by hand with the norms, and
+    differs from the same projections without them (a forward that skipped them fails)."""
+    torch.manual_seed(0)
+    attn = QkNormAttention(SPEC)
+    q_norm, k_norm = attn.q_norm, attn.k_norm
+    assert isinstance(q_norm, torch.nn.RMSNorm) and isinstance(k_norm, torch.nn.RMSNorm)
+    with torch.no_grad():
+        q_norm.weight.uniform_(0.5, 2.0)
+        k_norm.weight.uniform_(0.5, 2.0)
+    plain = Attention(SPEC)
+    plain.load_state_dict({k: v for k, v in attn.state_dict().items() if "norm" not in k})
+    b, s, d = 2, 8, SPEC.d
+    x = torch.randn(b, s, SPEC.hidden_size)
+    cos, sin = rope_tables(s, d)
+
+    def heads(proj: torch.nn.Module, weight: torch.Tensor | None) -> torch.Tensor:
+        out: torch.Tensor = proj(x).view(b, s, -1, d)
+        if weight is not None:
+            out = F.rms_norm(out, (d,), weight)
+        return out.transpose(1, 2)
+
+    with torch.no_grad():
+        q = _apply_rope(heads(attn.q_proj, q_norm.weight), cos, sin)
+        k = _apply_rope(heads(attn.k_proj, k_norm.weight), cos, sin)
+        core = F.scaled_dot_product_attention(q, k, heads(attn.v_proj, None), is_causal=True,
+                                              enable_gqa=True)
+        expected = attn.o_proj(core.transpose(1, 2).reshape(b, s, -1))
+        assert torch.allclose(attn(x, cos, sin), expected, atol=1e-6)
+        assert not torch.allclose(plain(x, cos, sin), expected, atol=1e-3)
 
 
 def test_matches_dense_reference_when_nothing_is_dropped() -> None:

@@ -74,3 +74,32 @@ def test_no_layout_fits_exits_1_naming_the_closest(run_cli) -> None:  # type: ig
     assert "the closest" in result.err and "GiB over" in result.err and "To fix:" in result.err
     as_json = run_cli(*args, "--format", "json")
     assert as_json.code == 1 and '"ranked": 0' in as_json.out
+
+
+def test_the_commands_view_of_a_shorter_top_is_the_rankings_head(request_, ranking) -> None:  # type: ignore[no-untyped-def]
+    """What `scripts.make_findings` relies on to rank once and print twice: `shardmeter layout
+    ... --top 3` prints exactly `emit_ranking` of the first 3 entries of a `--top 6` ranking
+    (and `--format json --top 6` is `emit_ranking` of all of it)."""
+    import contextlib
+    import io
+
+    from click.testing import CliRunner
+
+    from planner.cli import cli
+    from planner.cli.layout_cmd import emit_ranking
+
+    args = ["layout", MODEL, "--gpu", GPU, "--seq-len", str(SEQ), "--global-batch", str(BATCH),
+            "--max-tp", "2", "--max-pp", "2", "--ac-mode", "op-sac", "--ac-mode", "full"]
+    env = {"COLUMNS": "200"}
+    views = [(["--top", "3"], "table", replace(request_, top=3),
+              replace(ranking, entries=ranking.entries[:3])),
+             (["--top", "6", "--format", "json"], "json", request_, ranking)]
+    for extra, fmt, req, ranked in views:
+        result = CliRunner().invoke(cli, [*args, *extra], env=env)
+        assert result.exit_code == 0, result.output
+        buffer = io.StringIO()
+        with contextlib.redirect_stdout(buffer), pytest.MonkeyPatch.context() as patch:
+            patch.setenv("COLUMNS", "200")
+            emit_ranking(req, ranked, fmt=fmt, wide=False)
+        assert buffer.getvalue() == result.output, fmt
+        assert len(result.output.splitlines()) > 5

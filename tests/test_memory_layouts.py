@@ -137,6 +137,37 @@ def test_model_matches_a_live_tracker_run(layout: ParallelLayout, world: int, ac
         assert diff <= 0.02 * record["tracker_gib"], (component, record)
 
 
+@pytest.mark.torch
+@pytest.mark.slow
+def test_grid_runner_resumes_and_records_its_session(tmp_path: Path) -> None:
+    """`run_layout_cases` (the shared `perfmodel.bench.memory_runner`): a case tracked once is
+    skipped by a rerun, and each session's env.json names the benchmark, both ground truths,
+    the tracked steps and the draw."""
+    pytest.importorskip("torch")
+    import json
+
+    from perfmodel.bench.common import CsvLog
+    from perfmodel.bench.memory_layouts import (
+        COLUMNS,
+        GROUND_TRUTHS,
+        KEY_COLUMNS,
+        run_layout_cases,
+    )
+
+    case = replace(_live_case(ParallelLayout(tp=2), 2), seq_len=128)
+    out = tmp_path / "layouts.csv"
+    assert run_layout_cases([case], out, draw={"cases": "one"}) == {"measured": 1, "skipped": 0}
+    assert run_layout_cases([case], out) == {"measured": 0, "skipped": 1}
+    [row] = CsvLog(out, COLUMNS, KEY_COLUMNS).rows()
+    assert (row["model"], row["tp"], row["ground_truth"]) == ("small-llama", "2",
+                                                              "fsdp-mem-tracker/fake")
+    first, second = json.loads(Path(f"{out}.env.json").read_text())["sessions"]
+    assert (first["benchmark"], first["cases"], first["tracked_steps"], first["draw"]) == (
+        "memory-layouts", 1, [1], {"cases": "one"})
+    assert first["ground_truth"] == GROUND_TRUTHS
+    assert (second["cases"], second["tracked_steps"], second["draw"]) == (0, [], {})
+
+
 def _compare_rows(rows: list[dict[str, str]]) -> list[dict[str, Any]]:
     from perfmodel.profiles.memory_validation import compare_row
 

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-import multiprocessing as mp
 import random
 import time
 from collections.abc import Sequence
@@ -35,7 +34,6 @@ from pathlib import Path
 from typing import Any
 
 from perfmodel.bench.common import CsvLog, resolve_dtype
-from perfmodel.bench.environment import append_environment, environment_record
 from perfmodel.bench.memory import (
     CASE_COLUMNS,
     CATEGORIES,
@@ -43,6 +41,7 @@ from perfmodel.bench.memory import (
     MemoryCase,
     shape_columns,
 )
+from perfmodel.bench.memory_runner import run_tracked_cases
 from perfmodel.profiles.memory_validation import layout_kinds
 from perfmodel.spec.arch import FAMILY_LAYOUT, ModelSpec
 from perfmodel.spec.catalog import get_model
@@ -287,36 +286,20 @@ def heldout_cases(steps: int = 1) -> list[MemoryCase]:
 
 # ---- runner ------------------------------------------------------------------------------
 
-def _worker(case: MemoryCase) -> dict[str, Any]:
-    return run_layout_case(case)
-
-
 def run_layout_cases(cases: Sequence[MemoryCase], out_path: str | Path, *, jobs: int = 1,
                      limit: int | None = None,
                      draw: dict[str, Any] | None = None) -> dict[str, int]:
     """Track every case not yet in `out_path` (resume), over `jobs` processes, each case in a
-    fresh process with its own fake process group (torch caches objects keyed by a device mesh
-    across process groups: a second case with the same mesh in one process fails to resolve the
-    first case's destroyed group); the parent appends each finished row. `draw`: how the cases
-    were drawn (recorded in the session's env.json)."""
-    log = CsvLog(out_path, COLUMNS, KEY_COLUMNS)
-    done = log.done_keys()
-    todo = [c for c in cases if log.key_of(case_key(c)) not in done]
-    skipped = len(cases) - len(todo)
-    todo = todo[:limit] if limit is not None else todo
-    append_environment(out_path, environment_record(
-        device="fake", threads=1,
-        extra={"benchmark": "memory-layouts", "jobs": jobs, "cases": len(todo),
-               "tracked_steps": sorted({c.steps for c in todo}),
-               "ground_truth": GROUND_TRUTHS, "draw": draw or {}}))
-    with mp.get_context("spawn").Pool(max(jobs, 1), maxtasksperchild=1) as pool:
-        for row in pool.imap_unordered(_worker, todo):
-            _log_row(log, row)
-    return {"measured": len(todo), "skipped": skipped}
+    fresh process with its own fake process group (`perfmodel.bench.memory_runner` says why);
+    the parent appends each finished row. `draw`: how the cases were drawn (recorded in the
+    session's env.json)."""
+    return run_tracked_cases(cases, out_path, worker=run_layout_case, key=case_key,
+                             steps=lambda c: c.steps, columns=COLUMNS, key_columns=KEY_COLUMNS,
+                             benchmark="memory-layouts", ground_truth=GROUND_TRUTHS,
+                             on_row=_log_row, jobs=jobs, limit=limit, draw=draw)
 
 
-def _log_row(log: CsvLog, row: dict[str, Any]) -> None:
-    log.append([row])
+def _log_row(row: dict[str, Any]) -> None:
     logger.info("%s world %s dp_replicate %s tp %s sp %s S=%s m=%s k=%s %s ac=%s: peak %.2f GiB "
                 "(%.1f s)", row["model"], row["world_size"], row["dp_replicate"], row["tp"],
                 row["sequence_parallel"], row["seq_len"], row["micro_batch"], row["accum_steps"],

@@ -53,7 +53,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-import multiprocessing as mp
 import random
 import time
 from collections.abc import Sequence
@@ -61,11 +60,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from perfmodel.bench.common import CsvLog, resolve_dtype
-from perfmodel.bench.environment import append_environment, environment_record
+from perfmodel.bench.common import resolve_dtype
 from perfmodel.bench.memory import CATEGORIES, MemoryCase, shape_columns
 from perfmodel.bench.memory_layouts import COLUMNS as LAYOUT_COLUMNS_ALL
+from perfmodel.bench.memory_layouts import GROUND_TRUTHS
 from perfmodel.bench.memory_layouts import KEY_COLUMNS as LAYOUT_KEY_COLUMNS
+from perfmodel.bench.memory_runner import run_tracked_cases
 from perfmodel.spec.arch import ModelSpec
 from perfmodel.spec.errors import UserInputError
 from perfmodel.spec.hf_config import load_hf_config
@@ -81,6 +81,8 @@ MOE_COLUMNS = ("ep", "num_experts", "experts_per_token", "expert_intermediate_si
 COLUMNS = (*LAYOUT_COLUMNS_ALL[:LAYOUT_COLUMNS_ALL.index("ground_truth")], *MOE_COLUMNS,
            *LAYOUT_COLUMNS_ALL[LAYOUT_COLUMNS_ALL.index("ground_truth"):])
 KEY_COLUMNS = (*LAYOUT_KEY_COLUMNS, "num_hidden_layers", "ep", "capacity_factor")
+GROUND_TRUTH = {"fsdp-mem-tracker/fake": GROUND_TRUTHS["fsdp-mem-tracker/fake"]}
+"""The `ground_truth` column's one value and what it means (the layouts' fake-tensor one)."""
 _ = CATEGORIES  # the breakdown columns are memory.CATEGORIES' (through the layouts' COLUMNS)
 
 
@@ -279,33 +281,21 @@ def heldout_cases(n: int = HELDOUT_CASES, steps: int = 1) -> list[MoeMemoryCase]
 
 # ---- runner ------------------------------------------------------------------------------
 
-def _worker(case: MoeMemoryCase) -> dict[str, Any]:
-    return run_moe_case(case)
-
-
 def run_moe_cases(cases: Sequence[MoeMemoryCase], out_path: str | Path, *, jobs: int = 1,
                   limit: int | None = None,
                   draw: dict[str, Any] | None = None) -> dict[str, int]:
     """Track every case not yet in `out_path` (resume), each in a fresh process (its own fake
-    process group: `perfmodel.bench.memory_layouts.run_layout_cases` says why) over `jobs`
-    processes; the parent appends each finished row."""
-    log = CsvLog(out_path, COLUMNS, KEY_COLUMNS)
-    done = log.done_keys()
-    todo = [c for c in cases if log.key_of(case_key(c)) not in done]
-    skipped = len(cases) - len(todo)
-    todo = todo[:limit] if limit is not None else todo
-    append_environment(out_path, environment_record(
-        device="fake", threads=1,
-        extra={"benchmark": "memory-moe", "jobs": jobs, "cases": len(todo),
-               "tracked_steps": sorted({c.case.steps for c in todo}),
-               "ground_truth": {"fsdp-mem-tracker/fake": "FSDPMemTracker peak under "
-                                "FakeTensorMode with the fake process group (rank 0)"},
-               "draw": draw or {}}))
-    with mp.get_context("spawn").Pool(max(jobs, 1), maxtasksperchild=1) as pool:
-        for row in pool.imap_unordered(_worker, todo):
-            log.append([row])
-            logger.info("%s L=%s world %s ep %s S=%s m=%s ac=%s cf=%s: peak %.2f GiB (%.1f s)",
-                        row["model"], row["num_hidden_layers"], row["world_size"], row["ep"],
-                        row["seq_len"], row["micro_batch"], row["ac"], row["capacity_factor"],
-                        row["peak_bytes"] / 2**30, row["wall_s"])
-    return {"measured": len(todo), "skipped": skipped}
+    process group: `perfmodel.bench.memory_runner` says why) over `jobs` processes; the parent
+    appends each finished row."""
+    return run_tracked_cases(cases, out_path, worker=run_moe_case, key=case_key,
+                             steps=lambda c: c.case.steps, columns=COLUMNS,
+                             key_columns=KEY_COLUMNS, benchmark="memory-moe",
+                             ground_truth=GROUND_TRUTH, on_row=_log_row, jobs=jobs,
+                             limit=limit, draw=draw)
+
+
+def _log_row(row: dict[str, Any]) -> None:
+    logger.info("%s L=%s world %s ep %s S=%s m=%s ac=%s cf=%s: peak %.2f GiB (%.1f s)",
+                row["model"], row["num_hidden_layers"], row["world_size"], row["ep"],
+                row["seq_len"], row["micro_batch"], row["ac"], row["capacity_factor"],
+                row["peak_bytes"] / 2**30, row["wall_s"])

@@ -67,6 +67,11 @@ class Attention(nn.Module):
         self.k_proj = nn.Linear(h, spec.kv_dim, bias=spec.qkv_bias)
         self.v_proj = nn.Linear(h, spec.kv_dim, bias=spec.qkv_bias)
         self.o_proj = nn.Linear(spec.q_dim, h, bias=spec.out_bias)
+        self.q_norm: nn.Module | None = None
+        """Per-head norm of the queries before RoPE (None here; Qwen3's RMSNorm in
+        `perfmodel.bench.moe.QkNormAttention`)."""
+        self.k_norm: nn.Module | None = None
+        """Per-head norm of the keys before RoPE (as `q_norm`)."""
         self.checkpoint_core = False
         """Recompute the attention core (SDPA) in backward instead of keeping what it saves
         (the `attn` checkpointing policy, Megatron's selective recompute)."""
@@ -76,14 +81,22 @@ class Attention(nn.Module):
             q, k, v, is_causal=True, enable_gqa=self.num_kv_heads != self.num_heads)
         return out
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    def _heads(self, x: torch.Tensor, proj: nn.Module, norm: nn.Module | None) -> torch.Tensor:
+        """(b, heads, s, d) of one projection of x, normed per head first when `norm` is set."""
         b, s, _ = x.shape
         # -1 heads: under tensor parallelism (perfmodel.bench.parallel) the column-parallel
         # projections return this rank's heads only (x is then a replicated DTensor whose shape
         # is the global one)
-        q = self.q_proj(x).view(b, s, -1, self.head_dim).transpose(1, 2)
-        k = self.k_proj(x).view(b, s, -1, self.head_dim).transpose(1, 2)
-        v = self.v_proj(x).view(b, s, -1, self.head_dim).transpose(1, 2)
+        heads: torch.Tensor = proj(x).view(b, s, -1, self.head_dim)
+        if norm is not None:
+            heads = norm(heads)
+        return heads.transpose(1, 2)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        b, s, _ = x.shape
+        q = self._heads(x, self.q_proj, self.q_norm)
+        k = self._heads(x, self.k_proj, self.k_norm)
+        v = self._heads(x, self.v_proj, None)
         q, k = _apply_rope(q, cos, sin), _apply_rope(k, cos, sin)
         if self.checkpoint_core:
             out = checkpoint(self._core, q, k, v, use_reentrant=False, preserve_rng_state=False)

@@ -61,7 +61,6 @@ from perfmodel.bench.model import (
     Mlp,
     Transformer,
     _activation,
-    _apply_rope,
     _check_buildable,
     _norm,
 )
@@ -140,28 +139,13 @@ def check_moe_recipe(recipe: TrainingRecipe) -> None:
 
 
 class QkNormAttention(Attention):
-    """Attention with a per-head RMSNorm on queries and keys before RoPE (Qwen3)."""
+    """Attention with a per-head RMSNorm on queries and keys before RoPE (Qwen3); the dense
+    attention's forward (`perfmodel.bench.model.Attention`) applies them."""
 
     def __init__(self, spec: ModelSpec) -> None:
         super().__init__(spec)
         self.q_norm = nn.RMSNorm(spec.d)
         self.k_norm = nn.RMSNorm(spec.d)
-
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        b, s, _ = x.shape
-        q = self.q_norm(self.q_proj(x).view(b, s, -1, self.head_dim)).transpose(1, 2)
-        k = self.k_norm(self.k_proj(x).view(b, s, -1, self.head_dim)).transpose(1, 2)
-        v = self.v_proj(x).view(b, s, -1, self.head_dim).transpose(1, 2)
-        q, k = _apply_rope(q, cos, sin), _apply_rope(k, cos, sin)
-        if self.checkpoint_core:
-            # lazy: the same checkpoint the dense attention uses
-            from torch.utils.checkpoint import checkpoint
-
-            out = checkpoint(self._core, q, k, v, use_reentrant=False, preserve_rng_state=False)
-        else:
-            out = self._core(q, k, v)
-        result: torch.Tensor = self.o_proj(out.transpose(1, 2).reshape(b, s, -1))
-        return result
 
 
 class GroupedExperts(nn.Module):

@@ -11,6 +11,7 @@ import pandas as pd
 from perfmodel import api
 from perfmodel.api.layout import (
     DEFAULT_TOP,
+    LayoutRanking,
     LayoutRequest,
     explain,
     rank_layouts,
@@ -99,15 +100,11 @@ def layout(model_name: str, gpu_name: str, nodes: int, gpus_per_node: int, seq_l
            profile_name: str | None, wide: bool, fmt: str, recipe_name: str, **flags: Any) -> None:
     """Rank the layouts (tp, pp, cp, HSDP, ep, schedule, checkpointing, micro-batch) of one
     island of MODEL for a global batch, by throughput."""
-    parallel = {k: v for k, v in (("max_tp", max_tp), ("max_pp", max_pp), ("max_ep", max_ep))
-                if v is not None}
-    request = LayoutRequest(
-        workload=api.WorkloadSpec(model_name=model_name, gpu_name=gpu_name, nodes=nodes,
-                                  gpus_per_node=gpus_per_node, seq_len=seq_len,
-                                  profile_name=profile_name,
-                                  recipe=recipe_from_options(recipe_name, **flags)),
-        global_batch_seqs=global_batch, parallel=parallel,
-        checkpointing=list(ac_modes) or None, top=top)
+    request = layout_request(model_name=model_name, gpu_name=gpu_name, nodes=nodes,
+                             gpus_per_node=gpus_per_node, seq_len=seq_len,
+                             global_batch=global_batch, top=top, ac_modes=ac_modes,
+                             max_tp=max_tp, max_pp=max_pp, max_ep=max_ep,
+                             profile_name=profile_name, recipe_name=recipe_name, **flags)
     if named is not None:
         result = explain(request, named)
         if fmt == "json":
@@ -118,7 +115,31 @@ def layout(model_name: str, gpu_name: str, nodes: int, gpus_per_node: int, seq_l
         for line in result.lines:
             echo_wrapped(line)
         return
-    ranking = rank_layouts(request)
+    emit_ranking(request, rank_layouts(request), fmt=fmt, wide=wide)
+
+
+def layout_request(*, model_name: str, gpu_name: str, nodes: int, gpus_per_node: int,
+                   seq_len: int, global_batch: int, top: int, ac_modes: tuple[str, ...],
+                   max_tp: int | None, max_pp: int | None, max_ep: int | None,
+                   profile_name: str | None, recipe_name: str,
+                   **flags: Any) -> LayoutRequest:
+    """The `LayoutRequest` of the command's options (the recipe flags in `flags`)."""
+    parallel = {k: v for k, v in (("max_tp", max_tp), ("max_pp", max_pp), ("max_ep", max_ep))
+                if v is not None}
+    return LayoutRequest(
+        workload=api.WorkloadSpec(model_name=model_name, gpu_name=gpu_name, nodes=nodes,
+                                  gpus_per_node=gpus_per_node, seq_len=seq_len,
+                                  profile_name=profile_name,
+                                  recipe=recipe_from_options(recipe_name, **flags)),
+        global_batch_seqs=global_batch, parallel=parallel,
+        checkpointing=list(ac_modes) or None, top=top)
+
+
+def emit_ranking(request: LayoutRequest, ranking: LayoutRanking, *, fmt: str,
+                 wide: bool) -> None:
+    """Print `ranking` of `request` as the command does in `fmt` (json, csv or the text view,
+    `--wide` or compact), then exit 1 (`require_a_layout`) when no layout runs the batch."""
+    w = request.workload
     if fmt == "json":
         emit_json({"schema_version": SCHEMA_VERSION, "layouts": ranking.entries,
                    "ranked": ranking.total, "considered": ranking.candidates,
@@ -132,8 +153,8 @@ def layout(model_name: str, gpu_name: str, nodes: int, gpus_per_node: int, seq_l
         require_a_layout(request, ranking)
         return
     if frame.empty:
-        echo_wrapped(f"no layout of {nodes} x {gpus_per_node} {gpu_name} runs a batch of "
-                     f"{global_batch} sequences of {model_name}")
+        echo_wrapped(f"no layout of {w.nodes} x {w.gpus_per_node} {w.gpu_name} runs a batch of "
+                     f"{request.global_batch_seqs} sequences of {w.model_name}")
     else:
         best = ranking.entries[0]
         echo_wrapped(f"best: {best['layout_text']}, ac {best['ac']}, m {best['micro_batch']}, "
