@@ -49,7 +49,7 @@ def test_csv_is_what_the_build_script_writes() -> None:
 
 
 def test_every_row_names_its_source(rows: list[dict[str, str]]) -> None:
-    assert len(rows) == 141
+    assert len(rows) == 157
     for row in rows:
         assert row["source_url"].startswith("https://"), row["run_id"]
         assert re.fullmatch(r"\d{4}-\d{2}(-\d{2})?", row["as_of"]), row["run_id"]
