@@ -73,8 +73,10 @@ def _sampled(problem: Problem, plan: Plan, groups: dict[str, str], model: ErrorM
     for r, choice in zip(ratios, plan.choices, strict=True):
         a, b = island_coefficients(problem, choice.pair_index, choice.accum_steps)
         joules += a * walls + problem.inner_steps_total * b * r
+    with np.errstate(divide="ignore"):  # F⁻¹(U) = 0 below rank 1: W = 0 with σ = 0, D/W = +∞
+        tokens_per_s = problem.train_tokens / walls
     return {"wall_time_s": walls, "cost_usd": cost_usd(walls, plan.price_units),
-            "tokens_per_s": problem.train_tokens / walls, "energy_kwh": joules / J_PER_KWH}
+            "tokens_per_s": tokens_per_s, "energy_kwh": joules / J_PER_KWH}
 
 
 def _assert_quantile(sample: np.ndarray, reported: float, level: float, what: str) -> None:
@@ -132,7 +134,8 @@ def test_quantile_plan_bands_mix_groups_and_hold_the_quantile(mixed_path: Path) 
 
 
 def test_plan_at_quantile_0_9_is_its_own_p90() -> None:
-    """`plan --quantile 0.9` reports the Q0.9 time and cost of its plan: the p90 of its band."""
+    """`plan --quantile 0.9` reports the Q0.9 time and cost of its plan: the p90 of its band;
+    `--quantile 0.1` its p10."""
     answer = api.query(api.QueryRequest(instance_paths=(CASE,), objective="time",
                                         options=api.SolveOptions(quantile=0.9)))
     assert isinstance(answer, api.PlanAnswer)
@@ -140,6 +143,46 @@ def test_plan_at_quantile_0_9_is_its_own_p90() -> None:
     assert record["wall_time_s_p90"] == pytest.approx(record["wall_time_s"], rel=1e-12)
     assert record["cost_usd_p90"] == pytest.approx(record["cost_usd"], rel=1e-12)
     assert record["wall_time_s_p10"] < record["wall_time_s"]
+    low = api.query(api.QueryRequest(instance_paths=(CASE,), objective="time",
+                                     options=api.SolveOptions(quantile=0.1)))
+    assert isinstance(low, api.PlanAnswer)  # below the median: the same reading, its p10
+    assert low.record["wall_time_s_p10"] == pytest.approx(low.record["wall_time_s"], rel=1e-12)
+
+
+def test_single_island_plan_band_is_predicts_step_band_times_the_steps(tmp_path: Path) -> None:
+    """One formula, one reading (`perfmodel.uncertainty.conformal`, "One convention for every
+    output"): small-fsdp with the table ShardMeter builds (a provenance column) plans one island
+    (σ = 0); `predict` of the same configuration reports the same step time, no widening and the
+    same residual group, and the plan's wall_time_s_p10/_p90 are that prediction's
+    step_time_s_p10/_p90 times the step count D/(B·S), on the shipped residuals. The group's
+    n + 1 is no multiple of 10, so a p10 read at rank ⌈(n+1)·0.1⌉ (the planner's former
+    quantile function) would not pass."""
+    from perfmodel.api import WorkloadSpec, predict
+    from perfmodel.uncertainty.intervals import ratios
+
+    text = (ROOT / "instances" / "small-fsdp.yaml").read_text(encoding="utf-8")
+    kept = [line for line in text.splitlines()
+            if not line.startswith(("islands_table:", "parameters:"))]
+    path = tmp_path / "one-island.yaml"
+    path.write_text("\n".join(kept) + "\n", encoding="utf-8")
+    answer = api.query(api.QueryRequest(instance_paths=(path,), objective="time"))
+    assert isinstance(answer, api.PlanAnswer)
+    record, (island,) = answer.record, answer.plan.islands
+    assert answer.plan.sync_s == 0
+    instance, training = answer.solved.instance, answer.solved.instance.training
+    steps = training.train_tokens / (training.global_batch_seqs * training.seq_len)
+    prediction = predict(WorkloadSpec(
+        model_name=instance.model, gpu_name=island.gpu_type, nodes=island.nodes,
+        gpus_per_node=island.gpus_per_node, seq_len=training.seq_len,
+        micro_batch=island.micro_batch, accum=island.accum_steps)).record
+    assert prediction["step_time_s"] == pytest.approx(island.step_time_s, rel=1e-12)
+    assert prediction["interval_widened"] == []
+    group = record["interval_groups"][island.cluster]
+    assert prediction["interval_group"] == group
+    assert (len(ratios(group, "step_time_s")) + 1) % 10 != 0
+    for suffix in ("p10", "p90"):
+        assert record[f"wall_time_s_{suffix}"] == pytest.approx(
+            steps * prediction[f"step_time_s_{suffix}"], rel=1e-12), suffix
 
 
 def test_plan_json_and_csv_carry_the_band(run_cli, mixed_path: Path) -> None:
