@@ -48,6 +48,7 @@ study). Checked by: tests/test_plan_bands.py (a study's scenario records equal `
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import datetime as dt
 import itertools
@@ -60,7 +61,7 @@ from pathlib import Path
 from typing import Any
 
 from perfmodel.facts import check_limit, parse_yaml, short_repr
-from perfmodel.spec.errors import InfeasibleError, UserInputError, did_you_mean
+from perfmodel.spec.errors import ConfigError, InfeasibleError, UserInputError, did_you_mean
 from planner.analysis.pareto import Frontier, solve_instance
 from planner.analysis.report import plan_label
 from planner.executor import Executor, parse_executor, run_tasks
@@ -73,7 +74,7 @@ from planner.model.instance import (
 )
 from planner.model.island_table import load_island_table
 from planner.model.problem import IslandChoice, Plan, Problem
-from planner.model.uncertainty import PlanBands, plan_bands
+from planner.model.uncertainty import ErrorModel, PlanBands, plan_bands
 
 LOG = logging.getLogger(__name__)
 
@@ -349,11 +350,13 @@ def scenario_instance(instance_path: str, scenario: Scenario) -> Any:
 
 def solve_scenario(instance_path: str, scenario: Scenario, solve: dict[str, Any]) -> ScenarioResult:
     """Load, vary and solve one scenario (runs in a worker process), with the bands of its plans
-    (`solve["interval_level"]`: --interval, else the p10/p90 band only). A scenario without any
-    plan comes back with its reason; other errors propagate."""
+    (`solve["interval_level"]`: --interval, else the p10/p90 band only; `solve["error_model"]`:
+    the residuals' model read once by `solve_all`, else read here). A scenario without any plan
+    comes back with its reason; other errors propagate."""
 
     solve = dict(solve)
     level = solve.pop("interval_level", None)
+    model = solve.pop("error_model", None)
     deadline = solve.pop("deadline", None)
     if deadline is not None:
         left = deadline - time.time()
@@ -375,7 +378,7 @@ def solve_scenario(instance_path: str, scenario: Scenario, solve: dict[str, Any]
         return ScenarioResult(instance_path=str(instance_path), scenario=scenario, problem=None,
                               frontier=None, error=err.message)
     try:
-        bands = plan_bands(instance, table, problem, level=level)
+        bands = plan_bands(instance, table, problem, model=model, level=level)
     except UserInputError as err:  # --interval where this scenario's plans can have no band
         raise type(err)(f"scenario {scenario.name}: {err.message}", hint=err.hint) from err
     return ScenarioResult(instance_path=str(instance_path), scenario=scenario, problem=problem,
@@ -438,6 +441,10 @@ def solve_all(instance_paths: Sequence[str], scenarios: Sequence[Scenario], solv
         solve = {**solve, "deadline": time.time() + float(solve["time_limit_s"])}
     if spec.parallel(len(jobs)):
         solve = {**solve, "threads": 1}  # one process per core already
+    # the residuals' model read and checked once, not once per scenario; where it cannot be
+    # read, each scenario's plans say why they have no band (`plan_bands`)
+    with contextlib.suppress(ConfigError):
+        solve = {"error_model": ErrorModel.from_residuals(), **solve}
     results = run_tasks(solve_scenario, [(p, s, solve) for p, s in jobs], spec,
                         description="scenarios (--vary grid)")
     given = [str(p) for p in instance_paths for _ in scenarios]
