@@ -104,9 +104,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from perfmodel.facts import PROVENANCES, catalog_dir, read_text
+from perfmodel.facts import (
+    PROVENANCES,
+    catalog_dir,
+    conformal_quantile,
+    quantile_function,
+    read_text,
+)
 from perfmodel.spec.errors import ConfigError, InstanceError, UserInputError
-from perfmodel.uncertainty.conformal import conformal_quantile, quantile_function
 from planner.model.evaluate import build_problem, cost_usd, evaluate, wall_time_s
 from planner.model.instance import Instance
 from planner.model.problem import Plan, Problem
