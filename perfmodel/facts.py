@@ -8,7 +8,9 @@ failure model's closed forms (`perfmodel.spec.failure_model`), the profile prove
 residual groups of `planner.model.uncertainty`) and the catalog folder, the inter-node fabric a
 DiLoCo sync uses when every island shares one cluster, and the strict readers and documented
 limits every user file goes through (`perfmodel.spec.inputs`; an interval level's check,
-`perfmodel.uncertainty.intervals.check_level`). Every name here has its home in
+`perfmodel.uncertainty.intervals.check_level`), and the one split-conformal quantile
+(`perfmodel.uncertainty.conformal.conformal_quantile` and its vectorised `quantile_function`),
+which the planner's error model reads as `predict`'s bands do. Every name here has its home in
 `perfmodel.spec` (the provenances in `perfmodel.profiles.profile`);
 this module only names the ones the planner may use, so the planner never reaches into
 `perfmodel.spec.catalog` and a change of the catalogs' internals stays inside the performance
@@ -64,6 +66,7 @@ from perfmodel.spec.reliability_catalog import (
     restart_s,
     spot_capacity_wait_s,
 )
+from perfmodel.uncertainty.conformal import conformal_quantile, quantile_function
 from perfmodel.uncertainty.intervals import check_level
 
 __all__ = [
@@ -80,6 +83,8 @@ __all__ = [
     "catalog_dir",
     "check_limit",
     "check_level",
+    "conformal_quantile",
+    "quantile_function",
     "checkpoint_bytes",
     "CHECKPOINT_MODES",
     "checkpoint_write_gbit_s_per_node",

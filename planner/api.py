@@ -200,13 +200,14 @@ def quantile_fields(options: SolveOptions) -> dict[str, Any]:
 
 
 def _no_quantile_study(options: SolveOptions, scenarios: bool) -> None:
-    """Scenario studies score plans on point estimates: a quantile or an interval level there is
-    refused (their plans carry no band)."""
-    for flag, value in (("--quantile", options.quantile), ("--interval", options.interval_level)):
-        if scenarios and value is not None:
-            raise UserInputError(f"{flag} with several instances or --vary: scenario studies "
-                                 "score plans on point estimates",
-                                 hint=f"run one instance without --vary, or drop {flag}.")
+    """Scenario studies score plans (regret, the robust choice) on point estimates: a quantile
+    there is refused. An interval level is not: each scenario's plans carry their band
+    (`planner.analysis.scenarios`, "Bands"), with `*_lo`/`*_hi` at that level."""
+    if scenarios and options.quantile is not None:
+        raise UserInputError("--quantile with several instances or --vary: scenario studies "
+                             "score plans on point estimates (each scenario's plans carry their "
+                             "p10/p90 band)",
+                             hint="run one instance without --vary, or drop --quantile.")
 
 
 def _no_executor_single(options: SolveOptions) -> None:

@@ -4,6 +4,13 @@ instance files and what-if variations (`vary`).
 A study is a summary (one row per instance and scenario), then per instance the cross table
 (every plan scored under every scenario, with its regret) and the robust (min-max-regret) choice;
 `payload` is the JSON document. The scoring lives in `planner.analysis.scenarios`.
+
+Bands (`planner.analysis.scenarios`, "Bands"): a `pareto` study's scenario frontiers are plan
+records with the band fields of `pareto`'s; its summary row gives the band of its two ends
+(`fastest_h_p10/_p90`, `cheapest_usd_p10/_p90`, and `_lo`/`_hi` with --interval); a `plan`
+study's summary row is its answer, with the band fields of `plan`'s record under the same names
+(`wall_time_s_p10`, `cost_usd_p90`, ..., `interval_groups`, `interval_note`). A scenario without
+a band states why in `interval_note`. Schema: planner/schemas/study.schema.json.
 """
 
 from __future__ import annotations
@@ -33,10 +40,13 @@ if TYPE_CHECKING:
     from planner.analysis.scenarios import ScenarioResult, ScoredPlan
     from planner.executor import Executor
     from planner.model.problem import Plan, Problem
+    from planner.model.uncertainty import PlanBands
 
 ISLAND_KEYS = ("cluster", "nodes", "gpus_per_node", "micro_batch", "accum_steps", "tier")
 """The fields of one island of a scored plan, in JSON (then the row's layout and checkpointing
 columns, where the table has them)."""
+BAND_FIGURES = ("wall_time_s", "cost_usd", "tokens_per_s", "energy_kwh", "co2_kg")
+"""The banded figures of a plan record, in its order."""
 SUMMARY_FRACTION = 0.99
 """The summary reports the saving of the cheapest plan at this fraction of the best tokens/s."""
 
@@ -114,14 +124,32 @@ def summary_rows(results: Sequence[ScenarioResult]) -> list[dict[str, Any]]:
             continue
         fast, cheap = fastest(r.points), cheapest(r.points)
         _, saving = cheapest_at_throughput(r.points, SUMMARY_FRACTION)
+        fast_band, stated = band_fields(r.bands, fast)
+        cheap_band, _ = band_fields(r.bands, cheap)
         row.update({"points": len(r.points), "fastest_h": fast.wall_time_s / 3600,
+                    **{f"fastest_h{k.removeprefix('wall_time_s')}": v / 3600
+                       for k, v in fast_band.items() if k.startswith("wall_time_s_")},
                     "fastest_usd": fast.cost_usd, "cheapest_h": cheap.wall_time_s / 3600,
-                    "cheapest_usd": cheap.cost_usd, "saving_at_99pct": saving,
+                    "cheapest_usd": cheap.cost_usd,
+                    **{f"cheapest_usd{k.removeprefix('cost_usd')}": v
+                       for k, v in cheap_band.items() if k.startswith("cost_usd_")},
+                    **{k: v for k, v in stated.items() if k != "interval_groups"},
+                    "saving_at_99pct": saving,
                     "solver": r.frontier.solver, "proven_exact": r.frontier.proven_exact,
                     "solve_time_s": r.frontier.solve_time_s,
                     "note": r.frontier.note if not r.frontier.proven_exact else ""})
         rows.append(row)
     return rows
+
+
+def band_fields(bands: PlanBands | None, plan: Plan) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the band keys of `plan`'s figures, as `plan` names them, in record order; the stated
+    `interval_groups`, `interval_note`, `interval_level`) from its scenario's bands (nothing
+    without)."""
+    if bands is None:
+        return {}, {}
+    extra, stated = bands.fields(plan)
+    return {k: v for figure in BAND_FIGURES for k, v in extra.get(figure, {}).items()}, stated
 
 
 def cross_frame(scored: Sequence[ScoredPlan], names: Sequence[str],
@@ -160,7 +188,8 @@ def _section(path: str, group: Sequence[ScenarioResult], scored: list[ScoredPlan
 
 
 def _solve_kwargs(options: SolveOptions, **extra: Any) -> dict[str, Any]:
-    return {**options.kwargs(), **extra}
+    """The solve options and the band level each scenario's worker reads its bands at."""
+    return {**options.kwargs(), "interval_level": options.interval_level, **extra}
 
 
 def frontier_study(request: FrontierRequest, *, notify: Notify) -> ScenarioStudy:
@@ -179,7 +208,7 @@ def frontier_study(request: FrontierRequest, *, notify: Notify) -> ScenarioStudy
         instances.append({
             "instance": path, "scenarios": [
                 {"scenario": r.scenario.name, "error": r.error,
-                 "frontier": report.frontier_records(r.frontier, r.problem)
+                 "frontier": report.frontier_records(r.frontier, r.problem, bands=r.bands)
                  if r.frontier and r.problem else [],
                  "solve": report.frontier_meta(r.frontier) if r.frontier else {}} for r in group],
             "plans": _scored_json(scored, sections[-1].scenarios, best),
@@ -225,9 +254,11 @@ def query_study(request: QueryRequest) -> ScenarioStudy:
             answers.append(chosen)
             admissible.append(_admissible(r.problem, fastest(r.points) if fraction else None,
                                           fraction))
+            band, stated = band_fields(r.bands, chosen)
             summary.append({**row, **extra, "label": report.plan_label(chosen, r.problem),
                             "wall_time_h": chosen.wall_time_s / 3600, "cost_usd": chosen.cost_usd,
-                            "solver": r.frontier.solver, "proven_exact": r.frontier.proven_exact})
+                            **band, **stated, "solver": r.frontier.solver,
+                            "proven_exact": r.frontier.proven_exact})
         regret_of = "time" if objective == "time" and fraction is None else "cost"
         scored = score_answers(group, answers, regret_of, admissible)
         best = robust(scored)

@@ -73,8 +73,10 @@ def _sampled(problem: Problem, plan: Plan, groups: dict[str, str], model: ErrorM
     for r, choice in zip(ratios, plan.choices, strict=True):
         a, b = island_coefficients(problem, choice.pair_index, choice.accum_steps)
         joules += a * walls + problem.inner_steps_total * b * r
+    with np.errstate(divide="ignore"):  # F⁻¹(U) = 0 below rank 1: W = 0 with σ = 0, D/W = +∞
+        tokens_per_s = problem.train_tokens / walls
     return {"wall_time_s": walls, "cost_usd": cost_usd(walls, plan.price_units),
-            "tokens_per_s": problem.train_tokens / walls, "energy_kwh": joules / J_PER_KWH}
+            "tokens_per_s": tokens_per_s, "energy_kwh": joules / J_PER_KWH}
 
 
 def _assert_quantile(sample: np.ndarray, reported: float, level: float, what: str) -> None:
@@ -132,7 +134,8 @@ def test_quantile_plan_bands_mix_groups_and_hold_the_quantile(mixed_path: Path) 
 
 
 def test_plan_at_quantile_0_9_is_its_own_p90() -> None:
-    """`plan --quantile 0.9` reports the Q0.9 time and cost of its plan: the p90 of its band."""
+    """`plan --quantile 0.9` reports the Q0.9 time and cost of its plan: the p90 of its band;
+    `--quantile 0.1` its p10."""
     answer = api.query(api.QueryRequest(instance_paths=(CASE,), objective="time",
                                         options=api.SolveOptions(quantile=0.9)))
     assert isinstance(answer, api.PlanAnswer)
@@ -140,6 +143,46 @@ def test_plan_at_quantile_0_9_is_its_own_p90() -> None:
     assert record["wall_time_s_p90"] == pytest.approx(record["wall_time_s"], rel=1e-12)
     assert record["cost_usd_p90"] == pytest.approx(record["cost_usd"], rel=1e-12)
     assert record["wall_time_s_p10"] < record["wall_time_s"]
+    low = api.query(api.QueryRequest(instance_paths=(CASE,), objective="time",
+                                     options=api.SolveOptions(quantile=0.1)))
+    assert isinstance(low, api.PlanAnswer)  # below the median: the same reading, its p10
+    assert low.record["wall_time_s_p10"] == pytest.approx(low.record["wall_time_s"], rel=1e-12)
+
+
+def test_single_island_plan_band_is_predicts_step_band_times_the_steps(tmp_path: Path) -> None:
+    """One formula, one reading (`perfmodel.uncertainty.conformal`, "One convention for every
+    output"): small-fsdp with the table ShardMeter builds (a provenance column) plans one island
+    (σ = 0); `predict` of the same configuration reports the same step time, no widening and the
+    same residual group, and the plan's wall_time_s_p10/_p90 are that prediction's
+    step_time_s_p10/_p90 times the step count D/(B·S), on the shipped residuals. The group's
+    n + 1 is no multiple of 10, so a p10 read at rank ⌈(n+1)·0.1⌉ (the planner's former
+    quantile function) would not pass."""
+    from perfmodel.api import WorkloadSpec, predict
+    from perfmodel.uncertainty.intervals import ratios
+
+    text = (ROOT / "instances" / "small-fsdp.yaml").read_text(encoding="utf-8")
+    kept = [line for line in text.splitlines()
+            if not line.startswith(("islands_table:", "parameters:"))]
+    path = tmp_path / "one-island.yaml"
+    path.write_text("\n".join(kept) + "\n", encoding="utf-8")
+    answer = api.query(api.QueryRequest(instance_paths=(path,), objective="time"))
+    assert isinstance(answer, api.PlanAnswer)
+    record, (island,) = answer.record, answer.plan.islands
+    assert answer.plan.sync_s == 0
+    instance, training = answer.solved.instance, answer.solved.instance.training
+    steps = training.train_tokens / (training.global_batch_seqs * training.seq_len)
+    prediction = predict(WorkloadSpec(
+        model_name=instance.model, gpu_name=island.gpu_type, nodes=island.nodes,
+        gpus_per_node=island.gpus_per_node, seq_len=training.seq_len,
+        micro_batch=island.micro_batch, accum=island.accum_steps)).record
+    assert prediction["step_time_s"] == pytest.approx(island.step_time_s, rel=1e-12)
+    assert prediction["interval_widened"] == []
+    group = record["interval_groups"][island.cluster]
+    assert prediction["interval_group"] == group
+    assert (len(ratios(group, "step_time_s")) + 1) % 10 != 0
+    for suffix in ("p10", "p90"):
+        assert record[f"wall_time_s_{suffix}"] == pytest.approx(
+            steps * prediction[f"step_time_s_{suffix}"], rel=1e-12), suffix
 
 
 def test_plan_json_and_csv_carry_the_band(run_cli, mixed_path: Path) -> None:
@@ -181,8 +224,8 @@ def test_html_report_shows_the_band_of_a_real_plan(tmp_path: Path) -> None:
 
 def test_interval_adds_lo_hi_or_is_refused(run_cli, mixed_path: Path) -> None:
     """`--interval 0.95` adds `*_lo`/`*_hi` outside the p10/p90 band and `interval_level`; a level
-    the residuals cannot certify, a plan without a band, and a scenario study refuse it (exit 2,
-    with a fix)."""
+    the residuals cannot certify, a plan without a band (alone or as a scenario of a study)
+    refuse it, and a scenario study refuses --quantile (exit 2, with a fix)."""
     document = json.loads(run_cli("pareto", str(mixed_path), "--interval", "0.95", "--format",
                                   "json").out)
     assert list(jsonschema.Draft202012Validator(load_schema("pareto")).iter_errors(
@@ -196,7 +239,9 @@ def test_interval_adds_lo_hi_or_is_refused(run_cli, mixed_path: Path) -> None:
                        (["plan", str(TWO), "--interval", "0.9"], "no 'provenance' column"),
                        (["plan", str(TWO), "--interval", "1.5"], "strictly between 0 and 1"),
                        (["pareto", str(TWO), "--vary", "training.inner_steps=50,100",
-                         "--interval", "0.9"], "scenario studies")):
+                         "--interval", "0.9"], "scenario training.inner_steps=50: --interval"),
+                       (["pareto", str(mixed_path), "--vary", "training.inner_steps=50,100",
+                         "--quantile", "0.9"], "scenario studies")):
         result = run_cli(*args)
         assert result.code == 2 and said in result.err and "To fix:" in result.err, result.err
 
@@ -209,3 +254,91 @@ def test_plan_table_states_the_band_within_80_columns(run_cli, mixed_path: Path)
     assert max(len(line) for line in shown.splitlines()) <= 80
     assert "no band: the island table has no 'provenance' column" in run_cli("plan",
                                                                              str(TWO)).out
+
+
+# ---- scenario studies (planner.analysis.scenarios, "Bands") ----------------------------------
+
+BAND_KEYS = tuple(f"{figure}_{suffix}" for figure in ("wall_time_s", "cost_usd", "tokens_per_s",
+                                                      "energy_kwh", "co2_kg")
+                  for suffix in ("p10", "p90", "lo", "hi"))
+
+
+def _band_of(record: dict) -> dict:
+    return {k: record[k] for k in (*BAND_KEYS, "interval_groups", "interval_note",
+                                   "interval_level") if k in record}
+
+
+def test_plan_study_scenarios_carry_plans_band(run_cli, mixed_path: Path) -> None:
+    """`plan --vary training.train_tokens=...`: each scenario's summary row has the band fields
+    of `plan`'s record, equal to `plan` on a file that sets the same value (with --interval, the
+    lo/hi too); the JSON validates against the study schema; the CSV has the band columns and
+    the groups in one cell; the table states each scenario's p10–p90 within 80 columns."""
+    text = mixed_path.read_text(encoding="utf-8")
+    args = ["--objective", "cost", "--interval", "0.9"]
+    study = json.loads(run_cli("plan", str(mixed_path), "--vary",
+                               "training.train_tokens=1e9,3e9", *args, "--format", "json").out)
+    assert list(jsonschema.Draft202012Validator(load_schema("study")).iter_errors(study)) == []
+    rows = study["summary"]
+    assert [r["scenario"] for r in rows] == ["training.train_tokens=1e9",
+                                             "training.train_tokens=3e9"]
+    for row, tokens in zip(rows, ("1.0e9", "3.0e9"), strict=True):
+        alone = mixed_path.with_name(f"tokens-{tokens}.yaml")
+        alone.write_text(text.replace("train_tokens: 1.0e9", f"train_tokens: {tokens}"),
+                         encoding="utf-8")
+        record = json.loads(run_cli("plan", str(alone), *args, "--format", "json").out)
+        assert record["label"] == row["label"]
+        expected = _band_of(record)
+        assert {"wall_time_s_p10", "cost_usd_hi", "interval_groups"} <= set(expected)
+        assert _band_of(row) == expected
+    assert rows[1]["wall_time_s_p90"] > rows[0]["wall_time_s_p90"]  # the scenarios differ
+    frame = pd.read_csv(io.StringIO(run_cli("plan", str(mixed_path), "--vary",
+                                            "training.train_tokens=1e9,3e9", "--format",
+                                            "csv").out))
+    assert {"wall_time_s_p10", "wall_time_s_p90", "cost_usd_p90"} <= set(frame.columns)
+    assert set(frame["interval_groups"]) <= {"A=prior", "B=calibrated", "A=prior;B=calibrated"}
+    shown = run_cli("plan", str(mixed_path), "--vary", "training.train_tokens=1e9,3e9").out
+    assert "s0 p10–p90: " in shown and "s1 p10–p90: " in shown
+    assert max(len(line) for line in shown.splitlines()) <= 80
+
+
+def test_pareto_study_frontiers_carry_paretos_band(run_cli, mixed_path: Path) -> None:
+    """`pareto --vary`: each scenario's frontier records are pareto's points, bands included
+    (the base scenario's equal `pareto` of the file), and the summary row gives the band of the
+    frontier's fastest time and cheapest cost from those records."""
+    study = json.loads(run_cli("pareto", str(mixed_path), "--vary",
+                               "clusters.A.price_scale=0.5,1", "--format", "json").out)
+    assert list(jsonschema.Draft202012Validator(load_schema("study")).iter_errors(study)) == []
+    pareto = load_schema("pareto")
+    point = jsonschema.Draft202012Validator({"$defs": pareto["$defs"],
+                                             "$ref": "#/$defs/point"})
+    (section,) = study["instances"]
+    alone = json.loads(run_cli("pareto", str(mixed_path), "--format", "json").out)["frontier"]
+    for scenario, row in zip(section["scenarios"], study["summary"], strict=True):
+        frontier = scenario["frontier"]
+        for record in frontier:
+            assert list(point.iter_errors(record)) == []
+            assert "wall_time_s_p10" in record and "interval_groups" in record
+        fast = min(frontier, key=lambda r: r["wall_time_s"])
+        cheap = min(frontier, key=lambda r: r["cost_usd"])
+        assert row["fastest_h_p10"] == pytest.approx(fast["wall_time_s_p10"] / 3600, rel=1e-12)
+        assert row["fastest_h_p90"] == pytest.approx(fast["wall_time_s_p90"] / 3600, rel=1e-12)
+        assert row["cheapest_usd_p10"] == cheap["cost_usd_p10"]
+        assert row["cheapest_usd_p90"] == cheap["cost_usd_p90"]
+        if scenario["scenario"].endswith("=1"):
+            assert [_band_of(r) for r in frontier] == [_band_of(r) for r in alone]
+    cheap_ends = [row["cheapest_usd_p90"] for row in study["summary"]]
+    assert cheap_ends[0] < cheap_ends[1]  # cluster A at half price: a cheaper band
+
+
+def test_a_scenario_without_a_band_says_why(run_cli, mixed_path: Path) -> None:
+    """A scenario with the failure model on has no band (its figures are expectations over
+    failures) and says so; its sibling without failures has one."""
+    study = json.loads(run_cli("plan", str(mixed_path), "--vary", "failures.enabled=false,true",
+                               "--format", "json").out)
+    assert list(jsonschema.Draft202012Validator(load_schema("study")).iter_errors(study)) == []
+    off, on = study["summary"]
+    assert "wall_time_s_p10" in off and off["interval_note"].startswith("80 % band")
+    assert not [k for k in on if k.endswith(("_p10", "_p90"))]
+    assert on["interval_note"].startswith("no band") and "failure model" in on["interval_note"]
+    shown = run_cli("plan", str(mixed_path), "--vary", "failures.enabled=false,true").out
+    assert "s0 p10–p90: " in shown and "1 scenario: no band: under the failure model" in shown

@@ -19,6 +19,7 @@ import pandas as pd
 import pytest
 
 from perfmodel.spec.errors import ConfigError, InstanceError, UserInputError
+from perfmodel.uncertainty.conformal import quantile_function
 from planner import api
 from planner.model import uncertainty
 from planner.model.evaluate import cost_usd, wall_time_s
@@ -28,7 +29,6 @@ from planner.model.problem import Plan, Problem
 from planner.model.uncertainty import (
     ErrorModel,
     cluster_groups,
-    conformal_quantile,
     plan_at_quantile,
 )
 from planner.solvers.baselines import BruteForce
@@ -115,12 +115,23 @@ def _exact_quantile(values: np.ndarray, masses: np.ndarray, level: float) -> flo
     return float(values[order][np.searchsorted(cumulative, level - 1e-12)])
 
 
-def test_conformal_quantile_is_the_order_statistic_of_rank_ceil_n_plus_1_q() -> None:
+def test_the_model_reads_the_one_conformal_quantile_and_refuses_open_ends() -> None:
+    """F_g⁻¹ is `perfmodel.uncertainty.conformal`'s: rank ⌊(n+1)u⌋ below the median (0 below rank
+    1), ⌈(n+1)u⌉ from it (+∞ above rank n); a level that lands on an open end is refused with
+    the levels n ratios certify, from either side."""
     ratios = [1.3, 0.9, 1.1, 1.0]  # sorted: 0.9, 1.0, 1.1, 1.3; n + 1 = 5
-    got = conformal_quantile(ratios, np.array([0.1, 0.2, 0.21, 0.6, 0.8, 0.81]))
-    assert got.tolist() == [0.9, 0.9, 1.0, 1.1, 1.3, math.inf]
-    with pytest.raises(ConfigError, match="too few"):
-        ErrorModel.from_ratios({"prior": ratios}).multiplier("prior", 0.9)
+    levels = np.array([0.1, 0.2, 0.21, 0.39, 0.4, 0.6, 0.8, 0.81])
+    expected = [0.0, 0.9, 0.9, 0.9, 1.0, 1.1, 1.3, math.inf]
+    assert quantile_function(ratios, levels).tolist() == expected
+    model = ErrorModel.from_ratios({"prior": ratios})
+    assert model.sample("prior", levels).tolist() == expected
+    assert [model.multiplier("prior", u) for u in (0.2, 0.4, 0.6, 0.8)] == [0.9, 1.0, 1.1, 1.3]
+    with pytest.raises(ConfigError, match="too few") as high:
+        model.multiplier("prior", 0.9)
+    assert "lower --quantile to 0.8" in high.value.hint
+    with pytest.raises(ConfigError, match="too few") as low:
+        model.multiplier("prior", 0.1)
+    assert "raise --quantile to 0.2" in low.value.hint
 
 
 @pytest.mark.parametrize("quantile", [0.9, 0.75])

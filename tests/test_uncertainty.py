@@ -20,6 +20,7 @@ from perfmodel.uncertainty import coverage as coverage_module
 from perfmodel.uncertainty.conformal import (
     conformal_quantile,
     probability_at_most,
+    quantile_function,
     widen,
 )
 from perfmodel.uncertainty.intervals import (
@@ -107,6 +108,22 @@ def test_a_level_n_rows_cannot_certify_is_infinite() -> None:
         conformal_quantile([1.0], 1.5)
     with pytest.raises(UserInputError, match="quantile nan"):
         conformal_quantile([1.0], float("nan"))
+
+
+@pytest.mark.parametrize("n", [4, 9, 19, 191, 278])
+def test_quantile_function_is_the_scalar_reading_and_nondecreasing(n: int) -> None:
+    """`quantile_function` (what the planner's error model samples) is `conformal_quantile` at
+    every level, nondecreasing across the median (so G(p) is a p-quantile of G(U)), with the open
+    ends 0 and +inf at 0 and 1; a level outside [0, 1] is refused."""
+    sample = np.random.default_rng(n).lognormal(0, 0.3, n)
+    levels = np.concatenate((np.linspace(0.001, 0.999, 997), np.arange(1, n + 1) / (n + 1)))
+    got = quantile_function(sample, levels)
+    assert got.tolist() == [conformal_quantile(sample, float(u)) for u in levels]
+    ordered = got[np.argsort(levels, kind="stable")]
+    assert np.all(ordered[1:] >= ordered[:-1])
+    assert quantile_function(sample, [0.0, 1.0]).tolist() == [0.0, math.inf]
+    with pytest.raises(UserInputError, match="quantile level"):
+        quantile_function(sample, [0.5, float("nan")])
 
 
 def test_probability_at_most_agrees_with_the_quantile() -> None:

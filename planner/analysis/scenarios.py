@@ -30,10 +30,25 @@ frontier. Of a `plan` answer (a query's pick): the relative loss in the query's 
 scenario j's own pick (time for `--objective time`, cost otherwise), infinite where P breaks j's
 budget, deadline or throughput floor. The robust choice is the plan of least maximum regret
 (ties: least mean regret, then the order found).
+
+Bands. Each scenario's own plans carry the p10/p90 band `plan` and `pareto` give (the same
+fields, `planner.model.uncertainty.PlanBands`, and `*_lo`/`*_hi` with --interval): the worker
+reads them off the scenario's own instance and island table (`plan_bands`, the shipped
+residuals), so a scenario that changes prices, the WAN, the failure model or the clusters has
+the band of what it changed. Why that is sound for every scenario kind: a scenario is a complete
+instance, solved like a file, and a band is a property of one plan in one instance; where the
+band does not apply (the failure model is on in that scenario, its island table has no
+provenance column, a group has too few ratios) its plans say why in `interval_note`, exactly as
+`plan` does. The regret and the robust choice stay on point estimates: they compare plans across
+scenarios, and a band describes the step-time error of one plan, not which scenario happens
+(`--quantile` is refused in a study for that reason: the regret of Q-figures would be another
+study). Checked by: tests/test_plan_bands.py (a study's scenario records equal `plan`'s and
+`pareto`'s bands of the same scenario instance; a failure scenario says why it has none).
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import datetime as dt
 import itertools
@@ -46,7 +61,7 @@ from pathlib import Path
 from typing import Any
 
 from perfmodel.facts import check_limit, parse_yaml, short_repr
-from perfmodel.spec.errors import InfeasibleError, UserInputError, did_you_mean
+from perfmodel.spec.errors import ConfigError, InfeasibleError, UserInputError, did_you_mean
 from planner.analysis.pareto import Frontier, solve_instance
 from planner.analysis.report import plan_label
 from planner.executor import Executor, parse_executor, run_tasks
@@ -59,6 +74,7 @@ from planner.model.instance import (
 )
 from planner.model.island_table import load_island_table
 from planner.model.problem import IslandChoice, Plan, Problem
+from planner.model.uncertainty import ErrorModel, PlanBands, plan_bands
 
 LOG = logging.getLogger(__name__)
 
@@ -104,6 +120,8 @@ class ScenarioResult:
     """Why the scenario has no plan (an infeasible scenario is an answer, not a failure)."""
     skipped: bool = False
     """Not solved: the study's time limit was spent before its turn (not proven anything)."""
+    bands: PlanBands | None = None
+    """The p10/p90 band of its plans (module docstring, "Bands"); None where it has no plan."""
 
     @property
     def points(self) -> tuple[Plan, ...]:
@@ -331,10 +349,14 @@ def scenario_instance(instance_path: str, scenario: Scenario) -> Any:
 
 
 def solve_scenario(instance_path: str, scenario: Scenario, solve: dict[str, Any]) -> ScenarioResult:
-    """Load, vary and solve one scenario (runs in a worker process). A scenario without any plan
+    """Load, vary and solve one scenario (runs in a worker process), with the bands of its plans
+    (`solve["interval_level"]`: --interval, else the p10/p90 band only; `solve["error_model"]`:
+    the residuals' model read once by `solve_all`, else read here). A scenario without any plan
     comes back with its reason; other errors propagate."""
 
     solve = dict(solve)
+    level = solve.pop("interval_level", None)
+    model = solve.pop("error_model", None)
     deadline = solve.pop("deadline", None)
     if deadline is not None:
         left = deadline - time.time()
@@ -355,8 +377,12 @@ def solve_scenario(instance_path: str, scenario: Scenario, solve: dict[str, Any]
     except InfeasibleError as err:
         return ScenarioResult(instance_path=str(instance_path), scenario=scenario, problem=None,
                               frontier=None, error=err.message)
+    try:
+        bands = plan_bands(instance, table, problem, model=model, level=level)
+    except UserInputError as err:  # --interval where this scenario's plans can have no band
+        raise type(err)(f"scenario {scenario.name}: {err.message}", hint=err.hint) from err
     return ScenarioResult(instance_path=str(instance_path), scenario=scenario, problem=problem,
-                          frontier=frontier)
+                          frontier=frontier, bands=bands)
 
 
 def _is_price_path(path: str) -> bool:
@@ -415,6 +441,10 @@ def solve_all(instance_paths: Sequence[str], scenarios: Sequence[Scenario], solv
         solve = {**solve, "deadline": time.time() + float(solve["time_limit_s"])}
     if spec.parallel(len(jobs)):
         solve = {**solve, "threads": 1}  # one process per core already
+    # the residuals' model read and checked once, not once per scenario; where it cannot be
+    # read, each scenario's plans say why they have no band (`plan_bands`)
+    with contextlib.suppress(ConfigError):
+        solve = {"error_model": ErrorModel.from_residuals(), **solve}
     results = run_tasks(solve_scenario, [(p, s, solve) for p, s in jobs], spec,
                         description="scenarios (--vary grid)")
     given = [str(p) for p in instance_paths for _ in scenarios]
@@ -424,7 +454,8 @@ def solve_all(instance_paths: Sequence[str], scenarios: Sequence[Scenario], solv
 def _as_given(result: ScenarioResult, path: str) -> ScenarioResult:
     """The result under the instance path as the caller gave it (reports name that file)."""
     return ScenarioResult(instance_path=path, scenario=result.scenario, problem=result.problem,
-                          frontier=result.frontier, error=result.error, skipped=result.skipped)
+                          frontier=result.frontier, error=result.error, skipped=result.skipped,
+                          bands=result.bands)
 
 
 # ---- cross-evaluation --------------------------------------------------------------------

@@ -1,8 +1,10 @@
 """Printing of scenario studies: `pareto` and `plan` over several instance files and what-if
 scenarios (`--vary`).
 
-Output: a summary table (one row per instance and scenario), then per instance the cross table
-(every plan scored under every scenario, with its regret) and the robust (min-max-regret) choice.
+Output: a summary table (one row per instance and scenario), each scenario's p10–p90 band (of a
+`plan` study's answer, or of a `pareto` study's fastest time and cheapest cost; or why it has
+none), then per instance the cross table (every plan scored under every scenario, with its
+regret) and the robust (min-max-regret) choice.
 The study comes from `planner.api` (`frontier`, `query`; `planner.studies`); this module
 only formats.
 """
@@ -43,7 +45,7 @@ def emit_study(study: ScenarioStudy, fmt: str, *, wide: bool = False) -> None:
         emit_json({"schema_version": SCHEMA_VERSION, **study.payload})
         return
     if fmt == "csv":
-        emit_records(pd.DataFrame(study.summary), "csv")
+        emit_records(pd.DataFrame([_csv_row(row) for row in study.summary]), "csv")
         return
     if not wide:
         _study_view(study)
@@ -115,8 +117,44 @@ def _study_view(study: ScenarioStudy) -> None:
         for section in study.sections:
             for j, scenario in enumerate(section.scenarios):
                 echo_wrapped(f"s{j}{' of ' + section.instance if several else ''}: {scenario}")
+    _band_lines(study, [row["s"] for row in rows])
     for section in study.sections:
         _cross_view(section)
+
+
+def _csv_row(row: dict[str, Any]) -> dict[str, Any]:
+    """A summary row as a CSV row: `interval_groups` as one cell "A=prior;B=calibrated", as the
+    plan CSV writes it (`planner.analysis.report.group_rows`)."""
+    groups = row.get("interval_groups")
+    if not isinstance(groups, dict):
+        return row
+    return {**row, "interval_groups": ";".join(f"{c}={g}" for c, g in groups.items())}
+
+
+def _band_lines(study: ScenarioStudy, keys: list[str]) -> None:
+    """One line per scenario with a band, as `plan` states it: 'p10–p90' of a plan study's answer
+    (time, cost) or of a frontier study's fastest time and cheapest cost; the scenarios without
+    one share a line saying why (their `interval_note`)."""
+    lines: list[str] = []
+    missing: Counter[str] = Counter()
+    for key, row in zip(keys, study.summary, strict=True):
+        if "wall_time_s_p10" in row:
+            lines.append(f"{key} p10–p90: {format_duration(row['wall_time_s_p10'])} – "
+                         f"{format_duration(row['wall_time_s_p90'])}, "
+                         f"{format_usd(row['cost_usd_p10'])} – {format_usd(row['cost_usd_p90'])}")
+        elif "fastest_h_p10" in row:
+            lines.append(f"{key} p10–p90: fastest {format_duration(row['fastest_h_p10'] * 3600)} "
+                         f"– {format_duration(row['fastest_h_p90'] * 3600)}, cheapest "
+                         f"{format_usd(row['cheapest_usd_p10'])} – "
+                         f"{format_usd(row['cheapest_usd_p90'])}")
+        elif row.get("interval_note"):
+            missing[str(row["interval_note"])] += 1
+    if lines:
+        echo_wrapped("80 % band of each scenario (step-time error model, shipped residuals):")
+        for line in lines:
+            echo_wrapped("  " + line, indent="    ")
+    for note, count in missing.items():
+        echo_wrapped(f"{count} scenario{'s' if count != 1 else ''}: {note}", indent="  ")
 
 
 def _plan_numbers(study: ScenarioStudy) -> dict[tuple[str, str], str]:

@@ -14,7 +14,14 @@ drives every group (comonotone: r_g = F_g⁻¹(U), so within a group every islan
 shares the same r, and across groups the errors move together). F_g⁻¹ is the split-conformal
 quantile function of the group's calibration ratios r_1 <= ... <= r_n (the rows of
 catalogs/uncertainty/residuals.csv with role calibration and quantity step_time_s, or explicit
-arrays): F_g⁻¹(u) = r_(⌈(n+1)u⌉), +∞ when ⌈(n+1)u⌉ > n (the conformal band's open top).
+arrays), the one `predict`'s bands read (`perfmodel.uncertainty.conformal`, "One convention for
+every output", which proves it nondecreasing): F_g⁻¹(u) = r_(⌈(n+1)u⌉) for u >= 0.5 (+∞ when
+⌈(n+1)u⌉ > n, the conformal band's open top) and r_(⌊(n+1)u⌋) for u < 0.5 (0 when ⌊(n+1)u⌋ < 1,
+its open bottom), each end rounded outward. So a Q-figure is certified on its outward side:
+for Q >= 0.5 the run finishes within the Q-time with probability >= Q (conformal, for one group;
+see the limit below for mixed groups); for Q < 0.5 it takes at least the Q-time with probability
+>= 1 − Q (an optimistic figure that holds with probability about Q, not at least Q). A level
+the group's n ratios cannot certify (F_g⁻¹ = 0 or +∞: Q outside [1/(n+1), n/(n+1)]) is refused.
 
 Why it keeps the frontier exact: a plan's wall time W = D/(B·S)·(max_i r_g(i)·t_i + σ/H) and
 cost C = W·Σprice/3600 are nondecreasing in every r_g, and every r_g is nondecreasing in the one
@@ -66,11 +73,17 @@ wall_time_s equal to its own wall_time_s_p90. No band (and `interval_note` says 
 failure model is on (its figures are expectations over failures, not quantiles of this model,
 as --quantile refuses it), where the island table has no provenance column, or where a group has
 too few calibration ratios. No widening by extrapolation applies (unlike `predict`'s bands): the
-planner's model is the one --quantile plans are solved under.
+planner's model is the one --quantile plans are solved under. Hence the relation to `predict`:
+a single-island plan (σ = 0) has W = steps·r·t, so its wall_time_s_p10/_p90 are `predict`'s
+step_time_s_p10/_p90 of the same configuration times the step count D/(B·S) wherever `predict`
+does not widen (same ratios, same F_g⁻¹ at 0.1/0.9); where it widens (the configuration lies
+outside what the group's residuals cover, `interval_widened` names why) `predict`'s band is the
+wider one, by that stated policy.
 
 Checked by: tests/test_plan_bands.py (Monte Carlo of this model over the case-study plans'
 islands: each band end is a p-quantile of the sampled W, C, tokens/s and energy within binomial
-sampling error; a --quantile 0.9 plan's p90 is its own figure; JSON validates against the
+sampling error; a --quantile 0.9 plan's p90 is its own figure, a 0.1 one's p10; a single-island
+plan's band is `predict`'s step-time band times the step count; JSON validates against the
 schemas; a fixed table without provenance gives the note) and tests/test_quantile_plans.py
 (Monte Carlo of this model over the chosen plan's islands
 agrees with the reported Q-time and Q-cost within binomial sampling error; the quantile frontier
@@ -91,7 +104,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from perfmodel.facts import PROVENANCES, catalog_dir, read_text
+from perfmodel.facts import (
+    PROVENANCES,
+    catalog_dir,
+    conformal_quantile,
+    quantile_function,
+    read_text,
+)
 from perfmodel.spec.errors import ConfigError, InstanceError, UserInputError
 from planner.model.evaluate import build_problem, cost_usd, evaluate, wall_time_s
 from planner.model.instance import Instance
@@ -134,20 +153,6 @@ def check_quantile(value: object, name: str = "quantile") -> float:
                                   "(the plan holds with 90 % probability under the error "
                                   "model).")
     return float(value)
-
-
-def conformal_quantile(ratios: Sequence[float] | np.ndarray,
-                       level: float | np.ndarray) -> np.ndarray:
-    """F⁻¹(level) = r_(⌈(n+1)·level⌉) of the sorted ratios, +∞ beyond r_(n) (split conformal)."""
-    ordered = np.sort(np.asarray(ratios, dtype=float))
-    n = len(ordered)
-    # ⌈(n+1)u⌉ with a guard against (n+1)u landing a rounding error above an integer
-    rank = np.ceil(np.round((n + 1) * np.asarray(level, dtype=float), 9)).astype(int)
-    out = np.full(rank.shape, np.inf)
-    inside = (rank >= 1) & (rank <= n)
-    out[inside] = ordered[rank[inside] - 1]
-    out[rank < 1] = ordered[0]
-    return out
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -240,7 +245,8 @@ class ErrorModel:
 
     def multiplier(self, group: str, quantile: float) -> float:
         """F_g⁻¹(Q): the step-time multiplier of `group` at level `quantile`; an error with a fix
-        when the group has no ratios or too few for the level (the conformal band is open)."""
+        when the group has no ratios or too few for the level (F_g⁻¹ is 0 or +∞: the conformal
+        band is open at that end)."""
         quantile = check_quantile(quantile)
         values = self.ratios.get(group)
         if values is None:
@@ -248,19 +254,22 @@ class ErrorModel:
                               f"group {group!r}",
                               hint=f"add step_time_s calibration pairs of group {group!r} to the "
                                    "residuals, or plan without --quantile.")
-        value = float(conformal_quantile(values, quantile))
-        if not math.isfinite(value):
+        value = conformal_quantile(values, quantile)
+        if not 0 < value < math.inf:
             n = len(values)
+            low, high = 1 / (n + 1), n / (n + 1)
+            move = (f"lower --quantile to {high:.3g} or less" if value == math.inf
+                    else f"raise --quantile to {low:.3g} or more")
             raise ConfigError(f"error model ({self.source}): group {group!r} has {n} calibration "
-                              f"ratios, too few for the {quantile} quantile (at most "
-                              f"{n / (n + 1):.3g})",
-                              hint=f"lower --quantile to {n / (n + 1):.3g} or less, or add "
-                                   "calibration pairs to that group.")
+                              f"ratios, too few for the {quantile} quantile (they certify "
+                              f"{low:.3g} to {high:.3g})",
+                              hint=f"{move}, or add calibration pairs to that group.")
         return value
 
     def sample(self, group: str, uniforms: np.ndarray) -> np.ndarray:
-        """F_g⁻¹(U) for each U: the multipliers the model draws (Monte Carlo of the model)."""
-        return conformal_quantile(self.ratios[group], uniforms)
+        """F_g⁻¹(U) for each U: the multipliers the model draws (Monte Carlo of the model; 0
+        and +∞ where U lies beyond what the group's ratios certify)."""
+        return quantile_function(self.ratios[group], uniforms)
 
     def describe(self, quantile: float) -> str:
         """One sentence for the outputs: the model and the multipliers at `quantile`."""

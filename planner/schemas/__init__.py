@@ -17,7 +17,7 @@ from typing import Any
 
 from perfmodel.spec.errors import UserInputError, did_you_mean
 
-SCHEMA_NAMES = ("predict", "memory", "layout", "plan", "pareto")
+SCHEMA_NAMES = ("predict", "memory", "layout", "plan", "pareto", "study")
 """Outputs with a JSON Schema: `shardmeter schema NAME`."""
 
 
