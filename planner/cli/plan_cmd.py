@@ -81,7 +81,8 @@ def _solver_options(func: Callable[..., Any]) -> Callable[..., Any]:
                      help="Plan on Q-quantiles (0 < Q < 1, e.g. 0.9): time, cost and the caps "
                           "are those that hold with probability Q under the comonotone "
                           "per-provenance error model of catalogs/uncertainty/residuals.csv "
-                          "(planner.model.uncertainty)."),
+                          "(planner.model.uncertainty). Below 0.5 the figures are lower "
+                          "bounds: a run takes at least that long with probability 1 - Q."),
         click.option("--interval", "interval_level", type=float, default=None, metavar="L",
                      help="Add *_lo/*_hi bounds and interval_level at this two-sided level "
                           "(e.g. 0.9) beside the p10/p90 band every plan carries (JSON, CSV)."),
