@@ -222,7 +222,16 @@ class DpTables:
         """Recompute g of cluster position k and every class table containing it; True if changed.
 
         g only falls, and min-plus convolution distributes over min, so a class table G_V with
-        k in V is updated exactly by convolving just the changed entries of g_k with G_{V∖k}."""
+        k in V is updated exactly by convolving just the changed entries of g_k with G_{V∖k}.
+
+        Only the rows that can be finite are convolved. Claim: the same tables. Why: every
+        member of a class has at least one island (g[0, :] = INF), so G_W[M, :] = INF for
+        M < |W|; a changed entry (m1, b1) meets the rows M >= |V| - 1 of G_{V∖k} only when
+        m1 + |V| - 1 <= max_m, and any other pair adds g + INF >= INF, which changes no entry
+        (<= INF). So the rows of G_{V∖k} below |V| - 1 are skipped, the changed entries with
+        too many islands are dropped, and a class with more clusters than max_m islands (all
+        INF) is never convolved. Checked by: tests/test_dp.py and tests/test_planner_layouts.py
+        (the DP equals brute force), benchmarks/compare_layout_tables.py (frontiers SAME)."""
         g = self._reduce(k)
         rows, cols = np.nonzero(g < self.g[k])
         if rows.size == 0:
@@ -232,11 +241,15 @@ class DpTables:
         for members, table in self.tables.items():
             if k not in members or len(members) == 1:
                 continue
+            fewest = len(members) - 1   # the rest's rows below it are INF
+            reach = rows <= self.max_m - fewest
+            if not reach.any():
+                continue
             rest = self.tables[tuple(c for c in members if c != k)]
             if members == everyone:  # never a `rest`: only its b = B column is read
-                self._update_column(table, rest, g, rows, cols)
+                self._update_column(table[fewest:], rest[fewest:], g, rows[reach], cols[reach])
                 continue
-            _convolve_changes(table, rest, g, rows, cols)
+            _convolve_changes(table[fewest:], rest[fewest:], g, rows[reach], cols[reach])
             np.minimum(table, INF, out=table)
         self.tables[(k,)] = g
         return True
