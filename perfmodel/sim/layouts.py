@@ -331,14 +331,29 @@ class _PeakByAccum:
     def fits_at(self, usable: int, micro_batch: int) -> Callable[[int], bool]:
         """Whether the worst rank's peak at k micro-batches per step fits the usable memory
         (`pipeline_rank_fits`: the ranks walked one at a time, stopping at one that does not
-        fit; the same answer as `at(k)`)."""
+        fit; the same answer as `at(k)`).
+
+        A k that fits had every rank walked, so its coefficients are kept (`at`, from the
+        remembered walks), and a k at most a kept k' whose peak at this m fits is answered
+        without a walk. Claim: the same answer. Why: memory is non-decreasing in k (module
+        doc; the search's own premise). A row's micro-batches are searched in ascending m and
+        a larger m's ceiling on k is lower, so the walk at a smaller m's ceiling (its largest
+        k) often answers a larger m's ceiling: the probes at the ceiling, each a walk of every
+        rank over k micro-batches, were most of the bound's time once `_AccumLine` gave the
+        answer. Checked by: tests/test_layout_rows.py (bounds against `memory_breakdown`),
+        benchmarks/compare_layout_tables.py (tables SAME)."""
         def fits(k: int) -> bool:
             if k in self._by_k:
                 return bool(self._by_k[k].peak_bytes(micro_batch) <= usable)
-            return pipeline_rank_fits(self._model, gpu_memory_bytes=usable,
-                                      num_gpus=self._world, seq_len=self._seq_len,
-                                      recipe=self._recipe, accum_steps=k,
-                                      micro_batch=micro_batch)
+            if any(j >= k and c.peak_bytes(micro_batch) <= usable
+                   for j, c in self._by_k.items()):
+                return True
+            if pipeline_rank_fits(self._model, gpu_memory_bytes=usable, num_gpus=self._world,
+                                  seq_len=self._seq_len, recipe=self._recipe, accum_steps=k,
+                                  micro_batch=micro_batch):
+                self.at(k)
+                return True
+            return False
         return fits
 
 
