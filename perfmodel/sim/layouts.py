@@ -19,8 +19,10 @@ Claim and why, per kind of layout:
     the token ids, labels and receive buffers of all k micro-batches for the whole step
     (`perfmodel.costs.memory._rank_phases`, checked against torch's tracker), so its peak
     grows with k under 1F1B too, not only under GPipe (all k in flight) or interleaved 1F1B's
-    warm-up; memory is non-decreasing in k, so doubling then bisection finds it; max_accum 0
-    when every k the global batch allows fits (tests/test_layout_rows.py).
+    warm-up; memory is non-decreasing in k, so doubling then bisection finds it, started from
+    the closed form of each rank's peak, affine in k once the schedule's steady phase repeats
+    (`_AccumLine`); max_accum 0 when every k the global batch allows fits
+    (tests/test_layout_rows.py).
 Rows are then reduced exactly (`drop_dominated`): a row is removed when another row of the same
 island and the same sequences per micro-step (m·dp) admits every k it admits and is no slower,
 no busier (energy) and no larger in memory at every such k.
@@ -400,28 +402,35 @@ class _AccumLine:
     step-long token ids, labels and receive buffers (`persistent`, k times a per-token constant
     of the rank, added to every moment's per-token bytes alike) and the REDUCE_GRAD moments at
     the last micro-batch of each stage. Moments are kept once per (moment, state). Past K the
-    rank's actions are a warm-up (the same for every such k), then whole steady periods that
-    each add pp forwards and pp backwards per stage (so held counts return to their values at
-    every period boundary: the first period, which starts the accumulation, a middle one, the
-    same every time, and the last ones, which reach the REDUCE_GRAD of some stages), then a
-    cool-down whose stage sequence depends on k only through k mod pp (V·k ≡ 0 mod V·pp), the
-    same for every admissible k. So the set of distinct (moment, state) pairs is the same for
-    every k >= K, and only `persistent` moves, by the same amount in every moment: the maximum
-    over the moments moves by m·c_r per unit of k. In floating point the shift is exact only
-    up to rounding, so the closed form is a guess that `_pipeline_max_accum` verifies with one
-    probe at it and one a multiple above (its answer is then exactly the search's: memory is
-    non-decreasing in k) and searches from when the guess misses.
+    rank's actions (`perfmodel.spec.pipeline.rank_order`) are a warm-up of w forwards (the
+    same for every such k), a steady phase of V·k - w (forward, backward) pairs and a
+    cool-down of w backwards. A period of P pairs gives every stage as many forwards as
+    backwards, so held counts return to their values after each: 1F1B, one stage, P = 1;
+    interleaved 1F1B, P = V·pp (operation op runs local stage (op // pp) mod V, so any V·pp
+    consecutive pairs give each stage pp of each). The steady phase is then a first period
+    (the first backward of each stage, which starts its accumulation), middle periods that all
+    walk the same states, and a tail of (V·k - w) mod P pairs, the same for every admissible k
+    (V·k ≡ 0 mod P), as is the cool-down's stage sequence; every REDUCE_GRAD (each stage's
+    last backward) lies within P pairs of the end. From K on there are at least three whole
+    periods, so the first, a middle one and the last are distinct and present, and the set of
+    distinct (moment, state) pairs is the same for every k >= K; only `persistent` moves, by
+    the same amount in every moment of the rank, so the maximum over the moments moves by
+    m·c_r per unit of k.
+    In floating point the shift is exact only up to rounding, so the closed form is a guess
+    that `_pipeline_max_accum` verifies with one probe at it and one a multiple above (its
+    answer is then exactly the search's: memory is non-decreasing in k) and searches from when
+    the guess misses.
     Checked by: tests/test_layout_rows.py (the closed form equals the search, and each rank's
     tracked peak is affine past K, on random models, layouts and micro-batches)."""
 
-    __slots__ = ("_saturated", "_slope", "_at_saturated", "_budget")
+    __slots__ = ("_saturated", "_at_saturated", "_at_double", "_budget")
 
     def __init__(self, saturated: int, at_saturated: list[MemoryCoefficients],
                  at_double: list[MemoryCoefficients], budget: float) -> None:
         self._saturated = saturated
-        self._at_saturated = at_saturated
-        self._slope = [(b, a) for a, b in zip(at_saturated, at_double, strict=True)]
-        self._budget = budget
+        self._at_saturated = at_saturated   # per rank, at K
+        self._at_double = at_double         # per rank, at 2K
+        self._budget = budget               # the tracked bytes whose peak fits (reserves off)
 
     @classmethod
     def of(cls, peaks: _PeakByAccum, usable: int, saturated: int) -> _AccumLine | None:
@@ -439,7 +448,7 @@ class _AccumLine:
         when K itself is over it; inf when no rank's peak grows with k)."""
         best = math.inf
         k0 = self._saturated
-        for low, (high, _) in zip(self._at_saturated, self._slope, strict=True):
+        for low, high in zip(self._at_saturated, self._at_double, strict=True):
             t0, t1 = _tracked(low, micro_batch), _tracked(high, micro_batch)
             if t0 > self._budget:
                 return k0 - 1
