@@ -81,8 +81,10 @@ def main() -> None:
         "",
         "The table is every (layout, checkpointing mode, micro-batch) of every island option: a "
         "pipeline or FSDP graph evaluation plus the pipeline memory walks (every rank's "
-        "schedule, at k = min_accum and at the k the interleaved schedule's memory bound "
-        "probes); the solve (total less table) is the planner's exact DP. "
+        "schedule, at k = min_accum and for the memory bound on k: at the schedule's "
+        "saturated k and twice it, where each rank's peak is affine in k, then at the closed "
+        "form's k and one multiple above, which verify it); the solve (total less table) is "
+        "the planner's exact DP. "
         "`benchmarks/compare_layout_tables.py` checks that a speed-up changes no row, "
         "exclusion or frontier point.",
     ]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -16,7 +17,16 @@ from perfmodel import api
 from perfmodel.costs.memory import memory_breakdown
 from perfmodel.profiles.profile import default_profile
 from perfmodel.sim.fsdp import resolve_recipe
-from perfmodel.sim.layouts import drop_dominated, island_layout_rows
+from perfmodel.sim.layouts import (
+    _AccumLine,
+    _admissible_floor,
+    _PeakByAccum,
+    _pipeline_max_accum,
+    _tracked,
+    drop_dominated,
+    island_layout_rows,
+    saturated_accum,
+)
 from perfmodel.spec.catalog import get_gpu, get_model
 from perfmodel.spec.hardware import IslandSpec
 from perfmodel.spec.layout import ParallelLayout
@@ -172,3 +182,74 @@ def test_gpipe_rows_admit_their_first_k_or_are_rejected_with_the_bound() -> None
             assert memory_breakdown(model, num_gpus=island.num_gpus, seq_len=5120,
                                     micro_batch=int(row.micro_batch), recipe=recipe,
                                     accum_steps=int(row.max_accum)).peak_bytes <= usable
+
+
+def _random_pipeline_cases(count: int, seed: int) -> list[tuple[Any, ...]]:
+    """(model, island, seq_len, recipe, min_accum, multiple) of random pipeline layouts."""
+    rng = np.random.default_rng(seed)
+    cases: list[tuple[Any, ...]] = []
+    while len(cases) < count:
+        model = get_model(str(rng.choice(["Llama-3.2-1B", "Llama-3.1-8B", "Qwen2.5-7B"])))
+        island = _island(str(rng.choice(["A100-SXM4-40GB", "H100-SXM5-80GB"])),
+                         nodes=int(rng.integers(1, 3)))
+        pp, tp = int(rng.choice([2, 4])), int(rng.choice([1, 2]))
+        schedule, virtual = [("1f1b", 1), ("interleaved-1f1b", 2)][int(rng.integers(2))]
+        layout = ParallelLayout(tp=tp, pp=pp, virtual_stages=virtual, pp_schedule=schedule)
+        recipe = replace(resolve_recipe(None, str(rng.choice(["none", "op-sac", "full"]))),
+                         parallel=layout)
+        multiple = pp if schedule == "interleaved-1f1b" else 1
+        cases.append((model, island, int(rng.choice([2048, 4096, 8192])), recipe, pp, multiple))
+    return cases
+
+
+def test_each_ranks_pipeline_memory_is_affine_in_k_past_saturation() -> None:
+    """`_AccumLine`'s claim: from k = `saturated_accum` on, each pipeline rank's tracked peak
+    at a micro-batch m moves by the same amount per unit of k (to rounding), on random models,
+    layouts, checkpointing modes and micro-batches; below it, 1F1B's and interleaved 1F1B's
+    in-flight counts may still grow (so the line is read only from there)."""
+    for model, island, seq, recipe, min_accum, multiple in _random_pipeline_cases(10, seed=25):
+        peaks = _PeakByAccum(model, island.num_gpus, seq, recipe)
+        first = saturated_accum(recipe.parallel, min_accum, multiple)
+        assert first is not None and first >= min_accum and (first - min_accum) % multiple == 0
+        ks = [first + j * multiple for j in (0, 1, 2, 5)] + [2 * first]
+        by_k = [peaks.rank_coefficients(k) for k in ks]
+        for m in (1, 3, 8):
+            for rank in range(recipe.parallel.pp):
+                t = [_tracked(coefficients[rank], m) for coefficients in by_k if coefficients]
+                slope = (t[1] - t[0]) / (ks[1] - ks[0])
+                assert slope > 0
+                for k, value in zip(ks[2:], t[2:], strict=True):
+                    assert value == pytest.approx(t[0] + (k - ks[0]) * slope, rel=1e-12, abs=1.0)
+
+
+def test_closed_form_max_accum_equals_the_search() -> None:
+    """On random (model, layout, checkpointing, micro-batch) cases the k bound that starts from
+    `_AccumLine`'s closed form equals the doubling-and-bisection search without it (both read
+    `pipeline_rank_fits`), and the closed form itself is the answer wherever the saturated k
+    fits (or, when every k up to the ceiling fits, the ceiling); some cases are bounded below
+    the ceiling, so the guess is checked where it binds."""
+    bounded = 0
+    for model, island, seq, recipe, min_accum, multiple in _random_pipeline_cases(12, seed=4):
+        usable = island.gpu.usable_memory_bytes
+        peaks = _PeakByAccum(model, island.num_gpus, seq, recipe)
+        largest = peaks.max_micro_batch(usable, min_accum)
+        if largest < 1:
+            continue
+        saturated = saturated_accum(recipe.parallel, min_accum, multiple)
+        assert saturated is not None
+        line = _AccumLine.of(peaks, usable, saturated)
+        assert line is not None
+        ceiling = 192
+        top = min_accum + (ceiling - min_accum) // multiple * multiple
+        for m in sorted({1, largest, (1 + largest) // 2}):
+            searched = _pipeline_max_accum(peaks, usable, m, min_accum, multiple, ceiling)
+            if peaks.at(saturated).peak_bytes(m) > usable:
+                assert searched < saturated   # (0 = unbounded is not below it)
+                assert searched > 0 or searched == min_accum - 1
+                continue
+            guess = _admissible_floor(line.largest(m), min_accum, multiple, ceiling)
+            assert _pipeline_max_accum(peaks, usable, m, min_accum, multiple, ceiling,
+                                       guess=guess) == searched
+            assert searched == (0 if guess == top else guess), (recipe.parallel.describe(), m)
+            bounded += searched > 0
+    assert bounded >= 3

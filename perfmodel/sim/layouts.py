@@ -19,8 +19,10 @@ Claim and why, per kind of layout:
     the token ids, labels and receive buffers of all k micro-batches for the whole step
     (`perfmodel.costs.memory._rank_phases`, checked against torch's tracker), so its peak
     grows with k under 1F1B too, not only under GPipe (all k in flight) or interleaved 1F1B's
-    warm-up; memory is non-decreasing in k, so doubling then bisection finds it; max_accum 0
-    when every k the global batch allows fits (tests/test_layout_rows.py).
+    warm-up; memory is non-decreasing in k, so doubling then bisection finds it, started from
+    the closed form of each rank's peak, affine in k once the schedule's steady phase repeats
+    (`_AccumLine`); max_accum 0 when every k the global batch allows fits
+    (tests/test_layout_rows.py).
 Rows are then reduced exactly (`drop_dominated`): a row is removed when another row of the same
 island and the same sequences per micro-step (m·dp) admits every k it admits and is no slower,
 no busier (energy) and no larger in memory at every such k.
@@ -32,6 +34,7 @@ brute force; rejected layouts name the limit).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -41,12 +44,15 @@ import pandas as pd
 
 from perfmodel import progress
 from perfmodel.costs.memory import (
+    DEFAULT_CONFIG,
     MemoryCoefficients,
+    _rank_coefficients,
     coefficients_unless_over,
     max_micro_batch,
     memory_breakdown,
     memory_coefficients,
     pipeline_rank_fits,
+    resolve_memory_recipe,
 )
 from perfmodel.costs.model import CostModel
 from perfmodel.costs.precision import supports
@@ -293,6 +299,21 @@ class _PeakByAccum:
                 accum_steps=accum_steps)
         return self._by_k[accum_steps]
 
+    def rank_coefficients(self, accum_steps: int) -> list[MemoryCoefficients] | None:
+        """Each pipeline rank's own coefficients at k = accum_steps, in rank order (the walks
+        `at` and `pipeline_rank_fits` remember); None when a rank's per-token bytes are not
+        finite."""
+        self.at(accum_steps)
+        recipe = resolve_memory_recipe(self._recipe, None, None)
+        out = []
+        for rank in range(self.layout.resolve(self._world).pp):
+            mine = _rank_coefficients(self._model, self._world, self._seq_len, recipe,
+                                      accum_steps, False, DEFAULT_CONFIG, rank)
+            if mine is None:
+                return None
+            out.append(mine)
+        return out
+
     @property
     def layout(self) -> ParallelLayout:
         """The recipe's layout."""
@@ -312,14 +333,29 @@ class _PeakByAccum:
     def fits_at(self, usable: int, micro_batch: int) -> Callable[[int], bool]:
         """Whether the worst rank's peak at k micro-batches per step fits the usable memory
         (`pipeline_rank_fits`: the ranks walked one at a time, stopping at one that does not
-        fit; the same answer as `at(k)`)."""
+        fit; the same answer as `at(k)`).
+
+        A k that fits had every rank walked, so its coefficients are kept (`at`, from the
+        remembered walks), and a k at most a kept k' whose peak at this m fits is answered
+        without a walk. Claim: the same answer. Why: memory is non-decreasing in k (module
+        doc; the search's own premise). A row's micro-batches are searched in ascending m and
+        a larger m's ceiling on k is lower, so the walk at a smaller m's ceiling (its largest
+        k) often answers a larger m's ceiling: the probes at the ceiling, each a walk of every
+        rank over k micro-batches, were most of the bound's time once `_AccumLine` gave the
+        answer. Checked by: tests/test_layout_rows.py (bounds against `memory_breakdown`),
+        benchmarks/compare_layout_tables.py (tables SAME)."""
         def fits(k: int) -> bool:
             if k in self._by_k:
                 return bool(self._by_k[k].peak_bytes(micro_batch) <= usable)
-            return pipeline_rank_fits(self._model, gpu_memory_bytes=usable,
-                                      num_gpus=self._world, seq_len=self._seq_len,
-                                      recipe=self._recipe, accum_steps=k,
-                                      micro_batch=micro_batch)
+            if any(j >= k and c.peak_bytes(micro_batch) <= usable
+                   for j, c in self._by_k.items()):
+                return True
+            if pipeline_rank_fits(self._model, gpu_memory_bytes=usable, num_gpus=self._world,
+                                  seq_len=self._seq_len, recipe=self._recipe, accum_steps=k,
+                                  micro_batch=micro_batch):
+                self.at(k)
+                return True
+            return False
         return fits
 
 
@@ -332,6 +368,102 @@ def _last_fitting(fits: Callable[[int], bool], lo: int, hi: int, step: int) -> i
     return lo
 
 
+def saturated_accum(layout: ParallelLayout, min_accum: int, multiple: int) -> int | None:
+    """The smallest admissible k from which every rank's pipeline memory is affine in k (None:
+    GPipe, whose in-flight count is k itself). See `_AccumLine` for the claim; this is the
+    point past which each rank's schedule (`perfmodel.spec.pipeline.rank_order`) runs at least
+    three whole periods of its steady phase: 1F1B's warm-up is at most pp - 1 forwards and its
+    period one (forward, backward) pair; interleaved 1F1B (k a multiple of pp, so its rounds
+    hold pp micro-batches) warms up with at most (V-1)·pp + 2·(pp-1) forwards and its period is
+    V·pp (forward, backward) pairs, V·k operations in all."""
+    pp, v = layout.pp, layout.virtual_stages
+    if layout.pp_schedule == "1f1b":
+        k = (pp - 1) + 3
+    elif layout.pp_schedule == "interleaved-1f1b" and multiple % pp == 0 and min_accum % pp == 0:
+        warm = (v - 1) * pp + 2 * (pp - 1)
+        k = 3 * pp + -(-warm // v)   # V·k - warm >= 3·V·pp
+    else:
+        return None
+    k = max(k, min_accum)
+    return min_accum + -(-(k - min_accum) // multiple) * multiple
+
+
+class _AccumLine:
+    """The largest k that fits, per micro-batch, in closed form from two memory walks.
+
+    Claim: for k >= K = `saturated_accum` (admissible k), pipeline rank r's tracked peak at
+    micro-batch m is exactly affine in k: t_r(k, m) = t_r(K, m) + (k - K)·m·c_r, with c_r >= 0
+    the bytes per sequence and micro-batch the rank holds for the whole step. So the largest k
+    whose worst-rank peak fits is min over r of K + floor((budget - t_r(K, m)) / (m·c_r)),
+    where m·c_r = (t_r(K2, m) - t_r(K, m)) / (K2 - K) is read from a second walk at K2 = 2K.
+    Why: `perfmodel.costs.memory._rank_phases` makes every moment of a rank a sum of the
+    rank's state (held micro-batches per stage, gathered / accumulated / reduced stages, the
+    stale-output flag) and the moment's own terms, and reads k in two places only: the
+    step-long token ids, labels and receive buffers (`persistent`, k times a per-token constant
+    of the rank, added to every moment's per-token bytes alike) and the REDUCE_GRAD moments at
+    the last micro-batch of each stage. Moments are kept once per (moment, state). Past K the
+    rank's actions (`perfmodel.spec.pipeline.rank_order`) are a warm-up of w forwards (the
+    same for every such k), a steady phase of V·k - w (forward, backward) pairs and a
+    cool-down of w backwards. A period of P pairs gives every stage as many forwards as
+    backwards, so held counts return to their values after each: 1F1B, one stage, P = 1;
+    interleaved 1F1B, P = V·pp (operation op runs local stage (op // pp) mod V, so any V·pp
+    consecutive pairs give each stage pp of each). The steady phase is then a first period
+    (the first backward of each stage, which starts its accumulation), middle periods that all
+    walk the same states, and a tail of (V·k - w) mod P pairs, the same for every admissible k
+    (V·k ≡ 0 mod P), as is the cool-down's stage sequence; every REDUCE_GRAD (each stage's
+    last backward) lies within P pairs of the end. From K on there are at least three whole
+    periods, so the first, a middle one and the last are distinct and present, and the set of
+    distinct (moment, state) pairs is the same for every k >= K; only `persistent` moves, by
+    the same amount in every moment of the rank, so the maximum over the moments moves by
+    m·c_r per unit of k.
+    In floating point the shift is exact only up to rounding, so the closed form is a guess
+    that `_pipeline_max_accum` verifies with one probe at it and one a multiple above (its
+    answer is then exactly the search's: memory is non-decreasing in k) and searches from when
+    the guess misses.
+    Checked by: tests/test_layout_rows.py (the closed form equals the search, and each rank's
+    tracked peak is affine past K, on random models, layouts and micro-batches)."""
+
+    __slots__ = ("_saturated", "_at_saturated", "_at_double", "_budget")
+
+    def __init__(self, saturated: int, at_saturated: list[MemoryCoefficients],
+                 at_double: list[MemoryCoefficients], budget: float) -> None:
+        self._saturated = saturated
+        self._at_saturated = at_saturated   # per rank, at K
+        self._at_double = at_double         # per rank, at 2K
+        self._budget = budget               # the tracked bytes whose peak fits (reserves off)
+
+    @classmethod
+    def of(cls, peaks: _PeakByAccum, usable: int, saturated: int) -> _AccumLine | None:
+        """The line of `peaks` past k = `saturated` (None: a rank's per-token bytes are not
+        finite)."""
+        low = peaks.rank_coefficients(saturated)
+        high = peaks.rank_coefficients(2 * saturated)
+        if low is None or high is None:
+            return None
+        reserve, fraction = low[0].reserve_bytes, low[0].reserve_fraction
+        return cls(saturated, low, high, (usable - reserve) / (1.0 + fraction))
+
+    def largest(self, micro_batch: int) -> float:
+        """The largest real k >= K whose every rank's tracked peak is within the budget (K - 1
+        when K itself is over it; inf when no rank's peak grows with k)."""
+        best = math.inf
+        k0 = self._saturated
+        for low, high in zip(self._at_saturated, self._at_double, strict=True):
+            t0, t1 = _tracked(low, micro_batch), _tracked(high, micro_batch)
+            if t0 > self._budget:
+                return k0 - 1
+            slope = (t1 - t0) / k0   # K2 - K = K
+            if slope > 0:
+                best = min(best, k0 + (self._budget - t0) / slope)
+        return best
+
+
+def _tracked(coefficients: MemoryCoefficients, micro_batch: int) -> float:
+    """The largest moment at micro-batch m (the tracked bytes `peak_bytes` adds reserves to)."""
+    return max(f + micro_batch * s for f, s in zip(coefficients.fixed_bytes,
+                                                   coefficients.per_sequence_bytes, strict=True))
+
+
 def _pipeline_max_accums(peaks: _PeakByAccum, usable: int, micro_batches: Sequence[int],
                          min_accum: int, multiple: int, ceilings: Sequence[int]) -> list[int]:
     """`_pipeline_max_accum` of each micro-batch (`micro_batches` ascending, as `_rows` builds
@@ -339,14 +471,27 @@ def _pipeline_max_accums(peaks: _PeakByAccum, usable: int, micro_batches: Sequen
     so a k that failed for m fails for every larger m: the search of each m is capped by the
     previous m's first failing k, and no k at or above it is walked (the same answers, fewer
     memory walks: tests/test_layout_rows.py checks every row's bound against
-    `memory_breakdown`)."""
+    `memory_breakdown`). Where the saturated point K fits, the search starts from the closed
+    form of `_AccumLine` (walked at K and 2K once for all micro-batches)."""
     out: list[int] = []
     fails_at: int | None = None   # a k known not to fit at the previous (smaller) m
+    saturated = saturated_accum(peaks.layout, min_accum, multiple)
+    line: _AccumLine | None = None
     for m, ceiling in zip(micro_batches, ceilings, strict=True):
         if fails_at is not None and fails_at <= min_accum:
             out.append(min_accum - 1)   # not even min_accum fits a smaller m
             continue
-        k = _pipeline_max_accum(peaks, usable, m, min_accum, multiple, ceiling, fails_at)
+        guess: int | None = None
+        cap = fails_at
+        if (saturated is not None and saturated < ceiling
+                and (fails_at is None or saturated < fails_at)):
+            if peaks.at(saturated).peak_bytes(m) > usable:
+                cap = saturated   # the answer is below K: searched there, where walks are short
+            else:
+                line = line or _AccumLine.of(peaks, usable, saturated)
+                if line is not None:
+                    guess = _admissible_floor(line.largest(m), min_accum, multiple, ceiling)
+        k = _pipeline_max_accum(peaks, usable, m, min_accum, multiple, ceiling, cap, guess)
         if k == min_accum - 1:
             fails_at = min_accum
         elif k > 0:
@@ -355,24 +500,48 @@ def _pipeline_max_accums(peaks: _PeakByAccum, usable: int, micro_batches: Sequen
     return out
 
 
+def _admissible_floor(k: float, min_accum: int, multiple: int, ceiling: int) -> int:
+    """The largest admissible k (min_accum plus a multiple of `multiple`) at most `k` and at
+    most `ceiling` (min_accum when none is above it)."""
+    top = min(k, float(ceiling))
+    if top <= min_accum:
+        return min_accum
+    return min_accum + int((top - min_accum) // multiple) * multiple
+
+
 def _pipeline_max_accum(peaks: _PeakByAccum, usable: int, micro_batch: int, min_accum: int,
-                        multiple: int, ceiling: int, fails_at: int | None = None) -> int:
+                        multiple: int, ceiling: int, fails_at: int | None = None,
+                        guess: int | None = None) -> int:
     """The largest admissible k (min_accum plus a multiple of `multiple`) whose worst-rank peak
     fits, searched up to `ceiling` (the most micro-batches a step of the global batch can take;
     0: every admissible k up to it fits, or none is admissible below it). Doubling from
     min_accum, then bisection: memory is non-decreasing in k (module doc). min_accum - 1 when
     not even k = min_accum fits (GPipe: its micro-batch bound is read at k = 1, while its affine
     step needs k >= pp), which leaves the row without an admissible k. `fails_at`: an
-    admissible k > min_accum known not to fit (a smaller m's), never walked."""
+    admissible k > min_accum known not to fit (a smaller m's), never walked. `guess`: an
+    admissible k thought to be the answer (`_AccumLine`): probed first, and the doubling
+    starts from it when it fits (then one probe a multiple above ends the search when the guess
+    is right) or is capped by it when it does not. Claim: the same answer with or without it.
+    Why: with memory non-decreasing in k the answer is the one admissible k that fits below a
+    k that does not; a fitting guess is a lower end and a failing one an upper end of the
+    search, as the doubling's own probes are. Checked by: tests/test_layout_rows.py."""
     fits = peaks.fits_at(usable, micro_batch)
     if not fits(min_accum):
         return min_accum - 1
     top = min_accum + (ceiling - min_accum) // multiple * multiple
     if top <= min_accum:
         return 0
+    start = min_accum
+    if guess is not None and (fails_at is None or guess < fails_at) and min_accum < guess <= top:
+        if fits(guess):
+            start = guess
+        else:
+            fails_at = guess
     # doubling first: the walk's cost grows with k, so the ceiling is read only when reached,
     # and a k at or above `fails_at` is known not to fit without a walk
-    lo, hi = min_accum, min_accum + multiple
+    if start == top:
+        return 0
+    lo, hi = start, start + multiple
     while True:
         if fails_at is not None and hi >= fails_at:
             hi = fails_at
@@ -381,7 +550,7 @@ def _pipeline_max_accum(peaks: _PeakByAccum, usable: int, micro_batch: int, min_
             break
         if hi == top:
             return 0
-        lo, hi = hi, min(top, min_accum + 2 * (hi - min_accum))
+        lo, hi = hi, min(top, start + 2 * (hi - start))
     return _last_fitting(fits, lo, hi, multiple)   # fits(lo), not fits(hi)
 
 

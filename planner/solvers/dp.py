@@ -197,6 +197,12 @@ class DpTables:
             for members in _classes(len(self.clusters))}
         for k in range(len(self.clusters)):
             self.tables[(k,)] = self.g[k]
+        # per cluster position k: (class, class less k, islands of the latter) of every class
+        # with k and another cluster that can have a finite entry (at most max_m clusters)
+        self._updates: list[list[tuple[tuple[int, ...], tuple[int, ...], int]]] = [
+            [(members, tuple(c for c in members if c != k), len(members) - 1)
+             for members in self.tables if k in members and 1 < len(members) <= self.max_m]
+            for k in range(len(self.clusters))]
 
     def add(self, item: DpItem) -> None:
         """Admit any number of islands of `item` (bounded by the table: islands, nodes, batch)."""
@@ -222,21 +228,31 @@ class DpTables:
         """Recompute g of cluster position k and every class table containing it; True if changed.
 
         g only falls, and min-plus convolution distributes over min, so a class table G_V with
-        k in V is updated exactly by convolving just the changed entries of g_k with G_{V∖k}."""
+        k in V is updated exactly by convolving just the changed entries of g_k with G_{V∖k}.
+
+        Only the rows that can be finite are convolved. Claim: the same tables. Why: every
+        member of a class has at least one island (g[0, :] = INF), so G_W[M, :] = INF for
+        M < |W|; a changed entry (m1, b1) meets the rows M >= |V| - 1 of G_{V∖k} only when
+        m1 + |V| - 1 <= max_m, and any other pair adds g + INF >= INF, which changes no entry
+        (<= INF). So the rows of G_{V∖k} below |V| - 1 are skipped, the changed entries with
+        too many islands are dropped, and a class with more clusters than max_m islands (all
+        INF) is never convolved. Checked by: tests/test_dp.py and tests/test_planner_layouts.py
+        (the DP equals brute force), benchmarks/compare_layout_tables.py (frontiers SAME)."""
         g = self._reduce(k)
         rows, cols = np.nonzero(g < self.g[k])
         if rows.size == 0:
             return False
         self.g[k] = g
         everyone = tuple(range(len(self.clusters)))
-        for members, table in self.tables.items():
-            if k not in members or len(members) == 1:
+        for members, others, fewest in self._updates[k]:
+            reach = rows <= self.max_m - fewest
+            if not reach.any():
                 continue
-            rest = self.tables[tuple(c for c in members if c != k)]
+            table, rest = self.tables[members], self.tables[others]
             if members == everyone:  # never a `rest`: only its b = B column is read
-                self._update_column(table, rest, g, rows, cols)
+                self._update_column(table[fewest:], rest[fewest:], g, rows[reach], cols[reach])
                 continue
-            _convolve_changes(table, rest, g, rows, cols)
+            _convolve_changes(table[fewest:], rest[fewest:], g, rows[reach], cols[reach])
             np.minimum(table, INF, out=table)
         self.tables[(k,)] = g
         return True
@@ -360,7 +376,8 @@ def sweep(
         return [], tables, items, True, 0, 0
     levels = np.unique(np.array([i.step_time_s for i in items]))
     bounds = _lower_bounds(problem, items, levels)
-    classes = _classes(len(clusters))
+    # a class of more clusters than islands has no plan (its prices stay INF): never read
+    classes = [c for c in _classes(len(clusters)) if len(c) <= problem.max_islands]
     sigma = {(members, m): group_sync_s(problem, m, [clusters[k] for k in members])
              for members in classes for m in range(1, problem.max_islands + 1)}
     best = {members: np.full(problem.max_islands + 1, INF, dtype=np.int64) for members in classes}
