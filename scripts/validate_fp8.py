@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import statistics
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -33,7 +32,15 @@ from pathlib import Path
 from perfmodel.formatting import markdown_table
 from perfmodel.spec.errors import DatasetError, UserInputError
 from perfmodel.spec.paths import catalog_dir
-from scripts.validate_layouts import RowPlan, RowResult, evaluate, load_runs, plan_row
+from scripts.validate_layouts import (
+    RowPlan,
+    RowResult,
+    evaluate,
+    fmt_pct,
+    load_runs,
+    mape_pct,
+    plan_row,
+)
 
 FP8_CSV = catalog_dir() / "published" / "validation-fp8.csv"
 """The FP8 rows (recipe fields and sources); figures and configurations in layout-runs.csv."""
@@ -127,14 +134,6 @@ def evaluate_fp8(rows: Sequence[Fp8Row], inputs: Path) -> list[Fp8Result]:
     return out
 
 
-def _mape(errors: Sequence[float]) -> float | None:
-    return statistics.fmean(abs(e) for e in errors) if errors else None
-
-
-def _f(value: float | None) -> str:
-    return "–" if value is None else f"{value:.1f}"
-
-
 def markdown(results: Sequence[Fp8Result]) -> str:
     sources = list(dict.fromkeys(r.fp8.plan.source_id for r in results))
     summary = []
@@ -142,13 +141,14 @@ def markdown(results: Sequence[Fp8Result]) -> str:
         mine = [r for r in results if r.fp8.plan.source_id == source]
         errors = [e for r in mine if (e := r.fp8.error_pct) is not None]
         speed = [e for r in mine if (e := r.speedup_error_pct) is not None]
-        mape = _mape(errors)
-        summary.append([source, str(len(mine)), str(len(errors)), _f(mape),
+        mape = mape_pct(errors)
+        summary.append([source, str(len(mine)), str(len(errors)), fmt_pct(mape),
                         "–" if mape is None else ("met" if mape <= GOAL_MAPE_PCT else "missed"),
-                        str(len(speed)), _f(_mape(speed))])
+                        str(len(speed)), fmt_pct(mape_pct(speed))])
     everything = [e for r in results if (e := r.fp8.error_pct) is not None]
     parts = ["## Published FP8 runs: ShardMeter's FP8 prior against the published tokens/s/GPU",
-             f"MAPE over the {len(everything)} predicted FP8 rows: {_f(_mape(everything))} % "
+             f"MAPE over the {len(everything)} predicted FP8 rows: "
+             f"{fmt_pct(mape_pct(everything))} % "
              f"(goal <= {GOAL_MAPE_PCT:.0f} % per source). FP8 figures are priors "
              "(catalogs/precision.csv); nothing here was fitted.",
              markdown_table(["source", "rows", "predicted", "MAPE %", f"goal <= "
@@ -160,7 +160,7 @@ def markdown(results: Sequence[Fp8Result]) -> str:
                  [[r.row.run_id, r.row.compute_dtype, str(r.row.fp8_all_gather),
                    f"{r.fp8.plan.published_tokens_per_s_per_gpu:.1f}"
                    if r.fp8.plan.published_tokens_per_s_per_gpu else "–",
-                   _f(r.fp8.predicted_tokens_per_s_per_gpu), _f(r.fp8.error_pct),
+                   fmt_pct(r.fp8.predicted_tokens_per_s_per_gpu), fmt_pct(r.fp8.error_pct),
                    _speedup(r, published=True), _speedup(r, published=False),
                    "; ".join(r.reasons)] for r in results])]
     return "\n\n".join(parts) + "\n"

@@ -633,7 +633,9 @@ class SourceSummary:
     not_predicted: int
 
 
-def _mape(errors: Sequence[float]) -> float | None:
+def mape_pct(errors: Sequence[float]) -> float | None:
+    """Mean absolute percentage error of signed % errors (None: no error); the one formula of
+    validate_layouts, validate_fp8 and validate_moe."""
     return statistics.fmean(abs(e) for e in errors) if errors else None
 
 
@@ -645,16 +647,17 @@ def summarise(results: Sequence[RowResult]) -> list[SourceSummary]:
         ref = [e for r in mine if r.plan.kind == "fsdp-reference"
                and (e := r.error_pct) is not None]
         out.append(SourceSummary(
-            source_id=source, rows=len(mine), layout_rows=len(layout), mape_pct=_mape(layout),
+            source_id=source, rows=len(mine), layout_rows=len(layout), mape_pct=mape_pct(layout),
             median_error_pct=statistics.median(layout) if layout else None,
-            reference_rows=len(ref), reference_mape_pct=_mape(ref),
+            reference_rows=len(ref), reference_mape_pct=mape_pct(ref),
             not_predicted=sum(not r.plan.predicted for r in mine)))
     return out
 
 
 # ---- output -------------------------------------------------------------------------------------
 
-def _f(value: float | None, digits: int = 1) -> str:
+def fmt_pct(value: float | None, digits: int = 1) -> str:
+    """A figure of the validation tables ('–' for none)."""
     return "–" if value is None else f"{value:.{digits}f}"
 
 
@@ -662,14 +665,15 @@ def markdown(results: Sequence[RowResult]) -> str:
     summary = summarise(results)
     layout = [e for r in results if r.plan.kind == "layout" and (e := r.error_pct) is not None]
     parts = ["## Published parallel-layout runs: ShardMeter's tokens/s/GPU against the published",
-             f"MAPE over the {len(layout)} layout rows: {_f(_mape(layout))} % (goal <= "
+             f"MAPE over the {len(layout)} layout rows: {fmt_pct(mape_pct(layout))} % (goal <= "
              f"{GOAL_MAPE_PCT:.0f} % per source); signed median "
-             f"{_f(statistics.median(layout) if layout else None)} % (+ = predicted faster).",
+             f"{fmt_pct(statistics.median(layout) if layout else None)} % (+ = predicted faster).",
              markdown_table(
                  ["source", "rows", "layout rows predicted", "MAPE %", "signed median %",
                   "FSDP references", "reference MAPE %", "not predicted"],
-                 [[s.source_id, s.rows, s.layout_rows, _f(s.mape_pct), _f(s.median_error_pct),
-                   s.reference_rows, _f(s.reference_mape_pct), s.not_predicted]
+                 [[s.source_id, s.rows, s.layout_rows, fmt_pct(s.mape_pct),
+                   fmt_pct(s.median_error_pct),
+                   s.reference_rows, fmt_pct(s.reference_mape_pct), s.not_predicted]
                   for s in summary]),
              "### Predicted rows",
              markdown_table(
@@ -679,8 +683,8 @@ def markdown(results: Sequence[RowResult]) -> str:
                  [[r.plan.run_id, r.plan.model, r.plan.kind, r.plan.gpu, r.plan.num_gpus,
                    r.layout, r.plan.seq_len, r.plan.micro_batch, r.plan.accum, r.plan.recipe.ac,
                    f"{r.plan.published_tokens_per_s_per_gpu:.5g}", r.plan.metric_basis,
-                   f"{r.predicted_tokens_per_s_per_gpu:.5g}", _f(r.error_pct),
-                   _f(r.compute_only_error_pct), r.bound]
+                   f"{r.predicted_tokens_per_s_per_gpu:.5g}", fmt_pct(r.error_pct),
+                   fmt_pct(r.compute_only_error_pct), r.bound]
                   for r in results if r.predicted_tokens_per_s_per_gpu is not None]),
              "### Settings filled by the rules (per predicted row)",
              markdown_table(["run", "rules applied"],

@@ -47,7 +47,15 @@ from perfmodel.formatting import markdown_table
 from perfmodel.spec.errors import UserInputError
 from perfmodel.spec.layout import ParallelLayout
 from perfmodel.spec.recipe import DEFAULT_RECIPE
-from scripts.validate_layouts import GPU_MAP, RowPlan, RowResult, evaluate, load_runs
+from scripts.validate_layouts import (
+    GPU_MAP,
+    RowPlan,
+    RowResult,
+    evaluate,
+    fmt_pct,
+    load_runs,
+    mape_pct,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = ROOT / "tests" / "data" / "configs"
@@ -227,28 +235,21 @@ def evaluate_moe(rows: Sequence[Mapping[str, str]], inputs: Path) -> list[RowRes
     return out
 
 
-def _mape(errors: Sequence[float]) -> float | None:
-    return statistics.fmean(abs(e) for e in errors) if errors else None
-
-
-def _f(value: float | None) -> str:
-    return "–" if value is None else f"{value:.1f}"
-
-
 def markdown(results: Sequence[RowResult]) -> str:
     summary = []
     for source in dict.fromkeys(r.plan.source_id for r in results):
         mine = [r for r in results if r.plan.source_id == source]
         errors = [e for r in mine if (e := r.error_pct) is not None]
-        mape = _mape(errors)
-        summary.append([source, str(len(mine)), str(len(errors)), _f(mape),
-                        _f(statistics.median(errors) if errors else None),
+        mape = mape_pct(errors)
+        summary.append([source, str(len(mine)), str(len(errors)), fmt_pct(mape),
+                        fmt_pct(statistics.median(errors) if errors else None),
                         "–" if mape is None else ("met" if mape <= GOAL_MAPE_PCT else "missed")])
     everything = [e for r in results if (e := r.error_pct) is not None]
     predicted = [r for r in results if r.predicted_tokens_per_s_per_gpu is not None]
     parts = [
         "## Published MoE runs: ShardMeter's tokens/s/GPU against the published",
-        f"MAPE over the {len(everything)} predicted MoE rows: {_f(_mape(everything))} % (goal <= "
+        f"MAPE over the {len(everything)} predicted MoE rows: "
+        f"{fmt_pct(mape_pct(everything))} % (goal <= "
         f"{GOAL_MAPE_PCT:.0f} % per source; {len(results) - len(everything)} of the "
         f"{len(results)} MoE rows not predicted, with their reasons below). Nothing here was "
         "fitted; FP8 and compile figures are priors (catalogs/precision.csv).",
@@ -261,8 +262,8 @@ def markdown(results: Sequence[RowResult]) -> str:
             [[r.plan.run_id, r.plan.model, r.plan.gpu, r.plan.num_gpus, r.layout,
               r.plan.recipe.compute_dtype, r.plan.seq_len, r.plan.micro_batch, r.plan.accum,
               r.plan.recipe.ac, f"{r.plan.published_tokens_per_s_per_gpu:.5g}",
-              f"{r.predicted_tokens_per_s_per_gpu:.5g}", _f(r.error_pct),
-              _f(r.compute_only_error_pct), r.bound] for r in predicted]),
+              f"{r.predicted_tokens_per_s_per_gpu:.5g}", fmt_pct(r.error_pct),
+              fmt_pct(r.compute_only_error_pct), r.bound] for r in predicted]),
         "### Settings filled by the rules (per predicted row)",
         markdown_table(["run", "rules applied"],
                        [[r.plan.run_id, "; ".join(r.plan.assumptions)] for r in predicted]),
