@@ -78,7 +78,7 @@ class CoverageRow:
         n = self.holdout_rows
         if n == 0:
             return float("nan"), float("nan")
-        from scipy.stats import beta  # noqa: PLC0415 (scipy is heavy; only the doc needs it)
+        from scipy.stats import beta  # lazy: scipy is heavy and only the coverage doc needs it
 
         k = round(self.covered * n)
         alpha = 1.0 - confidence
