@@ -270,8 +270,10 @@ def build_problem(instance: Instance, table: pd.DataFrame, *, relax: Collection[
     keys = [c for c in VARIANT_COLUMNS if c in table.columns]
     # the rows without the table's attrs (recipe, exclusions: read from `table` below): pandas
     # deep-copies attrs into every group slice, which cost most of this function's time
-    plain = table.copy(deep=False)
+    plain = table.copy(deep=False).reset_index(drop=True)
     plain.attrs = {}
+    # every row as a named tuple once: per-group itertuples re-slices each column per group
+    records = list(plain.itertuples(index=False))
     groups: Any = plain.groupby(OPTION_KEY, sort=True)  # keys and rows: untyped pandas values
     for (cluster, nodes, gpn), rows in groups:
         spec = instance.cluster(str(cluster))
@@ -308,7 +310,7 @@ def build_problem(instance: Instance, table: pd.DataFrame, *, relax: Collection[
         for option in tiers:
             new_pairs = []
             least = None  # the smallest first admissible batch contribution, for the exclusion
-            for row in ordered.itertuples(index=False):
+            for row in (records[i] for i in ordered.index):
                 pair, first_seqs = _pair(row, len(options), option, batch, keys)
                 least = first_seqs if least is None else min(least, first_seqs)
                 if pair is not None:
