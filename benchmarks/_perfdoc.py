@@ -3,6 +3,7 @@ one timed run of an instance (load, island table, exact frontier) the planner be
 
 from __future__ import annotations
 
+import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,3 +69,18 @@ def timed_solve(path: Path) -> TimedSolve:
     return TimedSolve(table=table, problem=problem, frontier=frontier, table_s=table_s,
                       total_s=time.perf_counter() - start, table_cpu_s=table_cpu_s,
                       total_cpu_s=time.process_time() - cpu)
+
+
+def reference_loop_s(repeats: int = 3) -> float:
+    """Median seconds of a fixed pure-Python loop (10^7 integer additions): the speed the host
+    gives this VM right now. Load average does not show a host that throttles the VM (the same
+    loop's time moves by half within minutes on the 2-core VM), so timings that quote it can be
+    compared across runs at the same reference."""
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        total = 0
+        for i in range(10_000_000):
+            total += i
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)

@@ -18,7 +18,7 @@ import os
 import statistics
 from pathlib import Path
 
-from benchmarks._perfdoc import replace_block, timed_solve
+from benchmarks._perfdoc import reference_loop_s, replace_block, timed_solve
 from benchmarks.bench_fastpath import machine_lines
 from perfmodel.costs.memory import clear_memos
 from perfmodel.sim.pipeline import _compile_shape
@@ -49,7 +49,7 @@ def main() -> None:
             f"| frontier points | proven exact | <= {TARGET_S:g} s (wall) |",
             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |"]
     fastest = []
-    load_before = os.getloadavg()[0]
+    load_before, loop_before = os.getloadavg()[0], reference_loop_s()
     for name in INSTANCES:
         runs = [one_run(ROOT / "instances" / name) for _ in range(args.repeats)]
         table_s = statistics.median(r[0] for r in runs)
@@ -61,7 +61,7 @@ def main() -> None:
                     f"{table_cpu_s:.1f} | {total_cpu_s:.1f} | {points} | {exact} | "
                     f"{'met' if total_s <= TARGET_S else 'NOT met'} |")
         fastest.append(f"- `{name}`, fastest plan: {islands}")
-    load_after = os.getloadavg()[0]
+    load_after, loop_after = os.getloadavg()[0], reference_loop_s()
     body = [
         "## Layout-choosing instances: layout table + exact frontier",
         "",
@@ -74,6 +74,9 @@ def main() -> None:
         f"Load average (1 min) before / after: {load_before:.2f} / {load_after:.2f} on "
         f"{os.cpu_count()} logical CPUs (wall times above a load of 1 per CPU include waiting "
         "for other jobs; the CPU columns do not).",
+        f"Host speed reference (`benchmarks._perfdoc.reference_loop_s`, a fixed Python loop) "
+        f"before / after: {loop_before:.2f} / {loop_after:.2f} s: the host throttles this VM "
+        "without any load showing, and every time above scales with it.",
         "",
         *rows,
         "",
