@@ -9,6 +9,10 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import pandas as pd
+
+from perfmodel.costs.comm import COMM_KEY, load_comm_dataset
+from perfmodel.costs.datasets import repeat_spread
 from perfmodel.formatting import markdown_table
 from perfmodel.uncertainty.coverage import (
     CROSS,
@@ -23,6 +27,9 @@ from perfmodel.uncertainty.residuals import HELD_OUT_GPU, NAMED_MODELS
 
 ROOT = Path(__file__).resolve().parent.parent
 RESIDUALS = ROOT / "catalogs" / "uncertainty" / "residuals.csv"
+REPEATS = ROOT / "catalogs" / "profiles" / "data" / "cpu-comm-repeats.csv"
+"""gloo collectives measured in R separate torchrun launches (`shardmeter bench comm --repeats`;
+the command is in its .env.json): the one dataset that measures one configuration twice."""
 LEVEL = 0.8
 
 
@@ -33,6 +40,27 @@ def _pct(x: float, digits: int = 1) -> str:
 def _band(lower: float, upper: float) -> str:
     # four decimals: the memory groups' bands are permille wide
     return f"{lower:.4f}-{upper:.4f}"
+
+
+def repeats_text(path: Path = REPEATS) -> str:
+    """What separate launches of one configuration show, beside the within-run spread."""
+    if not path.is_file():
+        return f"(`{path.relative_to(ROOT)}` not measured: no launch-to-launch spread.)"
+    frame = load_comm_dataset(str(path))
+    spread = repeat_spread(frame, COMM_KEY)
+    within = (pd.to_numeric(frame["time_iqr_s"]) / frame["time_s"] * 100.0).median()
+    launches = int(frame["repeat"].nunique())
+    return (
+        "Run-to-run noise (issue 27 item 6): no calibration dataset measures a configuration "
+        f"twice, so the bands hold model error and one measurement's noise. "
+        f"`{path.relative_to(ROOT)}` measures {spread['configurations']} gloo collective "
+        f"configurations in {launches} separate torchrun launches on this machine (2 ranks, "
+        "loopback; `shardmeter bench comm --repeats`): the relative standard deviation of a "
+        f"configuration's median time across launches is {spread['median_rel_std_pct']:.1f} % "
+        f"(median over configurations; largest {spread['max_rel_std_pct']:.1f} %), against a "
+        f"within-run IQR of {within:.1f} % of the median (median over rows). These rows are "
+        "not residuals (no model predicted them; another machine than the shipped CPU "
+        "profile's): they say how much of a collectives band one launch's noise can take.")
 
 
 def part_intervals() -> str:
@@ -100,4 +128,5 @@ def part_intervals() -> str:
         markdown_table(["held-out GPU", "pairs forming the interval", "pairs scored",
                         "inside 80 % interval %", "multipliers p10-p90",
                         "width % of point"], rotated),
+        repeats_text(),
     ])
