@@ -34,7 +34,7 @@ if [[ -z "$JEMALLOC" || ! -e "$JEMALLOC" ]]; then
 fi
 export LD_PRELOAD="$JEMALLOC" MALLOC_CONF=dirty_decay_ms:-1,muzzy_decay_ms:-1
 export GLIBC_TUNABLES=glibc.malloc.hugetlb=1  # for what still goes through glibc (ld.so, gloo)
-STEPS=${STEPS:-compute named aligned width comm p2p fsdp memory holdout fsdp-ac pipeline layouts}
+STEPS=${STEPS:-compute named aligned width comm p2p fsdp memory holdout fsdp-ac pipeline layouts repeats}
 # step NAME COMMAND...: run COMMAND when NAME is among $STEPS
 step() {
     local name=$1; shift
@@ -96,4 +96,9 @@ LAYOUTS=(bench fsdp --space catalogs/spaces/fsdp-cpu-layouts.yaml -o "$DATA/cpu-
 step layouts "$SM" -v "${LAYOUTS[@]}" --nproc 2 --sequence-parallel
 step layouts "$SM" -v "${LAYOUTS[@]}" --nproc 2 --no-sequence-parallel
 step layouts "$SM" -v "${LAYOUTS[@]}" --nproc 4 --sequence-parallel
+# Launch-to-launch noise (issue 27 item 6; VALIDATION ONLY, docs/VALIDATION.md part (d)): the same
+# gloo collectives in three separate torchrun launches (a `repeat` column), so their spread across
+# launches can be set beside the within-run IQR. First measured 2026-12-02 on the AMD EPYC VM.
+step repeats "$SM" -v bench comm -o "$DATA/cpu-comm-repeats.csv" --repeats 3 --points 6 \
+    --min-mib 1 --max-mib 64 --iters 50 --warmup 5
 echo "== $(date -u +%FT%TZ) done"
