@@ -262,7 +262,7 @@ class ErrorModel:
             move = (f"lower --quantile to {high:.3g} or less" if value == math.inf
                     else f"raise --quantile to {low:.3g} or more")
             raise ConfigError(f"error model ({self.source}): group {group!r} has {n} calibration "
-                              f"ratios, too few for the {quantile} quantile (they certify "
+                              f"ratios, too few for the {quantile:.6g} quantile (they certify "
                               f"{low:.3g} to {high:.3g})",
                               hint=f"{move}, or add calibration pairs to that group.")
         return value
