@@ -10,7 +10,8 @@ DiLoCo sync uses when every island shares one cluster, and the strict readers an
 limits every user file goes through (`perfmodel.spec.inputs`; an interval level's check,
 `perfmodel.uncertainty.intervals.check_level`), and the one split-conformal quantile
 (`perfmodel.uncertainty.conformal.conformal_quantile` and its vectorised `quantile_function`),
-which the planner's error model reads as `predict`'s bands do. Every name here has its home in
+which the planner's error model reads as `predict`'s bands do, with the residuals file's contract
+(`perfmodel.uncertainty.contract`). Every name here has its home in
 `perfmodel.spec` (the provenances in `perfmodel.profiles.profile`);
 this module only names the ones the planner may use, so the planner never reaches into
 `perfmodel.spec.catalog` and a change of the catalogs' internals stays inside the performance
@@ -67,9 +68,15 @@ from perfmodel.spec.reliability_catalog import (
     spot_capacity_wait_s,
 )
 from perfmodel.uncertainty.conformal import conformal_quantile, quantile_function
+from perfmodel.uncertainty.contract import COLUMNS as RESIDUAL_COLUMNS
+from perfmodel.uncertainty.contract import GROUPS as RESIDUAL_GROUPS
+from perfmodel.uncertainty.contract import ROLES as RESIDUAL_ROLES
 from perfmodel.uncertainty.intervals import check_level
 
 __all__ = [
+    "RESIDUAL_COLUMNS",
+    "RESIDUAL_GROUPS",
+    "RESIDUAL_ROLES",
     "__version__",
     "format_duration",
     "format_number",

@@ -80,16 +80,10 @@ from perfmodel.profiles.memory_validation import predict_row, read_rows, spec_of
 from perfmodel.profiles.pipeline_memory_validation import predict_pipeline_row, read_pipeline_rows
 from perfmodel.profiles.profile import load_profile
 from perfmodel.spec.paths import REPO_ROOT
+from perfmodel.uncertainty.contract import COLUMNS, GROUPS
 
 logger = logging.getLogger(__name__)
 
-COLUMNS = ("group", "quantity", "case", "source", "predicted", "measured", "role")
-"""The columns of catalogs/uncertainty/residuals.csv, in order (the shared contract)."""
-GROUPS = ("measured", "calibrated", "prior", "memory", "memory-moe", "collectives")
-QUANTITIES = ("step_time_s", "peak_memory_bytes", "collective_time_s")
-ROLES = ("calibration", "holdout", "in-sample")
-"""calibration: forms the intervals; holdout: only scores them; in-sample: rows the model was
-designed against (never a quantile, never scored; they only widen the covered ranges)."""
 DATA = REPO_ROOT / "catalogs" / "profiles" / "data"
 PUBLISHED = REPO_ROOT / "catalogs" / "published"
 CPU_PROFILE = REPO_ROOT / "catalogs" / "profiles" / "cpu-x86-2core.yaml"

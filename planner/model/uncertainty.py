@@ -106,6 +106,9 @@ import pandas as pd
 
 from perfmodel.facts import (
     PROVENANCES,
+    RESIDUAL_COLUMNS,
+    RESIDUAL_GROUPS,
+    RESIDUAL_ROLES,
     catalog_dir,
     conformal_quantile,
     quantile_function,
@@ -116,14 +119,6 @@ from planner.model.evaluate import build_problem, cost_usd, evaluate, wall_time_
 from planner.model.instance import Instance
 from planner.model.problem import Plan, Problem
 
-RESIDUAL_COLUMNS = ("group", "quantity", "case", "source", "predicted", "measured", "role")
-"""The columns of catalogs/uncertainty/residuals.csv (the contract with the residual generator,
-`python -m scripts.make_residuals`)."""
-RESIDUAL_GROUPS = (*PROVENANCES, "memory", "memory-moe", "collectives")
-"""Every residual group of the file; the time groups of a plan are the profile provenances."""
-ROLES = ("calibration", "holdout", "in-sample")
-"""calibration rows form the error model; holdout rows only score coverage; in-sample rows (the
-ones a model was designed against) do neither (`perfmodel.uncertainty.residuals.ROLES`)."""
 TIME_QUANTITY = "step_time_s"
 """The quantity whose ratios scale an island's step time."""
 SCALED_COLUMNS = ("microstep_s", "step_fixed_s", "compute_fixed_s", "compute_micro_s",
@@ -224,8 +219,9 @@ class ErrorModel:
             if row["group"] not in RESIDUAL_GROUPS:
                 raise fail("group", "not a residual group", "use one of "
                            + ", ".join(RESIDUAL_GROUPS) + ".")
-            if row["role"] not in ROLES:
-                raise fail("role", "not a role", "use calibration, holdout or in-sample.")
+            if row["role"] not in RESIDUAL_ROLES:
+                raise fail("role", "not a role", "use " + ", ".join(RESIDUAL_ROLES[:-1])
+                           + " or " + RESIDUAL_ROLES[-1] + ".")
             values = []
             for column in ("predicted", "measured"):
                 try:
