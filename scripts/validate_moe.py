@@ -48,11 +48,13 @@ from perfmodel.spec.errors import UserInputError
 from perfmodel.spec.layout import ParallelLayout
 from perfmodel.spec.recipe import DEFAULT_RECIPE
 from scripts.validate_layouts import (
+    GOAL_MAPE_PCT,
     GPU_MAP,
     RowPlan,
     RowResult,
     evaluate,
     fmt_pct,
+    is_moe,
     load_runs,
     mape_pct,
 )
@@ -60,8 +62,6 @@ from scripts.validate_layouts import (
 ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = ROOT / "tests" / "data" / "configs"
 """The shipped Hugging Face config.json files (sources in tests/data/configs/README.md)."""
-GOAL_MAPE_PCT = 15.0
-"""Issue 26's goal per source (a finding reported, not a contract a test asserts)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -122,11 +122,6 @@ PARTIAL_FP8 = {
 }
 """Rows whose FP8 covers only part of the block matmuls: ShardMeter's compute_dtype switches
 every block matmul at once, so they are listed, not predicted."""
-
-
-def is_moe(row: Mapping[str, str]) -> bool:
-    """A mixture-of-experts row (the test of `validate_layouts._not_expressible`)."""
-    return bool(row["num_experts"] or row["ep"] or "MoE" in row["model_family"])
 
 
 def moe_rows(rows: Sequence[Mapping[str, str]]) -> list[Mapping[str, str]]:
