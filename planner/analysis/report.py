@@ -29,7 +29,7 @@ from __future__ import annotations
 import logging
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -404,6 +404,12 @@ GROUP_CSV_KEYS = ("count", "cluster", "gpu_type", "nodes", "gpus_per_node", "mic
 """The island-group columns of plan and frontier CSV (layout and ac where the table has them)."""
 
 
+def groups_cell(groups: Mapping[str, str]) -> str:
+    """A record's `interval_groups` (cluster -> residual group) as one CSV cell:
+    "A=prior;B=calibrated"."""
+    return ";".join(f"{c}={g}" for c, g in groups.items())
+
+
 def group_rows(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """Plan and frontier CSV: one row per island group of every plan record, the plan's figures
     (with the p10/p90 band of time, cost and tokens/s, and its residual groups as
@@ -416,9 +422,8 @@ def group_rows(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     rows = []
     for record in records:
         head = {k: record[k] for k in plan_keys if k in record}
-        if "interval_groups" in record:  # one CSV cell: "A=prior;B=calibrated"
-            head["interval_groups"] = ";".join(f"{c}={g}"
-                                               for c, g in record["interval_groups"].items())
+        if "interval_groups" in record:
+            head["interval_groups"] = groups_cell(record["interval_groups"])
         for group in record["island_groups"]:
             rows.append({**head, **{k: group[k] for k in GROUP_CSV_KEYS if k in group},
                          "group_tokens_per_s": group["tokens_per_s"],

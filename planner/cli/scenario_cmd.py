@@ -19,7 +19,7 @@ import click
 import pandas as pd
 
 from perfmodel.numbers import format_duration, format_number, format_usd
-from planner.analysis.report import SCHEMA_VERSION
+from planner.analysis.report import SCHEMA_VERSION, groups_cell
 from planner.cli.common import (
     compact_fits,
     echo_wrapped,
@@ -124,11 +124,11 @@ def _study_view(study: ScenarioStudy) -> None:
 
 def _csv_row(row: dict[str, Any]) -> dict[str, Any]:
     """A summary row as a CSV row: `interval_groups` as one cell "A=prior;B=calibrated", as the
-    plan CSV writes it (`planner.analysis.report.group_rows`)."""
+    plan CSV writes it (`planner.analysis.report.groups_cell`)."""
     groups = row.get("interval_groups")
     if not isinstance(groups, dict):
         return row
-    return {**row, "interval_groups": ";".join(f"{c}={g}" for c, g in groups.items())}
+    return {**row, "interval_groups": groups_cell(groups)}
 
 
 def _band_lines(study: ScenarioStudy, keys: list[str]) -> None:
