@@ -94,15 +94,18 @@ class CoverageRow:
         return "met" if GOAL_LOW <= self.covered <= GOAL_HIGH else "missed"
 
 
-def _pairs(path: Path, role: str) -> dict[tuple[str, str], list[tuple[str, str, float]]]:
-    """(group, quantity) -> (source, case, ratio) of `path`'s rows of `role`."""
-    out: dict[tuple[str, str], list[tuple[str, str, float]]] = {}
+Pairs = dict[tuple[str, str], list[tuple[str, str, float]]]
+"""(group, quantity) -> (source, case, ratio measured / predicted) of some rows."""
+
+
+def _pairs(path: Path) -> dict[str, Pairs]:
+    """`path`'s rows by role (one read of the file)."""
+    out: dict[str, Pairs] = {}
     with path.open(newline="") as handle:
         for row in csv.DictReader(handle):
-            if row["role"] == role:
-                ratio = float(row["measured"]) / float(row["predicted"])
-                out.setdefault((row["group"], row["quantity"]), []).append(
-                    (row["source"], row["case"], ratio))
+            ratio = float(row["measured"]) / float(row["predicted"])
+            out.setdefault(row["role"], {}).setdefault((row["group"], row["quantity"]), []).append(
+                (row["source"], row["case"], ratio))
     return out
 
 
@@ -144,8 +147,8 @@ def coverage(path: Path, *, level: float = 0.8) -> list[CoverageRow]:
     the group has several) — holdout rows against the calibration rows' interval (SPLIT), or,
     for a group without holdout rows, every calibration row by cross-conformal folds (CROSS)."""
     calibration: Mapping[tuple[str, str], np.ndarray] = calibration_ratios(path)
-    holdout = _pairs(path, "holdout")
-    own = _pairs(path, "calibration")
+    by_role = _pairs(path)
+    holdout, own = by_role.get("holdout", {}), by_role.get("calibration", {})
     rows = []
     for (group, quantity), sample in calibration.items():
         lower = conformal_quantile(sample, (1 - level) / 2)
@@ -168,7 +171,7 @@ def leave_one_source_out(path: Path, group: str, *, level: float = 0.8) -> list[
     """A diagnostic beside the cross-conformal rows: each calibration source of `group` scored
     against the interval the group's OTHER sources form."""
     rows = []
-    for (g, quantity), pairs in _pairs(path, "calibration").items():
+    for (g, quantity), pairs in _pairs(path).get("calibration", {}).items():
         if g != group:
             continue
         for source in sorted({s for s, _, _ in pairs}):
