@@ -9,7 +9,8 @@ residual groups of `planner.model.uncertainty`) and the catalog folder, the inte
 DiLoCo sync uses when every island shares one cluster, and the strict readers and documented
 limits every user file goes through (`perfmodel.spec.inputs`; an interval level's check,
 `perfmodel.uncertainty.intervals.check_level`), and the one split-conformal quantile
-(`perfmodel.uncertainty.conformal.conformal_quantile` and its vectorised `quantile_function`),
+(`perfmodel.uncertainty.conformal.conformal_quantile`, its level's check `check_quantile` and
+its vectorised `quantile_function`),
 which the planner's error model reads as `predict`'s bands do, with the residuals file's contract
 (`perfmodel.uncertainty.contract`). Every name here has its home in
 `perfmodel.spec` (the provenances in `perfmodel.profiles.profile`);
@@ -67,7 +68,11 @@ from perfmodel.spec.reliability_catalog import (
     restart_s,
     spot_capacity_wait_s,
 )
-from perfmodel.uncertainty.conformal import conformal_quantile, quantile_function
+from perfmodel.uncertainty.conformal import (
+    check_quantile,
+    conformal_quantile,
+    quantile_function,
+)
 from perfmodel.uncertainty.contract import COLUMNS as RESIDUAL_COLUMNS
 from perfmodel.uncertainty.contract import GROUPS as RESIDUAL_GROUPS
 from perfmodel.uncertainty.contract import ROLES as RESIDUAL_ROLES
@@ -90,6 +95,7 @@ __all__ = [
     "catalog_dir",
     "check_limit",
     "check_level",
+    "check_quantile",
     "conformal_quantile",
     "quantile_function",
     "checkpoint_bytes",

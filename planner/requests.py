@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from perfmodel.facts import check_level, check_limit
+from perfmodel.facts import check_level, check_limit, check_quantile
 from perfmodel.spec.errors import UserInputError
 from planner.executor import Executor, parse_executor
-from planner.model.uncertainty import ErrorModel, check_quantile
+from planner.model.uncertainty import ErrorModel
 from planner.solvers.registry import DEFAULT_TIME_LIMIT_S, MILP_BACKENDS, SOLVERS
 
 OBJECTIVES = ("time", "cost", "co2", "energy")

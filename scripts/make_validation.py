@@ -257,11 +257,21 @@ def shardmeter(*args: str) -> str:
     return subprocess.run(cmd, cwd=ROOT, check=True, text=True, capture_output=True).stdout
 
 
-FIT_COMMANDS = [
-    ("fit", "compute", COMPUTE, "-o", PROFILE, "--hardware", "CPU-x86-2core", "--backend", "gloo"),
-    ("fit", "comm", COMM, "-o", PROFILE),
-    ("fit", "overlap", FSDP, "-o", PROFILE),
-]
+P2P = f"{DATA}/cpu-p2p.csv"
+"""Point-to-point timings (pipeline stage boundaries): `fit comm` adds send_recv from them, keeping
+cpu-comm.csv's collectives and citing both datasets."""
+
+
+def fit_commands() -> list[tuple[str, ...]]:
+    """The commands that fit the CPU profile, in order: compute, collectives (then send_recv when
+    cpu-p2p.csv is shipped), then the FSDP-side pair."""
+    return [
+        ("fit", "compute", COMPUTE, "-o", PROFILE, "--hardware", "CPU-x86-2core", "--backend",
+         "gloo"),
+        ("fit", "comm", COMM, "-o", PROFILE),
+        *([("fit", "comm", P2P, "-o", PROFILE)] if (ROOT / P2P).is_file() else []),
+        ("fit", "overlap", FSDP, "-o", PROFILE),
+    ]
 VALIDATE = ("validate", PROFILE, COMPUTE, "--comm", COMM, "--format", "json")
 """The command whose output part (a) renders (run through the API with the CV cache)."""
 COMPARE = ("bench", "fsdp-compare", FSDP, "--profile", PROFILE, "--memory", FSDP_MEMORY,
@@ -273,7 +283,7 @@ def fit() -> None:
     the FSDP-side pair). The compute fit runs through the API, as its command would, so that its
     nested leave-one-architecture-out CV lands in the cache `validate` reads (one computation)."""
     (ROOT / PROFILE).unlink(missing_ok=True)
-    compute, *others = FIT_COMMANDS
+    compute, *others = fit_commands()
     with contextlib.chdir(ROOT):  # the command's relative paths, as the CLI run from ROOT has
         fit_compute(ComputeFitRequest(data_path=compute[2], output_path=compute[4],
                                       hardware=compute[6], backend=compute[8], cache=cv_cache()))
@@ -575,7 +585,8 @@ def _command(line: str) -> str:
 def collection() -> str:
     """Each dataset's benchmark commands, malloc and machine load, from its env.json sidecar."""
     lines = []
-    extra = [name for name in (HOLDOUT, FSDP_AC) if (ROOT / name).is_file()]
+    extra = [name for name in (P2P, HOLDOUT, FSDP_AC, validation_heldout.FSDP_LAYOUTS,
+                               validation_heldout.PIPELINE) if (ROOT / name).is_file()]
     for name in (COMPUTE, WIDTH_PROBE, COMM, FSDP, FSDP_MEMORY, *extra):
         sessions = _sessions(name)
         commands = dict.fromkeys(_command(s["command"]) for s in sessions)
@@ -593,7 +604,8 @@ def part_measured() -> str:
     report = validate_profile(ValidationRequest(profile_name=PROFILE, compute_data_path=COMPUTE,
                                                 comm_data_path=COMM, cache=cv_cache()))
     result = json_ready(report.record())
-    commands = ["shardmeter " + " ".join(c) for c in (*FIT_COMMANDS, VALIDATE)]
+    fits = fit_commands()
+    commands = ["shardmeter " + " ".join(c) for c in (*fits, VALIDATE)]
     sections = [compute_section(result["compute"]["rows"], result["compute"]["mode"])]
     if (ROOT / WIDTH_PROBE).is_file():
         sections.append(width_section())
@@ -604,8 +616,10 @@ def part_measured() -> str:
     if (ROOT / DATA / "memory-tracker.csv").is_file():  # memory model vs FSDPMemTracker (issue 9)
         sections.append(markdown_section())
         commands.append("shardmeter validate cpu-x86-2core --memory")
-    # validation only, reported apart (issue 22): the fresh holdout, checkpointing on FSDP2
-    sections += [validation_heldout.holdout_section(), validation_heldout.ac_section()]
+    # validation only, reported apart (issues 22-24): the fresh holdout, checkpointing on FSDP2,
+    # tensor-parallel and pipeline-parallel steps end to end
+    sections += [validation_heldout.holdout_section(), validation_heldout.ac_section(),
+                 validation_heldout.layouts_section(), validation_heldout.pipeline_section()]
     intro = "\n".join(
         [
             "## (a) This machine, measured",
@@ -615,8 +629,9 @@ def part_measured() -> str:
             f"torch.set_num_threads({_session(COMPUTE, 'threads')}). The software, CPU and date of "
             "each dataset, its malloc and the machine's load when it started are in its "
             f"`*.env.json` sidecar (listed below). The profile `{PROFILE}` is fitted by the "
-            f"first {len(FIT_COMMANDS)} "
-            "commands (`--fit`: compute, collectives, then the two FSDP-side parameters, "
+            f"first {len(fits)} "
+            "commands (`--fit`: compute, collectives (and send_recv where measured), then the two "
+            "FSDP-side parameters, "
             "contention and FSDP2's copies, on the FSDP2 steps); the others validate it:",
             "",
             "```",

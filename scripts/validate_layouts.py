@@ -463,8 +463,10 @@ def _layout(row: Mapping[str, str], rules: SourceRules, assumptions: list[str],
     return ParallelLayout(dp_shard=gpus), gpus, "reduce_scatter"
 
 
-def _published_metric(row: Mapping[str, str], rules: SourceRules) -> tuple[float, str]:
-    """(tokens/s/GPU, how it is read) or (0, why none)."""
+def published_metric(row: Mapping[str, str], metric: str = "tokens") -> tuple[float, str]:
+    """(tokens/s/GPU, how it is read) or (0, why none); `metric` is the source's
+    `SourceRules.metric` (a FLOP_CONVENTIONS key reads published TFLOP/s per GPU). The one
+    reading of a published row's figure (layouts, FP8 and MoE rows)."""
     gpus = int(row["num_gpus"])
     if row["tokens_per_s_per_gpu"]:
         return float(row["tokens_per_s_per_gpu"]), "published tokens/s/GPU"
@@ -473,8 +475,8 @@ def _published_metric(row: Mapping[str, str], rules: SourceRules) -> tuple[float
     if step and batch and seq:
         return batch * seq / step / gpus, "S x global batch / published step time / GPUs"
     tflops = _float(row, "tflops_per_gpu")
-    if tflops and rules.metric in FLOP_CONVENTIONS:
-        flops, text = FLOP_CONVENTIONS[rules.metric]
+    if tflops and metric in FLOP_CONVENTIONS:
+        flops, text = FLOP_CONVENTIONS[metric]
         return tflops * 1e12 / flops(row), f"published TFLOP/s/GPU / ({text})"
     return 0.0, ("no tokens/s/GPU, step time with global batch, or TFLOP/s with a known FLOP "
                  "convention published")
@@ -491,7 +493,7 @@ def plan_row(row: Mapping[str, str]) -> RowPlan:
         return refused(*reasons)
     rules = SOURCE_RULES[row["source_id"]]
     model_name, config, why = _model(row)
-    published, basis = _published_metric(row, rules)
+    published, basis = published_metric(row, rules.metric)
     if why or not published:
         return refused(why, "" if published else basis)
     assumptions: list[str] = []

@@ -57,6 +57,7 @@ from scripts.validate_layouts import (
     is_moe,
     load_runs,
     mape_pct,
+    published_metric,
 )
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -148,8 +149,9 @@ def _reasons(row: Mapping[str, str]) -> list[str]:
         out.append(f"no MoE framework rules for source {row['source_id']!r} ({row['framework']})")
     if row["run_id"] in PARTIAL_FP8:
         out.append(PARTIAL_FP8[row["run_id"]] + ": compute_dtype switches every block matmul")
-    if not (row["tokens_per_s_per_gpu"] or (row["step_time_s"] and row["global_batch_seqs"])):
-        out.append("neither tokens/s/GPU nor a step time with its global batch published")
+    published, why = published_metric(row)
+    if not published:
+        out.append(why)
     return out
 
 
@@ -199,11 +201,7 @@ def plan_moe_row(row: Mapping[str, str]) -> RowPlan:
         return RowPlan(run_id=row["run_id"], source_id=row["source_id"], model=row["model"],
                        reasons=(f"global batch {batch} is not a multiple of DP {dp} x "
                                 f"micro-batch {micro}",))
-    if row["tokens_per_s_per_gpu"]:
-        published, basis = float(row["tokens_per_s_per_gpu"]), "published tokens/s/GPU"
-    else:
-        published = batch * seq / float(row["step_time_s"]) / gpus
-        basis = "S x global batch / published step time / GPUs"
+    published, basis = published_metric(row)
     recipe = DEFAULT_RECIPE.with_overrides(
         name=f"published-moe:{rules.framework}", ac=ac, accum_mode=accum_mode, compile=compile_,
         compute_dtype=PRECISION[row["precision"] or "bf16"],

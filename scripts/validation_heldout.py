@@ -12,6 +12,12 @@ python -m scripts.make_validation): CPU datasets that no fit reads, reported apa
   fsdp-cpu-ac.yaml` measured with `--ac none / op-sac / attn / layer:2` (step `fsdp-ac`) into
   `catalogs/profiles/data/cpu-fsdp-ac.csv`, each row predicted with the recipe it trained by
   `perfmodel.profiles.fsdp_compare.compare_fsdp` with the shipped profile.
+* Parallel layouts end to end (issue 23, done-when: CPU TP = 2 steps within 15 %, held out):
+  `catalogs/spaces/fsdp-cpu-layouts.yaml` measured with `--tp 2` (step `layouts`) into
+  `catalogs/profiles/data/cpu-fsdp-layouts.csv`, predicted by `compare_fsdp` as above.
+* Pipeline parallelism end to end (issue 24, done-when: CPU PP = 2 steps within 15 %, held out):
+  `catalogs/spaces/pipeline-cpu.yaml` (step `pipeline`) into `catalogs/profiles/data/
+  cpu-pipeline.csv`, predicted by `perfmodel.bench.pipeline.compare_pipeline`.
 
 Until a dataset exists its section says it has not been measured yet. Every figure is computed
 here from the data; nothing is typed.
@@ -28,6 +34,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from perfmodel.bench.pipeline import compare_pipeline
 from perfmodel.bench.space import load_space
 from perfmodel.costs.compute import load_compute_dataset, mape_table
 from perfmodel.formatting import markdown_table
@@ -47,6 +54,12 @@ FITTING = (f"{DATA}/cpu-compute.csv", f"{DATA}/cpu-width-probe.csv", f"{DATA}/cp
 chose its aligned-width feature, the FSDP-side fit. The holdout shares no model name or shape
 with any of them."""
 AC_SPACE = "catalogs/spaces/fsdp-cpu-ac.yaml"
+LAYOUTS_SPACE = "catalogs/spaces/fsdp-cpu-layouts.yaml"
+FSDP_LAYOUTS = f"{DATA}/cpu-fsdp-layouts.csv"
+PIPELINE_SPACE = "catalogs/spaces/pipeline-cpu.yaml"
+PIPELINE = f"{DATA}/cpu-pipeline.csv"
+GOAL_PCT = 15.0
+"""Issues 23 and 24's goal for a held-out CPU end-to-end step: |error| <= 15 %."""
 FSDP_AC = f"{DATA}/cpu-fsdp-ac.csv"
 SHAPE_KEY = ("hidden_size", "num_attention_heads", "num_key_value_heads", "intermediate_size",
              "vocab_size")
@@ -240,3 +253,82 @@ def ac_section(data_path: Path | None = None, profile_path: Path | None = None) 
         "Error = predicted / measured - 1 (+ = predicted slower); 'recompute vs none': the step "
         "time over the same case's `none` step; memory against the row's own peak "
         "(`profiler-live+persistent`), predicted without the allocator reserve."])
+
+
+# ---- parallel layouts and pipelines end to end (issues 23, 24) -------------------------------
+
+def _goal_line(errors: Sequence[float], what: str, *, judged: bool = True) -> str:
+    """n, MAPE, signed median and how many rows are within the goal, in words; `judged` adds
+    the verdict (every row within `GOAL_PCT`)."""
+    values = np.asarray(errors, dtype=float)
+    within = int(np.sum(np.abs(values) <= GOAL_PCT))
+    verdict = f" (goal: every row): {'met' if within == len(values) else 'missed'}" \
+        if judged else ""
+    return (f"{what}: {len(values)} rows, MAPE {f(np.mean(np.abs(values)), 1)} %, signed median "
+            f"{f(np.median(values), 1)} %, worst {f(np.max(np.abs(values)), 1)} %; "
+            f"{within} of {len(values)} within {GOAL_PCT:g} %{verdict}.")
+
+
+def layouts_section(data_path: Path | None = None, profile_path: Path | None = None) -> str:
+    """TP = 2 (with and without sequence parallelism) and TP = 2 x FSDP = 2 CPU steps beside the
+    shipped profile's prediction; the goal is judged on the TP = 2 rows (one rank per core), the
+    4-rank rows (two ranks per core) are reported beside it."""
+    data_path = data_path or ROOT / FSDP_LAYOUTS
+    profile_path = profile_path or ROOT / PROFILE
+    heading = "### Tensor-parallel FSDP2 CPU steps end to end (validation only, never fitted)"
+    plan = (f"`{LAYOUTS_SPACE}` is measured with torchtitan's recipe in fp32 and its TP plan: "
+            "TP = 2 on the two cores with and without sequence parallelism, then TP = 2 x FSDP = 2 "
+            "on 4 ranks (two ranks per core: the profile times one rank per core, so those rows "
+            "are reported, not judged). Each row is predicted by the shipped profile with the "
+            "recipe and layout it trained. No fit reads these rows.")
+    if not data_path.is_file():
+        return "\n\n".join([heading, plan, (
+            f"Not measured yet: `STEPS=layouts scripts/collect_cpu_data.sh` writes "
+            f"`{_shown(data_path)}`; this section then reports each row's step-time error here.")])
+    records = compare_fsdp(data_path, str(profile_path))
+    body = [[r["model"], r["layout"], r["world_size"], r["seq_len"], r["micro_batch"],
+             r["grad_accum"], f(r["measured_step_s"], 4), f(r["predicted_step_s"], 4),
+             f(r["step_error_pct"], 1), f(r["memory_error_pct"], 1)] for r in records]
+    judged = [float(r["step_error_pct"]) for r in records if int(r["world_size"]) == 2]
+    shared = [float(r["step_error_pct"]) for r in records if int(r["world_size"]) != 2]
+    lines = []
+    if judged:
+        lines.append(_goal_line(judged, "TP = 2 on 2 ranks (judged)"))
+    if shared:
+        lines.append(_goal_line(shared, "TP = 2 x FSDP = 2 on 4 ranks (two per core, reported)",
+                                judged=False))
+    return "\n\n".join([
+        heading, plan,
+        markdown_table(["case", "layout", "ranks", "S", "m", "k", "measured s", "predicted s",
+                        "error %", "memory error %"], body),
+        " ".join(lines) + " Error = predicted / measured - 1 (+ = predicted slower); memory "
+        "against the row's own peak, predicted without the allocator reserve."])
+
+
+def pipeline_section(data_path: Path | None = None, profile_path: Path | None = None) -> str:
+    """PP = 2 CPU steps (GPipe, 1F1B, interleaved 1F1B) beside the shipped profile's
+    prediction."""
+    data_path = data_path or ROOT / PIPELINE
+    profile_path = profile_path or ROOT / PROFILE
+    heading = "### Pipeline-parallel CPU steps end to end (validation only, never fitted)"
+    plan = (f"`{PIPELINE_SPACE}` is measured with `torch.distributed.pipelining` on 2 gloo ranks "
+            "(pp 2, one rank per core; GPipe, 1F1B and interleaved 1F1B with 2 virtual stages) "
+            "and torchtitan's recipe in fp32; each row is predicted by the shipped profile with "
+            "the schedule and recipe it ran (`perfmodel.bench.pipeline.compare_pipeline`). No fit "
+            "reads these rows.")
+    if not data_path.is_file():
+        return "\n\n".join([heading, plan, (
+            f"Not measured yet: `STEPS=pipeline scripts/collect_cpu_data.sh` writes "
+            f"`{_shown(data_path)}`; this section then reports each row's step-time error here.")])
+    records = compare_pipeline(data_path, str(profile_path))
+    body = [[r["model"], r["pp_schedule"], r["virtual_stages"], r["seq_len"], r["micro_batch"],
+             r["grad_accum"], f(r["measured_s"], 4), f(r["measured_iqr_s"], 4),
+             f(r["predicted_s"], 4), f(r["step_error_pct"], 1), f(r["bubble_fraction"], 3)]
+            for r in records]
+    errors = [float(r["step_error_pct"]) for r in records]
+    return "\n\n".join([
+        heading, plan,
+        markdown_table(["case", "schedule", "virtual stages", "S", "m", "k", "measured s",
+                        "measured IQR s", "predicted s", "error %", "predicted bubble"], body),
+        (_goal_line(errors, "PP = 2") if errors else "No rows.")
+        + " Error = predicted / measured - 1 (+ = predicted slower)."])

@@ -10,6 +10,7 @@ from the data its generator reads:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -71,3 +72,33 @@ def test_ac_section_summarises_compare_fsdp() -> None:
     text = vh.ac_section(data_path=data)
     assert (f"| none | {len(records)} | {np.mean(np.abs(errors)):.2f} | "
             f"{np.median(errors):.2f} |") in text
+
+
+@pytest.mark.parametrize("section,step", [(vh.layouts_section, "STEPS=layouts"),
+                                          (vh.pipeline_section, "STEPS=pipeline")])
+def test_end_to_end_sections_before_measurement(section: Callable[..., str],
+                                                 step: str) -> None:
+    text = section(data_path=ROOT / "catalogs/profiles/data/absent.csv")
+    assert "Not measured yet" in text and step in text
+
+
+def test_layouts_section_judges_two_rank_rows_only() -> None:
+    """On the shipped FSDP2 steps (2 ranks), every row is in the table, and the goal line is
+    compare_fsdp's errors: n, MAPE, how many within 15 % and the verdict that follows."""
+    data = ROOT / vh.FITTING[2]
+    records = compare_fsdp(data, str(ROOT / vh.PROFILE))
+    errors = np.array([r["step_error_pct"] for r in records if r["world_size"] == 2])
+    text = vh.layouts_section(data_path=data)
+    within = int(np.sum(np.abs(errors) <= vh.GOAL_PCT))
+    verdict = "met" if within == len(errors) else "missed"
+    assert (f"TP = 2 on 2 ranks (judged): {len(errors)} rows, MAPE "
+            f"{np.mean(np.abs(errors)):.1f} %") in text
+    assert f"{within} of {len(errors)} within 15 % (goal: every row): {verdict}." in text
+    assert text.count("\n| ") - 1 == len(records)  # header excluded, separator has no space
+
+
+def test_goal_line_verdict() -> None:
+    assert vh._goal_line([3.0, -14.9], "x").endswith("2 of 2 within 15 % (goal: every row): met.")
+    assert vh._goal_line([3.0, 15.1], "x").endswith("1 of 2 within 15 % (goal: every row): "
+                                                    "missed.")
+    assert vh._goal_line([30.0], "x", judged=False).endswith("0 of 1 within 15 %.")

@@ -79,11 +79,15 @@ def _checked(ratios: Sequence[float] | FloatArray) -> FloatArray:
     return values
 
 
-def check_quantile(q: float, *, field: str = "quantile") -> float:
-    """`q` as a probability strictly between 0 and 1 (a typed error naming `field` else)."""
-    if not isinstance(q, int | float) or isinstance(q, bool) or not 0.0 < float(q) < 1.0:
-        raise UserInputError(f"{field} {q!r}: not a probability strictly between 0 and 1",
-                             hint=f"give {field} as a fraction, e.g. 0.9.")
+def check_quantile(q: object, field: str = "quantile") -> float:
+    """`q` as a probability strictly between 0 and 1 (booleans are not numbers; NaN and
+    infinities are refused), else a typed error naming `field`. The one check of every quantile
+    and interval level (planner and predictions)."""
+    if isinstance(q, bool) or not isinstance(q, int | float) or not math.isfinite(q) \
+            or not 0.0 < float(q) < 1.0:
+        raise UserInputError(f"{field} = {q!r}: not a probability strictly between 0 and 1",
+                             hint=f"give {field} as a fraction such as 0.9 (the level the "
+                                  "answer holds at: 90 % of cases under the error model).")
     return float(q)
 
 

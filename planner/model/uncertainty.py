@@ -110,6 +110,7 @@ from perfmodel.facts import (
     RESIDUAL_GROUPS,
     RESIDUAL_ROLES,
     catalog_dir,
+    check_quantile,
     conformal_quantile,
     quantile_function,
     read_text,
@@ -137,17 +138,6 @@ def _shown(path: Path) -> str:
     """A path as outputs show it: relative to the repository when inside it."""
     resolved, root = path.resolve(), catalog_dir().resolve().parent
     return str(resolved.relative_to(root)) if resolved.is_relative_to(root) else str(path)
-
-
-def check_quantile(value: object, name: str = "quantile") -> float:
-    """A quantile level: a finite number strictly between 0 and 1 (booleans are not numbers)."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) \
-            or not 0 < value < 1:
-        raise UserInputError(f"{name} = {value!r}: must be a number strictly between 0 and 1",
-                             hint=f"give {name.replace('_', '-')} as a probability such as 0.9 "
-                                  "(the plan holds with 90 % probability under the error "
-                                  "model).")
-    return float(value)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
