@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Recollect every CPU timing dataset behind catalogs/profiles/cpu-x86-2core.yaml on ONE machine,
-# in the order the fits need them (about 1 h 20 min on the 2-core VM), over the wider design space
+# in the order the fits need them (2 h 14 min on the 2-core AMD EPYC VM, 2026-12-02), over the wider design space
 # catalogs/spaces/cpu-wide.yaml (Sobol shapes spanning the named models' embedding sizes, named
 # models with two layers), then the held-out parallel-layout steps (cpu-fsdp-layouts.csv, a few
 # minutes more). The shipped datasets predate this script: their commands are in their

@@ -32,9 +32,3 @@ def test_per_phase_equals_single_call(frame: pd.DataFrame, min_models: int,
     assert np.isfinite(expected).sum() > 0
     np.testing.assert_array_equal(got, expected)  # NaN where the single call has NaN
 
-
-def test_phases_are_disjoint_and_complete(frame: pd.DataFrame) -> None:
-    """Every row belongs to exactly one phase's computation (no row predicted twice or never)."""
-    phases = frame["phase"].to_numpy()
-    masks = [phases == p for p in dict.fromkeys(phases)]
-    assert np.all(np.sum(masks, axis=0) == 1) and len(masks) >= 2

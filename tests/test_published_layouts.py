@@ -177,7 +177,7 @@ def test_derived_throughputs_agree_with_the_other_published_figures(
                 .SOURCE_RULES:
             continue
         rules = validate_layouts.SOURCE_RULES[row["source_id"]]
-        value, basis = validate_layouts._published_metric(row, rules)
+        value, basis = validate_layouts.published_metric(row, rules.metric)
         gpus = int(row["num_gpus"])
         if row["source_id"] == "dgxc_2411":
             aggregate = float(re.search(r"aggregate throughput (\d+)", row["notes"])[1])

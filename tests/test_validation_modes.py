@@ -97,8 +97,13 @@ def test_layouts_section_judges_two_rank_rows_only() -> None:
     assert text.count("\n| ") - 1 == len(records)  # header excluded, separator has no space
 
 
+def _rows(*errors: float) -> list[dict[str, float]]:
+    return [{"step_error_pct": e} for e in errors]
+
+
 def test_goal_line_verdict() -> None:
-    assert vh._goal_line([3.0, -14.9], "x").endswith("2 of 2 within 15 % (goal: every row): met.")
-    assert vh._goal_line([3.0, 15.1], "x").endswith("1 of 2 within 15 % (goal: every row): "
-                                                    "missed.")
-    assert vh._goal_line([30.0], "x", judged=False).endswith("0 of 1 within 15 %.")
+    assert vh._goal_line(_rows(3.0, -14.9), "x").endswith("2 of 2 within 15 % (goal: every row): "
+                                                          "met.")
+    assert vh._goal_line(_rows(3.0, 15.1), "x").endswith("1 of 2 within 15 % (goal: every row): "
+                                                         "missed.")
+    assert vh._goal_line(_rows(30.0), "x", judged=False).endswith("0 of 1 within 15 %.")

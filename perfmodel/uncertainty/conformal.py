@@ -85,7 +85,7 @@ def check_quantile(q: object, field: str = "quantile") -> float:
     and interval level (planner and predictions)."""
     if isinstance(q, bool) or not isinstance(q, int | float) or not math.isfinite(q) \
             or not 0.0 < float(q) < 1.0:
-        raise UserInputError(f"{field} = {q!r}: not a probability strictly between 0 and 1",
+        raise UserInputError(f"{field} {q!r}: not a probability strictly between 0 and 1",
                              hint=f"give {field} as a fraction such as 0.9 (the level the "
                                   "answer holds at: 90 % of cases under the error model).")
     return float(q)
