@@ -6,6 +6,7 @@ here by `perfmodel.uncertainty.coverage`, none typed.
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -30,6 +31,8 @@ RESIDUALS = ROOT / "catalogs" / "uncertainty" / "residuals.csv"
 REPEATS = ROOT / "catalogs" / "profiles" / "data" / "cpu-comm-repeats.csv"
 """gloo collectives measured in R separate torchrun launches (`shardmeter bench comm --repeats`;
 the command is in its .env.json): the one dataset that measures one configuration twice."""
+FITTED_COMM = ROOT / "catalogs" / "profiles" / "data" / "cpu-comm.csv"
+"""The collectives the shipped CPU profile is fitted on (their machine is compared above)."""
 LEVEL = 0.8
 
 
@@ -59,8 +62,31 @@ def repeats_text(path: Path = REPEATS) -> str:
         f"configuration's median time across launches is {spread['median_rel_std_pct']:.1f} % "
         f"(median over configurations; largest {spread['max_rel_std_pct']:.1f} %), against a "
         f"within-run IQR of {within:.1f} % of the median (median over rows). These rows are "
-        "not residuals (no model predicted them; another machine than the shipped CPU "
-        "profile's): they say how much of a collectives band one launch's noise can take.")
+        f"not residuals (no model predicted them; {_machine_versus(path, FITTED_COMM)}): they "
+        "say how much of a collectives band one launch's noise can take.")
+
+
+def _machine(path: Path) -> tuple[set[str], set[str]]:
+    """The CPU models and malloc libraries a dataset's `.env.json` sidecar records."""
+    sidecar = Path(f"{path}.env.json")
+    sessions = json.loads(sidecar.read_text())["sessions"] if sidecar.is_file() else []
+    return ({str(s.get("cpu_model", "?")) for s in sessions},
+            {str(s.get("malloc_library", "glibc")) for s in sessions})
+
+
+def _machine_versus(path: Path, fitted: Path) -> str:
+    """How the repeats' machine compares with the fitted collectives' one, as the sidecars say."""
+    (cpus, mallocs), (fit_cpus, fit_mallocs) = _machine(path), _machine(fitted)
+    if not cpus or not fit_cpus:
+        return "the machine is not recorded for both datasets"
+    if cpus != fit_cpus:
+        return (f"measured on {', '.join(sorted(cpus))}, the shipped CPU profile's collectives "
+                f"on {', '.join(sorted(fit_cpus))}")
+    if mallocs != fit_mallocs:
+        return (f"the same CPU model as the shipped profile's collectives "
+                f"({', '.join(sorted(cpus))}) but malloc {', '.join(sorted(mallocs))} where "
+                f"those used {', '.join(sorted(fit_mallocs))}")
+    return "the same CPU model and malloc as the shipped profile's collectives"
 
 
 def part_intervals() -> str:

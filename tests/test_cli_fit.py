@@ -147,6 +147,31 @@ def test_validate_comm_decides_in_sample_by_row_overlap(run_cli, tmp_path: Path)
     assert mode.startswith("prediction error (its fitting dataset") and "unknown" in mode
 
 
+def test_validate_comm_knows_every_fitting_dataset(run_cli, tmp_path: Path) -> None:
+    """A comm part fitted on two files (collectives, then send_recv, as the shipped profile is)
+    keeps both as fitting data: each is scored by its k-fold, not as prediction error, and a copy
+    of the first file's rows is still in sample after the second fit."""
+    frame = pd.read_csv(DATA / "comm_small.csv")
+    first, second = tmp_path / "gather.csv", tmp_path / "others.csv"
+    frame[frame["op"] == "all_gather"].to_csv(first, index=False)
+    frame[frame["op"] != "all_gather"].to_csv(second, index=False)
+    out = tmp_path / "cpu.yaml"
+    for path in (first, second):
+        code, _, stderr = run(run_cli, "fit", "comm", path, "-o", out, "--hardware", "xeon-local")
+        assert code == 0, stderr
+
+    def mode(path: Path) -> str:
+        code, stdout, stderr = run(run_cli, "validate", out, "--comm", path, "--format", "json")
+        assert code == 0, stderr
+        return str(json.loads(stdout)["comm"]["mode"])
+
+    assert mode(first) == mode(second) == "5-fold cross-validation (refit per op and link)"
+    copy = tmp_path / "copy.csv"
+    frame[frame["op"] == "all_gather"].to_csv(copy, index=False)
+    copy.write_text(copy.read_text() + "\n")  # other bytes, same rows
+    assert mode(copy).startswith("5-fold cross-validation on fitting datasets")
+
+
 def test_fit_unknown_hardware_without_base(run_cli, tmp_path: Path) -> None:
     out = tmp_path / "cpu.yaml"
     code, _, stderr = run(run_cli, "fit", "comm", DATA / "comm_small.csv", "-o", out,

@@ -528,22 +528,27 @@ def _locate(recorded: str) -> Path | None:
 def _fitting_rows(profile: HardwareProfile, kind: str, data: str, frame: pd.DataFrame,
                  loader: Any) -> tuple[pd.DataFrame | None, str]:
     """The rows the profile's `kind` part ('compute' or 'comm') was fitted on — `frame` itself
-    when `data` is that dataset (same sha256), else the recorded file read with `loader` — and
-    where they came from; (None, why) when the profile names no such dataset or the file is not
-    at hand with its recorded sha256."""
+    when `data` is one of its datasets (same sha256), else every recorded file read with
+    `loader` and stacked (a comm part may be fitted on several: collectives, then send_recv) —
+    and where they came from; (None, why) when the profile names no such dataset or a file is
+    not at hand with its recorded sha256."""
     datasets = profile.provenance_detail.get("datasets", [])
     records = [d for d in (datasets if isinstance(datasets, list) else [])
                if isinstance(d, dict) and d.get("kind") == kind]
     if profile.provenance != "measured" or not records:
         return None, f"the profile's {kind} part was not fitted on measured rows"
-    record = records[-1]
-    if dataset_record(data, kind, 0)["sha256"] == record.get("sha256"):
+    if dataset_record(data, kind, 0)["sha256"] in {r.get("sha256") for r in records}:
         return frame, "the dataset the profile was fitted on"
-    path = _locate(str(record.get("path", "")))
-    if path is None or dataset_record(path, kind, 0)["sha256"] != record.get("sha256"):
-        return None, (f"its fitting dataset {record.get('path')} is not at hand with the recorded "
-                      "sha256, so the overlap is unknown")
-    return loader(str(path)), f"fitting dataset {record.get('path')}"
+    frames = []
+    for record in records:
+        path = _locate(str(record.get("path", "")))
+        if path is None or dataset_record(path, kind, 0)["sha256"] != record.get("sha256"):
+            return None, (f"its fitting dataset {record.get('path')} is not at hand with the "
+                          "recorded sha256, so the overlap is unknown")
+        frames.append(loader(str(path)))
+    names = ", ".join(str(r.get("path")) for r in records)
+    return (pd.concat(frames, ignore_index=True),
+            f"fitting dataset{'s' if len(records) > 1 else ''} {names}")
 
 
 def _overlap(frame: pd.DataFrame, fit: pd.DataFrame, key: tuple[str, ...]) -> np.ndarray:
