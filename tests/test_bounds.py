@@ -98,18 +98,23 @@ def test_calibrated_profile_and_its_scaled_priors_carry_the_flags(tmp_path: Path
 
 
 def test_overlap_fit_on_a_grid_edge_is_flagged() -> None:
+    """A grid whose edge is the best point is flagged there; an interior best point is not.
+    The short grid is a subset of the wide one holding the wide fit's best point at its upper
+    edge, so the flag follows from the grid, whatever the measured steps are."""
     profile = load_profile("cpu-x86-2core")
     data = ROOT / "catalogs/profiles/data/cpu-fsdp.csv"
-    short = fit_overlap_slowdown(profile, data, overlap_grid=(1.0, 1.25), copy_grid=(0.0, 1e-9))
-    assert short.overlap_slowdown == 1.25  # the steps want far more contention than 1.25
-    assert ("overlap_slowdown", "upper", 1.25) in [(f.parameter, f.side, f.bound)
-                                                   for f in short.at_bound()]
-    wide = fit_overlap_slowdown(profile, data, overlap_grid=(1.0, 4.0, 8.0, 16.0),
-                                copy_grid=(0.0, 2.5e-10, 1e-9))
+    wide = fit_overlap_slowdown(profile, data, overlap_grid=(1.0, 1.5, 2.0, 3.0, 4.0, 8.0, 16.0),
+                                copy_grid=(0.0, 2.5e-10, 5e-10, 1e-9))
+    assert 1.0 < wide.overlap_slowdown < 16.0
     assert "overlap_slowdown" not in {f.parameter for f in wide.at_bound()}
     assert wide.predicted_s is not None and wide.predicted_s.shape == wide.errors_pct.shape
     measured = wide.predicted_s / (1 + wide.errors_pct / 100)
     assert np.allclose(measured, measured[0])  # errors and predictions agree row by row
+    short = fit_overlap_slowdown(profile, data, overlap_grid=(1.0, wide.overlap_slowdown),
+                                 copy_grid=(wide.fsdp_copy_s_per_byte,))
+    assert short.overlap_slowdown == wide.overlap_slowdown
+    assert ("overlap_slowdown", "upper", wide.overlap_slowdown) in [
+        (f.parameter, f.side, f.bound) for f in short.at_bound()]
 
 
 def test_a_refit_replaces_only_its_own_flags() -> None:
