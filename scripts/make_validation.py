@@ -50,6 +50,7 @@ from perfmodel.api.fit import (
     fit_compute,
     validate_profile,
 )
+from perfmodel.bench.environment import environment_sessions
 from perfmodel.costs.features import ALIGNED_WIDTH
 from perfmodel.formatting import json_ready
 from perfmodel.profiles.bounds import flag_text, near_bound
@@ -555,8 +556,7 @@ def _flagged(fitted: dict[str, Any], name: str) -> str:
 
 
 def _sessions(name: str) -> list[dict[str, Any]]:
-    sidecar = ROOT / f"{name}.env.json"
-    return json.loads(sidecar.read_text())["sessions"] if sidecar.is_file() else []
+    return environment_sessions(ROOT / name)
 
 
 def machines() -> str:

@@ -6,12 +6,12 @@ here by `perfmodel.uncertainty.coverage`, none typed.
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
 import pandas as pd
 
+from perfmodel.bench.environment import environment_sessions
 from perfmodel.costs.comm import COMM_KEY, load_comm_dataset
 from perfmodel.costs.datasets import repeat_spread
 from perfmodel.formatting import markdown_table
@@ -68,8 +68,7 @@ def repeats_text(path: Path = REPEATS) -> str:
 
 def _machine(path: Path) -> tuple[set[str], set[str]]:
     """The CPU models and malloc libraries a dataset's `.env.json` sidecar records."""
-    sidecar = Path(f"{path}.env.json")
-    sessions = json.loads(sidecar.read_text())["sessions"] if sidecar.is_file() else []
+    sessions = environment_sessions(path)
     return ({str(s.get("cpu_model", "?")) for s in sessions},
             {str(s.get("malloc_library", "glibc")) for s in sessions})
 

@@ -246,6 +246,15 @@ def warn_changed_environment(csv_path: str | Path, previous: Mapping[str, Any],
     return changed
 
 
+def environment_sessions(csv_path: str | Path) -> list[dict[str, Any]]:
+    """The session records of `<csv>.env.json` (`append_environment`'s file), oldest first;
+    [] when the dataset has no sidecar."""
+    path = Path(f"{csv_path}.env.json")
+    sessions: list[dict[str, Any]] = json.loads(path.read_text())["sessions"] \
+        if path.is_file() else []
+    return sessions
+
+
 def append_environment(csv_path: str | Path, record: Mapping[str, Any]) -> Path:
     """Append one session record to `<csv>.env.json` (a JSON object with a `sessions` list).
 
