@@ -80,6 +80,8 @@ def test_ep_validation_names_the_rule() -> None:
     layout.check_model(**shape, num_experts=8)
     with pytest.raises(UserInputError, match="not modelled yet"):
         ParallelLayout(ep=2, tp=2).resolve(16).check_model(**shape, num_experts=8)
+    # pipelines of MoE stages are modelled (tp 1): the experts split over ep inside each stage
+    ParallelLayout(ep=2, pp=2).resolve(16).check_model(**shape, num_experts=8)
 
 
 def test_dense_model_with_ep_is_a_config_error_at_predict() -> None:

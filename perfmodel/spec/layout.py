@@ -248,12 +248,12 @@ class ParallelLayout:
     def check_experts(self, num_experts: int) -> None:
         """ConfigError unless ep is 1 or divides the `num_experts` routed experts of an MoE
         model (0: a dense model, which has no experts to split)."""
-        if num_experts and (self.tp > 1 or self.pp > 1):
+        if num_experts and self.tp > 1:
             raise UserInputError(
-                f"tensor or pipeline parallelism (tp {self.tp}, pp {self.pp}) of a "
-                "mixture-of-experts model is not modelled yet (expert tensor parallelism and "
-                "per-stage expert memory are planned, not built)",
-                hint="use tp 1 and pp 1 with ep and dp_shard for a mixture-of-experts model.")
+                f"tensor parallelism (tp {self.tp}) of a mixture-of-experts model is not "
+                "modelled yet (expert tensor parallelism: how the experts' weights split over "
+                "tp is planned, not built)",
+                hint="use tp 1 with ep, dp_shard and pp for a mixture-of-experts model.")
         if self.ep == 1:
             return
         if not num_experts:
