@@ -382,11 +382,11 @@ def _not_expressible(row: Mapping[str, str]) -> list[str]:
         if "MLA" in row["model_family"]:
             out.append("mixture-of-experts model with multi-head latent attention (DeepSeek-V3): "
                        "MLA is not modelled (ModelSpec.check_step_modelled; issue 26)")
-        if (row["tp"] or "1") != "1" or (row["pp"] or "1") != "1":
-            out.append("mixture-of-experts model with tp or pp > 1: not modelled (expert tensor "
-                       "parallelism, per-stage expert memory; issue 26)")
+        if (row["tp"] or "1") != "1":
+            out.append("mixture-of-experts model with tp > 1: not modelled (expert tensor "
+                       "parallelism; issue 26)")
         out.append("mixture-of-experts model: predicted apart by `python -m "
-                   "scripts.validate_moe` where it can be (tp = pp = 1 with a shipped "
+                   "scripts.validate_moe` where it can be (tp = 1 with a shipped "
                    "config.json), listed there with its reasons otherwise")
     if _schedule(row) is None:
         out.append(f"pipeline schedule {row['pp_schedule']!r} is not modelled (gpipe, 1f1b, "
@@ -417,7 +417,7 @@ def _schedule(row: Mapping[str, str]) -> str | None:
     return name
 
 
-def _pipeline(row: Mapping[str, str]) -> dict[str, Any]:
+def pipeline_fields(row: Mapping[str, str]) -> dict[str, Any]:
     """The pipeline fields of the row's ParallelLayout."""
     pp = _int(row, "pp") or 1
     v = _int(row, "virtual_stages") or 1
@@ -430,7 +430,7 @@ def _layout(row: Mapping[str, str], rules: SourceRules, assumptions: list[str],
     """The row's ParallelLayout, its data-parallel degree and the recipe's accumulation mode."""
     gpus = int(row["num_gpus"])
     tp, cp = _int(row, "tp") or 1, _int(row, "cp") or 1
-    pipe = _pipeline(row)
+    pipe = pipeline_fields(row)
     pp = pipe["pp"]
     if rules.framework == "megatron":
         dp = gpus // (tp * cp * pp)

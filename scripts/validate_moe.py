@@ -5,21 +5,26 @@ validation only: nothing is fitted to these rows).
 Claim: every MoE row of `catalogs/published/layout-runs.csv` (a row with routed experts, an
 expert-parallel degree or an MoE model family; figures typed next to their source by
 `scripts.build_layout_runs`) is either predicted or listed with every reason it cannot be:
-multi-head latent attention (DeepSeek-V3), tp or pp > 1 with experts, a GPU without a catalog
-entry, a model without a shipped config.json (`MOE_MODELS`), a source without MoE framework
-rules (`MOE_RULES`), FP8 on only part of the matmuls, no per-GPU throughput.
+multi-head latent attention (DeepSeek-V3), tp > 1 with experts (expert tensor parallelism), a
+GPU without a catalog entry, a model without a shipped config.json (`MOE_MODELS`), a source
+without MoE framework rules (`MOE_RULES`), FP8 on only part of the matmuls, no per-GPU
+throughput.
 Why: issue 26 asks for published MoE throughputs the tool was never fitted to, reported apart
 with a MAPE per source (goal <= 15 %); `scripts.validate_layouts` refuses every MoE row, so this
-command predicts the ones ShardMeter can express (tp = pp = 1, expert parallelism borrowed from
-FSDP's ranks) through the same `perfmodel.api.predict` path (`validate_layouts.evaluate`), with
-the rules below fixed before any prediction was compared with a figure.
+command predicts the ones ShardMeter can express (tp = 1, any pp, expert parallelism borrowed
+from FSDP's ranks inside each pipeline stage) through the same `perfmodel.api.predict` path
+(`validate_layouts.evaluate`), with the rules below fixed before any prediction was compared
+with a figure.
 Checked by: tests/test_validate_moe.py (every MoE row predicted or given a reason, none
 dropped; the mapping and the rules as documented; the markdown lists every row).
 
 Rules for what a row does not publish (catalogs/published/README.md, "Published MoE runs"):
   * Megatron-Bridge (Megatron-Core): its data parallelism is DDP with the distributed optimizer,
     and ShardMeter's ep borrows its ranks from dp_shard, so the row is modelled as FSDP over
-    every GPU (dp_shard = GPUs / cp) with the published ep, gradients reduced once per step
+    every GPU of a pipeline stage (dp_shard = GPUs / (cp · pp)) with the published ep; under
+    pp > 1 the schedule is the dense Megatron rows' (`scripts.validate_layouts.pipeline_fields`:
+    Megatron's default 1F1B, interleaved 1F1B with the published virtual stages when they are
+    more than 1), gradients reduced once per step
     (`accum_mode no_sync`); activation checkpointing none (not stated: Megatron-Core's
     default); no torch.compile; 'FP8' / 'FP8-CS' = fp8-tensorwise (current per-tensor scaling),
     'MXFP8' / 'FP8-MX' = mxfp8; the FP8 all-gather off (not stated).
@@ -46,6 +51,7 @@ from typing import Any
 from perfmodel.formatting import markdown_table
 from perfmodel.spec.errors import UserInputError
 from perfmodel.spec.layout import ParallelLayout
+from perfmodel.spec.pipeline import check_schedule
 from perfmodel.spec.recipe import DEFAULT_RECIPE
 from scripts.validate_layouts import (
     GOAL_MAPE_PCT,
@@ -57,6 +63,7 @@ from scripts.validate_layouts import (
     is_moe,
     load_runs,
     mape_pct,
+    pipeline_fields,
     published_metric,
 )
 
@@ -135,9 +142,8 @@ def _reasons(row: Mapping[str, str]) -> list[str]:
     if "MLA" in row["model_family"]:
         out.append("multi-head latent attention (DeepSeek-V3) is not modelled "
                    "(ModelSpec.check_step_modelled)")
-    if (row["tp"] or "1") != "1" or (row["pp"] or "1") != "1":
-        out.append(f"tp {row['tp'] or 1} / pp {row['pp'] or 1} with experts: MoE with tp or pp "
-                   "> 1 is not modelled (expert tensor parallelism, per-stage expert memory)")
+    if (row["tp"] or "1") != "1":
+        out.append(f"tp {row['tp']} with experts: expert tensor parallelism is not modelled")
     if row["gpu"] not in GPU_MAP:
         out.append(f"GPU {row['gpu']!r} has no catalog entry")
     if not row["num_gpus"]:
@@ -173,10 +179,12 @@ def plan_moe_row(row: Mapping[str, str]) -> RowPlan:
                        reasons=tuple(reasons))
     rules = MOE_RULES[row["source_id"]]
     gpus, cp, ep = int(row["num_gpus"]), int(row["cp"] or 1), int(row["ep"] or 1)
+    pipe = pipeline_fields(row)
+    pp = int(pipe["pp"])
     micro, seq = int(row["micro_batch"]), int(row["seq_len"])
     assumptions = [f"model: {MOE_MODELS[row['model']].why}"]
     if rules.framework == "megatron":
-        dp_shard = gpus // cp
+        dp_shard = gpus // (cp * pp)
         accum_mode, ac, compile_ = "no_sync", "none", False
         assumptions += [
             f"FSDP dp_shard {dp_shard} with ep {ep}: Megatron's DDP + distributed optimizer, "
@@ -189,9 +197,15 @@ def plan_moe_row(row: Mapping[str, str]) -> RowPlan:
         dp_shard = int(row["dp_shard"])
         accum_mode, ac, compile_ = "reduce_scatter", row["activation_checkpointing"], \
             row["torch_compile"] == "yes"
-    if dp_shard * cp != gpus:
+    if pp > 1:
+        assumptions.append(f"pp {pp}: {pipe['pp_schedule']}"
+                           + (f" with {pipe['virtual_stages']} virtual stages"
+                              if pipe["virtual_stages"] > 1 else "")
+                           + " (Megatron's default schedule; interleaved when the source "
+                             "names virtual stages)")
+    if dp_shard * cp * pp != gpus:
         return RowPlan(run_id=row["run_id"], source_id=row["source_id"], model=row["model"],
-                       reasons=(f"dp_shard {dp_shard} x cp {cp} is not {gpus} GPUs",))
+                       reasons=(f"dp_shard {dp_shard} x cp {cp} x pp {pp} is not {gpus} GPUs",))
     dp = dp_shard  # the cp ranks of a data-parallel rank share its sequences
     batch = int(row["global_batch_seqs"]) if row["global_batch_seqs"] else dp * micro
     if not row["global_batch_seqs"]:
@@ -201,11 +215,18 @@ def plan_moe_row(row: Mapping[str, str]) -> RowPlan:
         return RowPlan(run_id=row["run_id"], source_id=row["source_id"], model=row["model"],
                        reasons=(f"global batch {batch} is not a multiple of DP {dp} x "
                                 f"micro-batch {micro}",))
+    if pp > 1:
+        try:
+            check_schedule(pipe["pp_schedule"], pp, pipe["virtual_stages"], accum)
+        except UserInputError as err:
+            return RowPlan(run_id=row["run_id"], source_id=row["source_id"], model=row["model"],
+                           reasons=(f"{accum} micro-batches per step do not run its schedule: "
+                                    f"{err.message}",))
     published, basis = published_metric(row)
     recipe = DEFAULT_RECIPE.with_overrides(
         name=f"published-moe:{rules.framework}", ac=ac, accum_mode=accum_mode, compile=compile_,
         compute_dtype=PRECISION[row["precision"] or "bf16"],
-        parallel=ParallelLayout(dp_shard=dp_shard, cp=cp, ep=ep))
+        parallel=ParallelLayout(dp_shard=dp_shard, cp=cp, ep=ep, **pipe))
     slug = row["run_id"].replace("_", "-")
     return RowPlan(run_id=row["run_id"], source_id=row["source_id"], model=row["model"],
                    kind="moe", model_name=f"{slug}.json", model_config=model_config(row["model"]),
