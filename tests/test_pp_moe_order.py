@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -135,10 +136,24 @@ def test_a_wrong_plan_is_caught(shipped: dict[str, dict[int, list[PpMoeRecord]]]
 
 @pytest.mark.slow
 def test_recording_command_writes_the_shipped_rows(
-        shipped: dict[str, dict[int, list[PpMoeRecord]]]) -> None:
-    """A fresh torchrun job (4 gloo ranks) of the smallest case writes the shipped rows."""
+        shipped: dict[str, dict[int, list[PpMoeRecord]]], tmp_path: Path) -> None:
+    """A fresh torchrun job (4 gloo ranks, about 15 s on two cores: marked slow, as
+    tests/test_moe_order.py's re-record) of the smallest case writes the shipped rows."""
     pytest.importorskip("torch")
-    from perfmodel.bench.pp_moe_record import record_to_temp  # imports torch
+    from perfmodel.bench.pp_moe_record import record_pp_moe_orders  # imports torch
 
-    live = read_pp_moe_orders(record_to_temp(["gpipe-k2"]))
-    assert live["gpipe-k2"] == shipped["gpipe-k2"]
+    out = tmp_path / "pp-moe-order.csv"
+    assert record_pp_moe_orders(out, ["gpipe-k2"]) == {"recorded": 1, "skipped": 0}
+    live = read_pp_moe_orders(out)
+    assert set(live) == {"gpipe-k2"} and live["gpipe-k2"] == shipped["gpipe-k2"]
+    with out.open() as fh:
+        rows = list(csv.DictReader(fh))
+    assert {r["torch_version"] for r in rows} == {_shipped_torch_version()}
+    # a rerun records nothing (the case is there)
+    assert record_pp_moe_orders(out, ["gpipe-k2"]) == {"recorded": 0, "skipped": 1}
+
+
+def _shipped_torch_version() -> str:
+    with PATH.open() as fh:
+        (version,) = {r["torch_version"] for r in csv.DictReader(fh)}
+    return version

@@ -30,7 +30,6 @@ import argparse
 import datetime
 import logging
 import os
-import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -325,13 +324,6 @@ def record_pp_moe_orders(out: str | Path, names: Sequence[str] | None = None) ->
                                nproc=PP_MOE_WORLD)
         launch(cmd, threads=1, what="pp-moe-order", log_path=f"{out}.workers.log")
     return {"recorded": len(todo), "skipped": len(names) - len(todo)}
-
-
-def record_to_temp(names: Sequence[str]) -> Path:
-    """Record the named cases into a fresh CSV in a temporary directory (its path)."""
-    path = Path(tempfile.mkdtemp(prefix="pp-moe-order-")) / "orders.csv"
-    record_pp_moe_orders(path, names)
-    return path
 
 
 def main(argv: Sequence[str] | None = None) -> None:
