@@ -88,12 +88,14 @@ from typing import Any
 
 import numpy as np
 
-from perfmodel.costs.features import RankShard
+from perfmodel.costs.features import RankShard, local_model
 from perfmodel.costs.model import CostModel
 from perfmodel.sim.fsdp import (
     StepResult,
     _layout_of,
     check_slowdown,
+    inline_collectives,
+    inline_payload_bytes,
     layout_unit_durations,
     resolve_recipe,
 )
@@ -482,13 +484,18 @@ def kind_model(model: ModelSpec, kind: str) -> ModelSpec:
 
 
 def _root_share(model: ModelSpec, *, first_stage: bool, last_stage: bool) -> float:
-    """The part of the root unit's parameters an end stage holds: the embedding on the first,
-    the final norm and LM head on the last (a tied head: its copy of the embedding)."""
+    """The part of the root unit's parameters an end stage holds (`_root_params`)."""
     root = model.root_params
-    embedding = model.embedding_params
-    head = root - embedding if not model.tie_word_embeddings else root
-    held = (embedding if first_stage else 0) + (head if last_stage else 0)
+    held = _root_params(model, first_stage=first_stage, last_stage=last_stage)
     return min(1.0, held / root) if root else 0.0
+
+
+def _root_params(model: ModelSpec, *, first_stage: bool, last_stage: bool) -> int:
+    """Parameters of the root unit an end stage holds: the embedding on the first, the final
+    norm and LM head on the last (a tied head: its copy of the embedding)."""
+    embedding = model.embedding_params
+    head = model.root_params - embedding if not model.tie_word_embeddings else model.root_params
+    return (embedding if first_stage else 0) + (head if last_stage else 0)
 
 
 def _p2p_s(model: ModelSpec, profile: CostModel, island: IslandSpec, layout: ParallelLayout,
@@ -565,13 +572,6 @@ class PlannedCollective:
     the other ranks (`perfmodel.costs.comm.all_to_all_payload_bytes`)."""
 
 
-def _root_params(model: ModelSpec, *, first_stage: bool, last_stage: bool) -> int:
-    """Parameters of the root unit an end stage holds (`_root_share` times the root's)."""
-    embedding = model.embedding_params
-    head = model.root_params - embedding if not model.tie_word_embeddings else model.root_params
-    return (embedding if first_stage else 0) + (head if last_stage else 0)
-
-
 def pipeline_collectives(model: ModelSpec, recipe: TrainingRecipe, *, num_gpus: int,
                          seq_len: int, micro_batch: int,
                          micro_batches: int) -> dict[int, list[PlannedCollective]]:
@@ -582,12 +582,10 @@ def pipeline_collectives(model: ModelSpec, recipe: TrainingRecipe, *, num_gpus: 
     reverse), each transfer (a receive right before the pass that consumes it), each FSDP
     gather (root share, then per block the dense part over the FSDP group and an MoE block's
     experts over the expert FSDP group) and reduce-scatter (same units) with its HSDP
-    all-reduce. A group of one rank issues nothing and is left out.
+    all-reduce. A group of one rank issues nothing and is left out. FSDP payloads are in the
+    parameter dtype (gathers) and the reduce dtype (reductions): the fp8 all-gather's mix is
+    not listed.
     Checked by: tests/test_pp_moe_order.py (a recorded gloo run, per rank and stream)."""
-    # lazy: the FSDP layer's inline-collective rules (one home)
-    from perfmodel.costs.features import local_model
-    from perfmodel.sim.fsdp import inline_collectives, inline_payload_bytes
-
     layout = recipe.parallel.resolve(num_gpus)
     cuts = stage_blocks(model.num_layers, layout.pp, layout.virtual_stages)
     starts = [sum(cuts[:s]) for s in range(len(cuts))]
