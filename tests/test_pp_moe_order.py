@@ -1,9 +1,10 @@
 """The recorded step of a pipeline of MoE stages (catalogs/profiles/data/pp-moe-order.csv,
 written by `python -m perfmodel.bench.pp_moe_record`: 4 gloo ranks under torchrun, pp 2 x
-dp_shard 2, ep 2, a dense stage and an MoE stage, GPipe and 1F1B): the simulator's per-rank
-collectives and transfers (`perfmodel.sim.pipeline.pipeline_collectives`) equal it, stream by
-stream, in op, group, pass, unit, peer, dtype and bytes; and the recording command still
-writes the shipped rows (slow)."""
+dp_shard 2, ep 2, a dense stage and an MoE stage, GPipe and 1F1B; the same on torch's fake
+process group, which must agree, and 8 fake ranks with the experts FSDP-sharded over efsdp 2):
+the simulator's per-rank collectives and transfers (`perfmodel.sim.pipeline.
+pipeline_collectives`) equal it, stream by stream, in op, group, pass, unit, peer, dtype and
+bytes; and the recording command still writes the shipped rows (slow)."""
 
 from __future__ import annotations
 
@@ -86,15 +87,33 @@ def test_every_case_and_rank_is_recorded(
     with PATH.open() as fh:
         assert next(csv.reader(fh)) == list(COLUMNS)
     assert set(shipped) == set(RECORDED_PP_MOE_CASES)
-    assert {"gpipe", "1f1b"} == {c.schedule for c in RECORDED_PP_MOE_CASES.values()}
-    for ranks in shipped.values():
-        assert sorted(ranks) == list(range(PP_MOE_WORLD))
+    gloo = [c for c in RECORDED_PP_MOE_CASES.values() if c.source == "gloo"]
+    assert {"gpipe", "1f1b"} == {c.schedule for c in gloo}
+    assert {c.world_size for c in gloo} == {PP_MOE_WORLD}
+    for name, ranks in shipped.items():
+        assert sorted(ranks) == list(range(RECORDED_PP_MOE_CASES[name].world_size))
+    # the experts' own FSDP units issue collectives only where efsdp = dp_shard / ep > 1
+    for name, ranks in shipped.items():
+        case = RECORDED_PP_MOE_CASES[name]
+        efsdp = {r.unit for rows in ranks.values() for r in rows if r.group == "efsdp"}
+        assert efsdp == ({"block1.experts"} if case.dp_shard // case.ep > 1 else set()), name
     # both stage kinds are there: the dense stage issues no all-to-all, the MoE stage does
     moe = PP_MOE_SPEC.moe
     assert moe is not None and not PP_MOE_SPEC.is_moe_layer(0) and PP_MOE_SPEC.is_moe_layer(1)
     for rows in shipped["gpipe-k2"].values():
         stages = {r.stage for r in rows if r.op == "all_to_all"}
         assert stages == ({1} if rows[0].rank >= 2 else set())
+
+
+def test_fake_group_recordings_equal_the_gloo_ones(
+        shipped: dict[str, dict[int, list[PpMoeRecord]]]) -> None:
+    """The fake process group (one process playing each rank) records what the real gloo
+    processes issue, so its 8-rank cases stand for what gloo would record there."""
+    pairs = [(n, f"fake-{n}") for n, c in RECORDED_PP_MOE_CASES.items() if c.source == "gloo"]
+    assert len(pairs) == 4
+    for gloo, fake in pairs:
+        assert {rank: [replace(r, case=gloo) for r in rows]
+                for rank, rows in shipped[fake].items()} == shipped[gloo], gloo
 
 
 @pytest.mark.parametrize("name", list(RECORDED_PP_MOE_CASES))
@@ -118,20 +137,25 @@ def test_a_wrong_plan_is_caught(shipped: dict[str, dict[int, list[PpMoeRecord]]]
     all-to-alls, as the pp = 1 shortcut prices it), the MoE layer in the other stage, no
     expert parallelism (no all-to-alls; the experts gathered with the block), and a schedule
     other than the recorded one."""
-    case = RECORDED_PP_MOE_CASES["1f1b-k4"]
-    real = {rank: recorded_streams(rows, case) for rank, rows in shipped["1f1b-k4"].items()}
-
-    def matches(model: ModelSpec, run: PpMoeCase) -> bool:
+    def matches(model: ModelSpec, run: PpMoeCase, recorded: str) -> bool:
         simulated = simulated_streams(model, run)
-        return all(simulated[rank // run.dp_shard] == streams for rank, streams in real.items())
+        real = RECORDED_PP_MOE_CASES[recorded]
+        return all(simulated[rank // run.dp_shard] == recorded_streams(rows, real)
+                   for rank, rows in shipped[recorded].items())
 
-    assert matches(PP_MOE_SPEC, case)
-    assert not matches(kind_model(PP_MOE_SPEC, "moe"), case)
+    case = RECORDED_PP_MOE_CASES["1f1b-k4"]
+    assert matches(PP_MOE_SPEC, case, case.name)
+    assert not matches(kind_model(PP_MOE_SPEC, "moe"), case, case.name)
     moe = PP_MOE_SPEC.moe
     assert moe is not None
-    assert not matches(replace(PP_MOE_SPEC, moe=replace(moe, moe_layers=(0,))), case)
-    assert not matches(PP_MOE_SPEC, replace(case, ep=1))
-    assert not matches(PP_MOE_SPEC, replace(case, schedule="gpipe"))
+    assert not matches(replace(PP_MOE_SPEC, moe=replace(moe, moe_layers=(0,))), case, case.name)
+    assert not matches(PP_MOE_SPEC, replace(case, ep=1), case.name)
+    assert not matches(PP_MOE_SPEC, replace(case, schedule="gpipe"), case.name)
+    # 8 ranks: the experts FSDP-sharded over efsdp 2 (gathered after the block, reduced after
+    # it); ep 4 (efsdp 1) leaves them out
+    wide = RECORDED_PP_MOE_CASES["fake-1f1b-k4-dp4"]
+    assert matches(PP_MOE_SPEC, wide, wide.name)
+    assert not matches(PP_MOE_SPEC, replace(wide, ep=4), wide.name)
 
 
 @pytest.mark.slow
@@ -157,3 +181,15 @@ def _shipped_torch_version() -> str:
     with PATH.open() as fh:
         (version,) = {r["torch_version"] for r in csv.DictReader(fh)}
     return version
+
+
+def test_a_live_fake_group_recording_equals_the_shipped_one(
+        shipped: dict[str, dict[int, list[PpMoeRecord]]]) -> None:
+    """This torch still issues what the file records (one process, the fake process group)."""
+    pytest.importorskip("torch")
+    from perfmodel.bench.pp_moe_record import record_fake  # imports torch
+
+    live: dict[int, list[PpMoeRecord]] = {}
+    for record in record_fake(RECORDED_PP_MOE_CASES["fake-gpipe-k2"]):
+        live.setdefault(record.rank, []).append(record)
+    assert live == shipped["fake-gpipe-k2"]

@@ -18,8 +18,13 @@ counts.
 Why: the pipeline simulator (`perfmodel.sim.pipeline`) is compared with it:
 `pipeline_collectives` lists, per rank and stream, the same collectives in the same order with
 the same group, bytes and dtype (tests/test_pp_moe_order.py).
+The same cases recorded on torch's fake process group (`source` fake: one process plays each
+rank in turn; a rank's order does not depend on timing, as `perfmodel.bench.pipeline_order`
+says) must equal the gloo rows, and extend them to pp 2 x dp_shard 4 (8 ranks), where the MoE
+layer's experts are FSDP-sharded over efsdp = 2 ranks (their all-gather after the block's,
+their reduce-scatter after the block's in `perform_reduce_grad`).
 Checked by: tests/test_pp_moe_order.py (the shipped file against the simulator for every
-case, and a live re-record of one case against the shipped rows).
+case, fake against gloo, and a live re-record of one case against the shipped rows).
 
 Generating command:
 `python -m perfmodel.bench.pp_moe_record -o catalogs/profiles/data/pp-moe-order.csv`
@@ -34,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from perfmodel.bench.moe_order import MOE_ORDER_SPEC
-from perfmodel.spec.errors import DatasetError
+from perfmodel.spec.errors import DatasetError, UserInputError
 from perfmodel.spec.layout import ParallelLayout
 from perfmodel.spec.recipe import DEFAULT_RECIPE, TrainingRecipe
 
@@ -42,9 +47,11 @@ PP_MOE_SPEC = MOE_ORDER_SPEC
 """2 blocks, the second an MoE layer (4 experts, top-2): with pp 2 the first stage holds the
 embedding and a dense block, the second an MoE block and the LM head."""
 PP_MOE_WORLD = 4
-"""Ranks of the recorded job: pp 2 x dp_shard 2."""
+"""Ranks of the recorded gloo job: pp 2 x dp_shard 2."""
 PP_MOE_RECIPE = DEFAULT_RECIPE.with_overrides(ac="none")
 """torchtitan's recipe (bf16 parameters, fp32 reduction) without checkpointing."""
+SOURCES = ("gloo", "fake")
+"""How a case is recorded (`PpMoeCase.source`)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -67,10 +74,24 @@ class PpMoeCase:
     """Tokens per sequence."""
     capacity_factor: float = 1.0
     """Fixed-capacity routing's factor (`perfmodel.bench.moe`)."""
+    source: str = "gloo"
+    """gloo (real processes under torchrun) or fake (torch's fake process group: one process
+    plays each rank in turn, every collective and transfer a no-op of the real shapes)."""
+
+    def __post_init__(self) -> None:
+        if self.source not in SOURCES:
+            raise UserInputError(f"unknown recording source {self.source!r}",
+                                 hint=f"use one of {', '.join(SOURCES)}.")
+
+    @property
+    def world_size(self) -> int:
+        return self.pp * self.dp_shard
 
     @property
     def name(self) -> str:
-        return f"{self.schedule}-k{self.micro_batches}"
+        prefix = "fake-" if self.source == "fake" else ""
+        suffix = f"-dp{self.dp_shard}" if self.dp_shard != 2 else ""
+        return f"{prefix}{self.schedule}-k{self.micro_batches}{suffix}"
 
     def recipe(self) -> TrainingRecipe:
         """The recipe the simulator plans the case with: `PP_MOE_RECIPE` on this layout."""
@@ -80,10 +101,16 @@ class PpMoeCase:
                        moe_capacity_factor=self.capacity_factor)
 
 
-RECORDED_PP_MOE_CASES: dict[str, PpMoeCase] = {
-    c.name: c for c in (PpMoeCase(schedule=s, micro_batches=k)
-                        for s in ("gpipe", "1f1b") for k in (2, 4))}
-"""name -> case of every case in catalogs/profiles/data/pp-moe-order.csv."""
+_GLOO = tuple(PpMoeCase(schedule=s, micro_batches=k) for s in ("gpipe", "1f1b") for k in (2, 4))
+RECORDED_PP_MOE_CASES: dict[str, PpMoeCase] = {c.name: c for c in (
+    *_GLOO, *(replace(c, source="fake") for c in _GLOO),
+    *(PpMoeCase(schedule=s, micro_batches=k, dp_shard=4, source="fake")
+      for s, k in (("gpipe", 2), ("1f1b", 4))))}
+"""name -> case of every case in catalogs/profiles/data/pp-moe-order.csv: on 4 real gloo
+processes (torchrun) pp 2 x dp_shard 2, ep 2 (efsdp 1), GPipe and 1F1B, k 2 and 4; the same
+on the fake process group (the two must agree: tests/test_pp_moe_order.py), and pp 2 x
+dp_shard 4 with ep 2 on the fake group only (8 ranks: the experts' units FSDP-sharded over
+efsdp 2, which 4 ranks cannot show)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -129,8 +156,8 @@ class PpMoeRecord:
         return max(self.in_numel, self.out_numel) * self.element_bytes
 
 
-CASE_COLUMNS = ("schedule", "micro_batches", "pp", "dp_shard", "ep", "micro_batch", "seq_len",
-                "capacity_factor")
+CASE_COLUMNS = ("source", "schedule", "micro_batches", "pp", "dp_shard", "ep", "micro_batch",
+                "seq_len", "capacity_factor")
 COLUMNS = ("case", *CASE_COLUMNS, *(f.name for f in fields(PpMoeRecord) if f.name != "case"),
            "torch_version")
 """One row per operation of every rank's recorded step."""
@@ -139,7 +166,8 @@ _INT = ("rank", "seq", "stage", "micro", "peer", "in_numel", "out_numel", "eleme
 
 def case_fields(case: PpMoeCase) -> dict[str, Any]:
     """The case's columns of a row."""
-    return {"case": case.name, "schedule": case.schedule, "micro_batches": case.micro_batches,
+    return {"case": case.name, "source": case.source, "schedule": case.schedule,
+            "micro_batches": case.micro_batches,
             "pp": case.pp, "dp_shard": case.dp_shard, "ep": case.ep,
             "micro_batch": case.micro_batch, "seq_len": case.seq_len,
             "capacity_factor": case.capacity_factor}

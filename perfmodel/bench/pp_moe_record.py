@@ -1,9 +1,10 @@
 """Record every collective and transfer of a real pipeline of MoE stages (gloo, CPU, torchrun).
 
-Claim: `main` launches torchrun with `PP_MOE_WORLD` gloo ranks running this module's worker,
-which writes, for each `perfmodel.bench.pp_moe_order.RECORDED_PP_MOE_CASES` case not yet in
-the output, every rank's operations of one training step (after a warm-up step) in issue
-order (`perfmodel.bench.pp_moe_order` says what the step is and what a row holds).
+Claim: `main` records each `perfmodel.bench.pp_moe_order.RECORDED_PP_MOE_CASES` case not yet
+in the output: the gloo cases by launching torchrun with `PP_MOE_WORLD` gloo ranks running this
+module's worker, the fake-process-group cases in its own process (`record_fake`); each writes
+every rank's operations of one training step (after a warm-up step) in issue order
+(`perfmodel.bench.pp_moe_order` says what the step is and what a row holds).
 Why: the ground truth of the pipeline simulator's per-rank order for MoE stages.
 Checked by: tests/test_pp_moe_order.py (a live re-record of one case equals the shipped rows).
 
@@ -184,7 +185,9 @@ class _PassTracker:
 
 
 def record_case(case: PpMoeCase, meshes: dict[str, Any], rank: int) -> list[PpMoeRecord]:
-    """Build this rank's stages for `case`, run a warm-up step, record the next one."""
+    """Build this rank's stages for `case`, run a warm-up step, record the next one (on the
+    fake process group the first step's shape vote is skipped: the stages are given static
+    shapes, `perfmodel.bench.pipeline_order`)."""
     # lazy: torch, the optional [bench] extra
     import torch
 
@@ -197,6 +200,11 @@ def record_case(case: PpMoeCase, meshes: dict[str, Any], rank: int) -> list[PpMo
 
     device = torch.device("cpu")
     schedule, stages, optimizers = _build(case, meshes, device)
+    if case.source == "fake":
+        # lazy: imports torch
+        from perfmodel.bench.pipeline_order import _skip_shape_vote
+
+        _skip_shape_vote(schedule)
     tokens = random_tokens(PP_MOE_SPEC, case.micro_batch * case.micro_batches, case.seq_len,
                            seed=meshes["dp_shard"].get_local_rank())
     first = any(s.stage_index == 0 for s in stages)
@@ -259,15 +267,35 @@ def record_case(case: PpMoeCase, meshes: dict[str, Any], rank: int) -> list[PpMo
     return records
 
 
-def _worker(out: str, names: list[str]) -> None:
-    """One torchrun rank: every named case; rank 0 appends all ranks' rows to `out`."""
+def _meshes(case: PpMoeCase) -> dict[str, Any]:
+    """The (pp, dp_shard) mesh's pp and dp_shard dimensions and the sparse (efsdp, ep) mesh of
+    this rank's stage (ep innermost), in the current process group."""
     # lazy: torch, the optional [bench] extra
-    import torch
-    import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
 
     # lazy: this module imports torch
     from perfmodel.bench.moe import SPARSE_DIMS
+
+    mesh = init_device_mesh("cpu", (case.pp, case.dp_shard), mesh_dim_names=("pp", "dp_shard"))
+    sparse = init_device_mesh("cpu", (case.pp, case.dp_shard // case.ep, case.ep),
+                              mesh_dim_names=("pp_sparse", *SPARSE_DIMS))
+    return {"pp": mesh["pp"], "dp_shard": mesh["dp_shard"], "sparse": sparse[SPARSE_DIMS]}
+
+
+def _rows(case: PpMoeCase, records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Dataset rows of a case's records (every rank's, as dicts)."""
+    # lazy: torch, the optional [bench] extra
+    import torch
+
+    return [{**case_fields(case), **{k: v for k, v in row.items() if k != "case"},
+             "torch_version": torch.__version__} for row in records]
+
+
+def _worker(out: str, names: list[str]) -> None:
+    """One torchrun rank: every named gloo case; rank 0 appends all ranks' rows to `out`."""
+    # lazy: torch, the optional [bench] extra
+    import torch
+    import torch.distributed as dist
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=300))
@@ -276,24 +304,14 @@ def _worker(out: str, names: list[str]) -> None:
         log = CsvLog(out, COLUMNS, ("case", "rank", "seq"))
         for name in names:
             case = RECORDED_PP_MOE_CASES[name]
-            if case.pp * case.dp_shard != world:
-                raise UserInputError(f"case {name} needs {case.pp * case.dp_shard} ranks, "
-                                     f"got {world}", hint=f"launch {PP_MOE_WORLD} ranks.")
-            mesh = init_device_mesh("cpu", (case.pp, case.dp_shard),
-                                    mesh_dim_names=("pp", "dp_shard"))
-            sparse = init_device_mesh("cpu", (case.pp, case.dp_shard // case.ep, case.ep),
-                                      mesh_dim_names=("pp_sparse", *SPARSE_DIMS))
-            meshes = {"pp": mesh["pp"], "dp_shard": mesh["dp_shard"],
-                      "sparse": sparse[SPARSE_DIMS]}
-            records = record_case(case, meshes, rank)
+            if case.world_size != world or case.source != "gloo":
+                raise UserInputError(f"case {name} is not a {world}-rank gloo case",
+                                     hint=f"launch {PP_MOE_WORLD} ranks for the gloo cases.")
+            records = record_case(case, _meshes(case), rank)
             gathered: list[Any] = [None] * world
             dist.all_gather_object(gathered, [asdict(r) for r in records])
             if rank == 0:
-                version = torch.__version__
-                log.append([{**case_fields(case), **{k: v for k, v in row.items()
-                                                     if k != "case"},
-                             "torch_version": version}
-                            for rows in gathered for row in rows])
+                log.append(_rows(case, [row for rows in gathered for row in rows]))
                 logger.info("%s: %s operations per rank", name,
                             [len(rows) for rows in gathered])
             dist.barrier()
@@ -301,9 +319,37 @@ def _worker(out: str, names: list[str]) -> None:
         dist.destroy_process_group()
 
 
+def record_fake(case: PpMoeCase) -> list[PpMoeRecord]:
+    """Every rank's records of one step of `case`, each rank run in turn in this process
+    against torch's fake process group (`PpMoeCase.source`)."""
+    # lazy: torch, the optional [bench] extra
+    import torch
+    import torch.distributed as dist
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    if dist.is_initialized():
+        raise UserInputError("a process group is already initialised in this process",
+                             hint="record fake cases in a fresh process.")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    out: list[PpMoeRecord] = []
+    try:
+        for rank in range(case.world_size):
+            dist.init_process_group("fake", store=FakeStore(), rank=rank,
+                                    world_size=case.world_size)
+            try:
+                out += record_case(case, _meshes(case), rank)
+            finally:
+                dist.destroy_process_group()
+    finally:
+        torch.set_num_threads(threads)
+    return out
+
+
 def record_pp_moe_orders(out: str | Path, names: Sequence[str] | None = None) -> dict[str, int]:
-    """Launch torchrun (`PP_MOE_WORLD` gloo ranks) to record the named cases (default: all)
-    that `out` lacks; the session's environment goes to `<out>.env.json`."""
+    """Record the named cases (default: all) that `out` lacks: the gloo ones in one torchrun
+    job of `PP_MOE_WORLD` ranks, the fake ones in this process (`record_fake`); the session's
+    environment goes to `<out>.env.json`."""
     # lazy: the launcher's helpers (subprocess, torchrun command line)
     from perfmodel.bench.comm import launch, torchrun_command
 
@@ -312,17 +358,26 @@ def record_pp_moe_orders(out: str | Path, names: Sequence[str] | None = None) ->
     if unknown:
         raise UserInputError(f"unknown case(s) {unknown}",
                              hint=f"use some of {', '.join(RECORDED_PP_MOE_CASES)}.")
-    done = {row["case"] for row in CsvLog(out, COLUMNS, ("case", "rank", "seq")).rows()}
+    log = CsvLog(out, COLUMNS, ("case", "rank", "seq"))
+    done = {row["case"] for row in log.rows()}
     todo = [n for n in names if n not in done]
     if todo:
         append_environment(out, environment_record(
-            device="cpu", threads=1, extra={"benchmark": "pp-moe-order", "backend": "gloo",
-                                            "launcher": "torchrun", "ranks": PP_MOE_WORLD,
-                                            "cases": todo}))
+            device="cpu", threads=1, extra={"benchmark": "pp-moe-order",
+                                            "backends": ["gloo (torchrun)", "fake"],
+                                            "gloo_ranks": PP_MOE_WORLD, "cases": todo}))
+    gloo = [n for n in todo if RECORDED_PP_MOE_CASES[n].source == "gloo"]
+    if gloo:
         cmd = torchrun_command("perfmodel.bench.pp_moe_record",
-                               ["--worker", "--out", str(out), "--cases", ",".join(todo)],
+                               ["--worker", "--out", str(out), "--cases", ",".join(gloo)],
                                nproc=PP_MOE_WORLD)
         launch(cmd, threads=1, what="pp-moe-order", log_path=f"{out}.workers.log")
+    for name in todo:
+        case = RECORDED_PP_MOE_CASES[name]
+        if case.source == "fake":
+            records = record_fake(case)
+            log.append(_rows(case, [asdict(r) for r in records]))
+            logger.info("%s: %d operations on %d ranks", name, len(records), case.world_size)
     return {"recorded": len(todo), "skipped": len(names) - len(todo)}
 
 
