@@ -866,9 +866,9 @@ def layout_unit_durations(model: ModelSpec, profile: CostModel, island: IslandSp
     def block_fsdp_comm(op: str, element_bytes: float) -> float:
         """A block's FSDP collective: one unit, or under ep > 1 the dense part over the FSDP
         group then the rank's E/ep experts over the expert FSDP group (module doc)."""
-        if layout.ep == 1:
-            return fsdp_comm(op, block_params * element_bytes)
         experts = local.expert_block_params
+        if layout.ep == 1 or not experts:   # no experts (a dense block type): one unit
+            return fsdp_comm(op, block_params * element_bytes)
         return (fsdp_comm(op, (block_params - experts) * element_bytes)
                 + fsdp_comm(op, experts / layout.ep * element_bytes, expert_fsdp))
 

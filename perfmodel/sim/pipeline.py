@@ -3,9 +3,10 @@ point-to-point transfers, FSDP / TP inside each stage (DESIGN §2 "Parallel layo
 
 Ranks. Every data-parallel, tensor- and context-parallel replica of a pipeline rank runs the same
 work, so the graph holds one representative GPU per pipeline rank r (trace process `pp r`), each
-with three streams: `compute` (its stages' forward and backward passes and the tensor-parallel
-collectives inline on them, as `perfmodel.sim.fsdp` runs them), `comm` (FSDP all-gathers,
-reduce-scatters and HSDP all-reduces) and `p2p` (the sends to the neighbouring stages).
+with three streams: `compute` (its stages' forward and backward passes and the tensor-, context-
+and expert-parallel collectives inline on them, as `perfmodel.sim.fsdp` runs them), `comm` (FSDP
+all-gathers, reduce-scatters and HSDP all-reduces) and `p2p` (the sends to the neighbouring
+stages).
 
 Claim, per optimizer step of k micro-batches:
   * compute order: rank r runs exactly `perfmodel.spec.pipeline.rank_order` (torch 2.13's executed
@@ -19,19 +20,45 @@ Claim, per optimizer step of k micro-batches:
     placement of the pp dimension), with D = micro-batch x local sequence x hidden in the
     parameter dtype, divided by tp under sequence parallelism (each TP rank sends its shard);
   * FSDP inside the stages as torchtitan runs it under PP: parameters are not resharded after
-    forward, so each block's all-gather runs once per step, before the block's first forward
-    (prefetched in order while earlier blocks compute), and its gradients are reduce-scattered
-    once, right after the block's last backward (torch.distributed.pipelining turns gradient
-    sync on for the last micro-batch only), then all-reduced across HSDP replicas; the stage's
-    first forward and last backward are therefore split into its blocks; each rank's optimizer
-    step follows its reduce-scatters; the step ends when the last rank's optimizer does.
+    forward, so each FSDP unit's all-gather runs once per step, in the stage's first forward:
+    the stage's share of the root unit first (the embedding on the first stage, final norm and
+    LM head on the last), then each block's before its first forward (prefetched in order while
+    earlier blocks compute); the gradients are reduce-scattered once, after the stage's whole
+    last backward (torch 2.13 runs every backward with gradient sync off and then
+    `perform_reduce_grad`: every unit's post-backward, root first, then the blocks in order),
+    each then all-reduced across HSDP replicas; each rank's optimizer step follows its
+    reduce-scatters; the step ends when the last rank's optimizer does.
+    Why: torch.distributed.pipelining's `backward_maybe_with_nosync` / `perform_reduce_grad`.
+    Checked by: tests/test_pp_moe_order.py (a recorded 4-rank gloo run: the all-gathers in the
+    first forward, the reduce-scatters after the last backward, root first; before it the model
+    reduce-scattered each block right after its part of the last backward, which torch does
+    not do);
+  * mixture of experts (tp = 1, ep >= 1 borrowing dp_shard ranks inside each stage): each
+    block carries its own kind by global index (`block_kinds`: `ModelSpec.is_moe_layer`, so
+    first_k_dense and MoE frequency), costed as a block of a model of that kind only
+    (`kind_model`): an MoE block's compute, its dispatch and combine all-to-alls inline on the
+    compute stream over the stage's ep group (`ParallelLayout.ep_groups`), its dense part's
+    FSDP collectives over the stage's FSDP group and its experts' over the expert FSDP group;
+    a dense block none of the MoE costs. A stage's costs are the sums over its blocks, so an
+    uneven split (dense blocks on one stage, MoE blocks on another) prices each stage as it is
+    (the pp = 1 mean block would price them alike), and the worst stage is the right one;
+    `pipeline_collectives` lists, per rank, every collective and transfer the plan issues,
+    unit by unit, from the same rules.
+    Why: torchtitan's EP inside a pipeline stage (the MoE layers of the stage's blocks, their
+    experts sharded over efsdp = dp_shard / ep ranks).
+    Checked by: tests/test_pp_moe_order.py (the simulator's collectives and transfers per rank
+    and stream equal a recorded gloo run of a dense and an MoE stage under GPipe and 1F1B, in
+    op, group, pass, unit, peer, dtype and bytes; a mean-block plan, a wrong MoE layer, ep 1
+    and the wrong schedule differ) and tests/test_pipeline.py (per-kind stage costs; fast path
+    == graph and the affine form with MoE stages);
   * contention (the profile's overlap slowdown) slows a rank's compute while its FSDP
     collectives run, as in the FSDP graph; the point-to-point transfers do not count: one
     micro-batch's activations are small next to a stage's collectives, and they sit on their
     own trace track (`pp r p2p`) so that each rank has a single communication stream, the case
     the contention rule is exact for;
-  * stage durations: n blocks of the part-1 per-rank block costs (`fsdp.layout_unit_durations`:
-    tp/cp shard compute, inline collectives, group-placed FSDP collectives), the root unit's
+  * stage durations: its n blocks' per-rank block costs, each of its kind
+    (`fsdp.layout_unit_durations` of `kind_model`: tp/cp shard compute, inline collectives,
+    group-placed FSDP collectives), the root unit's
     forward and backward (embedding, final norm, LM head, loss) on the last stage and its inline
     collectives split as in the FSDP graph (embedding ones on stage 0); under layer:N the blocks
     checkpointed whole pay their whole recompute.
@@ -47,25 +74,28 @@ rounding where the slowest stage paces the steady state for every k >= k0, which
 GPipe, 1F1B and interleaved 1F1B on the tested layouts; where it does not (a p2p link slower
 than a stage's compute can leave a transient), the test's tolerance names it.
 Checked by: tests/test_pipeline.py (graph order == rank_order per rank; bubble of uniform stages
-== (pp - 1)·(F + B) for GPipe and 1F1B without communication; fast path == graph; affine form;
-worst stage; 405B at pp 16).
+== (pp - 1)·(F + B) for GPipe and 1F1B without communication; fast path == graph; affine form,
+dense and MoE; per-kind stage costs; worst stage; 405B at pp 16), tests/test_pp_moe_order.py
+(collectives and transfers per rank against a recorded gloo run).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any
 
 import numpy as np
 
-from perfmodel.costs.features import RankShard
+from perfmodel.costs.features import RankShard, local_model
 from perfmodel.costs.model import CostModel
 from perfmodel.sim.fsdp import (
     StepResult,
     _layout_of,
     check_slowdown,
+    inline_collectives,
+    inline_payload_bytes,
     layout_unit_durations,
     resolve_recipe,
 )
@@ -88,8 +118,13 @@ STREAMS = ("compute", "comm", "p2p")
 """Streams of one pipeline rank."""
 
 STAGE_COSTS = ("forward_s", "backward_s", "forward_inline_s", "backward_inline_s",
-               "all_gather_s", "reduce_scatter_s", "replicate_s")
+               "all_gather_s", "reduce_scatter_s", "replicate_s", "root_all_gather_s",
+               "root_reduce_scatter_s", "root_replicate_s")
 """Per-stage durations (each a float, or an (N,) array in the fast path)."""
+PART_TOTALS = {"block_forward_s": "forward_s", "block_all_gather_s": "all_gather_s",
+               "block_reduce_scatter_s": "reduce_scatter_s",
+               "block_replicate_s": "replicate_s"}
+"""Per-block durations of a stage (`StageCosts.part_s`) and the stage total each splits."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -116,6 +151,33 @@ class StageCosts:
     """FSDP reduce-scatters of its gradients (once per step)."""
     replicate_s: Any
     """HSDP all-reduces of its gradient shards across the replicas (0 without HSDP)."""
+    root_all_gather_s: Any = 0.0
+    """The part of `all_gather_s` that gathers the stage's share of the root unit (the
+    embedding on the first stage, final norm and LM head on the last; 0 elsewhere)."""
+    root_reduce_scatter_s: Any = 0.0
+    """The part of `reduce_scatter_s` that reduces it."""
+    root_replicate_s: Any = 0.0
+    """The part of `replicate_s` that all-reduces its shard across the replicas."""
+    block_forward_s: tuple[Any, ...] = ()
+    """Per block of the stage (in order): its forward, the last block's with the root unit's
+    on the last stage (summing to `forward_s`); empty: `forward_s` split evenly."""
+    block_all_gather_s: tuple[Any, ...] = ()
+    """Per block: its FSDP all-gathers (the dense part over the FSDP group, an MoE block's
+    experts over the expert FSDP group); empty: `all_gather_s` less the root's, split evenly."""
+    block_reduce_scatter_s: tuple[Any, ...] = ()
+    """Per block: its reduce-scatters (as `block_all_gather_s`)."""
+    block_replicate_s: tuple[Any, ...] = ()
+    """Per block: its HSDP all-reduces (as `block_all_gather_s`)."""
+
+    def part_s(self, name: str, block: int) -> Any:
+        """Block `block`'s share of a PART_COSTS duration (the per-block tuple, or the stage's
+        total less the root's, split evenly over its blocks)."""
+        parts = getattr(self, name)
+        if parts:
+            return parts[block]
+        total = getattr(self, PART_TOTALS[name])
+        root = getattr(self, f"root_{PART_TOTALS[name]}") if name != "block_forward_s" else 0.0
+        return (total - root) / self.num_blocks
 
     @property
     def label(self) -> str:
@@ -187,10 +249,12 @@ class PipeTask:
     """forward, backward, all_reduce (inline collectives), all_gather, reduce_scatter,
     send_recv or optimizer."""
     cost: tuple[str, int, int]
-    """(STAGE_COSTS name, stage, parts), ('p2p_s', -1, 1) or ('optimizer_s', rank, 1): the
-    duration is the named one divided by `parts` (a block of a stage split by blocks)."""
+    """(STAGE_COSTS name, stage, 1), (PART_TOTALS name, stage, block: that block's part),
+    ('p2p_s', -1, 1) or ('optimizer_s', rank, 1)."""
     deps: tuple[int, ...]
     """Earlier tasks this one waits for (besides its stream predecessor)."""
+    micro: int = -1
+    """Micro-batch of a pass, its inline collectives or a transfer (-1: once per step)."""
 
     @property
     def island(self) -> str:
@@ -206,10 +270,12 @@ def pipeline_plan(layout: ParallelLayout, micro_batches: int, *, replicate: bool
 
     The per-rank orders are merged round-robin: a rank adds its next action once the transfer
     it waits for has been added (the schedules are deadlock-free, tests/test_pipeline_spec.py).
-    `blocks` (per stage; None: one part per stage) splits each stage's first forward and last
-    backward into its blocks: FSDP gathers a block's parameters just before the block's first
-    forward (prefetching the next while one computes) and reduce-scatters a block's gradients
-    once its last backward is done, so only one block's collective is exposed at each end."""
+    `blocks` (per stage; None: one part per stage) splits each stage's first forward into its
+    blocks: FSDP gathers the stage's root-unit share (end stages) and then each block's
+    parameters in order, the first block waiting for the root's and its own gather, every
+    later block for its own (prefetched while earlier blocks compute). The stage's last
+    backward runs whole; then (torch's `perform_reduce_grad`) every unit's reduce-scatter,
+    root first, then the blocks in order, each followed by its HSDP all-reduce."""
     pp, v = layout.pp, layout.virtual_stages
     check_schedule(layout.pp_schedule, pp, v, micro_batches)
     stages = pp * v
@@ -223,12 +289,17 @@ def pipeline_plan(layout: ParallelLayout, micro_batches: int, *, replicate: bool
         tasks.append(task)
         return len(tasks) - 1
 
-    gathers: dict[int, list[int]] = {}          # stage -> its per-block all-gathers
+    gathers: dict[int, list[int]] = {}          # stage -> its all-gathers (root first)
+    ends = (0, stages - 1)                      # the stages holding a share of the root unit
     for r in range(pp):
         for s in stage_of_rank(r, pp, v):
-            gathers[s] = [add(PipeTask(name=f"AG stage {s} part {j}", rank=r, stream="comm",
-                                       kind="all_gather", cost=("all_gather_s", s, parts[s]),
-                                       deps=())) for j in range(parts[s])]
+            root = [add(PipeTask(name=f"AG stage {s} root", rank=r, stream="comm",
+                                 kind="all_gather", cost=("root_all_gather_s", s, 1),
+                                 deps=()))] if s in ends else []
+            gathers[s] = root + [add(PipeTask(name=f"AG stage {s} block {j}", rank=r,
+                                              stream="comm", kind="all_gather",
+                                              cost=("block_all_gather_s", s, j), deps=()))
+                                 for j in range(parts[s])]
     cursor = [0] * pp
     while any(cursor[r] < len(orders[r]) for r in range(pp)):
         moved = False
@@ -252,38 +323,50 @@ def pipeline_plan(layout: ParallelLayout, micro_batches: int, *, replicate: bool
                 cost = "forward_s" if forward else "backward_s"
                 n = parts[a.stage]
                 if forward and a.micro == 0:       # the first forward gathers block by block
+                    first = len(gathers[a.stage]) - n   # the root's gather, if any, comes first
                     for j in range(n):
+                        waits = gathers[a.stage][:first + 1] if j == 0 else \
+                            [gathers[a.stage][first + j]]
                         add(PipeTask(name=f"{label} block {j}", rank=r, stream="compute",
-                                     kind="forward", cost=(cost, a.stage, n),
-                                     deps=tuple(deps if j == 0 else ()) + (gathers[a.stage][j],)))
+                                     kind="forward", cost=("block_forward_s", a.stage, j),
+                                     deps=tuple(deps if j == 0 else ()) + tuple(waits),
+                                     micro=a.micro))
                 elif not forward and a.micro == micro_batches - 1:
-                    for j in range(n):             # the last backward reduces block by block
-                        part = add(PipeTask(name=f"{label} block {n - 1 - j}", rank=r,
-                                            stream="compute", kind="backward",
-                                            cost=(cost, a.stage, n),
-                                            deps=tuple(deps if j == 0 else ())))
-                        rs = add(PipeTask(name=f"RS stage {a.stage} part {j}", rank=r,
-                                          stream="comm", kind="reduce_scatter",
-                                          cost=("reduce_scatter_s", a.stage, n), deps=(part,)))
-                        if replicate:
-                            rs = add(PipeTask(name=f"AR stage {a.stage} part {j} replicas",
-                                              rank=r, stream="comm", kind="all_reduce",
-                                              cost=("replicate_s", a.stage, n), deps=(rs,)))
-                        reduced[r].append(rs)
+                    # the last backward runs whole; the reduce-scatters follow it (below)
+                    add(PipeTask(name=label, rank=r, stream="compute", kind="backward",
+                                 cost=(cost, a.stage, 1), deps=tuple(deps), micro=a.micro))
                 else:
                     add(PipeTask(name=label, rank=r, stream="compute",
                                  kind="forward" if forward else "backward",
-                                 cost=(cost, a.stage, 1), deps=tuple(deps)))
-                done = add(PipeTask(name=f"{label} tp/cp", rank=r, stream="compute",
+                                 cost=(cost, a.stage, 1), deps=tuple(deps), micro=a.micro))
+                done = add(PipeTask(name=f"{label} inline", rank=r, stream="compute",
                                     kind="all_reduce",
                                     cost=("forward_inline_s" if forward else "backward_inline_s",
-                                          a.stage, 1), deps=()))
+                                          a.stage, 1), deps=(), micro=a.micro))
                 to = a.stage + 1 if forward else a.stage - 1
                 if 0 <= to < stages:
                     sent[(to, a.pass_, a.micro)] = add(PipeTask(
                         name=f"send {'act' if forward else 'grad'} {a.stage}->{to} m{a.micro}",
                         rank=r, stream="p2p", kind="send_recv", cost=("p2p_s", -1, 1),
-                        deps=(done,)))
+                        deps=(done,), micro=a.micro))
+                if not forward and a.micro == micro_batches - 1:
+                    # torch's perform_reduce_grad once the last backward (its inline
+                    # collectives included) is done: every unit's reduce-scatter, root first,
+                    # then the blocks in order, each with its HSDP all-reduce (module doc)
+                    units: list[tuple[str, str, str, int]] = (
+                        [("root", "root_reduce_scatter_s", "root_replicate_s", 1)]
+                        if a.stage in ends else [])
+                    units += [(f"block {j}", "block_reduce_scatter_s", "block_replicate_s", j)
+                              for j in range(n)]
+                    for unit, rs_cost, ar_cost, j in units:
+                        rs = add(PipeTask(name=f"RS stage {a.stage} {unit}", rank=r,
+                                          stream="comm", kind="reduce_scatter",
+                                          cost=(rs_cost, a.stage, j), deps=(done,)))
+                        if replicate:
+                            rs = add(PipeTask(name=f"AR stage {a.stage} {unit} replicas",
+                                              rank=r, stream="comm", kind="all_reduce",
+                                              cost=(ar_cost, a.stage, j), deps=(rs,)))
+                        reduced[r].append(rs)
                 cursor[r] += 1
                 moved = True
         if not moved:  # cannot happen for the schedules of spec.pipeline; guard against a bad one
@@ -300,13 +383,14 @@ def task_duration_s(costs: PipelineCosts, task: PipeTask) -> Any:
 
 
 def _duration(costs: PipelineCosts, cost: tuple[str, int, int]) -> Any:
-    name, index, parts = cost
+    name, index, part = cost
     if name == "p2p_s":
         return costs.p2p_s
     if name == "optimizer_s":
         return costs.optimizer_s[index]
-    value = getattr(costs.stages[index], name)
-    return value / parts if parts != 1 else value
+    if name in PART_TOTALS:
+        return costs.stages[index].part_s(name, part)
+    return getattr(costs.stages[index], name)
 
 
 # ---- durations ---------------------------------------------------------------------------------
@@ -320,44 +404,60 @@ def pipeline_costs(model: ModelSpec, profile: CostModel, island: IslandSpec, *, 
     if layout.pp < 2:
         raise UserInputError("a pipeline needs pp >= 2",
                              hint="simulate pp = 1 layouts with perfmodel.sim.fsdp.")
-    d = layout_unit_durations(model, profile, island, seq_len=seq_len, micro_batch=micro_batch,
-                              recipe=recipe, layout=layout)
     check_slowdown(profile.overlap_slowdown)
+    kinds = block_kinds(model)
+    durations = {kind: layout_unit_durations(kind_model(model, kind), profile, island,
+                                             seq_len=seq_len, micro_batch=micro_batch,
+                                             recipe=recipe, layout=layout)
+                 for kind in sorted(set(kinds))}
+    root = durations[kinds[0]]        # the root unit's durations do not depend on the kind
+    inline = {kind: {k: sum(v) if v else 0.0 for k, v in d.inline.items()}
+              for kind, d in durations.items()}
     cuts = stage_blocks(model.num_layers, layout.pp, layout.virtual_stages)
     policy = recipe.checkpoint
-    inline = {k: sum(v) if v else 0.0 for k, v in d.inline.items()}
     stages: list[StageCosts] = []
     first = 0
     for s, n in enumerate(cuts):
         last_stage, first_stage = s == len(cuts) - 1, s == 0
-        whole = sum(1 for i in range(first, first + n) if policy.mode == "layer"
-                    and policy.checkpointed(i))
-        backward = (d.whole_backward_s * (n if policy.mode == "full" else whole)
-                    + d.block_backward_s * (0 if policy.mode == "full" else n - whole))
-        forward = n * d.block_forward_s
-        f_inline = n * inline.get("block_forward", 0.0)
-        b_inline = (whole * inline.get("block_backward_whole", 0.0)
-                    + (n - whole) * inline.get("block_backward", 0.0))
-        gather = n * d.block_all_gather_s
-        scatter = n * d.block_reduce_scatter_s
-        replicate = n * d.block_replicate_s
+        forward: list[Any] = []
+        backward: Any = 0.0
+        f_inline: Any = 0.0
+        b_inline: Any = 0.0
+        gathers, scatters, replicas = [], [], []
+        for i in range(first, first + n):
+            d, inl = durations[kinds[i]], inline[kinds[i]]
+            whole = policy.mode == "layer" and policy.checkpointed(i)
+            forward.append(d.block_forward_s)
+            backward = backward + (d.whole_backward_s if policy.mode == "full" or whole
+                                   else d.block_backward_s)
+            f_inline = f_inline + inl.get("block_forward", 0.0)
+            b_inline = b_inline + inl.get("block_backward_whole" if whole else "block_backward",
+                                          0.0)
+            gathers.append(d.block_all_gather_s)
+            scatters.append(d.block_reduce_scatter_s)
+            replicas.append(d.block_replicate_s)
         if first_stage:
-            f_inline = f_inline + inline.get("embed_forward", 0.0)
-            b_inline = b_inline + inline.get("embed_backward", 0.0)
+            f_inline = f_inline + inline[kinds[0]].get("embed_forward", 0.0)
+            b_inline = b_inline + inline[kinds[0]].get("embed_backward", 0.0)
         if last_stage:   # final norm, LM head and loss (the root unit's compute)
-            forward = forward + d.root_forward_s
-            backward = backward + d.root_backward_s
-            f_inline = f_inline + inline.get("root_forward", 0.0)
-            b_inline = b_inline + inline.get("root_backward", 0.0)
-        if first_stage or last_stage:  # the root's parameters live on the end stages
-            share = _root_share(model, first_stage=first_stage, last_stage=last_stage)
-            gather = gather + share * d.root_all_gather_s
-            scatter = scatter + share * d.root_reduce_scatter_s
-            replicate = replicate + share * d.root_replicate_s
-        stages.append(StageCosts(stage=s, first_block=first, num_blocks=n, forward_s=forward,
-                                 backward_s=backward, forward_inline_s=f_inline,
-                                 backward_inline_s=b_inline, all_gather_s=gather,
-                                 reduce_scatter_s=scatter, replicate_s=replicate))
+            forward[-1] = forward[-1] + root.root_forward_s
+            backward = backward + root.root_backward_s
+            f_inline = f_inline + inline[kinds[0]].get("root_forward", 0.0)
+            b_inline = b_inline + inline[kinds[0]].get("root_backward", 0.0)
+        # the root's parameters live on the end stages
+        share = (_root_share(model, first_stage=first_stage, last_stage=last_stage)
+                 if first_stage or last_stage else 0.0)
+        root_ag, root_rs, root_ar = (share * root.root_all_gather_s,
+                                     share * root.root_reduce_scatter_s,
+                                     share * root.root_replicate_s)
+        stages.append(StageCosts(
+            stage=s, first_block=first, num_blocks=n, forward_s=sum(forward),
+            backward_s=backward, forward_inline_s=f_inline, backward_inline_s=b_inline,
+            all_gather_s=sum(gathers) + root_ag, reduce_scatter_s=sum(scatters) + root_rs,
+            replicate_s=sum(replicas) + root_ar, root_all_gather_s=root_ag,
+            root_reduce_scatter_s=root_rs, root_replicate_s=root_ar,
+            block_forward_s=tuple(forward), block_all_gather_s=tuple(gathers),
+            block_reduce_scatter_s=tuple(scatters), block_replicate_s=tuple(replicas)))
         first += n
     return PipelineCosts(stages=tuple(stages),
                          p2p_s=_p2p_s(model, profile, island, layout, seq_len, micro_batch,
@@ -367,27 +467,55 @@ def pipeline_costs(model: ModelSpec, profile: CostModel, island: IslandSpec, *, 
                          layout=layout, overlap_slowdown=float(profile.overlap_slowdown))
 
 
+def block_kinds(model: ModelSpec) -> tuple[str, ...]:
+    """The kind of each block, by global index: 'moe' for the model's MoE layers
+    (`ModelSpec.is_moe_layer`: first_k_dense, MoE frequency), 'dense' for the others."""
+    return tuple("moe" if model.is_moe_layer(i) else "dense" for i in range(model.num_layers))
+
+
+def kind_model(model: ModelSpec, kind: str) -> ModelSpec:
+    """A model whose every block is a block of `kind` of `model` (module doc): every layer an
+    MoE layer ('moe'), or none ('dense'; a dense model is its own)."""
+    if model.moe is None:
+        return model
+    if kind == "moe":
+        return replace(model, moe=replace(model.moe, moe_layers=tuple(range(model.num_layers))))
+    return replace(model, moe=None)
+
+
 def _root_share(model: ModelSpec, *, first_stage: bool, last_stage: bool) -> float:
-    """The part of the root unit's parameters an end stage holds: the embedding on the first,
-    the final norm and LM head on the last (a tied head: its copy of the embedding)."""
+    """The part of the root unit's parameters an end stage holds (`_root_params`)."""
     root = model.root_params
-    embedding = model.embedding_params
-    head = root - embedding if not model.tie_word_embeddings else root
-    held = (embedding if first_stage else 0) + (head if last_stage else 0)
+    held = _root_params(model, first_stage=first_stage, last_stage=last_stage)
     return min(1.0, held / root) if root else 0.0
+
+
+def _root_params(model: ModelSpec, *, first_stage: bool, last_stage: bool) -> int:
+    """Parameters of the root unit an end stage holds: the embedding on the first, the final
+    norm and LM head on the last (a tied head: its copy of the embedding)."""
+    embedding = model.embedding_params
+    head = model.root_params - embedding if not model.tie_word_embeddings else model.root_params
+    return (embedding if first_stage else 0) + (head if last_stage else 0)
 
 
 def _p2p_s(model: ModelSpec, profile: CostModel, island: IslandSpec, layout: ParallelLayout,
            seq_len: int, micro_batch: Any, recipe: TrainingRecipe) -> Any:
     """One boundary transfer: each tp/cp rank sends its part of the micro-batch's hidden states
     to the same rank of the next stage, on the link the pp dimension's neighbours span."""
-    sp = layout.tp > 1 and layout.sequence_parallel
-    payload = (np.asarray(micro_batch, dtype=float) * (seq_len / layout.cp) * model.hidden_size
-               * dtype_bytes(recipe.param_dtype) / (layout.tp if sp else 1))
+    payload = _p2p_payload_bytes(model, layout, seq_len, micro_batch, recipe)
     pair = place_group("pp", size=2, stride=layout.stride("pp"),
                        gpus_per_node=island.gpus_per_node, intra_link=island.intra_link,
                        inter_link=island.inter_link, nics_per_node=island.nics_per_node)
     return profile.group_comm_time_s("send_recv", pair, payload)
+
+
+def _p2p_payload_bytes(model: ModelSpec, layout: ParallelLayout, seq_len: int, micro_batch: Any,
+                       recipe: TrainingRecipe) -> Any:
+    """Bytes of one boundary transfer: a tp/cp rank's part of the micro-batch's hidden states
+    in the parameter dtype (FSDP2 computes the stage in it)."""
+    sp = layout.tp > 1 and layout.sequence_parallel
+    return (np.asarray(micro_batch, dtype=float) * (seq_len / layout.cp) * model.hidden_size
+            * dtype_bytes(recipe.param_dtype) / (layout.tp if sp else 1))
 
 
 def _optimizer_s(model: ModelSpec, profile: CostModel, layout: ParallelLayout, seq_len: int,
@@ -395,18 +523,166 @@ def _optimizer_s(model: ModelSpec, profile: CostModel, layout: ParallelLayout, s
     """Per pipeline rank: the optimizer over its blocks' and end stages' parameter shards."""
     shard = RankShard(tp=layout.tp, cp=layout.cp, sequence_parallel=layout.sequence_parallel)
 
-    def opt(unit: str) -> Any:
-        return profile.compute_time_s("optimizer", model, seq_len, micro_batch, unit=unit,
+    def opt(spec: ModelSpec, unit: str) -> Any:
+        return profile.compute_time_s("optimizer", spec, seq_len, micro_batch, unit=unit,
                                       num_shards=layout.fsdp_degree, shard=shard)
 
-    block, root = opt("block"), opt("root")
+    kinds = block_kinds(model)
+    block = {kind: opt(kind_model(model, kind), "block") for kind in set(kinds)}
+    root = opt(model, "root")
+    starts = [sum(cuts[:s]) for s in range(len(cuts))]
     out = []
     for r in range(layout.pp):
         mine = stage_of_rank(r, layout.pp, layout.virtual_stages)
         share = sum(_root_share(model, first_stage=s == 0, last_stage=s == len(cuts) - 1)
                     for s in mine if s in (0, len(cuts) - 1))
-        out.append(sum(cuts[s] for s in mine) * block + share * root)
+        out.append(sum(block[kinds[i]] for s in mine
+                       for i in range(starts[s], starts[s] + cuts[s])) + share * root)
     return tuple(out)
+
+
+# ---- the collectives the plan issues -----------------------------------------------------------
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PlannedCollective:
+    """One collective or transfer of a planned pipeline step, as a rank issues it."""
+
+    stream: str
+    """compute (inline collectives), comm (FSDP / HSDP) or p2p (transfers)."""
+    op: str
+    """all_gather, reduce_scatter, all_reduce, all_to_all, send or recv."""
+    group: str
+    """tp, cp, ep, fsdp, expert_fsdp, dp_replicate or pp."""
+    stage: int
+    """The stage whose pass or unit issues it (a transfer: the sending stage for a send, the
+    receiving one for a receive, as torch tags them)."""
+    pass_: str
+    """F, B (the pass of `micro`), or REDUCE (the reduce-scatters after the last backward)."""
+    micro: int
+    """Micro-batch (-1 for REDUCE)."""
+    unit: str
+    """root, block{i} or block{i}.experts (the FSDP unit, or the unit whose compute issues an
+    inline collective); empty for a transfer."""
+    peer: int
+    """Pipeline rank at the other end of a transfer (-1 otherwise)."""
+    dtype: str
+    """Element type."""
+    payload_bytes: float
+    """Unsharded side of an FSDP collective; a transfer's tensor; what an all-to-all sends to
+    the other ranks (`perfmodel.costs.comm.all_to_all_payload_bytes`)."""
+
+
+def pipeline_collectives(model: ModelSpec, recipe: TrainingRecipe, *, num_gpus: int,
+                         seq_len: int, micro_batch: int,
+                         micro_batches: int) -> dict[int, list[PlannedCollective]]:
+    """Per pipeline rank, the collectives and transfers of `pipeline_plan` in plan order (what
+    `pipeline_costs` times, unit by unit): each pass's inline collectives (the embedding's,
+    then the stage's blocks' in order, each by its kind (`block_kinds`: an MoE block's
+    all-to-alls on the ep group, a dense block's none), then the root's; backward the
+    reverse), each transfer (a receive right before the pass that consumes it), each FSDP
+    gather (root share, then per block the dense part over the FSDP group and an MoE block's
+    experts over the expert FSDP group) and reduce-scatter (same units) with its HSDP
+    all-reduce. A group of one rank issues nothing and is left out. FSDP payloads are in the
+    parameter dtype (gathers) and the reduce dtype (reductions): the fp8 all-gather's mix is
+    not listed.
+    Checked by: tests/test_pp_moe_order.py (a recorded gloo run, per rank and stream)."""
+    layout = recipe.parallel.resolve(num_gpus)
+    cuts = stage_blocks(model.num_layers, layout.pp, layout.virtual_stages)
+    starts = [sum(cuts[:s]) for s in range(len(cuts))]
+    last = len(cuts) - 1
+    kinds = block_kinds(model)
+    plan = pipeline_plan(layout, micro_batches, replicate=layout.dp_replicate > 1, blocks=cuts)
+    payloads = inline_payload_bytes(model, recipe, seq_len=seq_len, micro_batch=micro_batch)
+    param, grad = recipe.param_dtype, recipe.reduce_dtype
+    norms = model.norms_per_block
+    transfer = float(_p2p_payload_bytes(model, layout, seq_len, micro_batch, recipe))
+    unit_params = {}
+    for kind in set(kinds):
+        local = local_model(kind_model(model, kind), layout.tp)
+        block = local.fsdp_units(seq_len)[0].params
+        experts = local.expert_block_params if layout.ep > 1 else 0
+        unit_params[kind] = (block - experts, experts // layout.ep)
+
+    def inline(stage: int, forward: bool, micro: int) -> list[PlannedCollective]:
+        blocks = range(starts[stage], starts[stage] + cuts[stage])
+        policy = recipe.checkpoint
+        places: list[tuple[str, str, bool]] = []      # (where, unit, MoE layer)
+        if forward:
+            places += [("embed_forward", "root", False)] if stage == 0 else []
+            places += [("block_forward", f"block{i}", kinds[i] == "moe") for i in blocks]
+            places += [("root_forward", "root", False)] if stage == last else []
+        else:
+            places += [("root_backward", "root", False)] if stage == last else []
+            places += [("block_backward_whole" if policy.mode == "layer"
+                        and policy.checkpointed(i) else "block_backward", f"block{i}",
+                        kinds[i] == "moe") for i in reversed(blocks)]
+            places += [("embed_backward", "root", False)] if stage == 0 else []
+        out = []
+        for where, unit, moe in places:
+            for op, group, kind in inline_collectives(recipe, where, norms, moe_layer=moe):
+                out.append(PlannedCollective(
+                    stream="compute", op=op, group=group, stage=stage,
+                    pass_="F" if forward else "B", micro=micro, unit=unit, peer=-1,
+                    dtype="fp32" if kind == "loss_rows" else param,
+                    payload_bytes=float(payloads[kind])))
+        return out
+
+    def fsdp(op: str, stage: int, cost: tuple[str, int, int], pass_: str,
+             micro: int) -> list[PlannedCollective]:
+        """The FSDP (or HSDP: op all_reduce) collectives of one gather / reduce task."""
+        name, _, j = cost
+        units: list[tuple[str, str, int, int]] = []    # (unit, group, params, group size)
+        if name.startswith("root_"):
+            units.append(("root", "fsdp", _root_params(model, first_stage=stage == 0,
+                                                        last_stage=stage == last),
+                          layout.fsdp_degree))
+        else:
+            i = starts[stage] + j
+            dense, experts = unit_params[kinds[i]]
+            units.append((f"block{i}", "fsdp", dense, layout.fsdp_degree))
+            if experts:
+                units.append((f"block{i}.experts", "expert_fsdp", experts,
+                              layout.expert_fsdp_degree))
+        out = []
+        for unit, group, params, size in units:
+            if size == 1:
+                continue
+            dtype = param if op == "all_gather" else grad
+            payload = float(params * dtype_bytes(dtype))
+            if op == "all_reduce":      # HSDP: the reduced shard, across the replicas
+                group, payload = "dp_replicate", payload / size
+            out.append(PlannedCollective(stream="comm", op=op, group=group, stage=stage,
+                                         pass_=pass_, micro=micro, unit=unit, peer=-1,
+                                         dtype=dtype, payload_bytes=payload))
+        return out
+
+    out: dict[int, list[PlannedCollective]] = {r: [] for r in range(layout.pp)}
+    for task in plan:
+        stage = task.cost[1]
+        mine = out[task.rank]
+        if task.kind in ("forward", "backward"):
+            for d in task.deps:
+                sender = plan[d]
+                if sender.kind == "send_recv":
+                    to = stage
+                    mine.append(PlannedCollective(
+                        stream="p2p", op="recv", group="pp", stage=to,
+                        pass_="F" if task.kind == "forward" else "B", micro=sender.micro,
+                        unit="", peer=sender.rank, dtype=param, payload_bytes=transfer))
+        elif task.kind == "send_recv":
+            words = task.name.split()     # "send act 0->1 m3"
+            sent_from, to = (int(x) for x in words[2].split("->"))
+            mine.append(PlannedCollective(
+                stream="p2p", op="send", group="pp", stage=sent_from,
+                pass_="F" if words[1] == "act" else "B", micro=task.micro, unit="",
+                peer=to % layout.pp, dtype=param, payload_bytes=transfer))
+        elif task.stream == "compute" and task.kind == "all_reduce":
+            mine += inline(stage, task.cost[0] == "forward_inline_s", task.micro)
+        elif task.kind == "all_gather":
+            mine += fsdp("all_gather", stage, task.cost, "F", 0)
+        elif task.kind in ("reduce_scatter", "all_reduce"):
+            mine += fsdp(task.kind, stage, task.cost, "REDUCE", -1)
+    return out
 
 
 # ---- the graph ---------------------------------------------------------------------------------
@@ -586,8 +862,10 @@ def evaluate_pipeline(costs: PipelineCosts, micro_batches: int) -> PipelineEvalu
     durations = [np.asarray(_duration(costs, c), dtype=float) for c in compiled.costs]
     sources = [np.asarray(v, dtype=float) for v in (
         costs.p2p_s, *costs.optimizer_s, *(getattr(st, name) for st in costs.stages
-                                           for name in STAGE_COSTS))]
-    # (a task's duration is one of these, or one divided by its number of parts >= 1)
+                                           for name in STAGE_COSTS),
+        *(st.part_s(name, j) for st in costs.stages for name in PART_TOTALS
+          for j in range(st.num_blocks)))]
+    # (a task's duration is one of these)
     prune = slow != 1.0 and all(bool(np.all(np.isfinite(v)) and np.all(v >= 0.0))
                                 for v in sources)
     finished: set[int] = set()
