@@ -443,12 +443,12 @@ def _shard(params: list[tuple[int, int]], world: int) -> float:
     return float(sum(math.ceil(d0 / world) * (n // d0) for d0, n in params))
 
 
-def _moe_sizes(spec: ModelSpec, world: int, ep: int) -> tuple[float, float, float, float, float]:
-    """(shard, all-gather buffer, unsharded parameters, parameter tensors, routed-expert
-    elements gathered) of the mean block of an MoE model on one of `world` FSDP ranks under
-    expert parallelism `ep` (module doc). The
-    dense part is padded per tensor like FSDP2; the experts' shard is their exact 1/world
-    (torchtitan shards them on dim 0 or dim 1, whichever the E/ep experts allow)."""
+def _moe_layer_params(spec: ModelSpec) -> tuple[list[tuple[int, int]], list[tuple[int, int]],
+                                                float]:
+    """(dense layer's parameters, an MoE layer's parameters but its routed experts, the routed
+    experts' elements) of an MoE model, each parameter as (dim0, numel) (module doc: the
+    attention and norms, the router and the shared experts are the dense part of an MoE
+    layer)."""
     moe = spec.moe
     if moe is None:
         raise ValueError(f"{spec.name} is not a mixture-of-experts model")
@@ -463,7 +463,16 @@ def _moe_sizes(spec: ModelSpec, world: int, ep: int) -> tuple[float, float, floa
     shared = ([(width, width * h)] * (2 if spec.gated_mlp else 1) + [(h, h * width)]
               if width else [])
     moe_dense = [e for j, e in enumerate(dense) if j not in mlp] + routed + shared
-    experts = float(moe.num_experts * spec.expert_params)
+    return dense, moe_dense, float(moe.num_experts * spec.expert_params)
+
+
+def _moe_sizes(spec: ModelSpec, world: int, ep: int) -> tuple[float, float, float, float, float]:
+    """(shard, all-gather buffer, unsharded parameters, parameter tensors, routed-expert
+    elements gathered) of the mean block of an MoE model on one of `world` FSDP ranks under
+    expert parallelism `ep` (module doc). The
+    dense part is padded per tensor like FSDP2; the experts' shard is their exact 1/world
+    (torchtitan shards them on dim 0 or dim 1, whichever the E/ep experts allow)."""
+    dense, moe_dense, experts = _moe_layer_params(spec)
     shard = padded = unsharded = tensors = gathered = 0.0
     for i in range(spec.num_layers):
         if spec.is_moe_layer(i):
@@ -487,26 +496,50 @@ def _moe_activation_spec(spec: ModelSpec, token_factor: float) -> ModelSpec:
     """The dense model whose MLP activations equal an MoE model's mean block's (module doc):
     MLP width the mean over the layers of k·f_e·token_factor plus the shared experts' (a dense
     layer: its own)."""
-    moe = spec.moe
-    if moe is None:
+    if spec.moe is None:
         return spec
-    widths = [moe.experts_per_token * moe.expert_intermediate_size * token_factor
-              + moe.num_shared_experts * moe.shared_intermediate_size
-              if spec.is_moe_layer(i) else spec.intermediate_size
-              for i in range(spec.num_layers)]
+    widths = [_moe_mlp_width(spec, i, token_factor) for i in range(spec.num_layers)]
     return replace(spec, name=f"{spec.name} [MoE activations]", moe=None, published_params=None,
                    intermediate_size=max(1, round(sum(widths) / len(widths))))
+
+
+def _moe_mlp_width(spec: ModelSpec, layer: int, token_factor: float) -> float:
+    """The MLP width of layer `layer`'s activations' dense twin (`_moe_activation_spec`): k·f_e
+    ·token_factor plus the shared experts' in an MoE layer, a dense layer's own."""
+    moe = spec.moe
+    if moe is None or not spec.is_moe_layer(layer):
+        return float(spec.intermediate_size)
+    return (moe.experts_per_token * moe.expert_intermediate_size * token_factor
+            + moe.num_shared_experts * moe.shared_intermediate_size)
+
+
+def _moe_layer_activation_spec(spec: ModelSpec, layer: int, token_factor: float) -> ModelSpec:
+    """`_moe_activation_spec` of one layer (a pipeline stage holds given layers, not the
+    mean)."""
+    if spec.moe is None:
+        return spec
+    return replace(spec, name=f"{spec.name} [layer {layer} activations]", moe=None,
+                   published_params=None,
+                   intermediate_size=max(1, round(_moe_mlp_width(spec, layer, token_factor))))
 
 
 def moe_saved_bytes(spec: ModelSpec, b: float, token_factor: float) -> float:
     """Bytes per token the MoE layers of the mean block save beyond `_moe_activation_spec`'s
     MLP terms (module doc); 0 for a dense model."""
+    if spec.moe is None:
+        return 0.0
+    return spec.moe_layer_share * moe_layer_saved_bytes(spec, b, token_factor)
+
+
+def moe_layer_saved_bytes(spec: ModelSpec, b: float, token_factor: float) -> float:
+    """Bytes per token one MoE layer not checkpointed whole saves beyond its activations' dense
+    twin's MLP terms (module doc: the k dispatched copies and expert outputs, the fp32 router
+    logits and scores, the top-k indices and weights)."""
     moe = spec.moe
     if moe is None:
         return 0.0
-    per_layer = (2.0 * moe.experts_per_token * token_factor * spec.hidden_size * b
-                 + FP32 * 2 * moe.num_experts + 12.0 * moe.experts_per_token)
-    return spec.moe_layer_share * per_layer
+    return (2.0 * moe.experts_per_token * token_factor * spec.hidden_size * b
+            + FP32 * 2 * moe.num_experts + 12.0 * moe.experts_per_token)
 
 
 def _sizes(view: RankView, recipe: TrainingRecipe, config: MemoryConfig) -> _Sizes:
@@ -580,7 +613,21 @@ def block_saved_none(spec: ModelSpec, seq_len: int, b: float, attention: str,
     if attention == "eager":
         attn += b * a * seq_len                   # softmax output (a rows of S scores)
     mlp = b * (4 if spec.gated_mlp else 2) * f
-    return norms + attn + mlp
+    return norms + attn + mlp + qk_norm_saved_bytes(spec, b, config)
+
+
+def qk_norm_saved_bytes(spec: ModelSpec, b: float,
+                        config: MemoryConfig = DEFAULT_CONFIG) -> float:
+    """Bytes per token the q/k RMSNorms of one block save (Qwen3, Gemma-3, OLMo-2; 0 without):
+    what `norm_saved_bytes` says an RMSNorm saves, over the q and k widths, with one statistic
+    per head (`qk_norm` "head") or per token ("full")."""
+    if spec.qk_norm not in ("head", "full"):
+        return 0.0
+    width = spec.q_dim + spec.kv_dim
+    rows = spec.num_heads + spec.num_kv_heads if spec.qk_norm == "head" else 2
+    if spec.norm == "rms" and config.rms_norm_fp32_saves:
+        return 2 * FP32 * width + FP32 * rows     # fp32 input, fp32 normalised, fp32 rstd
+    return b * width + FP32 * rows
 
 
 def block_saved_selective(spec: ModelSpec, b: float, *, share: float = 1.0) -> float:
@@ -706,9 +753,10 @@ def _phases(spec: ModelSpec, seq_len: int, z: _Sizes, recipe: TrainingRecipe, k:
     saved_by_kind = {False: block_saved(spec, seq_len, b, recipe, config, share=share)
                      + (z.moe_saved if policy.mode != "full" else 0.0),
                      True: block_saved(spec, seq_len, b, recipe, config, whole=True, share=share)}
+    # a block recomputed whole saves its MoE routing terms again for its backward (module doc)
     work_by_kind = {False: _block_working_set(spec, seq_len, b, recipe, config, share=share),
                     True: _block_working_set(spec, seq_len, b, recipe, config, whole=True,
-                                             share=share)}
+                                             share=share) + z.moe_saved}
     whole_upto = list(itertools.accumulate(whole))  # blocks 0..j checkpointed whole
 
     def saved_upto(j: int) -> float:
@@ -1281,8 +1329,14 @@ def _block_order(spec: ModelSpec) -> list[tuple[int, int]]:
     return order
 
 
-def _stage_units(spec: ModelSpec, world: int, blocks: int, first: bool,
-                 last: bool) -> tuple[_Unit, ...]:
+def _stage_units(spec: ModelSpec, world: int, blocks: int, first: bool, last: bool,
+                 first_block: int = 0, ep: int = 1) -> tuple[_Unit, ...]:
+    """The FSDP units of a stage of `blocks` blocks from global block `first_block`: the
+    embedding (first stage), one unit per block, the final norm with the LM head (last stage).
+    An MoE layer's unit is `_moe_layer_params`' dense part padded per tensor as FSDP2 pads it,
+    plus its E/ep routed experts, of which the rank keeps the exact 1/world (as `_moe_sizes`);
+    under ep > 1 the experts are their own FSDP unit inside the block's (module doc), whose
+    gradients are converted and kept as the block's are, so one `_Unit` prices both."""
     h, V = spec.hidden_size, spec.vocab_size
     norm = [(h, h)] * (2 if spec.norm == "layer" else 1)
     embed = [(V, V * h)] + ([(spec.position_embeddings, spec.position_embeddings * h)]
@@ -1294,23 +1348,33 @@ def _stage_units(spec: ModelSpec, world: int, blocks: int, first: bool,
         shard = _shard(params, world)
         return _Unit(tuple(n for _, n in params), shard, world * shard)
 
-    return ((unit(embed),) if first else ()) + (unit(_block_order(spec)),) * blocks + \
-        ((unit(head),) if last else ())
+    dense = unit(_block_order(spec))
+    moe_unit = dense
+    if spec.moe is not None:
+        _, moe_dense, experts = _moe_layer_params(spec)
+        tensors = len(spec.mlp_linears)   # the stacked gate, up and down of the local experts
+        part = _shard(moe_dense, world)
+        local = (int(experts) // ep // tensors,) * tensors
+        moe_unit = _Unit(tuple(n for _, n in moe_dense) + local, part + experts / world,
+                         world * part + experts / ep)
+    blocks_units = tuple(moe_unit if spec.is_moe_layer(i) else dense
+                         for i in range(first_block, first_block + blocks))
+    return ((unit(embed),) if first else ()) + blocks_units + ((unit(head),) if last else ())
 
 
 def _pipeline_stages(spec: ModelSpec, world: int, seq_len: int, recipe: TrainingRecipe,
                      config: MemoryConfig, b: float, boundary: float, *, share: float = 1.0,
-                     loss_parallel: bool = False) -> list[_Stage]:
+                     loss_parallel: bool = False, ep: int = 1,
+                     token_factor: float = 1.0) -> list[_Stage]:
     """`share`, `loss_parallel`: the in-stage `RankView`'s sequence-parallel share of the
     norm/residual region and vocabulary-sharded loss (tp > 1; the pipeline ground truth has
-    tp = 1, where both are inert)."""
+    tp = 1, where both are inert). `ep`, `token_factor`: an MoE model's expert parallelism
+    and routed-token factor (`perfmodel.spec.recipe.moe_token_factor`); an MoE layer saves and
+    works as its activations' dense twin (`_moe_layer_activation_spec`) plus, unless
+    checkpointed whole, `moe_layer_saved_bytes`, the pp = 1 model's terms of one layer."""
     layout = recipe.parallel
     cuts = pipeline.stage_blocks(spec.num_layers, layout.pp, layout.virtual_stages)
     policy = recipe.checkpoint
-    saved = {w: block_saved(spec, seq_len, b, recipe, config, whole=w, share=share)
-             for w in (False, True)}
-    work = {w: _block_working_set(spec, seq_len, b, recipe, config, whole=w, share=share)
-            for w in (False, True)}
     # A norm that keeps its input as it is (LayerNorm; RMSNorm when its fp32 upcast is the input
     # itself) keeps, when recomputed, the block input the checkpoint already holds. Of op-sac's
     # saves, the down projection's output is consumed by the recompute and freed (no backward
@@ -1319,10 +1383,27 @@ def _pipeline_stages(spec: ModelSpec, world: int, seq_len: int, recipe: Training
     # timelines of pipeline stages show them once or not at all.)
     norm_keeps_input = spec.norm == "layer" or b >= FP32
     duplicate_input = b * spec.hidden_size if norm_keeps_input else 0.0
-    work[True] -= duplicate_input
-    if policy.mode == "op-sac":
-        work[False] -= duplicate_input + b * spec.q_dim + (
-            b * spec.hidden_size if spec.gated_mlp else 0.0)
+    moe_layer = spec.moe is not None and any(spec.is_moe_layer(i)
+                                             for i in range(spec.num_layers))
+    dense_layer = not all(spec.is_moe_layer(i) for i in range(spec.num_layers))
+    saved: dict[tuple[bool, bool], float] = {}
+    work: dict[tuple[bool, bool], float] = {}
+    for kind in ((True,) if moe_layer else ()) + ((False,) if dense_layer else ()):
+        first_of_kind = next(i for i in range(spec.num_layers) if spec.is_moe_layer(i) == kind)
+        act = _moe_layer_activation_spec(spec, first_of_kind, token_factor)
+        # an MoE layer saves its routing terms unless checkpointed whole, and a block
+        # recomputed whole saves them again for its backward (`_block_working_set`'s "none")
+        extra = moe_layer_saved_bytes(spec, b, token_factor) if kind else 0.0
+        for w in (False, True):
+            whole = w or policy.mode == "full"
+            saved[kind, w] = block_saved(act, seq_len, b, recipe, config, whole=w,
+                                         share=share) + (0.0 if whole else extra)
+            work[kind, w] = _block_working_set(act, seq_len, b, recipe, config, whole=w,
+                                               share=share) + (extra if whole else 0.0)
+        work[kind, True] -= duplicate_input
+        if policy.mode == "op-sac":
+            work[kind, False] -= duplicate_input + b * act.q_dim + (
+                b * act.hidden_size if act.gated_mlp else 0.0)
     _, held_logits, _ = logits_bytes_per_token(spec, b, recipe, loss_parallel=loss_parallel)
     # The last stage's output (the logits) stays referenced for its backward; a fused loss
     # takes the hidden states and the LM head's weight instead of logits.
@@ -1330,19 +1411,20 @@ def _pipeline_stages(spec: ModelSpec, world: int, seq_len: int, recipe: Training
     out = []
     first_block = 0
     for s, n in enumerate(cuts):
-        whole = [policy.checkpointed(first_block + j) for j in range(n)]
+        kinds = [(spec.is_moe_layer(i), policy.checkpointed(i))
+                 for i in range(first_block, first_block + n)]
         first, last = s == 0, s == len(cuts) - 1
         # A checkpointed block keeps its input, and so does a LayerNorm (an RMSNorm keeps its
         # fp32 upcast, the input itself when that is already fp32); a later stage's first
         # block's input is the receive buffer, counted apart.
-        keeps_input = whole[0] or policy.mode == "op-sac" or norm_keeps_input
+        keeps_input = kinds[0][1] or policy.mode == "op-sac" or norm_keeps_input
         shared = b * spec.hidden_size if not first and keeps_input else 0.0
-        upto = tuple(x - shared for x in itertools.accumulate(saved[w] for w in whole))
+        upto = tuple(x - shared for x in itertools.accumulate(saved[kind] for kind in kinds))
         held = upto[-1] + (share * norm_saved_bytes(spec, b, config) + b * spec.hidden_size
                            + logits_out + held_logits if last else boundary)
         out.append(_Stage(index=s, first_block=first_block, blocks=n, first=first, last=last,
-                          units=_stage_units(spec, world, n, first, last), saved_upto=upto,
-                          work=tuple(work[w] for w in whole), held=held))
+                          units=_stage_units(spec, world, n, first, last, first_block, ep),
+                          saved_upto=upto, work=tuple(work[kind] for kind in kinds), held=held))
         first_block += n
     return out
 
@@ -1483,8 +1565,7 @@ def _rank_phases(stages: list[_Stage], rank: int, spec: ModelSpec, seq_len: int,
                 {"temporaries": loss_transient if st.last else 0.0})
             continue
         first_bwd = s not in accumulated
-        block_unit = _block_unit(st)
-        block = block_unit.params
+        block_units = _block_units(st)
         # The stage output stays referenced through its backward (the boundary activation, or
         # on the last stage the logits); the rest of the micro-batch is freed block by block.
         output = output_bytes(st)
@@ -1496,10 +1577,12 @@ def _rank_phases(stages: list[_Stage], rank: int, spec: ModelSpec, seq_len: int,
                 {"unsharded_grads": st.units[-1].post_backward_bytes(b, r, first_bwd)},
                 {"activations": st.saved_upto[n - 1] + output,
                  "temporaries": b * spec.hidden_size}, minus_held=st.held)
-        for j in reversed(sorted({0, 1, n - 2, n - 1} & set(range(n)))):
+        for j in reversed(_block_ends(st)):
+            block_unit = block_units[j]
+            block = block_unit.params
             # first backward: the units above j accumulated so far (else all, in the base)
-            upper = ((st.units[-1].params if st.last else 0.0) + (n - 1 - j) * block
-                     if first_bwd else 0.0)
+            upper = ((st.units[-1].params if st.last else 0.0)
+                     + sum(u.params for u in block_units[j + 1:]) if first_bwd else 0.0)
             # a non-last stage's output gradient is its receive buffer, already counted
             work = st.work[j] - (b * spec.hidden_size if j == n - 1 and not st.last else 0.0)
             name = f"{where}, block {st.first_block + j}"
@@ -1551,8 +1634,24 @@ def _rank_phases(stages: list[_Stage], rank: int, spec: ModelSpec, seq_len: int,
     return phases, peak_held
 
 
-def _block_unit(st: _Stage) -> _Unit:
-    return st.units[1 if st.first else 0]
+def _block_units(st: _Stage) -> tuple[_Unit, ...]:
+    """The stage's blocks' units, in block order."""
+    return st.units[1 if st.first else 0:][:st.blocks]
+
+
+def _block_ends(st: _Stage) -> list[int]:
+    """The local blocks whose backward moments bound the stage's: every term is affine in the
+    block index among blocks of one kind (unit and saves), so the first two and last two blocks
+    and the first and last block of each kind."""
+    n = st.blocks
+    ends = {0, 1, n - 2, n - 1}
+    units = _block_units(st)
+    kinds: dict[Any, list[int]] = {}
+    for j in range(n):
+        kinds.setdefault((units[j], st.work[j]), []).append(j)
+    for indices in kinds.values():
+        ends |= {indices[0], indices[-1]}
+    return sorted(ends & set(range(n)))
 
 
 def _pipeline_view(model: ModelSpec, num_gpus: int, seq_len: int, recipe: TrainingRecipe,
@@ -1587,7 +1686,8 @@ def _pipeline_setup(model: ModelSpec, num_gpus: int, seq_len: int, recipe: Train
     pipeline.check_schedule(layout.pp_schedule, layout.pp, layout.virtual_stages, accum_steps)
     recipe = replace(recipe, parallel=layout)
     stages = _pipeline_stages(spec, world, tokens_per_seq, recipe, config, z.b, boundary,
-                              share=z.share, loss_parallel=z.loss_parallel)
+                              share=z.share, loss_parallel=z.loss_parallel, ep=layout.ep,
+                              token_factor=z.token_factor)
     return spec, world, tokens_per_seq, layout, z, boundary, recipe, stages
 
 
