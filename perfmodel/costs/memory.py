@@ -113,7 +113,7 @@ import numpy as np
 from perfmodel.costs.features import local_model
 from perfmodel.costs.precision import block_linear_params, fp8_cast_bytes, gathered_bytes
 from perfmodel.spec import pipeline
-from perfmodel.spec.arch import ModelSpec
+from perfmodel.spec.arch import ModelSpec, MoeSpec
 from perfmodel.spec.errors import UserInputError
 from perfmodel.spec.formulas import DTYPE_BYTES, GIB, dtype_bytes
 from perfmodel.spec.layout import ParallelLayout
@@ -692,6 +692,29 @@ def _block_working_set(spec: ModelSpec, seq_len: int, b: float, recipe: Training
     return grads
 
 
+def recompute_end_bytes(spec: ModelSpec, seq_len: int, b: float, recipe: TrainingRecipe,
+                        config: MemoryConfig = DEFAULT_CONFIG, *, share: float = 1.0,
+                        moe: MoeSpec | None = None, token_factor: float = 1.0) -> float:
+    """Bytes per token a block checkpointed whole holds at the end of its recomputed forward in
+    backward, beyond its checkpoint input: what it saves unchecked (`block_saved_none`, an MoE
+    layer's routing terms `moe_layer_saved_bytes` too), the forward's hidden-width outputs
+    still referenced there (the attention's output projection, the residual after attention,
+    the MLP output and the block output) and the gradient of the block output; an MoE layer's
+    combine adds its k-fold copies (`perfmodel.bench.moe.MoeBlock.forward`): the expert
+    outputs in slot order with the zero row (k·token_factor rows), the weighted per-choice
+    rows and their (k, T, h) copy before the sum over k. `spec` is the layer's activations'
+    dense twin (`_moe_layer_activation_spec`), `moe` the model's experts (None: a dense layer).
+    For a dense layer with f > 2h this moment is narrower than the MLP's backward
+    (`_block_working_set`), so only MoE layers' ends bind."""
+    h = spec.hidden_size
+    held = block_saved_none(spec, seq_len, b, recipe.attention, config, share=share)
+    held += 4 * b * h + b * h * share
+    if moe is not None:
+        held += moe_layer_saved_bytes(replace(spec, moe=moe), b, token_factor)
+        held += b * h * moe.experts_per_token * (token_factor + 2)
+    return held
+
+
 def outside_saved(spec: ModelSpec, b: float, config: MemoryConfig = DEFAULT_CONFIG, *,
                   share: float = 1.0) -> float:
     """Bytes per token saved outside the blocks: final norm (this rank's `share` of the sequence)
@@ -745,6 +768,7 @@ def _phases(spec: ModelSpec, seq_len: int, z: _Sizes, recipe: TrainingRecipe, k:
             config: MemoryConfig, outer: bool = False) -> list[_Phase]:
     L, b, r = spec.num_layers, z.b, z.r
     P_b, P_r = z.unsharded_block or float(spec.block_params), float(spec.root_params)
+    experts = spec.moe if spec.moe is not None and spec.moe_layer_share == 1.0 else None
     spec = _moe_activation_spec(spec, z.token_factor)   # MoE: the activations' dense twin
     lm_side = P_r - (0.0 if spec.tie_word_embeddings else float(spec.embedding_params))
     policy = recipe.checkpoint
@@ -753,10 +777,9 @@ def _phases(spec: ModelSpec, seq_len: int, z: _Sizes, recipe: TrainingRecipe, k:
     saved_by_kind = {False: block_saved(spec, seq_len, b, recipe, config, share=share)
                      + (z.moe_saved if policy.mode != "full" else 0.0),
                      True: block_saved(spec, seq_len, b, recipe, config, whole=True, share=share)}
-    # a block recomputed whole saves its MoE routing terms again for its backward (module doc)
     work_by_kind = {False: _block_working_set(spec, seq_len, b, recipe, config, share=share),
                     True: _block_working_set(spec, seq_len, b, recipe, config, whole=True,
-                                             share=share) + z.moe_saved}
+                                             share=share)}
     whole_upto = list(itertools.accumulate(whole))  # blocks 0..j checkpointed whole
 
     def saved_upto(j: int) -> float:
@@ -837,6 +860,15 @@ def _phases(spec: ModelSpec, seq_len: int, z: _Sizes, recipe: TrainingRecipe, k:
             "reduce_scatter": previous_rs, "activations": rope,
             "temporaries": undone + b * lm_side + w_down + ar_done + z.fp8_cast[0]},
             _plus(backward_tokens, "temporaries", z.fp8_cast[1])))
+        if whole[j] and experts is not None:   # an MoE block at the end of its recompute
+            out.append(phase(f"block_recompute_end({j})", {
+                "sharded_grads": sharded,
+                "unsharded_params": root_kept + z.g * z.padded_block, "all_gather": prefetch,
+                "reduce_scatter": previous_rs, "activations": rope,
+                "temporaries": undone + b * lm_side + ar_done},
+                {"activations": saved_upto(j), "temporaries": recompute_end_bytes(
+                    spec, seq_len, b, recipe, config, share=share, moe=experts,
+                    token_factor=z.token_factor)}))
         out.extend(phase(name, {
             "sharded_grads": sharded,
             "unsharded_params": root_kept + z.g * z.padded_block, "all_gather": prefetch,
@@ -1246,6 +1278,7 @@ class _Stage:
     saved_upto: tuple[float, ...]  # bytes per token saved by local blocks 0..j
     work: tuple[float, ...]        # backward working set of local block j, per token
     held: float                   # bytes per token one micro-batch holds from F to B
+    recompute_end: tuple[float, ...] = ()  # per token, the end of block j's recompute (0: none)
     # sums over the units, computed once (the schedule walk reads them at every moment)
     params: float = field(init=False)
     padded: float = field(init=False)
@@ -1388,19 +1421,22 @@ def _pipeline_stages(spec: ModelSpec, world: int, seq_len: int, recipe: Training
     dense_layer = not all(spec.is_moe_layer(i) for i in range(spec.num_layers))
     saved: dict[tuple[bool, bool], float] = {}
     work: dict[tuple[bool, bool], float] = {}
+    recompute_end: dict[bool, float] = {}
     for kind in ((True,) if moe_layer else ()) + ((False,) if dense_layer else ()):
         first_of_kind = next(i for i in range(spec.num_layers) if spec.is_moe_layer(i) == kind)
         act = _moe_layer_activation_spec(spec, first_of_kind, token_factor)
-        # an MoE layer saves its routing terms unless checkpointed whole, and a block
-        # recomputed whole saves them again for its backward (`_block_working_set`'s "none")
+        # an MoE layer saves its routing terms unless checkpointed whole (as `_phases`)
         extra = moe_layer_saved_bytes(spec, b, token_factor) if kind else 0.0
         for w in (False, True):
             whole = w or policy.mode == "full"
             saved[kind, w] = block_saved(act, seq_len, b, recipe, config, whole=w,
                                          share=share) + (0.0 if whole else extra)
             work[kind, w] = _block_working_set(act, seq_len, b, recipe, config, whole=w,
-                                               share=share) + (extra if whole else 0.0)
+                                               share=share)
         work[kind, True] -= duplicate_input
+        recompute_end[kind] = recompute_end_bytes(act, seq_len, b, recipe, config, share=share,
+                                                  moe=spec.moe if kind else None,
+                                                  token_factor=token_factor) - duplicate_input
         if policy.mode == "op-sac":
             work[kind, False] -= duplicate_input + b * act.q_dim + (
                 b * act.hidden_size if act.gated_mlp else 0.0)
@@ -1424,7 +1460,9 @@ def _pipeline_stages(spec: ModelSpec, world: int, seq_len: int, recipe: Training
                            + logits_out + held_logits if last else boundary)
         out.append(_Stage(index=s, first_block=first_block, blocks=n, first=first, last=last,
                           units=_stage_units(spec, world, n, first, last, first_block, ep),
-                          saved_upto=upto, work=tuple(work[kind] for kind in kinds), held=held))
+                          saved_upto=upto, work=tuple(work[kind] for kind in kinds), held=held,
+                          recompute_end=tuple(recompute_end[moe] if whole else 0.0
+                                              for moe, whole in kinds)))
         first_block += n
     return out
 
@@ -1590,6 +1628,15 @@ def _rank_phases(stages: list[_Stage], rank: int, spec: ModelSpec, seq_len: int,
                 {"temporaries": r * upper + w_down},
                 {"activations": st.saved_upto[j] + output, "temporaries": work},
                 minus_held=st.held)
+            if st.recompute_end[j]:
+                # a block recomputed whole, at the end of its recomputed forward (no weight
+                # gradient of it yet; its output gradient as in its backward)
+                end = st.recompute_end[j] - (b * spec.hidden_size
+                                             if j == n - 1 and not st.last else 0.0)
+                add(f"block_recompute_end({name})", ("BRE", s, j, first_bwd),
+                    {"temporaries": r * upper},
+                    {"activations": st.saved_upto[j] + output, "temporaries": end},
+                    minus_held=st.held)
             # the block's first norm back-propagated last: every gradient of the block exists
             add(f"block_end({name})", ("BE", s, j, first_bwd),
                 {"unsharded_grads": b * block, "temporaries": r * upper},
