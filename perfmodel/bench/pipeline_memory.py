@@ -31,6 +31,21 @@ each stage's runtime held between forward and backward (`len(stage.fwd_cache)` a
 forward), and the receive buffers' bytes. Rows are appended one at a time; a rerun skips the
 rows already in the file (`perfmodel.bench.common.CsvLog`).
 
+MoE stages (`perfmodel.bench.moe` blocks, the MoE layers by global block index, so a
+dense-then-MoE model's dense layers sit where the model puts them): expert parallelism inside a
+stage over `ep` ranks borrowed from the pipeline rank's dp_shard, as torchtitan applies EP and
+FSDP per model part under PP: a (pp, efsdp, ep) mesh beside the (pp, dp_shard) one, both made
+before the fake mode; `perfmodel.bench.moe.shard_experts` keeps the rank's E/ep experts and
+`perfmodel.bench.moe.shard_layer` makes them their own FSDP unit over efsdp = dp_shard / ep
+(ep > 1; reshard_after_forward=False like every unit here). Routing has a fixed capacity
+(`perfmodel.bench.moe`). Those rows carry the expert columns of
+`perfmodel.bench.memory_moe` (`MOE_PIPELINE_COLUMNS`): the grid `moe_grid_cases`
+(memory-tracker-moe-pipeline.csv) and the held-out draw `moe_heldout_cases`
+(memory-tracker-moe-pipeline-heldout.csv), written by `python -m scripts.bench_pipeline_memory
+--moe-grid|--moe-heldout -o FILE`. Every shipped row's layers are all MoE layers (the datasets'
+`spec_of_row` reads them so); the dense-then-MoE placement is checked live
+(tests/test_memory_moe_pipeline.py).
+
 Tensor parallelism inside a stage is not run here (the project's block is not wrapped with
 `parallelize_module`): rows have tp = 1. What the fake process group does not show: a real
 backend keeps a sent tensor alive until its send completes (NCCL/gloo `Work`), up to one

@@ -25,8 +25,10 @@ V, the output and a 4-byte log-sum-exp per head, never the S×S scores):
   Eager attention (recipe.attention == "eager") adds the softmax output, a·S elements per token.
   Sliding-window layers (Mistral, Gemma-3, StarCoder2) save what global layers save: SDPA keeps no
   S×S scores either way, and eager attention materialises the full masked S×S scores. q/k norms
-  (Qwen3, Gemma-3, OLMo-2) and learned positions (GPT-2) are in the parameter shards; the
-  activations a q/k norm saves are not modelled (no tracker measurement of those families yet).
+  (Qwen3, Gemma-3, OLMo-2) and learned positions (GPT-2) are in the parameter shards; a q/k
+  RMSNorm saves what a block norm saves over the q and k widths, one statistic per head
+  (`qk_norm_saved_bytes`; checked on the Qwen3-30B-A3B rows of the MoE tracker grids, the only
+  q/k-norm family the trackers run).
   MLA models are refused (`ModelSpec.check_step_modelled`). Mixture-of-experts models
   (`_moe_sizes`, `_moe_activation_spec`): blocks carry the layers' mean (`perfmodel.spec.arch`).
   States: the dense part of each layer (attention, norms, router, shared experts, dense MLPs)
@@ -43,9 +45,29 @@ V, the output and a 4-byte log-sum-exp per head, never the S×S scores):
   (12 B each). Under ep > 1 the experts are their own FSDP unit (torchtitan), back-propagated
   and reduce-scattered before the rest of their block: at a block's widest backward moment its
   experts' gradient shard already exists and the reduce-scatter input still alive is the
-  previous block's dense part only. Checked by: tests/test_moe_step.py (against
+  previous block's dense part only. A block checkpointed whole adds one moment, the end of its
+  recomputed forward in backward (`recompute_end_bytes`): all it saves unchecked, its
+  hidden-width forward outputs still referenced and, in an MoE layer, the combine's k-fold
+  copies (the expert outputs with the zero row, the weighted rows and their copy before the
+  sum over k): wider than the MLP's backward for an MoE layer, narrower for a dense one
+  (f > 2h). Checked by: tests/test_moe_step.py (against
   FSDPMemTracker on catalogs/profiles/data/memory-tracker-moe.csv, `perfmodel.bench.memory_moe`:
   fixed-capacity routing, two real-width model shapes, EP 1-8).
+  MoE pipeline stages (pp > 1, tp = 1). Claim: a stage prices its blocks by global block index
+  with the terms above, one layer at a time rather than the mean block: an MoE layer's FSDP
+  unit is its dense part (`_moe_layer_params`, padded per tensor) plus its E/ep experts, of
+  which each rank keeps the exact 1/(dp_shard·cp) (`_stage_units`); it saves and works as its
+  activations' dense twin (`_moe_layer_activation_spec`) plus `moe_layer_saved_bytes` unless
+  checkpointed whole, and a block recomputed whole has its `recompute_end_bytes` moment; the
+  routed-token factor is `moe_token_factor`'s. Why: torchtitan applies EP and FSDP per model
+  part under PP (EP over ep ranks borrowed from each pipeline rank's dp_shard, the experts
+  FSDP-sharded over dp_shard/ep, their own unit under ep > 1), so a stage holds what the pp = 1
+  model prices for its layers, walked through the schedule as dense stages are; the experts'
+  own unit is priced inside its block's (their gradients are converted and kept as the
+  block's until REDUCE_GRAD). Checked by: tests/test_memory_moe_pipeline.py (against
+  FSDPMemTracker on catalogs/profiles/data/memory-tracker-moe-pipeline.csv and its held-out
+  draw, `perfmodel.bench.pipeline_memory` with MoE stages: MAPE <= 3 %, no row beyond 8 %;
+  a live dense-then-MoE run, states to the byte; the CLI's per-stage states).
 Loss, unfused, as `perfmodel.bench.model` computes it: bf16 logits (b·V), their fp32 copy and the
 fp32 log-softmax (saved) at the end of forward; at the start of backward the log-softmax and the
 fp32 gradients of the NLL and of the log-softmax (12·V B/token). `chunked` divides the logits
@@ -705,7 +727,12 @@ def recompute_end_bytes(spec: ModelSpec, seq_len: int, b: float, recipe: Trainin
     rows and their (k, T, h) copy before the sum over k. `spec` is the layer's activations'
     dense twin (`_moe_layer_activation_spec`), `moe` the model's experts (None: a dense layer).
     For a dense layer with f > 2h this moment is narrower than the MLP's backward
-    (`_block_working_set`), so only MoE layers' ends bind."""
+    (`_block_working_set`), so only MoE layers' ends bind. Why: FSDPMemTracker timelines of a
+    recomputed MoE block (the peak of its backward is the last op of its recompute, these
+    tensors alive). Checked by: tests/test_memory_moe_pipeline.py (full-checkpointing rows of
+    the MoE stage grids peak there); no row of the dense pipeline datasets peaks there
+    (tests/test_memory_pipeline.py); the pp = 1 phases have the moment for models whose every
+    layer is an MoE layer, where no shipped row peaks."""
     h = spec.hidden_size
     held = block_saved_none(spec, seq_len, b, recipe.attention, config, share=share)
     held += 4 * b * h + b * h * share
@@ -1790,9 +1817,13 @@ def pipeline_memory(model: ModelSpec, *, num_gpus: int, seq_len: int, micro_batc
         referenced when the output is allocated).
     Why: this is what torch 2.13's pipeline runtime and FSDP2 allocate, read from their code and
     from FSDPMemTracker timelines of every action (`perfmodel.bench.pipeline_memory`).
+    MoE stages (the module doc's "MoE pipeline stages"): each block is priced by its global
+    index (a dense or an MoE layer's unit, saves and working set), and a block recomputed whole
+    adds the end of its recomputed forward (`recompute_end_bytes`).
     Checked by: tests/test_memory_pipeline.py (catalogs/profiles/data/memory-tracker-pipeline.csv
     and its 20 held-out configurations: MAPE <= 3 %, no row beyond 8 %; the in-flight counts
-    torch's runtime held; a live tracker run; the per-micro-batch arithmetic)."""
+    torch's runtime held; a live tracker run; the per-micro-batch arithmetic) and
+    tests/test_memory_moe_pipeline.py (the MoE stage grid and its held-out draw, same goal)."""
     _positive("num_gpus", num_gpus)
     _positive("seq_len", seq_len)
     _positive("micro_batch", micro_batch)
