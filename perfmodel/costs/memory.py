@@ -1310,11 +1310,13 @@ class _Stage:
     params: float = field(init=False)
     padded: float = field(init=False)
     shard: float = field(init=False)
+    ends: tuple[int, ...] = field(init=False)   # `_block_ends`
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "params", sum(u.params for u in self.units))
         object.__setattr__(self, "padded", sum(u.padded for u in self.units))
         object.__setattr__(self, "shard", sum(u.shard for u in self.units))
+        object.__setattr__(self, "ends", tuple(_block_ends(self)))
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -1642,7 +1644,7 @@ def _rank_phases(stages: list[_Stage], rank: int, spec: ModelSpec, seq_len: int,
                 {"unsharded_grads": st.units[-1].post_backward_bytes(b, r, first_bwd)},
                 {"activations": st.saved_upto[n - 1] + output,
                  "temporaries": b * spec.hidden_size}, minus_held=st.held)
-        for j in reversed(_block_ends(st)):
+        for j in reversed(st.ends):
             block_unit = block_units[j]
             block = block_unit.params
             # first backward: the units above j accumulated so far (else all, in the base)
