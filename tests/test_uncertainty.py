@@ -157,7 +157,7 @@ def test_residuals_csv_has_the_contract_columns_and_groups() -> None:
     # the grids the memory model was designed against never form a band
     assert {r["source"].rsplit("/", 1)[1] for r in rows if r["role"] == "in-sample"} == {
         "memory-tracker.csv", "memory-tracker-layouts.csv", "memory-tracker-pipeline.csv",
-        "memory-tracker-moe.csv"}
+        "memory-tracker-moe.csv", "memory-tracker-moe-pipeline.csv"}
     prior_holdout = {r["case"].split(":", 1)[1].split("/")[0]
                      for r in rows if r["group"] == "prior" and r["role"] == "holdout"
                      and "llm-foundry" in r["source"]}

@@ -106,16 +106,6 @@ class MoeMemoryCase:
         check_moe_recipe(self.case.recipe)
 
 
-def _capacity(case: MoeMemoryCase) -> int:
-    # lazy: torch, the optional [bench] extra
-    from perfmodel.bench.moe import expert_capacity
-
-    moe = case.case.spec.moe
-    if moe is None:  # refused by MoeMemoryCase.__post_init__
-        raise UserInputError("not an MoE model", hint="give an MoE model.")
-    return expert_capacity(case.case.micro_batch * case.case.seq_len, moe, case.capacity_factor)
-
-
 def case_key(case: MoeMemoryCase) -> dict[str, Any]:
     """The CSV resume key (and the case columns) of a row."""
     c = case.case
@@ -126,17 +116,28 @@ def case_key(case: MoeMemoryCase) -> dict[str, Any]:
 
 def moe_columns(case: MoeMemoryCase) -> dict[str, Any]:
     """The MoE shape columns of a row."""
-    spec = case.case.spec
+    return expert_columns(case.case.spec, case.ep, case.capacity_factor,
+                          case.case.micro_batch * case.case.seq_len)
+
+
+def expert_columns(spec: ModelSpec, ep: int, capacity_factor: float,
+                   tokens: int) -> dict[str, Any]:
+    """The MoE columns (`MOE_COLUMNS`) of a row of `spec` under `ep` with `capacity_factor`,
+    `tokens` routed per micro-batch on the rank (the expert capacity follows from them)."""
+    # lazy: torch, the optional [bench] extra
+    from perfmodel.bench.moe import expert_capacity
+
     moe = spec.moe
-    if moe is None:  # refused by MoeMemoryCase.__post_init__
+    if moe is None:  # refused by the cases' checks
         raise UserInputError("not an MoE model", hint="give an MoE model.")
-    return {"ep": case.ep, "num_experts": moe.num_experts,
+    return {"ep": ep, "num_experts": moe.num_experts,
             "experts_per_token": moe.experts_per_token,
             "expert_intermediate_size": moe.expert_intermediate_size,
             "num_shared_experts": moe.num_shared_experts,
             "shared_intermediate_size": moe.shared_intermediate_size,
             "shared_expert_gate": moe.shared_expert_gate, "qk_norm": spec.qk_norm,
-            "capacity_factor": case.capacity_factor, "expert_capacity": _capacity(case)}
+            "capacity_factor": capacity_factor,
+            "expert_capacity": expert_capacity(tokens, moe, capacity_factor)}
 
 
 def run_moe_case(case: MoeMemoryCase) -> dict[str, Any]:

@@ -339,7 +339,6 @@ def shard_moe_with_recipe(model: MoeTransformer, recipe: TrainingRecipe, *, dens
     when ep > 1, every other unit on dp_shard), with the recipe's mixed precision; in place."""
     # lazy: torch's FSDP2, only when wrapping
     from torch.distributed.fsdp import fully_shard
-    from torch.distributed.tensor import Shard
 
     # lazy: the recipe wrapper's checkpointing and mixed precision (one home)
     from perfmodel.bench.recipe_wrap import apply_activation_checkpointing, mixed_precision
@@ -348,29 +347,42 @@ def shard_moe_with_recipe(model: MoeTransformer, recipe: TrainingRecipe, *, dens
     moe_layers = dict(moe_blocks(model))
     apply_activation_checkpointing(model, recipe.ac)
     mp = mixed_precision(recipe)
-    ep = sparse_mesh["ep"].size()
-    world = dense_mesh.size()
     layers = list(getattr(model, "layers"))  # noqa: B009  (nn.Module typing)
     for i, layer in enumerate(layers):
         last = i == len(layers) - 1
         reshard = (recipe.reshard_last_block_after_forward if last
                    else recipe.reshard_blocks_after_forward)
-        placement: Callable[[nn.Parameter], Any] | None = None
-        if i in moe_layers:
-            experts = moe_layers[i].experts
-            dim = expert_shard_dim(world, moe_layers[i].moe)
-            expert_params = set(experts.parameters())
-            if ep > 1:
-                fully_shard(experts, mesh=sparse_mesh["efsdp"], reshard_after_forward=reshard,
-                            mp_policy=mp,
-                            shard_placement_fn=_placement_of(expert_params, Shard(dim)))
-            elif dim == 1:
-                placement = _placement_of(expert_params, Shard(1))
-        fully_shard(layer, mesh=dense_mesh, reshard_after_forward=reshard, mp_policy=mp,
-                    shard_placement_fn=placement)
+        shard_layer(layer, moe_layers.get(i), dense_mesh=dense_mesh, sparse_mesh=sparse_mesh,
+                    reshard_after_forward=reshard, mp_policy=mp)
     fully_shard(model, mesh=dense_mesh, reshard_after_forward=recipe.reshard_root_after_forward,
                 mp_policy=mp)
     return model
+
+
+def shard_layer(layer: nn.Module, block: MoeBlock | None, *, dense_mesh: Any, sparse_mesh: Any,
+                reshard_after_forward: bool, mp_policy: Any) -> nn.Module:
+    """FSDP2 of one layer as the module docstring says (and torchtitan's apply_fsdp, per model
+    part under pipeline parallelism too): with an MoE `block` and ep > 1 its routed experts
+    first, their own unit over the `efsdp` dimension, then the layer over the dense mesh (with
+    ep = 1 the experts stay in the layer's unit, on dim 1 when the world exceeds the experts);
+    in place."""
+    # lazy: torch's FSDP2, only when wrapping
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.tensor import Shard
+
+    placement: Callable[[nn.Parameter], Any] | None = None
+    if block is not None:
+        dim = expert_shard_dim(dense_mesh.size(), block.moe)
+        expert_params = set(block.experts.parameters())
+        if sparse_mesh["ep"].size() > 1:
+            fully_shard(block.experts, mesh=sparse_mesh["efsdp"],
+                        reshard_after_forward=reshard_after_forward, mp_policy=mp_policy,
+                        shard_placement_fn=_placement_of(expert_params, Shard(dim)))
+        elif dim == 1:
+            placement = _placement_of(expert_params, Shard(1))
+    fully_shard(layer, mesh=dense_mesh, reshard_after_forward=reshard_after_forward,
+                mp_policy=mp_policy, shard_placement_fn=placement)
+    return layer
 
 
 def _placement_of(params: set[Any], placement: Any) -> Callable[[nn.Parameter], Any]:

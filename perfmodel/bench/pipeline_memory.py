@@ -31,6 +31,21 @@ each stage's runtime held between forward and backward (`len(stage.fwd_cache)` a
 forward), and the receive buffers' bytes. Rows are appended one at a time; a rerun skips the
 rows already in the file (`perfmodel.bench.common.CsvLog`).
 
+MoE stages (`perfmodel.bench.moe` blocks, the MoE layers by global block index, so a
+dense-then-MoE model's dense layers sit where the model puts them): expert parallelism inside a
+stage over `ep` ranks borrowed from the pipeline rank's dp_shard, as torchtitan applies EP and
+FSDP per model part under PP: a (pp, efsdp, ep) mesh beside the (pp, dp_shard) one, both made
+before the fake mode; `perfmodel.bench.moe.shard_experts` keeps the rank's E/ep experts and
+`perfmodel.bench.moe.shard_layer` makes them their own FSDP unit over efsdp = dp_shard / ep
+(ep > 1; reshard_after_forward=False like every unit here). Routing has a fixed capacity
+(`perfmodel.bench.moe`). Those rows carry the expert columns of
+`perfmodel.bench.memory_moe` (`MOE_PIPELINE_COLUMNS`): the grid `moe_grid_cases`
+(memory-tracker-moe-pipeline.csv) and the held-out draw `moe_heldout_cases`
+(memory-tracker-moe-pipeline-heldout.csv), written by `python -m scripts.bench_pipeline_memory
+--moe-grid|--moe-heldout -o FILE`. Every shipped row's layers are all MoE layers (the datasets'
+`spec_of_row` reads them so); the dense-then-MoE placement is checked live
+(tests/test_memory_moe_pipeline.py).
+
 Tensor parallelism inside a stage is not run here (the project's block is not wrapped with
 `parallelize_module`): rows have tp = 1. What the fake process group does not show: a real
 backend keeps a sent tensor alive until its send completes (NCCL/gloo `Work`), up to one
@@ -83,6 +98,15 @@ COLUMNS = ("model", "family", "hidden_size", "num_hidden_layers", "num_attention
 (`len(stage.fwd_cache)`); `recv_buffer_bytes`: the schedule's receive buffers on this rank;
 `peak_bytes` and the category columns: the tracker's peak of the second step;
 `step1_peak_bytes`: of the first."""
+MOE_COLUMNS = ("ep", "num_experts", "experts_per_token", "expert_intermediate_size",
+               "num_shared_experts", "shared_intermediate_size", "shared_expert_gate", "qk_norm",
+               "capacity_factor", "expert_capacity")
+"""The expert columns of an MoE stage row (`perfmodel.bench.memory_moe.MOE_COLUMNS`' meaning)."""
+MOE_KEY_COLUMNS = (*KEY_COLUMNS, "ep", "capacity_factor")
+MOE_PIPELINE_COLUMNS = (*COLUMNS[:COLUMNS.index("ground_truth")], *MOE_COLUMNS,
+                        *COLUMNS[COLUMNS.index("ground_truth"):])
+"""The columns of memory-tracker-moe-pipeline*.csv: the dense pipeline rows' plus the expert
+ones."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -104,6 +128,11 @@ class PipelineMemoryCase:
     >= 1)."""
     rank: int
     """The pipeline rank tracked."""
+    ep: int = 1
+    """Expert-parallel degree inside a stage (MoE): ranks of the stage's dp_shard sharing one
+    layer's experts; the experts are FSDP-sharded over dp_shard / ep."""
+    capacity_factor: float = 1.0
+    """Slots per expert over the balanced share T k / E (`perfmodel.bench.moe`, fixed capacity)."""
 
     def __post_init__(self) -> None:
         for name in ("seq_len", "micro_batch", "accum_steps"):
@@ -132,6 +161,20 @@ class PipelineMemoryCase:
         pipeline.check_schedule(layout.pp_schedule, layout.pp, layout.virtual_stages,
                                 self.accum_steps)
         pipeline.stage_blocks(self.spec.num_layers, layout.pp, layout.virtual_stages)
+        if self.spec.moe is not None:
+            # lazy: the MoE bench model's checks, with torch
+            from perfmodel.bench.moe import check_moe_buildable, check_moe_recipe
+
+            check_moe_buildable(self.spec, self.ep, self.capacity_factor, layout.dp_shard)
+            check_moe_recipe(self.recipe)
+        elif self.ep != 1:
+            raise UserInputError(f"ep {self.ep} given for the dense model {self.spec.name}",
+                                 hint="use ep 1, or an MoE model.")
+
+    @property
+    def is_moe(self) -> bool:
+        """Whether the stages hold MoE blocks (the row then has the expert columns)."""
+        return self.spec.moe is not None
 
     @property
     def world_size(self) -> int:
@@ -147,20 +190,29 @@ class PipelineMemoryCase:
                 "rank": self.rank, "seq_len": self.seq_len, "micro_batch": self.micro_batch,
                 "accum_steps": self.accum_steps, "ac": r.ac, "recipe": r.name,
                 "param_dtype": r.param_dtype, "reduce_dtype": r.reduce_dtype,
-                "attention": r.attention, "ground_truth": GROUND_TRUTH}
+                "attention": r.attention, "ground_truth": GROUND_TRUTH,
+                **({"ep": self.ep, "capacity_factor": self.capacity_factor}
+                   if self.is_moe else {})}
 
 
 class StageModule(nn.Module):
-    """One pipeline stage of `perfmodel.bench.model.Transformer`: the embedding (stage 0), the
-    stage's blocks, the final norm and LM head (last stage). Input: token ids (stage 0) or the
-    hidden states; output: hidden states, or the logits on the last stage."""
+    """One pipeline stage of `perfmodel.bench.model.Transformer` (or of
+    `perfmodel.bench.moe.MoeTransformer`: the MoE layers by global block index, from
+    `first_block`): the embedding (stage 0), the stage's blocks, the final norm and LM head
+    (last stage). Input: token ids (stage 0) or the hidden states; output: hidden states, or
+    the logits on the last stage."""
 
-    def __init__(self, spec: ModelSpec, blocks: int, *, first: bool, last: bool) -> None:
+    def __init__(self, spec: ModelSpec, blocks: int, *, first: bool, last: bool,
+                 first_block: int = 0, capacity_factor: float = 1.0) -> None:
         super().__init__()
-        _check_buildable(spec)
         self.spec = spec
         self.embed = nn.Embedding(spec.vocab_size, spec.hidden_size) if first else None
-        self.layers = nn.ModuleList(Block(spec) for _ in range(blocks))
+        if spec.moe is None:
+            _check_buildable(spec)
+            self.layers = nn.ModuleList(Block(spec) for _ in range(blocks))
+        else:
+            self.layers = _moe_layers(spec, range(first_block, first_block + blocks),
+                                      capacity_factor)
         self.final_norm = _norm(spec) if last else None
         self.lm_head = (nn.Linear(spec.hidden_size, spec.vocab_size, bias=spec.lm_head_bias)
                         if last else None)
@@ -179,11 +231,34 @@ class StageModule(nn.Module):
         return h
 
 
+def _moe_layers(spec: ModelSpec, indices: range, capacity_factor: float) -> nn.ModuleList:
+    """The blocks of global indices `indices` of `perfmodel.bench.moe.MoeTransformer`: the dense
+    block with per-head q/k norms when the model has them, the MLP an MoE block in the MoE
+    layers."""
+    # lazy: the MoE bench model, with torch
+    from perfmodel.bench.moe import MoeBlock, QkNormAttention, check_moe_buildable
+
+    check_moe_buildable(spec, 1, capacity_factor)
+    dense = replace(spec, moe=None, qk_norm="none")
+    _check_buildable(dense)
+    layers = nn.ModuleList(Block(dense) for _ in indices)
+    for i, block in zip(indices, layers, strict=True):
+        if spec.qk_norm == "head":
+            block.attn = QkNormAttention(dense)
+        if spec.is_moe_layer(i):
+            block.mlp = MoeBlock(spec, capacity_factor=capacity_factor)
+    return layers
+
+
 def build_stage(spec: ModelSpec, stage: int, num_stages: int, blocks: int, *,
-                dtype: torch.dtype = torch.float32, seed: int = 0) -> StageModule:
-    """A `StageModule` in `dtype` with the seeded small-normal initialisation of `build_model`."""
+                dtype: torch.dtype = torch.float32, seed: int = 0, first_block: int = 0,
+                capacity_factor: float = 1.0) -> StageModule:
+    """A `StageModule` in `dtype` with the seeded small-normal initialisation of `build_model`
+    (an MoE stage holds all E experts per layer; `perfmodel.bench.moe.shard_experts` then keeps
+    the rank's E/ep)."""
     torch.manual_seed(seed + stage)
-    module = StageModule(spec, blocks, first=stage == 0, last=stage == num_stages - 1)
+    module = StageModule(spec, blocks, first=stage == 0, last=stage == num_stages - 1,
+                         first_block=first_block, capacity_factor=capacity_factor)
     with torch.no_grad():
         for name, param in module.named_parameters():
             if name.endswith("bias"):
@@ -196,11 +271,16 @@ def build_stage(spec: ModelSpec, stage: int, num_stages: int, blocks: int, *,
 
 
 def shard_stage(module: StageModule, recipe: TrainingRecipe, *, first_block: int,
-                mesh: Any) -> StageModule:
+                mesh: Any, sparse_mesh: Any = None) -> StageModule:
     """The recipe's checkpointing, then FSDP2 as torchtitan wraps a model part under PP (module
-    doc): every unit with reshard_after_forward=False."""
+    doc): every unit with reshard_after_forward=False. An MoE stage's layers are wrapped by
+    `perfmodel.bench.moe.shard_layer` (the experts their own unit over `sparse_mesh`'s efsdp
+    dimension when ep > 1), after `perfmodel.bench.moe.shard_experts` kept the rank's experts."""
     # lazy: torch.distributed's FSDP, loaded with the bench only
     from torch.distributed.fsdp import fully_shard
+
+    # lazy: the MoE bench model, with torch
+    from perfmodel.bench.moe import MoeBlock, shard_layer
 
     apply_activation_checkpointing(module, recipe.ac, first_block=first_block)
     kw: dict[str, Any] = {"mesh": mesh, "mp_policy": mixed_precision(recipe),
@@ -208,7 +288,12 @@ def shard_stage(module: StageModule, recipe: TrainingRecipe, *, first_block: int
     if module.embed is not None:
         fully_shard(module.embed, **kw)
     for block in module.layers:
-        fully_shard(block, **kw)
+        moe = next((m for m in block.modules() if isinstance(m, MoeBlock)), None)
+        if moe is not None:
+            shard_layer(block, moe, dense_mesh=mesh, sparse_mesh=sparse_mesh,
+                        reshard_after_forward=False, mp_policy=kw["mp_policy"])
+        else:
+            fully_shard(block, **kw)
     if module.final_norm is not None and module.lm_head is not None:
         fully_shard([module.final_norm, module.lm_head], **kw)
     fully_shard(module, mesh=mesh, mp_policy=kw["mp_policy"])
@@ -289,7 +374,8 @@ def run_case(case: PipelineMemoryCase) -> dict[str, Any]:
     from torch.distributed.pipelining.schedules import get_schedule_class
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
-    # lazy: the recipe's optimizer, with torch
+    # lazy: the recipe's optimizer and the MoE model's expert split, with torch
+    from perfmodel.bench.moe import SPARSE_DIMS, shard_experts
     from perfmodel.bench.recipe_wrap import init_optimizer_state, make_optimizer
 
     layout, spec = case.recipe.parallel, case.spec
@@ -308,11 +394,21 @@ def run_case(case: PipelineMemoryCase) -> dict[str, Any]:
     try:
         mesh = init_device_mesh("cpu", (layout.pp, layout.dp_shard),
                                 mesh_dim_names=("pp", "dp_shard"))
+        # MoE: the experts' (efsdp, ep) mesh inside each pipeline rank's dp_shard ranks, ep
+        # innermost (`perfmodel.bench.moe.moe_meshes`), made before the fake mode too
+        sparse = (init_device_mesh("cpu", (layout.pp, layout.dp_shard // case.ep, case.ep),
+                                   mesh_dim_names=("pp", *SPARSE_DIMS))
+                  if case.is_moe else None)
         with FakeTensorMode():
-            modules = [shard_stage(build_stage(spec, s, num_stages, cuts[s],
-                                               dtype=resolve_dtype(case.recipe.master_dtype)),
-                                   case.recipe, first_block=firsts[s], mesh=mesh["dp_shard"])
-                       for s in local]
+            modules = []
+            for s in local:
+                module = build_stage(spec, s, num_stages, cuts[s], first_block=firsts[s],
+                                     capacity_factor=case.capacity_factor,
+                                     dtype=resolve_dtype(case.recipe.master_dtype))
+                if sparse is not None:
+                    shard_experts(module, sparse)  # type: ignore[arg-type]  # has .layers
+                modules.append(shard_stage(module, case.recipe, first_block=firsts[s],
+                                           mesh=mesh["dp_shard"], sparse_mesh=sparse))
             optimizer = make_optimizer(nn.ModuleList(modules), case.recipe)
             init_optimizer_state(nn.ModuleList(modules), optimizer)
             stages = []
@@ -371,7 +467,13 @@ def run_case(case: PipelineMemoryCase) -> dict[str, Any]:
             recv = _recv_buffer_bytes(stages)
     finally:
         dist.destroy_process_group()
-    return {**shape_columns(case.config_id, spec), **case.key(),
+    experts: dict[str, Any] = {}
+    if case.is_moe:
+        # lazy: the MoE dataset's columns (one home)
+        from perfmodel.bench.memory_moe import expert_columns
+
+        experts = expert_columns(spec, case.ep, case.capacity_factor, m * S)
+    return {**shape_columns(case.config_id, spec), **case.key(), **experts,
             "stages": "+".join(str(s) for s in local),
             "stage_blocks": "+".join(str(cuts[s]) for s in local),
             "in_flight": "+".join(str(held[s]) for s in local), "recv_buffer_bytes": recv,
@@ -382,12 +484,18 @@ def run_case(case: PipelineMemoryCase) -> dict[str, Any]:
 def run_cases(cases: Iterable[PipelineMemoryCase], out_path: str | Path, *,
               limit: int | None = None, extra: dict[str, Any] | None = None) -> dict[str, int]:
     """Track every case not yet in `out_path`, one row each (resumable); counts."""
-    log = CsvLog(out_path, COLUMNS, KEY_COLUMNS)
-    done = log.done_keys()
     cases = list(cases)
+    moe = {c.is_moe for c in cases}
+    if len(moe) > 1:
+        raise UserInputError("dense and MoE pipeline cases go to different files",
+                             hint="run the MoE cases into their own CSV.")
+    log = (CsvLog(out_path, MOE_PIPELINE_COLUMNS, MOE_KEY_COLUMNS) if True in moe
+           else CsvLog(out_path, COLUMNS, KEY_COLUMNS))
+    done = log.done_keys()
     append_environment(out_path, environment_record(
         device="fake", threads=torch.get_num_threads(),
-        extra={"benchmark": "memory-pipeline", "ground_truth": GROUND_TRUTH,
+        extra={"benchmark": "memory-moe-pipeline" if True in moe else "memory-pipeline",
+               "ground_truth": GROUND_TRUTH,
                "tracked_steps": 2, **(extra or {})}))
     counts = {"measured": 0, "skipped": 0}
     for case in cases:
@@ -548,3 +656,122 @@ def _valid_k(schedule: str, pp: int, v: int, k: int) -> bool:
     except UserInputError:
         return False
     return True
+
+
+# ---- MoE stages: the shipped grid and the held-out draw ----------------------------------------
+
+MOE_GRID_SCHEDULES = (("gpipe", 1), ("1f1b", 1), ("interleaved-1f1b", 2))
+"""(schedule, virtual stages) of the MoE grid."""
+MOE_GRID_PP = (2, 4)
+MOE_GRID_EP = (1, 2, 4, 8)
+MOE_GRID_DP_SHARD = 8
+"""Each pipeline rank's dp_shard ranks in the MoE grid (ep 1 to 8 all divide it)."""
+MOE_GRID_SEQ_LEN = 2048
+MOE_GRID_MICRO_BATCHES = (1, 2)
+MOE_GRID_AC = ("none", "full")
+MOE_GRID_CAPACITY_FACTOR = 1.0
+MOE_BLOCKS_PER_STAGE = 2
+"""Grid stages hold this many blocks each (layers = pp x virtual stages x 2)."""
+MOE_GRID_CONFIGS = 36
+"""Configurations drawn for the MoE grid, each tracked on the first and the last pipeline rank."""
+
+
+def _moe_case(config: str, spec: ModelSpec, schedule: str, v: int, pp: int, dp: int, ep: int,
+              k: int, m: int, seq_len: int, ac: str, capacity_factor: float,
+              rank: int) -> PipelineMemoryCase:
+    # lazy: the default recipe, read only when cases are built
+    from perfmodel.spec.recipe import DEFAULT_RECIPE
+
+    return PipelineMemoryCase(
+        config_id=config, spec=spec, seq_len=seq_len, micro_batch=m, accum_steps=k, rank=rank,
+        ep=ep, capacity_factor=capacity_factor,
+        recipe=DEFAULT_RECIPE.with_overrides(ac=ac, pp=pp, virtual_stages=v,
+                                             pp_schedule=schedule, dp_shard=dp, ep=ep))
+
+
+def moe_grid_cases(*, configs: int = MOE_GRID_CONFIGS,
+                   seed: int = 0) -> list[PipelineMemoryCase]:
+    """The shipped MoE grid (memory-tracker-moe-pipeline.csv): the two MoE shapes of
+    `perfmodel.bench.memory_moe.CONFIGS` at real width, every layer an MoE layer, two blocks per
+    stage; every (shape, schedule, pp, ep, k in {pp, 2 pp}, m, AC) at dp_shard 8, S 2048 and
+    capacity factor 1, shuffled by `random.Random(seed)` and drawn round-robin over the
+    (shape, ep, schedule) cells; each configuration on its first and last pipeline rank."""
+    # lazy: only the generator draws
+    import itertools
+    import random
+
+    # lazy: the MoE shapes (one home)
+    from perfmodel.bench.memory_moe import CONFIGS, load_spec
+
+    combos = [(path, schedule, v, pp, ep, k, m, ac)
+              for path, (schedule, v), pp, ep, m, ac in itertools.product(
+                  CONFIGS.values(), MOE_GRID_SCHEDULES, MOE_GRID_PP, MOE_GRID_EP,
+                  MOE_GRID_MICRO_BATCHES, MOE_GRID_AC)
+              for k in (pp, 2 * pp)]
+    random.Random(seed).shuffle(combos)
+    cells: dict[tuple[str, int, str], list[Any]] = {}
+    for combo in combos:
+        cells.setdefault((combo[0], combo[4], combo[1]), []).append(combo)
+    picked: list[Any] = []
+    while len(picked) < configs and any(cells.values()):
+        for key in sorted(cells):
+            if cells[key] and len(picked) < configs:
+                picked.append(cells[key].pop())
+    out = []
+    for path, schedule, v, pp, ep, k, m, ac in picked:
+        spec = load_spec(path, pp * v * MOE_BLOCKS_PER_STAGE)
+        out += [_moe_case(path, spec, schedule, v, pp, MOE_GRID_DP_SHARD, ep, k, m,
+                          MOE_GRID_SEQ_LEN, ac, MOE_GRID_CAPACITY_FACTOR, rank)
+                for rank in (0, pp - 1)]
+    return out
+
+
+MOE_HELDOUT_SEED = 2426
+"""The MoE held-out draw's seed, fixed before any row was tracked."""
+MOE_HELDOUT_CONFIGS = 16
+MOE_HELDOUT_DP_SHARD = (4, 16)
+MOE_HELDOUT_SEQ_LENS = (1024, 3072)
+MOE_HELDOUT_MICRO_BATCHES = (1, 3)
+MOE_HELDOUT_CAPACITY_FACTORS = (1.25, 1.5)
+
+
+def moe_heldout_cases(*, seed: int = MOE_HELDOUT_SEED,
+                      configs: int = MOE_HELDOUT_CONFIGS) -> list[PipelineMemoryCase]:
+    """`configs` MoE configurations outside the grid (memory-tracker-moe-pipeline-heldout.csv),
+    one pipeline rank each, drawn with `random.Random(seed)`: the grid's shapes and the held-out
+    one (`perfmodel.bench.memory_moe.HELDOUT_CONFIGS`), pp in {2, 3, 4}, a schedule
+    (interleaved with 2 virtual stages), 1 to 3 blocks per stage (uneven stages too), dp_shard
+    in {4, 16} (never the grid's 8), an ep dividing it and the experts, k from the schedule's
+    valid counts up to 3 pp, m in {1, 3}, S in {1024, 3072}, AC none or full, capacity factor
+    1.25 or 1.5, and a rank; a draw the MoE bench model cannot build is drawn again."""
+    # lazy: only the generator draws
+    import random
+
+    # lazy: the MoE shapes (one home) and the MoE model's checks, with torch
+    from perfmodel.bench.memory_moe import CONFIGS, HELDOUT_CONFIGS, load_spec
+    from perfmodel.bench.moe import check_moe_buildable
+
+    paths = (*CONFIGS.values(), *HELDOUT_CONFIGS.values())
+    rng = random.Random(seed)
+    out: list[PipelineMemoryCase] = []
+    while len(out) < configs:
+        path = rng.choice(paths)
+        pp = rng.choice((2, 3, 4))
+        schedule = rng.choice(("gpipe", "1f1b", "interleaved-1f1b"))
+        v = 2 if schedule == "interleaved-1f1b" else 1
+        layers = rng.randint(pp * v, 3 * pp * v)
+        dp = rng.choice(MOE_HELDOUT_DP_SHARD)
+        ep = rng.choice((1, 2, 4))
+        k = rng.choice([n for n in range(1, 3 * pp + 1) if _valid_k(schedule, pp, v, n)])
+        m = rng.choice(MOE_HELDOUT_MICRO_BATCHES)
+        seq_len = rng.choice(MOE_HELDOUT_SEQ_LENS)
+        ac = rng.choice(MOE_GRID_AC)
+        cf = rng.choice(MOE_HELDOUT_CAPACITY_FACTORS)
+        rank = rng.randrange(pp)
+        spec = load_spec(path, layers)
+        try:
+            check_moe_buildable(spec, ep, cf, dp)
+        except UserInputError:
+            continue
+        out.append(_moe_case(path, spec, schedule, v, pp, dp, ep, k, m, seq_len, ac, cf, rank))
+    return out

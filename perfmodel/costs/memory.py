@@ -25,8 +25,10 @@ V, the output and a 4-byte log-sum-exp per head, never the S×S scores):
   Eager attention (recipe.attention == "eager") adds the softmax output, a·S elements per token.
   Sliding-window layers (Mistral, Gemma-3, StarCoder2) save what global layers save: SDPA keeps no
   S×S scores either way, and eager attention materialises the full masked S×S scores. q/k norms
-  (Qwen3, Gemma-3, OLMo-2) and learned positions (GPT-2) are in the parameter shards; the
-  activations a q/k norm saves are not modelled (no tracker measurement of those families yet).
+  (Qwen3, Gemma-3, OLMo-2) and learned positions (GPT-2) are in the parameter shards; a q/k
+  RMSNorm saves what a block norm saves over the q and k widths, one statistic per head
+  (`qk_norm_saved_bytes`; checked on the Qwen3-30B-A3B rows of the MoE tracker grids, the only
+  q/k-norm family the trackers run).
   MLA models are refused (`ModelSpec.check_step_modelled`). Mixture-of-experts models
   (`_moe_sizes`, `_moe_activation_spec`): blocks carry the layers' mean (`perfmodel.spec.arch`).
   States: the dense part of each layer (attention, norms, router, shared experts, dense MLPs)
@@ -43,9 +45,29 @@ V, the output and a 4-byte log-sum-exp per head, never the S×S scores):
   (12 B each). Under ep > 1 the experts are their own FSDP unit (torchtitan), back-propagated
   and reduce-scattered before the rest of their block: at a block's widest backward moment its
   experts' gradient shard already exists and the reduce-scatter input still alive is the
-  previous block's dense part only. Checked by: tests/test_moe_step.py (against
+  previous block's dense part only. A block checkpointed whole adds one moment, the end of its
+  recomputed forward in backward (`recompute_end_bytes`): all it saves unchecked, its
+  hidden-width forward outputs still referenced and, in an MoE layer, the combine's k-fold
+  copies (the expert outputs with the zero row, the weighted rows and their copy before the
+  sum over k): wider than the MLP's backward for an MoE layer, narrower for a dense one
+  (f > 2h). Checked by: tests/test_moe_step.py (against
   FSDPMemTracker on catalogs/profiles/data/memory-tracker-moe.csv, `perfmodel.bench.memory_moe`:
   fixed-capacity routing, two real-width model shapes, EP 1-8).
+  MoE pipeline stages (pp > 1, tp = 1). Claim: a stage prices its blocks by global block index
+  with the terms above, one layer at a time rather than the mean block: an MoE layer's FSDP
+  unit is its dense part (`_moe_layer_params`, padded per tensor) plus its E/ep experts, of
+  which each rank keeps the exact 1/(dp_shard·cp) (`_stage_units`); it saves and works as its
+  activations' dense twin (`_moe_layer_activation_spec`) plus `moe_layer_saved_bytes` unless
+  checkpointed whole, and a block recomputed whole has its `recompute_end_bytes` moment; the
+  routed-token factor is `moe_token_factor`'s. Why: torchtitan applies EP and FSDP per model
+  part under PP (EP over ep ranks borrowed from each pipeline rank's dp_shard, the experts
+  FSDP-sharded over dp_shard/ep, their own unit under ep > 1), so a stage holds what the pp = 1
+  model prices for its layers, walked through the schedule as dense stages are; the experts'
+  own unit is priced inside its block's (their gradients are converted and kept as the
+  block's until REDUCE_GRAD). Checked by: tests/test_memory_moe_pipeline.py (against
+  FSDPMemTracker on catalogs/profiles/data/memory-tracker-moe-pipeline.csv and its held-out
+  draw, `perfmodel.bench.pipeline_memory` with MoE stages: MAPE <= 3 %, no row beyond 8 %;
+  a live dense-then-MoE run, states to the byte; the CLI's per-stage states).
 Loss, unfused, as `perfmodel.bench.model` computes it: bf16 logits (b·V), their fp32 copy and the
 fp32 log-softmax (saved) at the end of forward; at the start of backward the log-softmax and the
 fp32 gradients of the NLL and of the log-softmax (12·V B/token). `chunked` divides the logits
@@ -113,7 +135,7 @@ import numpy as np
 from perfmodel.costs.features import local_model
 from perfmodel.costs.precision import block_linear_params, fp8_cast_bytes, gathered_bytes
 from perfmodel.spec import pipeline
-from perfmodel.spec.arch import ModelSpec
+from perfmodel.spec.arch import ModelSpec, MoeSpec
 from perfmodel.spec.errors import UserInputError
 from perfmodel.spec.formulas import DTYPE_BYTES, GIB, dtype_bytes
 from perfmodel.spec.layout import ParallelLayout
@@ -443,12 +465,12 @@ def _shard(params: list[tuple[int, int]], world: int) -> float:
     return float(sum(math.ceil(d0 / world) * (n // d0) for d0, n in params))
 
 
-def _moe_sizes(spec: ModelSpec, world: int, ep: int) -> tuple[float, float, float, float, float]:
-    """(shard, all-gather buffer, unsharded parameters, parameter tensors, routed-expert
-    elements gathered) of the mean block of an MoE model on one of `world` FSDP ranks under
-    expert parallelism `ep` (module doc). The
-    dense part is padded per tensor like FSDP2; the experts' shard is their exact 1/world
-    (torchtitan shards them on dim 0 or dim 1, whichever the E/ep experts allow)."""
+def _moe_layer_params(spec: ModelSpec) -> tuple[list[tuple[int, int]], list[tuple[int, int]],
+                                                float]:
+    """(dense layer's parameters, an MoE layer's parameters but its routed experts, the routed
+    experts' elements) of an MoE model, each parameter as (dim0, numel) (module doc: the
+    attention and norms, the router and the shared experts are the dense part of an MoE
+    layer)."""
     moe = spec.moe
     if moe is None:
         raise ValueError(f"{spec.name} is not a mixture-of-experts model")
@@ -463,7 +485,16 @@ def _moe_sizes(spec: ModelSpec, world: int, ep: int) -> tuple[float, float, floa
     shared = ([(width, width * h)] * (2 if spec.gated_mlp else 1) + [(h, h * width)]
               if width else [])
     moe_dense = [e for j, e in enumerate(dense) if j not in mlp] + routed + shared
-    experts = float(moe.num_experts * spec.expert_params)
+    return dense, moe_dense, float(moe.num_experts * spec.expert_params)
+
+
+def _moe_sizes(spec: ModelSpec, world: int, ep: int) -> tuple[float, float, float, float, float]:
+    """(shard, all-gather buffer, unsharded parameters, parameter tensors, routed-expert
+    elements gathered) of the mean block of an MoE model on one of `world` FSDP ranks under
+    expert parallelism `ep` (module doc). The
+    dense part is padded per tensor like FSDP2; the experts' shard is their exact 1/world
+    (torchtitan shards them on dim 0 or dim 1, whichever the E/ep experts allow)."""
+    dense, moe_dense, experts = _moe_layer_params(spec)
     shard = padded = unsharded = tensors = gathered = 0.0
     for i in range(spec.num_layers):
         if spec.is_moe_layer(i):
@@ -487,26 +518,50 @@ def _moe_activation_spec(spec: ModelSpec, token_factor: float) -> ModelSpec:
     """The dense model whose MLP activations equal an MoE model's mean block's (module doc):
     MLP width the mean over the layers of k·f_e·token_factor plus the shared experts' (a dense
     layer: its own)."""
-    moe = spec.moe
-    if moe is None:
+    if spec.moe is None:
         return spec
-    widths = [moe.experts_per_token * moe.expert_intermediate_size * token_factor
-              + moe.num_shared_experts * moe.shared_intermediate_size
-              if spec.is_moe_layer(i) else spec.intermediate_size
-              for i in range(spec.num_layers)]
+    widths = [_moe_mlp_width(spec, i, token_factor) for i in range(spec.num_layers)]
     return replace(spec, name=f"{spec.name} [MoE activations]", moe=None, published_params=None,
                    intermediate_size=max(1, round(sum(widths) / len(widths))))
+
+
+def _moe_mlp_width(spec: ModelSpec, layer: int, token_factor: float) -> float:
+    """The MLP width of layer `layer`'s activations' dense twin (`_moe_activation_spec`): k·f_e
+    ·token_factor plus the shared experts' in an MoE layer, a dense layer's own."""
+    moe = spec.moe
+    if moe is None or not spec.is_moe_layer(layer):
+        return float(spec.intermediate_size)
+    return (moe.experts_per_token * moe.expert_intermediate_size * token_factor
+            + moe.num_shared_experts * moe.shared_intermediate_size)
+
+
+def _moe_layer_activation_spec(spec: ModelSpec, layer: int, token_factor: float) -> ModelSpec:
+    """`_moe_activation_spec` of one layer (a pipeline stage holds given layers, not the
+    mean)."""
+    if spec.moe is None:
+        return spec
+    return replace(spec, name=f"{spec.name} [layer {layer} activations]", moe=None,
+                   published_params=None,
+                   intermediate_size=max(1, round(_moe_mlp_width(spec, layer, token_factor))))
 
 
 def moe_saved_bytes(spec: ModelSpec, b: float, token_factor: float) -> float:
     """Bytes per token the MoE layers of the mean block save beyond `_moe_activation_spec`'s
     MLP terms (module doc); 0 for a dense model."""
+    if spec.moe is None:
+        return 0.0
+    return spec.moe_layer_share * moe_layer_saved_bytes(spec, b, token_factor)
+
+
+def moe_layer_saved_bytes(spec: ModelSpec, b: float, token_factor: float) -> float:
+    """Bytes per token one MoE layer not checkpointed whole saves beyond its activations' dense
+    twin's MLP terms (module doc: the k dispatched copies and expert outputs, the fp32 router
+    logits and scores, the top-k indices and weights)."""
     moe = spec.moe
     if moe is None:
         return 0.0
-    per_layer = (2.0 * moe.experts_per_token * token_factor * spec.hidden_size * b
-                 + FP32 * 2 * moe.num_experts + 12.0 * moe.experts_per_token)
-    return spec.moe_layer_share * per_layer
+    return (2.0 * moe.experts_per_token * token_factor * spec.hidden_size * b
+            + FP32 * 2 * moe.num_experts + 12.0 * moe.experts_per_token)
 
 
 def _sizes(view: RankView, recipe: TrainingRecipe, config: MemoryConfig) -> _Sizes:
@@ -580,7 +635,21 @@ def block_saved_none(spec: ModelSpec, seq_len: int, b: float, attention: str,
     if attention == "eager":
         attn += b * a * seq_len                   # softmax output (a rows of S scores)
     mlp = b * (4 if spec.gated_mlp else 2) * f
-    return norms + attn + mlp
+    return norms + attn + mlp + qk_norm_saved_bytes(spec, b, config)
+
+
+def qk_norm_saved_bytes(spec: ModelSpec, b: float,
+                        config: MemoryConfig = DEFAULT_CONFIG) -> float:
+    """Bytes per token the q/k RMSNorms of one block save (Qwen3, Gemma-3, OLMo-2; 0 without):
+    what `norm_saved_bytes` says an RMSNorm saves, over the q and k widths, with one statistic
+    per head (`qk_norm` "head") or per token ("full")."""
+    if spec.qk_norm not in ("head", "full"):
+        return 0.0
+    width = spec.q_dim + spec.kv_dim
+    rows = spec.num_heads + spec.num_kv_heads if spec.qk_norm == "head" else 2
+    if spec.norm == "rms" and config.rms_norm_fp32_saves:
+        return 2 * FP32 * width + FP32 * rows     # fp32 input, fp32 normalised, fp32 rstd
+    return b * width + FP32 * rows
 
 
 def block_saved_selective(spec: ModelSpec, b: float, *, share: float = 1.0) -> float:
@@ -645,6 +714,34 @@ def _block_working_set(spec: ModelSpec, seq_len: int, b: float, recipe: Training
     return grads
 
 
+def recompute_end_bytes(spec: ModelSpec, seq_len: int, b: float, recipe: TrainingRecipe,
+                        config: MemoryConfig = DEFAULT_CONFIG, *, share: float = 1.0,
+                        moe: MoeSpec | None = None, token_factor: float = 1.0) -> float:
+    """Bytes per token a block checkpointed whole holds at the end of its recomputed forward in
+    backward, beyond its checkpoint input: what it saves unchecked (`block_saved_none`, an MoE
+    layer's routing terms `moe_layer_saved_bytes` too), the forward's hidden-width outputs
+    still referenced there (the attention's output projection, the residual after attention,
+    the MLP output and the block output) and the gradient of the block output; an MoE layer's
+    combine adds its k-fold copies (`perfmodel.bench.moe.MoeBlock.forward`): the expert
+    outputs in slot order with the zero row (k·token_factor rows), the weighted per-choice
+    rows and their (k, T, h) copy before the sum over k. `spec` is the layer's activations'
+    dense twin (`_moe_layer_activation_spec`), `moe` the model's experts (None: a dense layer).
+    For a dense layer with f > 2h this moment is narrower than the MLP's backward
+    (`_block_working_set`), so only MoE layers' ends bind. Why: FSDPMemTracker timelines of a
+    recomputed MoE block (the peak of its backward is the last op of its recompute, these
+    tensors alive). Checked by: tests/test_memory_moe_pipeline.py (full-checkpointing rows of
+    the MoE stage grids peak there); no row of the dense pipeline datasets peaks there
+    (tests/test_memory_pipeline.py); the pp = 1 phases have the moment for models whose every
+    layer is an MoE layer, where no shipped row peaks."""
+    h = spec.hidden_size
+    held = block_saved_none(spec, seq_len, b, recipe.attention, config, share=share)
+    held += 4 * b * h + b * h * share
+    if moe is not None:
+        held += moe_layer_saved_bytes(replace(spec, moe=moe), b, token_factor)
+        held += b * h * moe.experts_per_token * (token_factor + 2)
+    return held
+
+
 def outside_saved(spec: ModelSpec, b: float, config: MemoryConfig = DEFAULT_CONFIG, *,
                   share: float = 1.0) -> float:
     """Bytes per token saved outside the blocks: final norm (this rank's `share` of the sequence)
@@ -698,6 +795,7 @@ def _phases(spec: ModelSpec, seq_len: int, z: _Sizes, recipe: TrainingRecipe, k:
             config: MemoryConfig, outer: bool = False) -> list[_Phase]:
     L, b, r = spec.num_layers, z.b, z.r
     P_b, P_r = z.unsharded_block or float(spec.block_params), float(spec.root_params)
+    experts = spec.moe if spec.moe is not None and spec.moe_layer_share == 1.0 else None
     spec = _moe_activation_spec(spec, z.token_factor)   # MoE: the activations' dense twin
     lm_side = P_r - (0.0 if spec.tie_word_embeddings else float(spec.embedding_params))
     policy = recipe.checkpoint
@@ -789,6 +887,15 @@ def _phases(spec: ModelSpec, seq_len: int, z: _Sizes, recipe: TrainingRecipe, k:
             "reduce_scatter": previous_rs, "activations": rope,
             "temporaries": undone + b * lm_side + w_down + ar_done + z.fp8_cast[0]},
             _plus(backward_tokens, "temporaries", z.fp8_cast[1])))
+        if whole[j] and experts is not None:   # an MoE block at the end of its recompute
+            out.append(phase(f"block_recompute_end({j})", {
+                "sharded_grads": sharded,
+                "unsharded_params": root_kept + z.g * z.padded_block, "all_gather": prefetch,
+                "reduce_scatter": previous_rs, "activations": rope,
+                "temporaries": undone + b * lm_side + ar_done},
+                {"activations": saved_upto(j), "temporaries": recompute_end_bytes(
+                    spec, seq_len, b, recipe, config, share=share, moe=experts,
+                    token_factor=z.token_factor)}))
         out.extend(phase(name, {
             "sharded_grads": sharded,
             "unsharded_params": root_kept + z.g * z.padded_block, "all_gather": prefetch,
@@ -1198,15 +1305,18 @@ class _Stage:
     saved_upto: tuple[float, ...]  # bytes per token saved by local blocks 0..j
     work: tuple[float, ...]        # backward working set of local block j, per token
     held: float                   # bytes per token one micro-batch holds from F to B
+    recompute_end: tuple[float, ...] = ()  # per token, the end of block j's recompute (0: none)
     # sums over the units, computed once (the schedule walk reads them at every moment)
     params: float = field(init=False)
     padded: float = field(init=False)
     shard: float = field(init=False)
+    ends: tuple[int, ...] = field(init=False)   # `_block_ends`
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "params", sum(u.params for u in self.units))
         object.__setattr__(self, "padded", sum(u.padded for u in self.units))
         object.__setattr__(self, "shard", sum(u.shard for u in self.units))
+        object.__setattr__(self, "ends", tuple(_block_ends(self)))
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -1281,8 +1391,14 @@ def _block_order(spec: ModelSpec) -> list[tuple[int, int]]:
     return order
 
 
-def _stage_units(spec: ModelSpec, world: int, blocks: int, first: bool,
-                 last: bool) -> tuple[_Unit, ...]:
+def _stage_units(spec: ModelSpec, world: int, blocks: int, first: bool, last: bool,
+                 first_block: int = 0, ep: int = 1) -> tuple[_Unit, ...]:
+    """The FSDP units of a stage of `blocks` blocks from global block `first_block`: the
+    embedding (first stage), one unit per block, the final norm with the LM head (last stage).
+    An MoE layer's unit is `_moe_layer_params`' dense part padded per tensor as FSDP2 pads it,
+    plus its E/ep routed experts, of which the rank keeps the exact 1/world (as `_moe_sizes`);
+    under ep > 1 the experts are their own FSDP unit inside the block's (module doc), whose
+    gradients are converted and kept as the block's are, so one `_Unit` prices both."""
     h, V = spec.hidden_size, spec.vocab_size
     norm = [(h, h)] * (2 if spec.norm == "layer" else 1)
     embed = [(V, V * h)] + ([(spec.position_embeddings, spec.position_embeddings * h)]
@@ -1294,23 +1410,33 @@ def _stage_units(spec: ModelSpec, world: int, blocks: int, first: bool,
         shard = _shard(params, world)
         return _Unit(tuple(n for _, n in params), shard, world * shard)
 
-    return ((unit(embed),) if first else ()) + (unit(_block_order(spec)),) * blocks + \
-        ((unit(head),) if last else ())
+    dense = unit(_block_order(spec))
+    moe_unit = dense
+    if spec.moe is not None:
+        _, moe_dense, experts = _moe_layer_params(spec)
+        tensors = len(spec.mlp_linears)   # the stacked gate, up and down of the local experts
+        part = _shard(moe_dense, world)
+        local = (int(experts) // ep // tensors,) * tensors
+        moe_unit = _Unit(tuple(n for _, n in moe_dense) + local, part + experts / world,
+                         world * part + experts / ep)
+    blocks_units = tuple(moe_unit if spec.is_moe_layer(i) else dense
+                         for i in range(first_block, first_block + blocks))
+    return ((unit(embed),) if first else ()) + blocks_units + ((unit(head),) if last else ())
 
 
 def _pipeline_stages(spec: ModelSpec, world: int, seq_len: int, recipe: TrainingRecipe,
                      config: MemoryConfig, b: float, boundary: float, *, share: float = 1.0,
-                     loss_parallel: bool = False) -> list[_Stage]:
+                     loss_parallel: bool = False, ep: int = 1,
+                     token_factor: float = 1.0) -> list[_Stage]:
     """`share`, `loss_parallel`: the in-stage `RankView`'s sequence-parallel share of the
     norm/residual region and vocabulary-sharded loss (tp > 1; the pipeline ground truth has
-    tp = 1, where both are inert)."""
+    tp = 1, where both are inert). `ep`, `token_factor`: an MoE model's expert parallelism
+    and routed-token factor (`perfmodel.spec.recipe.moe_token_factor`); an MoE layer saves and
+    works as its activations' dense twin (`_moe_layer_activation_spec`) plus, unless
+    checkpointed whole, `moe_layer_saved_bytes`, the pp = 1 model's terms of one layer."""
     layout = recipe.parallel
     cuts = pipeline.stage_blocks(spec.num_layers, layout.pp, layout.virtual_stages)
     policy = recipe.checkpoint
-    saved = {w: block_saved(spec, seq_len, b, recipe, config, whole=w, share=share)
-             for w in (False, True)}
-    work = {w: _block_working_set(spec, seq_len, b, recipe, config, whole=w, share=share)
-            for w in (False, True)}
     # A norm that keeps its input as it is (LayerNorm; RMSNorm when its fp32 upcast is the input
     # itself) keeps, when recomputed, the block input the checkpoint already holds. Of op-sac's
     # saves, the down projection's output is consumed by the recompute and freed (no backward
@@ -1319,10 +1445,30 @@ def _pipeline_stages(spec: ModelSpec, world: int, seq_len: int, recipe: Training
     # timelines of pipeline stages show them once or not at all.)
     norm_keeps_input = spec.norm == "layer" or b >= FP32
     duplicate_input = b * spec.hidden_size if norm_keeps_input else 0.0
-    work[True] -= duplicate_input
-    if policy.mode == "op-sac":
-        work[False] -= duplicate_input + b * spec.q_dim + (
-            b * spec.hidden_size if spec.gated_mlp else 0.0)
+    moe_layer = spec.moe is not None and any(spec.is_moe_layer(i)
+                                             for i in range(spec.num_layers))
+    dense_layer = not all(spec.is_moe_layer(i) for i in range(spec.num_layers))
+    saved: dict[tuple[bool, bool], float] = {}
+    work: dict[tuple[bool, bool], float] = {}
+    recompute_end: dict[bool, float] = {}
+    for kind in ((True,) if moe_layer else ()) + ((False,) if dense_layer else ()):
+        first_of_kind = next(i for i in range(spec.num_layers) if spec.is_moe_layer(i) == kind)
+        act = _moe_layer_activation_spec(spec, first_of_kind, token_factor)
+        # an MoE layer saves its routing terms unless checkpointed whole (as `_phases`)
+        extra = moe_layer_saved_bytes(spec, b, token_factor) if kind else 0.0
+        for w in (False, True):
+            whole = w or policy.mode == "full"
+            saved[kind, w] = block_saved(act, seq_len, b, recipe, config, whole=w,
+                                         share=share) + (0.0 if whole else extra)
+            work[kind, w] = _block_working_set(act, seq_len, b, recipe, config, whole=w,
+                                               share=share)
+        work[kind, True] -= duplicate_input
+        recompute_end[kind] = recompute_end_bytes(act, seq_len, b, recipe, config, share=share,
+                                                  moe=spec.moe if kind else None,
+                                                  token_factor=token_factor) - duplicate_input
+        if policy.mode == "op-sac":
+            work[kind, False] -= duplicate_input + b * act.q_dim + (
+                b * act.hidden_size if act.gated_mlp else 0.0)
     _, held_logits, _ = logits_bytes_per_token(spec, b, recipe, loss_parallel=loss_parallel)
     # The last stage's output (the logits) stays referenced for its backward; a fused loss
     # takes the hidden states and the LM head's weight instead of logits.
@@ -1330,19 +1476,22 @@ def _pipeline_stages(spec: ModelSpec, world: int, seq_len: int, recipe: Training
     out = []
     first_block = 0
     for s, n in enumerate(cuts):
-        whole = [policy.checkpointed(first_block + j) for j in range(n)]
+        kinds = [(spec.is_moe_layer(i), policy.checkpointed(i))
+                 for i in range(first_block, first_block + n)]
         first, last = s == 0, s == len(cuts) - 1
         # A checkpointed block keeps its input, and so does a LayerNorm (an RMSNorm keeps its
         # fp32 upcast, the input itself when that is already fp32); a later stage's first
         # block's input is the receive buffer, counted apart.
-        keeps_input = whole[0] or policy.mode == "op-sac" or norm_keeps_input
+        keeps_input = kinds[0][1] or policy.mode == "op-sac" or norm_keeps_input
         shared = b * spec.hidden_size if not first and keeps_input else 0.0
-        upto = tuple(x - shared for x in itertools.accumulate(saved[w] for w in whole))
+        upto = tuple(x - shared for x in itertools.accumulate(saved[kind] for kind in kinds))
         held = upto[-1] + (share * norm_saved_bytes(spec, b, config) + b * spec.hidden_size
                            + logits_out + held_logits if last else boundary)
         out.append(_Stage(index=s, first_block=first_block, blocks=n, first=first, last=last,
-                          units=_stage_units(spec, world, n, first, last), saved_upto=upto,
-                          work=tuple(work[w] for w in whole), held=held))
+                          units=_stage_units(spec, world, n, first, last, first_block, ep),
+                          saved_upto=upto, work=tuple(work[kind] for kind in kinds), held=held,
+                          recompute_end=tuple(recompute_end[moe] if whole else 0.0
+                                              for moe, whole in kinds)))
         first_block += n
     return out
 
@@ -1483,8 +1632,7 @@ def _rank_phases(stages: list[_Stage], rank: int, spec: ModelSpec, seq_len: int,
                 {"temporaries": loss_transient if st.last else 0.0})
             continue
         first_bwd = s not in accumulated
-        block_unit = _block_unit(st)
-        block = block_unit.params
+        block_units = _block_units(st)
         # The stage output stays referenced through its backward (the boundary activation, or
         # on the last stage the logits); the rest of the micro-batch is freed block by block.
         output = output_bytes(st)
@@ -1496,10 +1644,12 @@ def _rank_phases(stages: list[_Stage], rank: int, spec: ModelSpec, seq_len: int,
                 {"unsharded_grads": st.units[-1].post_backward_bytes(b, r, first_bwd)},
                 {"activations": st.saved_upto[n - 1] + output,
                  "temporaries": b * spec.hidden_size}, minus_held=st.held)
-        for j in reversed(sorted({0, 1, n - 2, n - 1} & set(range(n)))):
+        for j in reversed(st.ends):
+            block_unit = block_units[j]
+            block = block_unit.params
             # first backward: the units above j accumulated so far (else all, in the base)
-            upper = ((st.units[-1].params if st.last else 0.0) + (n - 1 - j) * block
-                     if first_bwd else 0.0)
+            upper = ((st.units[-1].params if st.last else 0.0)
+                     + sum(u.params for u in block_units[j + 1:]) if first_bwd else 0.0)
             # a non-last stage's output gradient is its receive buffer, already counted
             work = st.work[j] - (b * spec.hidden_size if j == n - 1 and not st.last else 0.0)
             name = f"{where}, block {st.first_block + j}"
@@ -1507,6 +1657,15 @@ def _rank_phases(stages: list[_Stage], rank: int, spec: ModelSpec, seq_len: int,
                 {"temporaries": r * upper + w_down},
                 {"activations": st.saved_upto[j] + output, "temporaries": work},
                 minus_held=st.held)
+            if st.recompute_end[j]:
+                # a block recomputed whole, at the end of its recomputed forward (no weight
+                # gradient of it yet; its output gradient as in its backward)
+                end = st.recompute_end[j] - (b * spec.hidden_size
+                                             if j == n - 1 and not st.last else 0.0)
+                add(f"block_recompute_end({name})", ("BRE", s, j, first_bwd),
+                    {"temporaries": r * upper},
+                    {"activations": st.saved_upto[j] + output, "temporaries": end},
+                    minus_held=st.held)
             # the block's first norm back-propagated last: every gradient of the block exists
             add(f"block_end({name})", ("BE", s, j, first_bwd),
                 {"unsharded_grads": b * block, "temporaries": r * upper},
@@ -1551,8 +1710,24 @@ def _rank_phases(stages: list[_Stage], rank: int, spec: ModelSpec, seq_len: int,
     return phases, peak_held
 
 
-def _block_unit(st: _Stage) -> _Unit:
-    return st.units[1 if st.first else 0]
+def _block_units(st: _Stage) -> tuple[_Unit, ...]:
+    """The stage's blocks' units, in block order."""
+    return st.units[1 if st.first else 0:][:st.blocks]
+
+
+def _block_ends(st: _Stage) -> list[int]:
+    """The local blocks whose backward moments bound the stage's: every term is affine in the
+    block index among blocks of one kind (unit and saves), so the first two and last two blocks
+    and the first and last block of each kind."""
+    n = st.blocks
+    ends = {0, 1, n - 2, n - 1}
+    units = _block_units(st)
+    kinds: dict[Any, list[int]] = {}
+    for j in range(n):
+        kinds.setdefault((units[j], st.work[j]), []).append(j)
+    for indices in kinds.values():
+        ends |= {indices[0], indices[-1]}
+    return sorted(ends & set(range(n)))
 
 
 def _pipeline_view(model: ModelSpec, num_gpus: int, seq_len: int, recipe: TrainingRecipe,
@@ -1587,7 +1762,8 @@ def _pipeline_setup(model: ModelSpec, num_gpus: int, seq_len: int, recipe: Train
     pipeline.check_schedule(layout.pp_schedule, layout.pp, layout.virtual_stages, accum_steps)
     recipe = replace(recipe, parallel=layout)
     stages = _pipeline_stages(spec, world, tokens_per_seq, recipe, config, z.b, boundary,
-                              share=z.share, loss_parallel=z.loss_parallel)
+                              share=z.share, loss_parallel=z.loss_parallel, ep=layout.ep,
+                              token_factor=z.token_factor)
     return spec, world, tokens_per_seq, layout, z, boundary, recipe, stages
 
 
@@ -1643,9 +1819,13 @@ def pipeline_memory(model: ModelSpec, *, num_gpus: int, seq_len: int, micro_batc
         referenced when the output is allocated).
     Why: this is what torch 2.13's pipeline runtime and FSDP2 allocate, read from their code and
     from FSDPMemTracker timelines of every action (`perfmodel.bench.pipeline_memory`).
+    MoE stages (the module doc's "MoE pipeline stages"): each block is priced by its global
+    index (a dense or an MoE layer's unit, saves and working set), and a block recomputed whole
+    adds the end of its recomputed forward (`recompute_end_bytes`).
     Checked by: tests/test_memory_pipeline.py (catalogs/profiles/data/memory-tracker-pipeline.csv
     and its 20 held-out configurations: MAPE <= 3 %, no row beyond 8 %; the in-flight counts
-    torch's runtime held; a live tracker run; the per-micro-batch arithmetic)."""
+    torch's runtime held; a live tracker run; the per-micro-batch arithmetic) and
+    tests/test_memory_moe_pipeline.py (the MoE stage grid and its held-out draw, same goal)."""
     _positive("num_gpus", num_gpus)
     _positive("seq_len", seq_len)
     _positive("micro_batch", micro_batch)

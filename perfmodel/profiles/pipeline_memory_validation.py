@@ -24,6 +24,10 @@ DATASET = "memory-tracker-pipeline.csv"
 """The shipped pipeline grid under catalogs/profiles/data/."""
 HELDOUT = "memory-tracker-pipeline-heldout.csv"
 """The 20 held-out pipeline configurations (a seeded draw; never used to build the model)."""
+MOE_DATASET = "memory-tracker-moe-pipeline.csv"
+"""The shipped grid of MoE stages (`perfmodel.bench.pipeline_memory.moe_grid_cases`)."""
+MOE_HELDOUT = "memory-tracker-moe-pipeline-heldout.csv"
+"""The held-out MoE stages (`moe_heldout_cases`, a seeded draw disjoint from the grid)."""
 MAPE_GOAL_PCT = 3.0
 WORST_GOAL_PCT = 8.0
 """Issue 24's done-when: MAPE <= 3 %, no row beyond 8 %."""
@@ -49,7 +53,9 @@ def predict_pipeline_row(row: Mapping[str, str],
     recipe = named_recipe(row["recipe"]).with_overrides(
         ac=row["ac"], param_dtype=row["param_dtype"], reduce_dtype=row["reduce_dtype"],
         attention=row["attention"], pp=pp, virtual_stages=int(row["virtual_stages"]),
-        pp_schedule=row["pp_schedule"], dp_shard=dp_shard, tp=tp)
+        pp_schedule=row["pp_schedule"], dp_shard=dp_shard, tp=tp, ep=int(row.get("ep") or 1),
+        moe_capacity_factor=float(row["capacity_factor"]) if row.get("capacity_factor")
+        else None)
     result = pipeline_memory(spec_of_row(row), num_gpus=pp * dp_shard * tp,
                              seq_len=int(row["seq_len"]), micro_batch=int(row["micro_batch"]),
                              accum_steps=int(row["accum_steps"]), recipe=recipe,
@@ -67,6 +73,7 @@ def compare_pipeline_row(row: Mapping[str, str]) -> dict[str, Any]:
                                                "virtual_stages", "dp_shard", "rank",
                                                "seq_len", "micro_batch", "accum_steps", "ac",
                                                "ground_truth")}
+    out["ep"] = row.get("ep") or "1"
     out["tracker_gib"] = tracked / GIB
     out["model_gib"] = predicted / GIB
     out["error_pct"] = 100.0 * (predicted - tracked) / tracked

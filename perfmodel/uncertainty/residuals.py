@@ -36,8 +36,9 @@ Why, per group (the `group` column; the first three are the profile provenances 
   groups by cross-conformal folds (every row against the interval the other folds form).
 * memory-moe — the same for mixture-of-experts models (its routing and capacity terms err by
   percents where the dense terms err by permille, so one group would give MoE peaks a band far
-  too narrow and dense ones one too wide): memory-tracker-moe.csv in-sample,
-  memory-tracker-moe-heldout.csv the calibration rows.
+  too narrow and dense ones one too wide): memory-tracker-moe.csv and the MoE pipeline
+  stages' memory-tracker-moe-pipeline.csv in-sample, memory-tracker-moe-heldout.csv and
+  memory-tracker-moe-pipeline-heldout.csv the calibration rows.
 * collectives — the gloo collectives of cpu-comm.csv: 5-fold out-of-fold predictions
   (`perfmodel.costs.comm.fit_comm`); a fixed quarter of the configurations (by the sha256 of the
   case id) are holdout rows.
@@ -104,7 +105,10 @@ MEMORY_SETS = (("memory-tracker.csv", "fsdp", "in-sample", "memory"),
                ("memory-tracker-pipeline-heldout.csv", "pipeline", "calibration", "memory"),
                ("memory-tracker-real.csv", "fsdp", "calibration", "memory"),
                ("memory-tracker-moe.csv", "layouts", "in-sample", "memory-moe"),
-               ("memory-tracker-moe-heldout.csv", "layouts", "calibration", "memory-moe"))
+               ("memory-tracker-moe-pipeline.csv", "pipeline", "in-sample", "memory-moe"),
+               ("memory-tracker-moe-heldout.csv", "layouts", "calibration", "memory-moe"),
+               ("memory-tracker-moe-pipeline-heldout.csv", "pipeline", "calibration",
+                "memory-moe"))
 """Tracker datasets: file, row kind, role, group."""
 COLLECTIVE_HOLDOUT_SHARE = 4
 """One configuration in this many (by the sha256 of its case id) is a collectives holdout row."""
