@@ -11,8 +11,9 @@ configuration is retrained here (2 gloo ranks under torchrun, the row's recipe a
 scripts/collect_cpu_data.sh does when it is installed) and one step is profiled with
 torch.profiler on both ranks. Reported per row, beside the dataset's measured step and the
 profile's prediction (`perfmodel.profiles.fsdp_compare.compare_fsdp`: compute and
-communication busy time): this run's unprofiled median step, the profiled step (the profiler's
-own overhead included), the time the slower rank spent waiting on the inline collectives
+communication busy time): this run's unprofiled median step (timed as the dataset's:
+`fsdp_worker.timed_steps`, the slower rank per step), the profiled step (the profiler's own
+overhead included), the time the slower rank spent waiting on the inline collectives
 (`_c10d_functional::wait_tensor`, inclusive) and the host time of DTensor's dispatch
 (self time of DTensor's Python subclass dispatch, redistributions and local/DTensor
 conversions, forward and backward).
@@ -56,7 +57,7 @@ def worker(plan_path: Path, out_path: Path, iters: int) -> None:
 
     from perfmodel.bench.comm_worker import setup
     from perfmodel.bench.fsdp import FsdpCase
-    from perfmodel.bench.fsdp_worker import data_rank, make_step, shard_model
+    from perfmodel.bench.fsdp_worker import data_rank, make_step, shard_model, timed_steps
     from perfmodel.bench.model import random_tokens
     from perfmodel.bench.recipe_wrap import make_optimizer
     from perfmodel.spec.recipe import recipe_from_mapping
@@ -73,12 +74,8 @@ def worker(plan_path: Path, out_path: Path, iters: int) -> None:
         step = make_step(model, optimizer, tokens, case.grad_accum, lambda: None, recipe)
         for _ in range(3):
             step()
-        times = []
-        for _ in range(iters):
-            dist.barrier()
-            t0 = time.perf_counter()
-            step()
-            times.append(time.perf_counter() - t0)
+        # the dataset's timing: each step after a barrier, the slower rank's time per step
+        times = timed_steps(step, iters=iters, device=device)
         with profile(activities=[ProfilerActivity.CPU]) as prof:
             dist.barrier()
             t0 = time.perf_counter()

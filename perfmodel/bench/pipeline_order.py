@@ -35,7 +35,7 @@ import tempfile
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from perfmodel.bench.common import CsvLog
 from perfmodel.bench.environment import append_environment, environment_record
@@ -136,78 +136,110 @@ _NUMERIC = ("pp", "virtual_stages", "micro_batches", "micro_batch", "seq_len", "
             "rank", "seq", "stage", "micro", "peer", "payload_bytes", "batch")
 
 
-class Recorder:
-    """Hooks on a rank's torch stages and on `schedules._batch_p2p` (module doc); `records`
-    fills while `recording` is true."""
+P2P_METHODS = (("get_fwd_send_ops", "SEND_F"), ("get_fwd_recv_ops", "RECV_F"),
+               ("get_bwd_send_ops", "SEND_B"), ("get_bwd_recv_ops", "RECV_B"))
+"""A torch stage's methods that build its p2p operations, and the kind each one's tag names."""
 
-    def __init__(self, stages: Sequence[Any], make: Callable[..., OrderRecord]) -> None:
-        self._stages = list(stages)
-        self._make = make
-        self._batches = 0
-        self.recording = False
-        self.records: list[OrderRecord] = []
+
+class StageHooks:
+    """Hooks on a rank's torch stages, undone on exit: `schedules._batch_p2p` hands every
+    posted batch of p2p operations to `on_batch` (each operation carrying the
+    `_shardmeter_tag` (kind, stage, micro) its stage's P2P_METHODS put on it), and subclasses
+    wrap each stage's passes in `wrap_stage` (with `wrap_method`). Used by `Recorder` here and
+    by `perfmodel.bench.pp_moe_record`."""
+
+    def __init__(self, stages: Sequence[Any]) -> None:
+        self.stages = list(stages)
         self._undo: list[Callable[[], None]] = []
 
-    def _add(self, **kw: Any) -> None:
-        if self.recording:
-            self.records.append(self._make(seq=len(self.records), **kw))
+    def on_batch(self, ops: list[Any]) -> None:
+        """One batch of p2p operations, before torch posts it."""
 
-    def __enter__(self) -> Recorder:
+    def wrap_stage(self, stage: Any) -> None:
+        """Wrap `stage`'s passes (before its p2p methods are tagged)."""
+
+    def wrap_method(self, stage: Any, method: str,
+                    make: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
+        """Replace `stage.method` by `make(original)` until exit."""
+        setattr(stage, method, make(getattr(stage, method)))
+        self._undo.append(lambda: delattr(stage, method))
+
+    def __enter__(self) -> Self:
         # lazy: torch, the optional [bench] extra
         from torch.distributed.pipelining import schedules
 
         original = schedules._batch_p2p
 
         def batch_p2p(ops: list[Any], desc: str | None = None) -> list[Any]:
-            if ops and self.recording:
-                for op in ops:
-                    kind, stage, micro = getattr(op, "_shardmeter_tag", ("?", -1, -1))
-                    name = str(op.tensor.dtype).removeprefix("torch.")
-                    self._add(action=kind, stage=stage, micro=micro, peer=int(op.peer),
-                              shape="x".join(str(n) for n in op.tensor.shape),
-                              dtype=_DTYPE_NAMES.get(name, name),
-                              payload_bytes=op.tensor.numel() * op.tensor.element_size(),
-                              batch=self._batches)
-                self._batches += 1
+            self.on_batch(ops)
             return original(ops, desc)
 
         setattr(schedules, "_batch_p2p", batch_p2p)  # noqa: B010  (a private function)
         self._undo.append(lambda: setattr(schedules, "_batch_p2p", original))
-        for stage in self._stages:
-            self._wrap_compute(stage, "forward_one_chunk", "F")
-            self._wrap_compute(stage, "backward_one_chunk", "B")
-            for method, kind in (("get_fwd_send_ops", "SEND_F"), ("get_fwd_recv_ops", "RECV_F"),
-                                 ("get_bwd_send_ops", "SEND_B"), ("get_bwd_recv_ops", "RECV_B")):
+        for stage in self.stages:
+            self.wrap_stage(stage)
+            for method, kind in P2P_METHODS:
                 self._wrap_tag(stage, method, kind)
         return self
 
-    def _wrap_compute(self, stage: Any, method: str, kind: str) -> None:
-        original = getattr(stage, method)
-
-        def run(micro: int, *args: Any, **kwargs: Any) -> Any:
-            out = original(micro, *args, **kwargs)
-            self._add(action=kind, stage=int(stage.stage_index), micro=int(micro))
-            return out
-
-        setattr(stage, method, run)
-        self._undo.append(lambda: delattr(stage, method))
-
     def _wrap_tag(self, stage: Any, method: str, kind: str) -> None:
-        original = getattr(stage, method)
+        def make(original: Callable[..., Any]) -> Callable[..., Any]:
+            def ops(micro: int, *args: Any, **kwargs: Any) -> Any:
+                out = original(micro, *args, **kwargs)
+                for op in out:
+                    op._shardmeter_tag = (kind, int(stage.stage_index), int(micro))
+                return out
+            return ops
 
-        def ops(micro: int, *args: Any, **kwargs: Any) -> Any:
-            out = original(micro, *args, **kwargs)
-            for op in out:
-                op._shardmeter_tag = (kind, int(stage.stage_index), int(micro))
-            return out
-
-        setattr(stage, method, ops)
-        self._undo.append(lambda: delattr(stage, method))
+        self.wrap_method(stage, method, make)
 
     def __exit__(self, *exc: object) -> None:
         for undo in reversed(self._undo):
             undo()
         self._undo.clear()
+
+
+class Recorder(StageHooks):
+    """`StageHooks` that record each pass and each p2p operation in order (module doc);
+    `records` fills while `recording` is true."""
+
+    def __init__(self, stages: Sequence[Any], make: Callable[..., OrderRecord]) -> None:
+        super().__init__(stages)
+        self._make = make
+        self._batches = 0
+        self.recording = False
+        self.records: list[OrderRecord] = []
+
+    def _add(self, **kw: Any) -> None:
+        if self.recording:
+            self.records.append(self._make(seq=len(self.records), **kw))
+
+    def on_batch(self, ops: list[Any]) -> None:
+        if not (ops and self.recording):
+            return
+        for op in ops:
+            kind, stage, micro = getattr(op, "_shardmeter_tag", ("?", -1, -1))
+            name = str(op.tensor.dtype).removeprefix("torch.")
+            self._add(action=kind, stage=stage, micro=micro, peer=int(op.peer),
+                      shape="x".join(str(n) for n in op.tensor.shape),
+                      dtype=_DTYPE_NAMES.get(name, name),
+                      payload_bytes=op.tensor.numel() * op.tensor.element_size(),
+                      batch=self._batches)
+        self._batches += 1
+
+    def wrap_stage(self, stage: Any) -> None:
+        for method, kind in (("forward_one_chunk", "F"), ("backward_one_chunk", "B")):
+            self._wrap_compute(stage, method, kind)
+
+    def _wrap_compute(self, stage: Any, method: str, kind: str) -> None:
+        def make(original: Callable[..., Any]) -> Callable[..., Any]:
+            def run(micro: int, *args: Any, **kwargs: Any) -> Any:
+                out = original(micro, *args, **kwargs)
+                self._add(action=kind, stage=int(stage.stage_index), micro=int(micro))
+                return out
+            return run
+
+        self.wrap_method(stage, method, make)
 
 
 def _record_rank(case: OrderCase, rank: int, source: str, group: Any = None,

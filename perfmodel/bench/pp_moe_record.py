@@ -38,6 +38,7 @@ from typing import Any
 
 from perfmodel.bench.common import CsvLog
 from perfmodel.bench.environment import append_environment, environment_record
+from perfmodel.bench.pipeline_order import StageHooks
 from perfmodel.bench.pp_moe_order import (
     COLUMNS,
     PP_MOE_RECIPE,
@@ -82,7 +83,9 @@ def _build(case: PpMoeCase, meshes: dict[str, Any], device: Any) -> tuple[Any, A
                             dtype=resolve_dtype(recipe.master_dtype), seed=0)
     shard_experts(model, sparse)
     moe = PP_MOE_SPEC.moe
-    assert moe is not None
+    if moe is None:  # PP_MOE_SPEC is an MoE model; a typed error, as perfmodel.bench.moe's
+        raise UserInputError(f"{PP_MOE_SPEC.name} is a dense model (no MoE layers)",
+                             hint="give PP_MOE_SPEC routed experts (perfmodel.bench.pp_moe_order).")
     modules = stage_modules(model, case.pp, 1, pp_mesh.get_local_rank())
     mp = mixed_precision(recipe)
     dim = expert_shard_dim(case.dp_shard, moe)
@@ -116,72 +119,40 @@ def _build(case: PpMoeCase, meshes: dict[str, Any], device: Any) -> tuple[Any, A
     return schedule, stages, optimizers
 
 
-class _PassTracker:
-    """Wraps the stages' passes and `_batch_p2p` (module doc); `current` is the pass running
-    and `p2p` receives each posted transfer."""
+class _PassTracker(StageHooks):
+    """`StageHooks` that track the pass running (module doc): `current` is the pass running and
+    `p2p` receives each posted transfer with its tag."""
 
     def __init__(self, stages: Sequence[Any], p2p: Callable[..., None]) -> None:
-        self.stages = list(stages)
+        super().__init__(stages)
         self.current: tuple[int, str, int] = (-1, "OPTIMIZER", -1)
         self.on_pass: Callable[[tuple[int, str, int]], None] = lambda current: None
         """Called with `current` whenever it changes."""
         self._p2p = p2p
-        self._undo: list[Callable[[], None]] = []
 
-    def __enter__(self) -> _PassTracker:
-        # lazy: torch, the optional [bench] extra
-        from torch.distributed.pipelining import schedules
+    def on_batch(self, ops: list[Any]) -> None:
+        for op in ops:
+            self._p2p(op, *getattr(op, "_shardmeter_tag", ("?", -1, -1)))
 
-        original = schedules._batch_p2p
-
-        def batch_p2p(ops: list[Any], desc: str | None = None) -> list[Any]:
-            for op in ops:
-                self._p2p(op, *getattr(op, "_shardmeter_tag", ("?", -1, -1)))
-            return original(ops, desc)
-
-        setattr(schedules, "_batch_p2p", batch_p2p)  # noqa: B010  (a private function)
-        self._undo.append(lambda: setattr(schedules, "_batch_p2p", original))
-        for stage in self.stages:
-            self._wrap_pass(stage, "forward_one_chunk", "F")
-            self._wrap_pass(stage, "backward_one_chunk", "B")
-            self._wrap_pass(stage, "perform_reduce_grad", "REDUCE")
-            for method, kind in (("get_fwd_send_ops", "SEND_F"), ("get_fwd_recv_ops", "RECV_F"),
-                                 ("get_bwd_send_ops", "SEND_B"), ("get_bwd_recv_ops", "RECV_B")):
-                self._wrap_tag(stage, method, kind)
-        return self
+    def wrap_stage(self, stage: Any) -> None:
+        for method, action in (("forward_one_chunk", "F"), ("backward_one_chunk", "B"),
+                               ("perform_reduce_grad", "REDUCE")):
+            self._wrap_pass(stage, method, action)
 
     def _wrap_pass(self, stage: Any, method: str, action: str) -> None:
-        original = getattr(stage, method)
-
-        def run(first: int, *args: Any, **kwargs: Any) -> Any:
-            micro = -1 if action == "REDUCE" else int(first)
-            self.current = (int(stage.stage_index), action, micro)
-            self.on_pass(self.current)
-            try:
-                return original(first, *args, **kwargs)
-            finally:
-                self.current = (-1, "OPTIMIZER", -1)
+        def make(original: Callable[..., Any]) -> Callable[..., Any]:
+            def run(first: int, *args: Any, **kwargs: Any) -> Any:
+                micro = -1 if action == "REDUCE" else int(first)
+                self.current = (int(stage.stage_index), action, micro)
                 self.on_pass(self.current)
+                try:
+                    return original(first, *args, **kwargs)
+                finally:
+                    self.current = (-1, "OPTIMIZER", -1)
+                    self.on_pass(self.current)
+            return run
 
-        setattr(stage, method, run)
-        self._undo.append(lambda: delattr(stage, method))
-
-    def _wrap_tag(self, stage: Any, method: str, kind: str) -> None:
-        original = getattr(stage, method)
-
-        def ops(micro: int, *args: Any, **kwargs: Any) -> Any:
-            out = original(micro, *args, **kwargs)
-            for op in out:
-                op._shardmeter_tag = (kind, int(stage.stage_index), int(micro))
-            return out
-
-        setattr(stage, method, ops)
-        self._undo.append(lambda: delattr(stage, method))
-
-    def __exit__(self, *exc: object) -> None:
-        for undo in reversed(self._undo):
-            undo()
-        self._undo.clear()
+        self.wrap_method(stage, method, make)
 
 
 def record_case(case: PpMoeCase, meshes: dict[str, Any], rank: int) -> list[PpMoeRecord]:
