@@ -96,20 +96,25 @@ TINY = ModelSpec(name="tiny-moe", family="mixtral", hidden_size=64, num_layers=4
 
 
 @pytest.mark.torch
-@pytest.mark.parametrize("rank", [0, 1])
-def test_live_tracker_run_of_moe_stages_matches_the_model(rank: int) -> None:
+@pytest.mark.parametrize(("rank", "ac", "capacity_factor", "moment"), [
+    (0, "full", 1.0, "block_recompute_end"), (1, "full", 1.0, "block_recompute_end"),
+    (0, "none", 1.5, "moe_forward"), (0, "full", 1.5, "moe_recompute_dispatch")])
+def test_live_tracker_run_of_moe_stages_matches_the_model(rank: int, ac: str,
+                                                          capacity_factor: float,
+                                                          moment: str) -> None:
     """torch's Schedule1F1B for one rank of pp 2 x dp_shard 2 with ep 2 (experts FSDP-sharded
-    over dp_shard / ep = 1 rank), full checkpointing, tracked now: the states to the byte (the
-    dense and MoE blocks placed by global index), the peak within 3 %, the in-flight
-    micro-batches."""
+    over dp_shard / ep = 1 rank), tracked now: the states to the byte (the dense and MoE blocks
+    placed by global index), the peak within 3 %, the in-flight micro-batches, and the moment
+    the model's peak lies at: with spare capacity (1.5) the combine all-to-all's rows bind,
+    inside a forward or a recompute (`moe_dispatch_peak_bytes`)."""
     pytest.importorskip("torch")
     from perfmodel.bench.pipeline_memory import PipelineMemoryCase, run_case
 
-    recipe = DEFAULT_RECIPE.with_overrides(ac="full", pp=2, pp_schedule="1f1b", dp_shard=2,
-                                           ep=2, moe_capacity_factor=1.0)
+    recipe = DEFAULT_RECIPE.with_overrides(ac=ac, pp=2, pp_schedule="1f1b", dp_shard=2,
+                                           ep=2, moe_capacity_factor=capacity_factor)
     row = run_case(PipelineMemoryCase(config_id="tiny-moe", spec=TINY, seq_len=64,
                                       micro_batch=2, accum_steps=2, recipe=recipe, rank=rank,
-                                      ep=2))
+                                      ep=2, capacity_factor=capacity_factor))
     predicted = pipeline_memory(TINY, num_gpus=4, seq_len=64, micro_batch=2, accum_steps=2,
                                 recipe=recipe).ranks[rank]
     breakdown = predicted.breakdown
@@ -118,7 +123,9 @@ def test_live_tracker_run_of_moe_stages_matches_the_model(rank: int) -> None:
     error = (breakdown.tracked_bytes - row["peak_bytes"]) / row["peak_bytes"]
     assert abs(error) <= MAPE_GOAL_PCT / 100, (row, breakdown)
     assert row["in_flight"] == str(predicted.in_flight[0]) == str(2 - rank)
-    assert int(row["expert_capacity"]) == 64       # ceil(128 tokens x 2 / 4 experts x 1.0)
+    # ceil(128 tokens x 2 / 4 experts x capacity factor)
+    assert int(row["expert_capacity"]) == math.ceil(64 * capacity_factor)
+    assert breakdown.phase.startswith(moment + "("), breakdown.phase
 
 
 @pytest.mark.torch

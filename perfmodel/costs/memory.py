@@ -40,17 +40,25 @@ V, the output and a 4-byte log-sum-exp per head, never the S×S scores):
   of an MoE layer: the MLP terms of a dense MLP whose width is the k routed experts' (times
   the capacity factor, or the load imbalance under ep > 1: the busiest rank) plus the shared
   experts'; plus, when the block is not checkpointed whole, the k dispatched copies of the
-  token (the grouped GEMM's input) and the k expert outputs before the weighted combine (2·k·h
-  elements), the fp32 router logits and scores (2·E) and the top-k indices and weights
-  (12 B each). Under ep > 1 the experts are their own FSDP unit (torchtitan), back-propagated
-  and reduce-scattered before the rest of their block: at a block's widest backward moment its
-  experts' gradient shard already exists and the reduce-scatter input still alive is the
-  previous block's dense part only. A block checkpointed whole adds one moment, the end of its
+  token (the grouped GEMM's input: k·h elements times the capacity factor) and the k expert
+  outputs before the weighted combine (k·h elements), the fp32 router logits and scores
+  (2·E) and the top-k indices and weights (12 B each). Under ep > 1 the experts are their
+  own FSDP unit (torchtitan), back-propagated and reduce-scattered before the rest of their
+  block: at a block's widest backward moment its experts' gradient shard already exists and
+  the reduce-scatter input still alive is the previous block's dense part only. A block
+  checkpointed whole adds one moment, the end of its
   recomputed forward in backward (`recompute_end_bytes`): all it saves unchecked, its
   hidden-width forward outputs still referenced and, in an MoE layer, the combine's k-fold
   copies (the expert outputs with the zero row, the weighted rows and their copy before the
   sum over k): wider than the MLP's backward for an MoE layer, narrower for a dense one
-  (f > 2h). Checked by: tests/test_moe_step.py (against
+  (f > 2h). Two moments belong to MoE layers whatever the checkpointing: inside a forward (or
+  a whole block's recompute), the dispatch's widest op, where the slot-sized rows of the
+  dispatch, the experts and the combine are alive at once (`moe_dispatch_peak_bytes`: at the
+  combine all-to-all under ep > 1, six R-row tensors with R = k·capacity factor slots per
+  token); and the end of the routed experts' backward, their bf16 weight gradients alive
+  beside three R-row gradient-side tensors (`experts_backward_bytes`). With many small experts
+  (Qwen3-30B-A3B: R = 12 at capacity factor 1.5) these are a stage's peak (FSDPMemTracker
+  timelines of the MoE stage held-out draw). Checked by: tests/test_moe_step.py (against
   FSDPMemTracker on catalogs/profiles/data/memory-tracker-moe.csv, `perfmodel.bench.memory_moe`:
   fixed-capacity routing, two real-width model shapes, EP 1-8).
   MoE pipeline stages (pp > 1, tp = 1). Claim: a stage prices its blocks by global block index
@@ -428,6 +436,7 @@ class _Sizes:
     expert_padded: float = 0.0     # MoE, ep > 1: its all-gather / reduce-scatter elements
     moe_saved: float = 0.0         # MoE: bytes per token a block not checkpointed whole adds
     token_factor: float = 1.0      # MoE: routed-expert tokens of the busiest rank over the mean
+    ep_experts: int = 1            # MoE: expert-parallel ranks (each holds E/ep experts)
     g: float = 0.0       # bytes per gathered block element (b; less with fp8_all_gather)
     fp8_cast: tuple[float, float] = (0.0, 0.0)  # float8 copies around a matmul (fixed, /token)
 
@@ -555,13 +564,69 @@ def moe_saved_bytes(spec: ModelSpec, b: float, token_factor: float) -> float:
 
 def moe_layer_saved_bytes(spec: ModelSpec, b: float, token_factor: float) -> float:
     """Bytes per token one MoE layer not checkpointed whole saves beyond its activations' dense
-    twin's MLP terms (module doc: the k dispatched copies and expert outputs, the fp32 router
-    logits and scores, the top-k indices and weights)."""
+    twin's MLP terms (module doc): the grouped GEMMs' input, the k·token_factor dispatched slots
+    per token (`perfmodel.bench.moe.MoeBlock`), the k expert outputs gathered back per token
+    (the weighted combine's input: k rows whatever the capacity), the fp32 router logits and
+    scores, the top-k indices and weights. Why k·(token_factor + 1) rows and not 2·k·
+    token_factor: the combine gathers one row per choice of each token, not the slots;
+    FSDPMemTracker's live tensors at an MoE block's forward end (capacity factor 1.5) hold one
+    slot-sized and one choice-sized hidden-width tensor. Checked by: the capacity factor > 1
+    rows of the MoE grids (tests/test_moe_step.py, tests/test_memory_moe_pipeline.py)."""
     moe = spec.moe
     if moe is None:
         return 0.0
-    return (2.0 * moe.experts_per_token * token_factor * spec.hidden_size * b
+    return (moe.experts_per_token * (token_factor + 1.0) * spec.hidden_size * b
             + FP32 * 2 * moe.num_experts + 12.0 * moe.experts_per_token)
+
+
+def moe_dispatch_peak_bytes(spec: ModelSpec, b: float, token_factor: float, ep: int) -> float:
+    """Bytes per token an MoE layer's forward holds at its widest moment beyond what it saves
+    for backward (`moe_layer_saved_bytes`, its dense twin's MLP terms); 0 for a dense model.
+
+    Claim: with R = k·token_factor slots per token (`perfmodel.bench.moe.MoeBlock`), under
+    ep > 1 the widest moment is the combine all-to-all, where the dispatched slots, the slots
+    received, the experts' grouped input, their output, its send-ordered copy and the outputs
+    received back are all alive (6·R hidden-width rows; the grouped input is saved, the k
+    per-choice rows saved later do not exist yet): (5·R - k)·h·b. With ep = 1 it is the sum
+    over the k choices: the expert outputs with their zero row, the weighted per-choice rows
+    and their sum beyond the saves: (R + k + 1)·h·b. Why: the forward's locals keep every
+    tensor of the dispatch alive until it returns, and at real widths these rows outweigh the
+    rest of the layer (Qwen3-30B-A3B: R = 12 at capacity factor 1.5); FSDPMemTracker's live
+    tensors at that op on a small MoE stage (ep 1 and 2, capacity factor 1.5) are these.
+    Checked by: tests/test_memory_moe_pipeline.py (a live tracker run at ep 2 and capacity
+    factor 1.5 whose modelled peak is this moment, in a forward and in a recompute, within 3 %;
+    the held-out MoE stage rows that peak here)."""
+    moe = spec.moe
+    if moe is None:
+        return 0.0
+    k, slots = float(moe.experts_per_token), moe.experts_per_token * token_factor
+    rows = 5.0 * slots - k if ep > 1 else slots + k + 1.0
+    return rows * spec.hidden_size * b
+
+
+def experts_backward_bytes(act: ModelSpec, spec: ModelSpec, seq_len: int, b: float,
+                           recipe: TrainingRecipe, token_factor: float,
+                           config: MemoryConfig = DEFAULT_CONFIG, *, share: float = 1.0) -> float:
+    """Bytes per token an MoE layer holds at the end of its routed experts' backward (the last
+    grouped GEMM's), beyond the saves of the blocks before it: what the layer saves unchecked
+    (`block_saved_none` of its activations' dense twin `act`, `moe_layer_saved_bytes` of the
+    MoE model `spec`) less what the experts' backward has consumed (three of the four R-row
+    expert-width saves, the k per-choice rows), plus the gradients then alive: of the expert
+    width's input (R rows), of the grouped input from the up and the gate projections (2·R
+    hidden-width rows) and of the block output. Why: FSDPMemTracker's live tensors at a real
+    Qwen3-30B-A3B stage's peak (the last `bmm` of the experts' backward: three R·h and one
+    R·f_e gradient-side tensors beside the block's attention saves); the experts' weight
+    gradients are then alive too (fixed, priced by the caller). Recomputed or saved, the same
+    tensors are alive, so one term serves every checkpointing mode. Checked by:
+    tests/test_memory_moe_pipeline.py (rows of the MoE stage grids that peak there)."""
+    moe = spec.moe
+    if moe is None:
+        return 0.0
+    h, slots = spec.hidden_size, moe.experts_per_token * token_factor
+    saved = (block_saved_none(act, seq_len, b, recipe.attention, config, share=share)
+             + moe_layer_saved_bytes(spec, b, token_factor))
+    return (saved - 3.0 * slots * moe.expert_intermediate_size * b
+            - moe.experts_per_token * h * b + 2.0 * slots * h * b + b * h)
 
 
 def _sizes(view: RankView, recipe: TrainingRecipe, config: MemoryConfig) -> _Sizes:
@@ -584,7 +649,7 @@ def _sizes(view: RankView, recipe: TrainingRecipe, config: MemoryConfig) -> _Siz
                   shard_block=shard_block, shard_root=shard_root,
                   padded_block=padded_block, padded_root=world * shard_root,
                   tensors=round(spec.num_layers * block_tensors) + len(root),
-                  unsharded_block=unsharded_block, token_factor=factor,
+                  unsharded_block=unsharded_block, token_factor=factor, ep_experts=view.ep,
                   expert_shard=expert_shard, expert_padded=expert_padded,
                   moe_saved=moe_saved_bytes(spec, float(b), factor),
                   share=view.sequence_share, loss_parallel=view.tp > 1,
@@ -796,6 +861,7 @@ def _phases(spec: ModelSpec, seq_len: int, z: _Sizes, recipe: TrainingRecipe, k:
     L, b, r = spec.num_layers, z.b, z.r
     P_b, P_r = z.unsharded_block or float(spec.block_params), float(spec.root_params)
     experts = spec.moe if spec.moe is not None and spec.moe_layer_share == 1.0 else None
+    model = spec
     spec = _moe_activation_spec(spec, z.token_factor)   # MoE: the activations' dense twin
     lm_side = P_r - (0.0 if spec.tie_word_embeddings else float(spec.embedding_params))
     policy = recipe.checkpoint
@@ -844,7 +910,21 @@ def _phases(spec: ModelSpec, seq_len: int, z: _Sizes, recipe: TrainingRecipe, k:
     def phase(name: str, fixed: dict[str, float], per_token: dict[str, float]) -> _Phase:
         return _Phase(name, {**states, **fixed}, per_token)
 
-    out = [
+    # An MoE model whose every layer is an MoE layer: inside the last block's forward, and at
+    # the end of each block's experts' backward (`moe_dispatch_peak_bytes`,
+    # `experts_backward_bytes`; the pipeline stages' moments, on the mean block)
+    moe_moments: list[_Phase] = []
+    expert_elements = (experts.num_experts * model.expert_params / z.ep_experts
+                       if experts is not None else 0.0)
+    if experts is not None:
+        dispatch = moe_dispatch_peak_bytes(model, b, z.token_factor, z.ep_experts)
+        last_whole = whole[L - 1]
+        extra = (moe_layer_saved_bytes(model, b, z.token_factor) + dispatch + 2.0 * b
+                 * spec.hidden_size if last_whole or policy.mode == "full" else dispatch)
+        moe_moments.append(phase("moe_forward", {
+            "unsharded_params": root_kept + z.g * z.padded_block, "activations": rope,
+            "temporaries": accumulated}, {"activations": saved_upto(L - 1) + extra}))
+    out = [*moe_moments,
         phase("forward_end", {"unsharded_params": root_kept + last_block,
                               "all_gather": z.g * z.padded_block
                               * min(max(recipe.prefetch_depth, 1), max(L - 1, 1)),
@@ -887,6 +967,15 @@ def _phases(spec: ModelSpec, seq_len: int, z: _Sizes, recipe: TrainingRecipe, k:
             "reduce_scatter": previous_rs, "activations": rope,
             "temporaries": undone + b * lm_side + w_down + ar_done + z.fp8_cast[0]},
             _plus(backward_tokens, "temporaries", z.fp8_cast[1])))
+        if experts is not None:   # the end of its experts' backward
+            out.append(phase(f"experts_backward({j})", {
+                "sharded_grads": sharded,
+                "unsharded_params": root_kept + z.g * z.padded_block, "all_gather": prefetch,
+                "reduce_scatter": previous_rs, "activations": rope,
+                "unsharded_grads": b * expert_elements,
+                "temporaries": undone + b * lm_side + ar_done},
+                {"activations": saved_upto(j - 1), "temporaries": experts_backward_bytes(
+                    spec, model, seq_len, b, recipe, z.token_factor, config, share=share)}))
         if whole[j] and experts is not None:   # an MoE block at the end of its recompute
             out.append(phase(f"block_recompute_end({j})", {
                 "sharded_grads": sharded,
@@ -1306,6 +1395,15 @@ class _Stage:
     work: tuple[float, ...]        # backward working set of local block j, per token
     held: float                   # bytes per token one micro-batch holds from F to B
     recompute_end: tuple[float, ...] = ()  # per token, the end of block j's recompute (0: none)
+    # MoE stages (0 / empty for dense ones), per token unless said: the widest moment of a
+    # forward inside an MoE block (saves of the micro-batch so far included), per MoE block
+    # the combine all-to-all of its recompute beyond what its recompute end holds (0: not
+    # wider or not recomputed), the end of its experts' backward, and its routed experts'
+    # elements on this rank (their bf16 gradients alive then)
+    forward_peak: float = 0.0
+    recompute_dispatch: tuple[float, ...] = ()
+    experts_end: tuple[float, ...] = ()
+    expert_elements: tuple[float, ...] = ()
     # sums over the units, computed once (the schedule walk reads them at every moment)
     params: float = field(init=False)
     padded: float = field(init=False)
@@ -1451,6 +1549,9 @@ def _pipeline_stages(spec: ModelSpec, world: int, seq_len: int, recipe: Training
     saved: dict[tuple[bool, bool], float] = {}
     work: dict[tuple[bool, bool], float] = {}
     recompute_end: dict[bool, float] = {}
+    forward_extra: dict[tuple[bool, bool], float] = {}
+    recompute_dispatch: dict[bool, float] = {}
+    experts_end: dict[bool, float] = {}
     for kind in ((True,) if moe_layer else ()) + ((False,) if dense_layer else ()):
         first_of_kind = next(i for i in range(spec.num_layers) if spec.is_moe_layer(i) == kind)
         act = _moe_layer_activation_spec(spec, first_of_kind, token_factor)
@@ -1469,6 +1570,25 @@ def _pipeline_stages(spec: ModelSpec, world: int, seq_len: int, recipe: Training
         if policy.mode == "op-sac":
             work[kind, False] -= duplicate_input + b * act.q_dim + (
                 b * act.hidden_size if act.gated_mlp else 0.0)
+        # MoE (`moe_dispatch_peak_bytes`, `experts_backward_bytes`): a block checkpointed whole
+        # saves nothing in forward, so its dispatch holds all the rows the layer would save
+        # plus the peak's, beside the MLP's input and the residual after attention
+        dispatch = moe_dispatch_peak_bytes(spec, b, token_factor, ep) if kind else 0.0
+        routed = moe_layer_saved_bytes(spec, b, token_factor) if kind else 0.0
+        h = spec.hidden_size
+        for w in (False, True):
+            whole = w or policy.mode == "full"
+            forward_extra[kind, w] = (routed + dispatch + 2.0 * b * h if whole
+                                      else dispatch) if kind else 0.0
+        # the recompute's combine all-to-all: its end (`recompute_end_bytes`) without the
+        # combine's k-fold copies and the MLP and block outputs, plus the dispatch's rows
+        moe = spec.moe
+        recompute_dispatch[kind] = max(0.0, (
+            dispatch - b * h * moe.experts_per_token * (token_factor + 2) - 2.0 * b * h)
+            if kind and moe is not None else 0.0)
+        experts_end[kind] = (experts_backward_bytes(act, spec, seq_len, b, recipe,
+                                                    token_factor, config, share=share)
+                             - duplicate_input) if kind else 0.0
     _, held_logits, _ = logits_bytes_per_token(spec, b, recipe, loss_parallel=loss_parallel)
     # The last stage's output (the logits) stays referenced for its backward; a fused loss
     # takes the hidden states and the LM head's weight instead of logits.
@@ -1487,11 +1607,25 @@ def _pipeline_stages(spec: ModelSpec, world: int, seq_len: int, recipe: Training
         upto = tuple(x - shared for x in itertools.accumulate(saved[kind] for kind in kinds))
         held = upto[-1] + (share * norm_saved_bytes(spec, b, config) + b * spec.hidden_size
                            + logits_out + held_logits if last else boundary)
+        units = _stage_units(spec, world, n, first, last, first_block, ep)
+        block_units = units[1 if first else 0:][:n]
+        experts = len(spec.mlp_linears)   # the stacked expert tensors end an MoE layer's unit
+        forward_peak = max((upto[j] + forward_extra[kind] for j, kind in enumerate(kinds)
+                            if kind[0]), default=0.0)
         out.append(_Stage(index=s, first_block=first_block, blocks=n, first=first, last=last,
-                          units=_stage_units(spec, world, n, first, last, first_block, ep),
+                          units=units,
                           saved_upto=upto, work=tuple(work[kind] for kind in kinds), held=held,
                           recompute_end=tuple(recompute_end[moe] if whole else 0.0
-                                              for moe, whole in kinds)))
+                                              for moe, whole in kinds),
+                          forward_peak=forward_peak,
+                          recompute_dispatch=tuple(
+                              recompute_end[moe] + recompute_dispatch[moe]
+                              if whole and recompute_dispatch[moe] else 0.0
+                              for moe, whole in kinds),
+                          experts_end=tuple(experts_end[moe] for moe, _ in kinds),
+                          expert_elements=tuple(
+                              float(sum(u.order[-experts:])) if moe else 0.0
+                              for (moe, _), u in zip(kinds, block_units, strict=True))))
         first_block += n
     return out
 
@@ -1630,6 +1764,12 @@ def _rank_phases(stages: list[_Stage], rank: int, spec: ModelSpec, seq_len: int,
             add(f"forward_end({where})", ("F", s, gathering),
                 {"all_gather": b * st.units[-1].padded if gathering else 0.0},
                 {"temporaries": loss_transient if st.last else 0.0})
+            if st.forward_peak:
+                # inside an MoE block's forward: this micro-batch's saves so far and the
+                # dispatch's rows (`moe_dispatch_peak_bytes`)
+                add(f"moe_forward({where})", ("MF", s), {},
+                    {"activations": st.forward_peak},
+                    minus_held=st.held)
             continue
         first_bwd = s not in accumulated
         block_units = _block_units(st)
@@ -1665,6 +1805,24 @@ def _rank_phases(stages: list[_Stage], rank: int, spec: ModelSpec, seq_len: int,
                 add(f"block_recompute_end({name})", ("BRE", s, j, first_bwd),
                     {"temporaries": r * upper},
                     {"activations": st.saved_upto[j] + output, "temporaries": end},
+                    minus_held=st.held)
+            if st.recompute_dispatch[j]:
+                # the recompute's combine all-to-all (`moe_dispatch_peak_bytes`)
+                end = st.recompute_dispatch[j] - (b * spec.hidden_size
+                                                  if j == n - 1 and not st.last else 0.0)
+                add(f"moe_recompute_dispatch({name})", ("BRD", s, j, first_bwd),
+                    {"temporaries": r * upper},
+                    {"activations": st.saved_upto[j] + output, "temporaries": end},
+                    minus_held=st.held)
+            if st.experts_end[j]:
+                # the routed experts' backward done: their weight gradients, the gradients and
+                # the saves then alive (`experts_backward_bytes`)
+                end = st.experts_end[j] - (b * spec.hidden_size
+                                           if j == n - 1 and not st.last else 0.0)
+                add(f"experts_backward({name})", ("XB", s, j, first_bwd),
+                    {"unsharded_grads": b * st.expert_elements[j], "temporaries": r * upper},
+                    {"activations": (st.saved_upto[j - 1] if j else 0.0) + output,
+                     "temporaries": end},
                     minus_held=st.held)
             # the block's first norm back-propagated last: every gradient of the block exists
             add(f"block_end({name})", ("BE", s, j, first_bwd),
