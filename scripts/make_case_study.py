@@ -53,8 +53,8 @@ FREE_MODES = ["none", "op-sac", "full"]
 """Section 7: the checkpointing modes the planner may choose from when layouts are free."""
 LAYOUT_STUDIES = (
     (INSTANCE, "pinned: FSDP, op-sac (as shipped)", ()),
-    (INSTANCE, "free: tp <= 2, checkpointing none/op-sac/full",
-     (("training.parallel", {"max_tp": 2}),
+    (INSTANCE, "free: tp <= 2, pp 1, checkpointing none/op-sac/full",
+     (("training.parallel", {"max_tp": 2, "max_pp": 1}),
       ("training.activation_checkpointing", FREE_MODES))),
     (MULTICLOUD, "pinned: FSDP, op-sac",
      (("training.parallel", None), ("training.activation_checkpointing", "op-sac"))),

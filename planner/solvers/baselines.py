@@ -23,6 +23,7 @@ sum is exactly B, falling back to smaller micro-batches when the granularity can
 
 from __future__ import annotations
 
+import heapq
 import logging
 import math
 from collections.abc import Iterator
@@ -213,25 +214,37 @@ def option_combinations(problem: Problem, limit: int) -> tuple[list[tuple[int, .
     return out, truncated
 
 
-def proportional_split(problem: Problem, option_ids: tuple[int, ...]) -> list[IslandChoice] | None:
-    """The paper's split of B over the given islands, or None if the granularity defeats it."""
+def _option_ladders(problem: Problem) -> tuple[dict[int, list[int]], list[float]]:
+    """(option -> its rows' indices, largest micro-batch first, then the fastest; every row's
+    `_rate`): what `proportional_split` reads for each option, computed once per problem (the
+    heuristic calls it for up to `DEFAULT_MAX_COMBINATIONS` combinations)."""
+    rates = [_rate(pair) for pair in problem.pairs]
     by_option: dict[int, list[int]] = {}
     for pi, pair in enumerate(problem.pairs):
         by_option.setdefault(pair.option_index, []).append(pi)
-    ladders = [sorted(by_option[o], key=lambda p: (-problem.pairs[p].micro_batch,
-                                                   -_rate(problem.pairs[p]), p))
-               for o in option_ids]
+    for rows in by_option.values():
+        rows.sort(key=lambda p: (-problem.pairs[p].micro_batch, -rates[p], p))
+    return by_option, rates
+
+
+def proportional_split(problem: Problem, option_ids: tuple[int, ...], *,
+                       ladders: tuple[dict[int, list[int]], list[float]] | None = None,
+                       ) -> list[IslandChoice] | None:
+    """The paper's split of B over the given islands, or None if the granularity defeats it.
+    `ladders`: `_option_ladders(problem)`, when the caller splits many combinations."""
+    by_option, rates = ladders if ladders is not None else _option_ladders(problem)
+    ladder = [by_option[o] for o in option_ids]
     level = [0] * len(option_ids)
     while True:
-        pairs = [problem.pairs[ladders[i][level[i]]] for i in range(len(option_ids))]
-        rate = [_rate(p) for p in pairs]
+        rows = [ladder[i][level[i]] for i in range(len(option_ids))]
+        pairs = [problem.pairs[r] for r in rows]
+        rate = [rates[r] for r in rows]
         share = [problem.global_batch_seqs * r / sum(rate) for r in rate]
         first_ks = [_nearest_k(p, s) for s, p in zip(share, pairs, strict=True)]
         ks = _refine(problem.global_batch_seqs, pairs, first_ks)
         if ks is not None:
-            return [IslandChoice(pair_index=ladders[i][level[i]], accum_steps=k)
-                    for i, k in enumerate(ks)]
-        lower = [i for i in range(len(option_ids)) if level[i] + 1 < len(ladders[i])]
+            return [IslandChoice(pair_index=rows[i], accum_steps=k) for i, k in enumerate(ks)]
+        lower = [i for i in range(len(option_ids)) if level[i] + 1 < len(ladder[i])]
         if not lower:
             return None
         level[max(lower, key=lambda i: (pairs[i].seqs_per_accum_step, -i))] += 1
@@ -257,26 +270,48 @@ def _nearest_k(pair: Any, share: float) -> int:
 
 def _refine(batch: int, pairs: list[Any], ks: list[int]) -> list[int] | None:
     """Move k one granule (accum_multiple micro-steps) at a time until Σ k·m·dp = B (None if
-    stuck)."""
+    stuck): while over B, take a granule from the slowest island that can lose one (ties: the
+    first); while under, give one to the island fastest after the move among those it fits
+    (ties: the first).
+
+    Each pick is the top of a heap keyed as the choice is ((−t, i) down, (t', i) up), which
+    gives the same island as scanning every island per move. Why a stale top can be dropped
+    for good: an island that cannot lose a granule never can again (k only falls while over
+    B), and one that cannot take a granule never can again (k only rises and B − Σ only
+    shrinks while under B). Checked by: tests/test_baselines.py (the heuristic's plans)."""
     total = sum(k * p.seqs_per_accum_step for k, p in zip(ks, pairs, strict=True))
-    while total > batch:
-        down = [i for i, k in enumerate(ks) if k - pairs[i].accum_multiple
-                >= pairs[i].min_accum_steps]
-        if not down:
-            return None
-        i = max(down, key=lambda i: (pairs[i].step_time_s(ks[i]), -i))
-        ks[i] -= pairs[i].accum_multiple
-        total -= pairs[i].accum_multiple * pairs[i].seqs_per_accum_step
-    while total < batch:
-        up = [i for i, p in enumerate(pairs)
-              if p.accum_multiple * p.seqs_per_accum_step <= batch - total
-              and ks[i] + p.accum_multiple <= p.max_accum_steps]
-        if not up:
-            return None
-        i = min(up, key=lambda i: (pairs[i].step_time_s(ks[i] + pairs[i].accum_multiple), i))
-        ks[i] += pairs[i].accum_multiple
-        total += pairs[i].accum_multiple * pairs[i].seqs_per_accum_step
+    if total > batch:
+        over = [(-p.step_time_s(ks[i]), i) for i, p in enumerate(pairs)]
+        heapq.heapify(over)
+        while total > batch:
+            while over and ks[over[0][1]] - pairs[over[0][1]].accum_multiple \
+                    < pairs[over[0][1]].min_accum_steps:
+                heapq.heappop(over)
+            if not over:
+                return None
+            i = over[0][1]
+            ks[i] -= pairs[i].accum_multiple
+            total -= pairs[i].accum_multiple * pairs[i].seqs_per_accum_step
+            heapq.heapreplace(over, (-pairs[i].step_time_s(ks[i]), i))
+    if total < batch:
+        under = [(p.step_time_s(ks[i] + p.accum_multiple), i) for i, p in enumerate(pairs)]
+        heapq.heapify(under)
+        while total < batch:
+            while under and not _can_take(pairs[under[0][1]], ks[under[0][1]], batch - total):
+                heapq.heappop(under)
+            if not under:
+                return None
+            i = under[0][1]
+            ks[i] += pairs[i].accum_multiple
+            total += pairs[i].accum_multiple * pairs[i].seqs_per_accum_step
+            heapq.heapreplace(under, (pairs[i].step_time_s(ks[i] + pairs[i].accum_multiple), i))
     return ks
+
+
+def _can_take(pair: Any, k: int, room: int) -> bool:
+    """Can an island at k take one more granule with `room` sequences left to fill?"""
+    return (pair.accum_multiple * pair.seqs_per_accum_step <= room
+            and k + pair.accum_multiple <= pair.max_accum_steps)
 
 
 def heuristic_plans(problem: Problem, *,
@@ -286,8 +321,9 @@ def heuristic_plans(problem: Problem, *,
     if truncated:
         LOG.warning("heuristic: stopped after %d island combinations", max_combinations)
     plans = []
+    ladders = _option_ladders(problem)
     for combo in combos:
-        choices = proportional_split(problem, combo)
+        choices = proportional_split(problem, combo, ladders=ladders)
         if choices is not None:
             plan = evaluate(problem, choices)
             if _within(problem, plan):
