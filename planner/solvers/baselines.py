@@ -278,7 +278,8 @@ def _refine(batch: int, pairs: list[Any], ks: list[int]) -> list[int] | None:
     gives the same island as scanning every island per move. Why a stale top can be dropped
     for good: an island that cannot lose a granule never can again (k only falls while over
     B), and one that cannot take a granule never can again (k only rises and B − Σ only
-    shrinks while under B). Checked by: tests/test_baselines.py (the heuristic's plans)."""
+    shrinks while under B). Checked by: tests/test_baselines_refine.py (against the scan on
+    random rows with ties)."""
     total = sum(k * p.seqs_per_accum_step for k, p in zip(ks, pairs, strict=True))
     if total > batch:
         over = [(-p.step_time_s(ks[i]), i) for i, p in enumerate(pairs)]
@@ -310,8 +311,8 @@ def _refine(batch: int, pairs: list[Any], ks: list[int]) -> list[int] | None:
 
 def _can_take(pair: Any, k: int, room: int) -> bool:
     """Can an island at k take one more granule with `room` sequences left to fill?"""
-    return (pair.accum_multiple * pair.seqs_per_accum_step <= room
-            and k + pair.accum_multiple <= pair.max_accum_steps)
+    return bool(pair.accum_multiple * pair.seqs_per_accum_step <= room
+                and k + pair.accum_multiple <= pair.max_accum_steps)
 
 
 def heuristic_plans(problem: Problem, *,
