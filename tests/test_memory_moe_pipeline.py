@@ -97,7 +97,7 @@ TINY = ModelSpec(name="tiny-moe", family="mixtral", hidden_size=64, num_layers=4
 
 @pytest.mark.torch
 @pytest.mark.parametrize(("rank", "ac", "capacity_factor", "moment"), [
-    (0, "full", 1.0, "block_recompute_end"), (1, "full", 1.0, "block_recompute_end"),
+    (0, "full", 1.0, "moe_recompute_dispatch"), (1, "full", 1.0, "moe_recompute_dispatch"),
     (0, "none", 1.5, "moe_forward"), (0, "full", 1.5, "moe_recompute_dispatch")])
 def test_live_tracker_run_of_moe_stages_matches_the_model(rank: int, ac: str,
                                                           capacity_factor: float,
@@ -105,8 +105,9 @@ def test_live_tracker_run_of_moe_stages_matches_the_model(rank: int, ac: str,
     """torch's Schedule1F1B for one rank of pp 2 x dp_shard 2 with ep 2 (experts FSDP-sharded
     over dp_shard / ep = 1 rank), tracked now: the states to the byte (the dense and MoE blocks
     placed by global index), the peak within 3 %, the in-flight micro-batches, and the moment
-    the model's peak lies at: with spare capacity (1.5) the combine all-to-all's rows bind,
-    inside a forward or a recompute (`moe_dispatch_peak_bytes`)."""
+    the model's peak lies at, the op where torch's tracker peaks in these runs: the combine
+    all-to-all, inside the forward without checkpointing and inside the recompute under full
+    checkpointing (`moe_dispatch_peak_bytes`, `moe_recompute_dispatch_bytes`)."""
     pytest.importorskip("torch")
     from perfmodel.bench.pipeline_memory import PipelineMemoryCase, run_case
 

@@ -604,6 +604,28 @@ def moe_dispatch_peak_bytes(spec: ModelSpec, b: float, token_factor: float, ep: 
     return rows * spec.hidden_size * b
 
 
+def moe_recompute_dispatch_bytes(spec: ModelSpec, b: float, token_factor: float,
+                                 ep: int) -> float:
+    """Bytes per token an MoE layer checkpointed whole holds at its recompute's dispatch peak
+    (`moe_dispatch_peak_bytes`) beyond the end of that recompute (`recompute_end_bytes`); 0
+    when the end is wider (ep = 1) or for a dense model.
+
+    Claim: the peak holds the dispatch's rows but not yet the combine's expert outputs with
+    their zero row (k·token_factor rows) and weighted per-choice rows (k), nor the MLP's and
+    the block's outputs (2 hidden-width rows); the gradient flowing into the combine (k rows)
+    is alive at both moments, as it is made before the recompute starts. Why: FSDPMemTracker's
+    live tensors at the combine all-to-all of a Qwen3-30B-A3B stage's recompute hold one
+    (k, T, h) gradient-side tensor beside the dispatch's six R-row ones. Checked by:
+    tests/test_memory_moe_pipeline.py (the live run at capacity factor 1.5 under full
+    checkpointing, whose modelled peak is this moment; the stage grid's rows that peak here)."""
+    moe = spec.moe
+    if moe is None:
+        return 0.0
+    h = spec.hidden_size
+    return max(0.0, moe_dispatch_peak_bytes(spec, b, token_factor, ep)
+               - b * h * moe.experts_per_token * (token_factor + 1) - 2.0 * b * h)
+
+
 def experts_backward_bytes(act: ModelSpec, spec: ModelSpec, seq_len: int, b: float,
                            recipe: TrainingRecipe, token_factor: float,
                            config: MemoryConfig = DEFAULT_CONFIG, *, share: float = 1.0) -> float:
@@ -789,13 +811,18 @@ def recompute_end_bytes(spec: ModelSpec, seq_len: int, b: float, recipe: Trainin
     the MLP output and the block output) and the gradient of the block output; an MoE layer's
     combine adds its k-fold copies (`perfmodel.bench.moe.MoeBlock.forward`): the expert
     outputs in slot order with the zero row (k·token_factor rows), the weighted per-choice
-    rows and their (k, T, h) copy before the sum over k. `spec` is the layer's activations'
+    rows, and the gradient flowing into the combine, (k, T, h): the backward of the sum over
+    k expands the block's output gradient and the view before it copies that, before the
+    first saved tensor is unpacked and the recompute starts (`moe_recompute_dispatch_bytes`
+    prices the same gradient earlier in the recompute). `spec` is the layer's activations'
     dense twin (`_moe_layer_activation_spec`), `moe` the model's experts (None: a dense layer).
     For a dense layer with f > 2h this moment is narrower than the MLP's backward
     (`_block_working_set`), so only MoE layers' ends bind. Why: FSDPMemTracker timelines of a
-    recomputed MoE block (the peak of its backward is the last op of its recompute, these
-    tensors alive). Checked by: tests/test_memory_moe_pipeline.py (full-checkpointing rows of
-    the MoE stage grids peak there); no row of the dense pipeline datasets peaks there
+    recomputed MoE block (the last op of its recompute, these tensors alive). Under ep > 1 the
+    recompute's dispatch peak is wider still and is priced as this moment plus the difference
+    (`moe_recompute_dispatch_bytes`), so this term is checked through it: by
+    tests/test_memory_moe_pipeline.py (the live full-checkpointing runs and the stage grids'
+    rows that peak at that moment, within 0.2 %); no row of the dense pipeline datasets peaks there
     (tests/test_memory_pipeline.py); the pp = 1 phases have the moment for models whose every
     layer is an MoE layer, where no shipped row peaks."""
     h = spec.hidden_size
@@ -977,14 +1004,22 @@ def _phases(spec: ModelSpec, seq_len: int, z: _Sizes, recipe: TrainingRecipe, k:
                 {"activations": saved_upto(j - 1), "temporaries": experts_backward_bytes(
                     spec, model, seq_len, b, recipe, z.token_factor, config, share=share)}))
         if whole[j] and experts is not None:   # an MoE block at the end of its recompute
+            end = recompute_end_bytes(spec, seq_len, b, recipe, config, share=share,
+                                      moe=experts, token_factor=z.token_factor)
             out.append(phase(f"block_recompute_end({j})", {
                 "sharded_grads": sharded,
                 "unsharded_params": root_kept + z.g * z.padded_block, "all_gather": prefetch,
                 "reduce_scatter": previous_rs, "activations": rope,
                 "temporaries": undone + b * lm_side + ar_done},
-                {"activations": saved_upto(j), "temporaries": recompute_end_bytes(
-                    spec, seq_len, b, recipe, config, share=share, moe=experts,
-                    token_factor=z.token_factor)}))
+                {"activations": saved_upto(j), "temporaries": end}))
+            wider = moe_recompute_dispatch_bytes(model, b, z.token_factor, z.ep_experts)
+            if wider:   # ... and at its recompute's dispatch peak
+                out.append(phase(f"moe_recompute_dispatch({j})", {
+                    "sharded_grads": sharded,
+                    "unsharded_params": root_kept + z.g * z.padded_block,
+                    "all_gather": prefetch, "reduce_scatter": previous_rs,
+                    "activations": rope, "temporaries": undone + b * lm_side + ar_done},
+                    {"activations": saved_upto(j), "temporaries": end + wider}))
         out.extend(phase(name, {
             "sharded_grads": sharded,
             "unsharded_params": root_kept + z.g * z.padded_block, "all_gather": prefetch,
@@ -1580,12 +1615,8 @@ def _pipeline_stages(spec: ModelSpec, world: int, seq_len: int, recipe: Training
             whole = w or policy.mode == "full"
             forward_extra[kind, w] = (routed + dispatch + 2.0 * b * h if whole
                                       else dispatch) if kind else 0.0
-        # the recompute's combine all-to-all: its end (`recompute_end_bytes`) without the
-        # combine's k-fold copies and the MLP and block outputs, plus the dispatch's rows
-        moe = spec.moe
-        recompute_dispatch[kind] = max(0.0, (
-            dispatch - b * h * moe.experts_per_token * (token_factor + 2) - 2.0 * b * h)
-            if kind and moe is not None else 0.0)
+        recompute_dispatch[kind] = (moe_recompute_dispatch_bytes(spec, b, token_factor, ep)
+                                    if kind else 0.0)
         experts_end[kind] = (experts_backward_bytes(act, spec, seq_len, b, recipe,
                                                     token_factor, config, share=share)
                              - duplicate_input) if kind else 0.0
