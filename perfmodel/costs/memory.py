@@ -44,15 +44,19 @@ V, the output and a 4-byte log-sum-exp per head, never the S×S scores):
   outputs before the weighted combine (k·h elements), the fp32 router logits and scores
   (2·E) and the top-k indices and weights (12 B each). Under ep > 1 the experts are their
   own FSDP unit (torchtitan), back-propagated and reduce-scattered before the rest of their
-  block: at a block's widest backward moment its experts' gradient shard already exists and
-  the reduce-scatter input still alive is the previous block's dense part only. A block
-  checkpointed whole adds one moment, the end of its
-  recomputed forward in backward (`recompute_end_bytes`): all it saves unchecked, its
-  hidden-width forward outputs still referenced and, in an MoE layer, the combine's k-fold
-  copies (the expert outputs with the zero row, the weighted rows and their copy before the
-  sum over k): wider than the MLP's backward for an MoE layer, narrower for a dense one
-  (f > 2h). Two moments belong to MoE layers whatever the checkpointing: inside a forward (or
-  a whole block's recompute), the dispatch's widest op, where the slot-sized rows of the
+  block (`_experts_reduce`: their bf16 gradients and reduce-scatter input at once, the experts
+  already resharded): until then their new gradient shard does not exist (the block's
+  widest backward moments, inside its experts' backward or its recompute, are before it) and
+  the reduce-scatter input still alive is the previous block's dense part only; the rest of
+  the block's post-backward then holds the experts' reduce-scatter input, which FSDP2 keeps
+  until the next reduce-scatter, beside its own (FSDPMemTracker timelines of Mixtral-8x7B at
+  ep 2). A block checkpointed whole adds one moment, the end of its recomputed forward in
+  backward (`recompute_end_bytes`): all it saves unchecked, its hidden-width forward outputs
+  still referenced and, in an MoE layer, the combine's k-fold tensors (the expert outputs
+  with the zero row, the weighted rows and the gradient flowing into the combine): wider
+  than the MLP's backward for an MoE layer, narrower for a dense one (f > 2h). Two moments
+  belong to MoE layers whatever the checkpointing: inside a forward (or a whole block's
+  recompute), the dispatch's widest op, where the slot-sized rows of the
   dispatch, the experts and the combine are alive at once (`moe_dispatch_peak_bytes`: at the
   combine all-to-all under ep > 1, six R-row tensors with R = k·capacity factor slots per
   token); and the end of the routed experts' backward, their bf16 weight gradients alive
@@ -978,6 +982,8 @@ def _phases(spec: ModelSpec, seq_len: int, z: _Sizes, recipe: TrainingRecipe, k:
     for j in sorted(ends & set(range(L))):
         done = L - 1 - j
         sharded = states["sharded_grads"] or FP32 * (z.shard_block * done + z.expert_shard)
+        # ... and before block j's experts are reduced (ep > 1: their own unit)
+        sharded_pre = states["sharded_grads"] or FP32 * z.shard_block * done
         undone = r * ((j + 1) * P_b + P_r) + kept_embed if no_sync else 0.0
         # the all-gathers of up to prefetch_depth blocks ahead (below j) are live (depth 0 and
         # 1 both hold one: FSDP2's implicit prefetch)
@@ -989,14 +995,14 @@ def _phases(spec: ModelSpec, seq_len: int, z: _Sizes, recipe: TrainingRecipe, k:
             backward_tokens = _op_sac_backward(spec, seq_len, b, recipe, config, share,
                                                saved_upto(j - 1))
         out.append(phase(f"block_backward({j})", {
-            "sharded_grads": sharded,
+            "sharded_grads": sharded_pre,
             "unsharded_params": root_kept + z.g * z.padded_block, "all_gather": prefetch,
             "reduce_scatter": previous_rs, "activations": rope,
             "temporaries": undone + b * lm_side + w_down + ar_done + z.fp8_cast[0]},
             _plus(backward_tokens, "temporaries", z.fp8_cast[1])))
-        if experts is not None:   # the end of its experts' backward
+        if experts is not None:   # the end of its experts' backward (before their reduce)
             out.append(phase(f"experts_backward({j})", {
-                "sharded_grads": sharded,
+                "sharded_grads": sharded_pre,
                 "unsharded_params": root_kept + z.g * z.padded_block, "all_gather": prefetch,
                 "reduce_scatter": previous_rs, "activations": rope,
                 "unsharded_grads": b * expert_elements,
@@ -1007,7 +1013,7 @@ def _phases(spec: ModelSpec, seq_len: int, z: _Sizes, recipe: TrainingRecipe, k:
             end = recompute_end_bytes(spec, seq_len, b, recipe, config, share=share,
                                       moe=experts, token_factor=z.token_factor)
             out.append(phase(f"block_recompute_end({j})", {
-                "sharded_grads": sharded,
+                "sharded_grads": sharded_pre,
                 "unsharded_params": root_kept + z.g * z.padded_block, "all_gather": prefetch,
                 "reduce_scatter": previous_rs, "activations": rope,
                 "temporaries": undone + b * lm_side + ar_done},
@@ -1015,7 +1021,7 @@ def _phases(spec: ModelSpec, seq_len: int, z: _Sizes, recipe: TrainingRecipe, k:
             wider = moe_recompute_dispatch_bytes(model, b, z.token_factor, z.ep_experts)
             if wider:   # ... and at its recompute's dispatch peak
                 out.append(phase(f"moe_recompute_dispatch({j})", {
-                    "sharded_grads": sharded,
+                    "sharded_grads": sharded_pre,
                     "unsharded_params": root_kept + z.g * z.padded_block,
                     "all_gather": prefetch, "reduce_scatter": previous_rs,
                     "activations": rope, "temporaries": undone + b * lm_side + ar_done},
@@ -1027,18 +1033,31 @@ def _phases(spec: ModelSpec, seq_len: int, z: _Sizes, recipe: TrainingRecipe, k:
             "temporaries": undone + b * lm_side + weights + ar_done}, per_token)
             for name, weights, per_token in _tp_block_moments(
                 spec, seq_len, b, recipe, config, z, j, whole[j], saved_upto))
+        # Under ep > 1 the experts are their own FSDP unit, reduced at the end of their
+        # backward, before the rest of the block (`_experts_reduce`): the block's own
+        # post-backward then holds its dense part's gradients and reduce-scatter input beside
+        # the experts' reduce-scatter input, which FSDP2 keeps until the next reduce-scatter.
+        E = z.expert_padded
+        if E:
+            out.append(_experts_reduce(phase, j, spec, model, seq_len, z, recipe, config,
+                                       sharded=sharded_pre, root_kept=root_kept,
+                                       undone=undone,
+                                       lm_side=lm_side, ar_done=ar_done, saved=saved_upto(j - 1),
+                                       expert_elements=expert_elements))
+        P_own, padded_own = P_b - E, z.padded_block - E
         out.append(phase(f"block_reduce({j})", {
             "sharded_grads": sharded, "unsharded_params": root_kept, "all_gather": prefetch,
-            "unsharded_grads": (r if no_sync else b) * P_b, "activations": rope,
-            "temporaries": undone - (r * P_b if no_sync else 0.0) + b * lm_side
-            + r * z.padded_block + ar_done},
+            "unsharded_grads": (r if no_sync else b) * P_own, "activations": rope,
+            "reduce_scatter": r * E,
+            "temporaries": undone - (r * P_own if no_sync else 0.0) + b * lm_side
+            + r * padded_own + ar_done},
             {"activations": saved_upto(j - 1)}))
         if z.layout_phases:  # the gradients handed over and freed, the shard allocated
             out.append(phase(f"block_reduce_output({j})", {
                 "sharded_grads": sharded, "unsharded_params": root_kept,
-                "all_gather": prefetch, "activations": rope,
-                "temporaries": undone - (r * P_b if no_sync else 0.0) + b * lm_side
-                + r * z.padded_block + r * z.shard_block + ar_done},
+                "all_gather": prefetch, "activations": rope, "reduce_scatter": r * E,
+                "temporaries": undone - (r * P_own if no_sync else 0.0) + b * lm_side
+                + r * padded_own + r * (z.shard_block - z.expert_shard) + ar_done},
                 {"activations": saved_upto(j - 1)}))
     # The embedding's backward, last before the root's post-backward: the root is still gathered,
     # the last block's reduce-scatter input still alive; the embedding gradient joins the LM
@@ -1067,6 +1086,39 @@ def _phases(spec: ModelSpec, seq_len: int, z: _Sizes, recipe: TrainingRecipe, k:
             + r * z.shard_root + held_ar * L * z.shard_block},
             {"activations": 16.0}))
     return out
+
+
+def _experts_reduce(phase: Callable[..., _Phase], j: int, spec: ModelSpec, model: ModelSpec,
+                    seq_len: int, z: _Sizes, recipe: TrainingRecipe, config: MemoryConfig, *,
+                    sharded: float, root_kept: float, undone: float, lm_side: float,
+                    ar_done: float, saved: float, expert_elements: float) -> _Phase:
+    """The post-backward of block j's routed experts under ep > 1 (their own FSDP unit, pp =
+    1): their bf16 gradients (`expert_elements` on this rank) and the r-byte reduce-scatter
+    input being filled from them; the experts resharded (only the rest of the block, and the
+    root, gathered), the rest of the block's unit prefetched for block j - 1, no earlier
+    reduce-scatter input left; per token the blocks below's saves and what the experts'
+    backward leaves alive (`experts_backward_bytes`) less its grouped input, the gradient of the
+    expert-width input and one of the two gradients of the grouped input, summed into the
+    other (R·(2h + f_e) elements). `spec` is the activations' dense twin, `model` the MoE model.
+    Why: FSDPMemTracker timelines of Mixtral-8x7B at ep 2 (`perfmodel.bench.memory_moe`),
+    whose memory peaks there and inside the experts' backward, not at the block's own
+    post-backward. Checked by: tests/test_moe_step.py (the MoE grids against the tracker)."""
+    moe = model.moe
+    b, r = z.b, z.r
+    E = z.expert_padded
+    slots = moe.experts_per_token * z.token_factor if moe is not None else 0.0
+    left = slots * (2 * model.hidden_size
+                    + (moe.expert_intermediate_size if moe is not None else 0)) * b
+    dense = z.padded_block - E
+    return phase(f"experts_reduce({j})", {
+        "sharded_grads": sharded,   # the experts' new shard is allocated after this copy-in
+        "unsharded_params": root_kept + z.g * dense,
+        "all_gather": z.g * dense * min(max(recipe.prefetch_depth, 1), j),
+        "activations": 2.0 * seq_len * spec.d * b, "unsharded_grads": b * expert_elements,
+        "temporaries": undone + b * lm_side + r * E + ar_done},
+        {"activations": saved, "temporaries": experts_backward_bytes(
+            spec, model, seq_len, b, recipe, z.token_factor, config,
+            share=z.share) - left})
 
 
 def _plus(per_token: dict[str, float], key: str, extra: float) -> dict[str, float]:
