@@ -1880,23 +1880,18 @@ def _rank_phases(stages: list[_Stage], rank: int, spec: ModelSpec, seq_len: int,
                 {"temporaries": r * upper + w_down},
                 {"activations": st.saved_upto[j] + output, "temporaries": work},
                 minus_held=st.held)
-            if st.recompute_end[j]:
-                # a block recomputed whole, at the end of its recomputed forward (no weight
-                # gradient of it yet; its output gradient as in its backward)
-                end = st.recompute_end[j] - (b * spec.hidden_size
-                                             if j == n - 1 and not st.last else 0.0)
-                add(f"block_recompute_end({name})", ("BRE", s, j, first_bwd),
-                    {"temporaries": r * upper},
-                    {"activations": st.saved_upto[j] + output, "temporaries": end},
-                    minus_held=st.held)
-            if st.recompute_dispatch[j]:
-                # the recompute's combine all-to-all (`moe_dispatch_peak_bytes`)
-                end = st.recompute_dispatch[j] - (b * spec.hidden_size
-                                                  if j == n - 1 and not st.last else 0.0)
-                add(f"moe_recompute_dispatch({name})", ("BRD", s, j, first_bwd),
-                    {"temporaries": r * upper},
-                    {"activations": st.saved_upto[j] + output, "temporaries": end},
-                    minus_held=st.held)
+            # a block recomputed whole: at the end of its recomputed forward and, in an MoE
+            # layer, at that recompute's combine all-to-all (`moe_recompute_dispatch_bytes`);
+            # no weight gradient of it yet, its output gradient as in its backward
+            for moment, tag, held_then in (
+                    ("block_recompute_end", "BRE", st.recompute_end[j]),
+                    ("moe_recompute_dispatch", "BRD", st.recompute_dispatch[j])):
+                if held_then:
+                    end = held_then - (b * spec.hidden_size
+                                       if j == n - 1 and not st.last else 0.0)
+                    add(f"{moment}({name})", (tag, s, j, first_bwd), {"temporaries": r * upper},
+                        {"activations": st.saved_upto[j] + output, "temporaries": end},
+                        minus_held=st.held)
             if st.experts_end[j]:
                 # the routed experts' backward done: their weight gradients, the gradients and
                 # the saves then alive (`experts_backward_bytes`)
