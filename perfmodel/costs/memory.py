@@ -608,6 +608,24 @@ def moe_dispatch_peak_bytes(spec: ModelSpec, b: float, token_factor: float, ep: 
     return rows * spec.hidden_size * b
 
 
+def moe_forward_peak_bytes(spec: ModelSpec, b: float, token_factor: float, ep: int, *,
+                           whole: bool) -> float:
+    """Bytes per token an MoE layer's forward holds at its dispatch peak beyond the saves of
+    the layer's activations' dense twin (`block_saved` of it, which a block checkpointed whole
+    reduces to its input); 0 for a dense model. Not checkpointed whole: the dispatch's rows
+    beyond the layer's saves (`moe_dispatch_peak_bytes`). Checkpointed whole: the forward
+    saves nothing, so the dispatch holds every row the layer would save
+    (`moe_layer_saved_bytes`) plus those, beside the MLP's input and the residual after
+    attention (2 hidden-width rows). Checked by: tests/test_memory_moe_pipeline.py (the live
+    run without checkpointing, whose modelled peak is this moment; the MoE grids)."""
+    if spec.moe is None:
+        return 0.0
+    dispatch = moe_dispatch_peak_bytes(spec, b, token_factor, ep)
+    if not whole:
+        return dispatch
+    return moe_layer_saved_bytes(spec, b, token_factor) + dispatch + 2.0 * b * spec.hidden_size
+
+
 def moe_recompute_dispatch_bytes(spec: ModelSpec, b: float, token_factor: float,
                                  ep: int) -> float:
     """Bytes per token an MoE layer checkpointed whole holds at its recompute's dispatch peak
@@ -944,14 +962,16 @@ def _phases(spec: ModelSpec, seq_len: int, z: _Sizes, recipe: TrainingRecipe, k:
     # An MoE model whose every layer is an MoE layer: inside the last block's forward, and at
     # the end of each block's experts' backward (`moe_dispatch_peak_bytes`,
     # `experts_backward_bytes`; the pipeline stages' moments, on the mean block)
+    # (the per-token terms are the same for every block: the mean block)
     moe_moments: list[_Phase] = []
-    expert_elements = (experts.num_experts * model.expert_params / z.ep_experts
-                       if experts is not None else 0.0)
+    expert_elements = experts_end = recompute_wider = 0.0
     if experts is not None:
-        dispatch = moe_dispatch_peak_bytes(model, b, z.token_factor, z.ep_experts)
-        last_whole = whole[L - 1]
-        extra = (moe_layer_saved_bytes(model, b, z.token_factor) + dispatch + 2.0 * b
-                 * spec.hidden_size if last_whole or policy.mode == "full" else dispatch)
+        expert_elements = experts.num_experts * model.expert_params / z.ep_experts
+        experts_end = experts_backward_bytes(spec, model, seq_len, b, recipe, z.token_factor,
+                                             config, share=share)
+        recompute_wider = moe_recompute_dispatch_bytes(model, b, z.token_factor, z.ep_experts)
+        extra = moe_forward_peak_bytes(model, b, z.token_factor, z.ep_experts,
+                                       whole=whole[L - 1] or policy.mode == "full")
         moe_moments.append(phase("moe_forward", {
             "unsharded_params": root_kept + z.g * z.padded_block, "activations": rope,
             "temporaries": accumulated}, {"activations": saved_upto(L - 1) + extra}))
@@ -1007,8 +1027,7 @@ def _phases(spec: ModelSpec, seq_len: int, z: _Sizes, recipe: TrainingRecipe, k:
                 "reduce_scatter": previous_rs, "activations": rope,
                 "unsharded_grads": b * expert_elements,
                 "temporaries": undone + b * lm_side + ar_done},
-                {"activations": saved_upto(j - 1), "temporaries": experts_backward_bytes(
-                    spec, model, seq_len, b, recipe, z.token_factor, config, share=share)}))
+                {"activations": saved_upto(j - 1), "temporaries": experts_end}))
         if whole[j] and experts is not None:   # an MoE block at the end of its recompute
             end = recompute_end_bytes(spec, seq_len, b, recipe, config, share=share,
                                       moe=experts, token_factor=z.token_factor)
@@ -1018,14 +1037,13 @@ def _phases(spec: ModelSpec, seq_len: int, z: _Sizes, recipe: TrainingRecipe, k:
                 "reduce_scatter": previous_rs, "activations": rope,
                 "temporaries": undone + b * lm_side + ar_done},
                 {"activations": saved_upto(j), "temporaries": end}))
-            wider = moe_recompute_dispatch_bytes(model, b, z.token_factor, z.ep_experts)
-            if wider:   # ... and at its recompute's dispatch peak
+            if recompute_wider:   # ... and at its recompute's dispatch peak
                 out.append(phase(f"moe_recompute_dispatch({j})", {
                     "sharded_grads": sharded_pre,
                     "unsharded_params": root_kept + z.g * z.padded_block,
                     "all_gather": prefetch, "reduce_scatter": previous_rs,
                     "activations": rope, "temporaries": undone + b * lm_side + ar_done},
-                    {"activations": saved_upto(j), "temporaries": end + wider}))
+                    {"activations": saved_upto(j), "temporaries": end + recompute_wider}))
         out.extend(phase(name, {
             "sharded_grads": sharded,
             "unsharded_params": root_kept + z.g * z.padded_block, "all_gather": prefetch,
@@ -1039,11 +1057,11 @@ def _phases(spec: ModelSpec, seq_len: int, z: _Sizes, recipe: TrainingRecipe, k:
         # the experts' reduce-scatter input, which FSDP2 keeps until the next reduce-scatter.
         E = z.expert_padded
         if E:
-            out.append(_experts_reduce(phase, j, spec, model, seq_len, z, recipe, config,
-                                       sharded=sharded_pre, root_kept=root_kept,
-                                       undone=undone,
-                                       lm_side=lm_side, ar_done=ar_done, saved=saved_upto(j - 1),
-                                       expert_elements=expert_elements))
+            out.append(_experts_reduce(phase, j, model, z, recipe, sharded=sharded_pre,
+                                       root_kept=root_kept, undone=undone, lm_side=lm_side,
+                                       ar_done=ar_done, rope=rope, saved=saved_upto(j - 1),
+                                       expert_elements=expert_elements,
+                                       experts_end=experts_end))
         P_own, padded_own = P_b - E, z.padded_block - E
         out.append(phase(f"block_reduce({j})", {
             "sharded_grads": sharded, "unsharded_params": root_kept, "all_gather": prefetch,
@@ -1088,37 +1106,36 @@ def _phases(spec: ModelSpec, seq_len: int, z: _Sizes, recipe: TrainingRecipe, k:
     return out
 
 
-def _experts_reduce(phase: Callable[..., _Phase], j: int, spec: ModelSpec, model: ModelSpec,
-                    seq_len: int, z: _Sizes, recipe: TrainingRecipe, config: MemoryConfig, *,
-                    sharded: float, root_kept: float, undone: float, lm_side: float,
-                    ar_done: float, saved: float, expert_elements: float) -> _Phase:
+def _experts_reduce(phase: Callable[..., _Phase], j: int, model: ModelSpec, z: _Sizes,
+                    recipe: TrainingRecipe, *, sharded: float, root_kept: float, undone: float,
+                    lm_side: float, ar_done: float, rope: float, saved: float,
+                    expert_elements: float, experts_end: float) -> _Phase:
     """The post-backward of block j's routed experts under ep > 1 (their own FSDP unit, pp =
     1): their bf16 gradients (`expert_elements` on this rank) and the r-byte reduce-scatter
     input being filled from them; the experts resharded (only the rest of the block, and the
     root, gathered), the rest of the block's unit prefetched for block j - 1, no earlier
     reduce-scatter input left; per token the blocks below's saves and what the experts'
-    backward leaves alive (`experts_backward_bytes`) less its grouped input, the gradient of the
-    expert-width input and one of the two gradients of the grouped input, summed into the
-    other (R·(2h + f_e) elements). `spec` is the activations' dense twin, `model` the MoE model.
+    backward leaves alive (`experts_end`: `experts_backward_bytes`) less its grouped input, the
+    gradient of the expert-width input and one of the two gradients of the grouped input,
+    summed into the other (R·(2h + f_e) elements). `model` is the MoE model.
     Why: FSDPMemTracker timelines of Mixtral-8x7B at ep 2 (`perfmodel.bench.memory_moe`),
     whose memory peaks there and inside the experts' backward, not at the block's own
     post-backward. Checked by: tests/test_moe_step.py (the MoE grids against the tracker)."""
     moe = model.moe
+    if moe is None:
+        raise ValueError(f"{model.name} is not a mixture-of-experts model")
     b, r = z.b, z.r
     E = z.expert_padded
-    slots = moe.experts_per_token * z.token_factor if moe is not None else 0.0
-    left = slots * (2 * model.hidden_size
-                    + (moe.expert_intermediate_size if moe is not None else 0)) * b
+    left = (moe.experts_per_token * z.token_factor
+            * (2 * model.hidden_size + moe.expert_intermediate_size) * b)
     dense = z.padded_block - E
     return phase(f"experts_reduce({j})", {
         "sharded_grads": sharded,   # the experts' new shard is allocated after this copy-in
         "unsharded_params": root_kept + z.g * dense,
         "all_gather": z.g * dense * min(max(recipe.prefetch_depth, 1), j),
-        "activations": 2.0 * seq_len * spec.d * b, "unsharded_grads": b * expert_elements,
+        "activations": rope, "unsharded_grads": b * expert_elements,
         "temporaries": undone + b * lm_side + r * E + ar_done},
-        {"activations": saved, "temporaries": experts_backward_bytes(
-            spec, model, seq_len, b, recipe, z.token_factor, config,
-            share=z.share) - left})
+        {"activations": saved, "temporaries": experts_end - left})
 
 
 def _plus(per_token: dict[str, float], key: str, extra: float) -> dict[str, float]:
@@ -1482,15 +1499,13 @@ class _Stage:
     work: tuple[float, ...]        # backward working set of local block j, per token
     held: float                   # bytes per token one micro-batch holds from F to B
     recompute_end: tuple[float, ...] = ()  # per token, the end of block j's recompute (0: none)
-    # MoE stages (0 / empty for dense ones), per token unless said: the widest moment of a
-    # forward inside an MoE block (saves of the micro-batch so far included), per MoE block
-    # the combine all-to-all of its recompute beyond what its recompute end holds (0: not
-    # wider or not recomputed), the end of its experts' backward, and its routed experts'
-    # elements on this rank (their bf16 gradients alive then)
+    # MoE stages (0 / empty for dense ones), per token: the widest moment of a forward inside
+    # an MoE block (saves of the micro-batch so far included), per block what a whole MoE
+    # block holds at its recompute's combine all-to-all (0: not wider than its recompute end,
+    # or not recomputed) and at the end of its experts' backward
     forward_peak: float = 0.0
     recompute_dispatch: tuple[float, ...] = ()
     experts_end: tuple[float, ...] = ()
-    expert_elements: tuple[float, ...] = ()
     # sums over the units, computed once (the schedule walk reads them at every moment)
     params: float = field(init=False)
     padded: float = field(init=False)
@@ -1657,16 +1672,9 @@ def _pipeline_stages(spec: ModelSpec, world: int, seq_len: int, recipe: Training
         if policy.mode == "op-sac":
             work[kind, False] -= duplicate_input + b * act.q_dim + (
                 b * act.hidden_size if act.gated_mlp else 0.0)
-        # MoE (`moe_dispatch_peak_bytes`, `experts_backward_bytes`): a block checkpointed whole
-        # saves nothing in forward, so its dispatch holds all the rows the layer would save
-        # plus the peak's, beside the MLP's input and the residual after attention
-        dispatch = moe_dispatch_peak_bytes(spec, b, token_factor, ep) if kind else 0.0
-        routed = moe_layer_saved_bytes(spec, b, token_factor) if kind else 0.0
-        h = spec.hidden_size
-        for w in (False, True):
-            whole = w or policy.mode == "full"
-            forward_extra[kind, w] = (routed + dispatch + 2.0 * b * h if whole
-                                      else dispatch) if kind else 0.0
+        for w in (False, True):   # a dense layer's forward peak is its end
+            forward_extra[kind, w] = moe_forward_peak_bytes(
+                spec, b, token_factor, ep, whole=w or policy.mode == "full") if kind else 0.0
         recompute_dispatch[kind] = (moe_recompute_dispatch_bytes(spec, b, token_factor, ep)
                                     if kind else 0.0)
         experts_end[kind] = (experts_backward_bytes(act, spec, seq_len, b, recipe,
@@ -1690,13 +1698,10 @@ def _pipeline_stages(spec: ModelSpec, world: int, seq_len: int, recipe: Training
         upto = tuple(x - shared for x in itertools.accumulate(saved[kind] for kind in kinds))
         held = upto[-1] + (share * norm_saved_bytes(spec, b, config) + b * spec.hidden_size
                            + logits_out + held_logits if last else boundary)
-        units = _stage_units(spec, world, n, first, last, first_block, ep)
-        block_units = units[1 if first else 0:][:n]
-        experts = len(spec.mlp_linears)   # the stacked expert tensors end an MoE layer's unit
         forward_peak = max((upto[j] + forward_extra[kind] for j, kind in enumerate(kinds)
                             if kind[0]), default=0.0)
         out.append(_Stage(index=s, first_block=first_block, blocks=n, first=first, last=last,
-                          units=units,
+                          units=_stage_units(spec, world, n, first, last, first_block, ep),
                           saved_upto=upto, work=tuple(work[kind] for kind in kinds), held=held,
                           recompute_end=tuple(recompute_end[moe] if whole else 0.0
                                               for moe, whole in kinds),
@@ -1705,10 +1710,7 @@ def _pipeline_stages(spec: ModelSpec, world: int, seq_len: int, recipe: Training
                               recompute_end[moe] + recompute_dispatch[moe]
                               if whole and recompute_dispatch[moe] else 0.0
                               for moe, whole in kinds),
-                          experts_end=tuple(experts_end[moe] for moe, _ in kinds),
-                          expert_elements=tuple(
-                              float(sum(u.order[-experts:])) if moe else 0.0
-                              for (moe, _), u in zip(kinds, block_units, strict=True))))
+                          experts_end=tuple(experts_end[moe] for moe, _ in kinds)))
         first_block += n
     return out
 
@@ -1893,12 +1895,14 @@ def _rank_phases(stages: list[_Stage], rank: int, spec: ModelSpec, seq_len: int,
                         {"activations": st.saved_upto[j] + output, "temporaries": end},
                         minus_held=st.held)
             if st.experts_end[j]:
-                # the routed experts' backward done: their weight gradients, the gradients and
-                # the saves then alive (`experts_backward_bytes`)
+                # the routed experts' backward done: their weight gradients (the stacked
+                # expert tensors that end an MoE layer's unit), the gradients and the saves
+                # then alive (`experts_backward_bytes`)
                 end = st.experts_end[j] - (b * spec.hidden_size
                                            if j == n - 1 and not st.last else 0.0)
+                experts = sum(block_unit.order[-len(spec.mlp_linears):])
                 add(f"experts_backward({name})", ("XB", s, j, first_bwd),
-                    {"unsharded_grads": b * st.expert_elements[j], "temporaries": r * upper},
+                    {"unsharded_grads": b * experts, "temporaries": r * upper},
                     {"activations": (st.saved_upto[j - 1] if j else 0.0) + output,
                      "temporaries": end},
                     minus_held=st.held)
