@@ -34,7 +34,7 @@ if [[ -z "$JEMALLOC" || ! -e "$JEMALLOC" ]]; then
 fi
 export LD_PRELOAD="$JEMALLOC" MALLOC_CONF=dirty_decay_ms:-1,muzzy_decay_ms:-1
 export GLIBC_TUNABLES=glibc.malloc.hugetlb=1  # for what still goes through glibc (ld.so, gloo)
-STEPS=${STEPS:-compute named aligned width comm p2p fsdp memory holdout fsdp-ac pipeline layouts repeats}
+STEPS=${STEPS:-compute named aligned width comm p2p inline dispatch fsdp memory holdout fsdp-ac pipeline layouts layouts-fresh repeats}
 # step NAME COMMAND...: run COMMAND when NAME is among $STEPS
 step() {
     local name=$1; shift
@@ -59,6 +59,17 @@ step comm "$SM" -v bench comm -o "$DATA/cpu-comm.csv" --iters 200 --warmup 10
 # profile cites cpu-comm.csv by sha256, and `fit comm` keeps both datasets cited (see above).
 step p2p "$SM" -v bench comm -o "$DATA/cpu-p2p.csv" --ops send_recv --min-mib 0.015625 \
     --max-mib 64 --points 12 --iters 200 --warmup 10
+# Collectives issued inline, as tensor parallelism issues them (issue 23): each after a matmul of
+# side 128-512, no barrier, the mean of the rounds; 4 KiB to 32 MiB spans the TP activations,
+# loss rows and gathered logits of the layout cases below. `shardmeter fit comm
+# "$DATA/cpu-comm-inline.csv" --inline -o catalogs/profiles/cpu-x86-2core.yaml` fits the
+# profile's inline table (tensor- and context-parallel collectives; FSDP's keep cpu-comm.csv's).
+step inline "$SM" -v bench comm --inline -o "$DATA/cpu-comm-inline.csv" --min-mib 0.00390625 \
+    --max-mib 32 --points 10 --iters 20 --warmup 3
+# DTensor's host dispatch under the TP plan (issue 23): a tiny Llama planned on a one-rank mesh
+# beside the plain one, 1-6 blocks; `shardmeter fit dispatch "$DATA/cpu-tp-dispatch.csv" -o
+# catalogs/profiles/cpu-x86-2core.yaml` fits the profile's tp_dispatch_s.
+step dispatch "$SM" -v bench dispatch -o "$DATA/cpu-tp-dispatch.csv"
 # torchtitan's recipe in fp32 without activation checkpointing (CPU bf16 matmuls are not what
 # the fp32 compute profile measures; the FSDP-side fit is done on steps without recompute).
 step fsdp "$SM" -v bench fsdp -o "$DATA/cpu-fsdp.csv" --iters 10 --warmup 3 --recipe torchtitan \
@@ -96,6 +107,14 @@ LAYOUTS=(bench fsdp --space catalogs/spaces/fsdp-cpu-layouts.yaml -o "$DATA/cpu-
 step layouts "$SM" -v "${LAYOUTS[@]}" --nproc 2 --sequence-parallel
 step layouts "$SM" -v "${LAYOUTS[@]}" --nproc 2 --no-sequence-parallel
 step layouts "$SM" -v "${LAYOUTS[@]}" --nproc 4 --sequence-parallel
+# A fresh TP = 2 holdout (issue 23; catalogs/spaces/fsdp-cpu-layouts-fresh.yaml says why): three
+# shapes no benchmark has measured, with and without sequence parallelism, predicted by the
+# profile with its inline-collective and dispatch terms. Measured once (2026-12-03).
+FRESH=(bench fsdp --space catalogs/spaces/fsdp-cpu-layouts-fresh.yaml
+       -o "$DATA/cpu-fsdp-layouts-fresh.csv" --iters 10 --warmup 3 --recipe torchtitan
+       --param-dtype fp32 --reduce-dtype fp32 --ac none --tp 2 --nproc 2)
+step layouts-fresh "$SM" -v "${FRESH[@]}" --sequence-parallel
+step layouts-fresh "$SM" -v "${FRESH[@]}" --no-sequence-parallel
 # Launch-to-launch noise (issue 27 item 6; VALIDATION ONLY, docs/VALIDATION.md part (d)): the same
 # gloo collectives in three separate torchrun launches (a `repeat` column), so their spread across
 # launches can be set beside the within-run IQR. First measured 2026-12-02 on the AMD EPYC VM.

@@ -263,15 +263,26 @@ P2P = f"{DATA}/cpu-p2p.csv"
 cpu-comm.csv's collectives and citing both datasets."""
 
 
+INLINE = f"{DATA}/cpu-comm-inline.csv"
+"""Collectives issued inline (`bench comm --inline`): `fit comm --inline` fits the profile's
+inline table, which times the tensor- and context-parallel collectives (issue 23)."""
+DISPATCH = f"{DATA}/cpu-tp-dispatch.csv"
+"""DTensor's host dispatch under the TP plan (`bench dispatch`): `fit dispatch` (issue 23)."""
+
+
 def fit_commands() -> list[tuple[str, ...]]:
     """The commands that fit the CPU profile, in order: compute, collectives (then send_recv when
-    cpu-p2p.csv is shipped), then the FSDP-side pair."""
+    cpu-p2p.csv is shipped), the FSDP-side pair, then the tensor-parallel terms (inline
+    collectives, DTensor dispatch) when their datasets are shipped."""
     return [
         ("fit", "compute", COMPUTE, "-o", PROFILE, "--hardware", "CPU-x86-2core", "--backend",
          "gloo"),
         ("fit", "comm", COMM, "-o", PROFILE),
         *([("fit", "comm", P2P, "-o", PROFILE)] if (ROOT / P2P).is_file() else []),
         ("fit", "overlap", FSDP, "-o", PROFILE),
+        *([("fit", "comm", INLINE, "--inline", "-o", PROFILE)] if (ROOT / INLINE).is_file()
+          else []),
+        *([("fit", "dispatch", DISPATCH, "-o", PROFILE)] if (ROOT / DISPATCH).is_file() else []),
     ]
 VALIDATE = ("validate", PROFILE, COMPUTE, "--comm", COMM, "--format", "json")
 """The command whose output part (a) renders (run through the API with the CV cache)."""

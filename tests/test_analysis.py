@@ -65,6 +65,7 @@ class ConstantCommProfile:
     overlap_slowdown = 1.0
     recompute_factor = 1.0
     fsdp_copy_s_per_byte = 0.0
+    tp_dispatch_s: dict[str, dict[str, float]] = {}
 
     def compute_time_s(
         self, phase: str, model: Any, seq_len: int, micro_batch: Any, unit: str = "model",

@@ -34,6 +34,7 @@ class LinearProfile:
     overlap_slowdown = 1.0
     recompute_factor = 1.0
     fsdp_copy_s_per_byte = 0.0
+    tp_dispatch_s: dict[str, dict[str, float]] = {}
 
     def __init__(self, block_s: float, bw: float) -> None:
         self.block_s, self.bw = block_s, bw

@@ -80,6 +80,8 @@ def test_end_to_end_sections_before_measurement(section: Callable[..., str],
                                                  step: str) -> None:
     text = section(data_path=ROOT / "catalogs/profiles/data/absent.csv")
     assert "Not measured yet" in text and step in text
+    absent = vh.layouts_section(fresh_path=ROOT / "catalogs/profiles/data/absent.csv")
+    assert "STEPS=layouts-fresh" in absent
 
 
 def test_layouts_section_judges_two_rank_rows_only() -> None:
@@ -88,13 +90,17 @@ def test_layouts_section_judges_two_rank_rows_only() -> None:
     data = ROOT / vh.FITTING[2]
     records = compare_fsdp(data, str(ROOT / vh.PROFILE))
     errors = np.array([r["step_error_pct"] for r in records if r["world_size"] == 2])
-    text = vh.layouts_section(data_path=data)
+    absent = ROOT / "catalogs/profiles/data/absent.csv"
+    text = vh.layouts_section(data_path=absent, fresh_path=data)
     within = int(np.sum(np.abs(errors) <= vh.GOAL_PCT))
     verdict = "met" if within == len(errors) else "missed"
-    assert (f"TP = 2 on 2 ranks (judged): {len(errors)} rows, MAPE "
+    assert (f"TP = 2 on 2 ranks, fresh holdout (judged): {len(errors)} rows, MAPE "
             f"{np.mean(np.abs(errors)):.1f} %") in text
     assert f"{within} of {len(errors)} within 15 % (goal: every row): {verdict}." in text
     assert text.count("\n| ") - 1 == len(records)  # header excluded, separator has no space
+    # the seen set: reported without a verdict
+    seen = vh.layouts_section(data_path=data, fresh_path=absent)
+    assert "first set, seen while diagnosing (reported)" in seen and "(goal:" not in seen
 
 
 def _rows(*errors: float) -> list[dict[str, float]]:

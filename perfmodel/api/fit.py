@@ -147,6 +147,9 @@ class CommFitRequest(_ProfileFitTarget):
     """Communication dataset CSV (`shardmeter bench comm`)."""
     backend: str | None = None
     """Use only rows of this backend (needed when the dataset has several)."""
+    inline: bool = False
+    """The rows time collectives issued inline on the compute stream (`shardmeter bench comm
+    --inline`): fitted into the profile's inline table (`CommModel.inline_coefficients`)."""
 
     def __post_init__(self) -> None:
         _check_backend(self.backend)
@@ -346,12 +349,14 @@ def _compute_flags(regs: dict[str, PhaseRegressor]) -> list[BoundFlag]:
                                     {f"{phase}.{n}": (0.0, math.inf) for n in reg.coefficients})]
 
 
-def _comm_flags(coefs: dict[tuple[str, str], LinkCoefficients]) -> list[BoundFlag]:
+def _comm_flags(coefs: dict[tuple[str, str], LinkCoefficients], *,
+                inline: bool = False) -> list[BoundFlag]:
     """Latencies and inverse bandwidths the non-negative fit left at zero."""
     values = {}
+    tag = "inline:" if inline else ""
     for (op, link), c in coefs.items():
-        values[f"{op}/{link}.latency_s"] = c.latency_s
-        values[f"{op}/{link}.inverse_bandwidth_s_per_byte"] = 1.0 / c.bandwidth_bytes_per_s
+        values[f"{tag}{op}/{link}.latency_s"] = c.latency_s
+        values[f"{tag}{op}/{link}.inverse_bandwidth_s_per_byte"] = 1.0 / c.bandwidth_bytes_per_s
     return bound_flags("comm", values, {name: (0.0, math.inf) for name in values})
 
 
@@ -372,8 +377,9 @@ def fit_comm(request: CommFitRequest) -> FitResult:
         dataset={**dataset_record(r.data_path, "comm", len(frame)),
                  "configurations": len(configs)}, fit_date=_today(),
         command=_command("comm", r.data_path, r.output_path, hardware=r.hardware, base=r.base,
-                         name=r.name, backend=r.backend),
-        at_bound=flag_records(_comm_flags(coefs)), repeats=repeat_spread(frame, COMM_KEY))
+                         name=r.name, backend=r.backend, inline=r.inline or None),
+        at_bound=flag_records(_comm_flags(coefs, inline=r.inline)),
+        repeats=repeat_spread(frame, COMM_KEY), inline=r.inline)
     save_profile(profile, r.output_path)
     per_link = configs.groupby(["op", "link"], sort=False).size()
     rows = [{"op": op, "link": link, "rows": c.rows,
@@ -417,6 +423,43 @@ def fit_overlap(request: OverlapFitRequest) -> FitResult:
     save_profile(fitted, output)
     return FitResult(profile=fitted, fitted=("overlap_slowdown", "fsdp_copy_s_per_byte"),
                      records=[detail["overlap_fit"]])
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class DispatchFitRequest:
+    """`shardmeter fit dispatch`: the profile's tp_dispatch_s from `bench dispatch` rows."""
+
+    data_path: str
+    """Dispatch dataset CSV (`shardmeter bench dispatch`)."""
+    output_path: str
+    """Measured profile YAML to update (everything else in it is kept)."""
+
+
+def fit_dispatch(request: DispatchFitRequest) -> FitResult:
+    """Fit DTensor's host dispatch per pass (`perfmodel.bench.dispatch.dispatch_coefficients`)
+    into the profile, record the dataset and command, return one row per layout and place."""
+    # lazy: the bench module's fit half needs numpy only (no torch at import)
+    from perfmodel.bench.common import CsvLog
+    from perfmodel.bench.dispatch import COLUMNS, KEY_COLUMNS, dispatch_coefficients
+
+    data, output = request.data_path, request.output_path
+    if not Path(data).is_file():
+        raise UserInputError(f"{data}: no such dispatch dataset",
+                             hint="measure it with `shardmeter bench dispatch -o FILE`.")
+    rows = CsvLog(data, COLUMNS, KEY_COLUMNS).rows()
+    table = dispatch_coefficients(rows)
+    profile = load_profile(output)
+    detail = dict(profile.provenance_detail)
+    record = dataset_record(data, "dispatch", len(rows))
+    detail["datasets"] = [*[d for d in detail.get("datasets", [])
+                            if d.get("kind") != "dispatch"], record]
+    detail["commands"] = [*detail.get("commands", []),
+                          f"shardmeter fit dispatch {data} -o {output}"]
+    fitted = replace(profile, tp_dispatch_s=table, provenance_detail=detail)
+    save_profile(fitted, output)
+    records = [{"layout": layout, "place": place, "host_s": value}
+               for layout, places in table.items() for place, value in places.items()]
+    return FitResult(profile=fitted, fitted=("tp_dispatch_s",), records=records)
 
 
 def default_backend(hardware: str) -> str:

@@ -17,6 +17,11 @@ the `time_iqr_s` of one launch (its iterations' spread) does not see. `fit comm`
 and keeps their spread in the profile (`perfmodel.costs.datasets.repeat_spread`). R = 1 (the
 default) writes the columns as before, without `repeat`.
 
+Inline (`--inline`, issue 23): each collective is timed as tensor parallelism issues it, on the
+compute stream: torch's functional collective right after a matmul, waited on at once, no
+barrier inside a round, the mean over rounds (`perfmodel.bench.comm_worker.time_inline`). Its
+dataset is fitted with `fit comm --inline` into the profile's inline table.
+
 Multi-node: pass torchrun's own rendezvous flags with --torchrun-args instead of the default
 `--standalone`, e.g. `--torchrun-args "--nnodes 2 --node-rank 0 --rdzv-backend c10d
 --rdzv-endpoint host0:29500"` on every node (node-rank differing), and --link naming the slowest
@@ -59,11 +64,20 @@ MAX_REPEATS = 100
 MIB = 1024**2
 
 
-def dataset_columns(repeats: int) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """(columns, key columns) of a sweep of `repeats` launches (`repeat` only when > 1)."""
+INLINE_COLUMNS = ("filler_side", "compute_s")
+"""What an inline sweep's rows add: the side of the matmul each collective follows (a key
+column) and that matmul's measured time, seconds."""
+
+
+def dataset_columns(repeats: int, *, inline: bool = False
+                    ) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(columns, key columns) of a sweep of `repeats` launches (`repeat` only when > 1; the
+    inline columns only for an inline sweep)."""
+    columns = (*COLUMNS, *(INLINE_COLUMNS if inline else ()))
+    keys = (*KEY_COLUMNS, *(INLINE_COLUMNS[:1] if inline else ()))
     if repeats > 1:
-        return (*COLUMNS, REPEAT_COLUMN), (*KEY_COLUMNS, REPEAT_COLUMN)
-    return COLUMNS, KEY_COLUMNS
+        return (*columns, REPEAT_COLUMN), (*keys, REPEAT_COLUMN)
+    return columns, keys
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +106,10 @@ class CommSettings:
     """Element type of the payload."""
     repeats: int = 1
     """Launches of the whole sweep (each a fresh torchrun); > 1 adds the `repeat` column."""
+    inline: bool = False
+    """Time each collective as issued inline on the compute stream (functional collective after
+    a matmul, no barrier, the mean; `perfmodel.bench.comm_worker.time_inline`), the rows `fit
+    comm --inline` reads. Not for send_recv."""
 
 
 def payload_sizes(min_mib: float, max_mib: float, points: int, world_size: int,
@@ -121,6 +139,9 @@ def check_settings(s: CommSettings) -> None:
     if s.iters < 1 or s.warmup < 0:
         raise UserInputError(f"--iters must be >= 1 and --warmup >= 0, got {s.iters}, {s.warmup}",
                              hint="e.g. --iters 20 --warmup 3.")
+    if s.inline and any(op in P2P_OPS for op in s.ops):
+        raise UserInputError("--inline times collectives issued on the compute stream; "
+                             "send_recv is not one", hint="drop send_recv from --ops.")
     if isinstance(s.repeats, bool) or not isinstance(s.repeats, int) \
             or not 1 <= s.repeats <= MAX_REPEATS:
         raise UserInputError(f"--repeats {s.repeats!r}: must be an integer from 1 to "
@@ -180,7 +201,7 @@ def check_launch(out_path: str | Path, settings: CommSettings, *, nproc: int,
     message, not one traceback per rank)."""
 
     check_settings(settings)
-    columns, key_columns = dataset_columns(settings.repeats)
+    columns, key_columns = dataset_columns(settings.repeats, inline=settings.inline)
     check_run_inputs(out=out_path, columns=columns, key_columns=key_columns,
                      dtype=settings.dtype, threads=settings.threads, nproc=nproc,
                      iters=settings.iters, warmup=settings.warmup)
@@ -201,7 +222,8 @@ def run_comm(out_path: str | Path, settings: CommSettings, *, nproc: int,
             "--ops", ",".join(settings.ops), "--min-mib", str(settings.min_mib),
             "--max-mib", str(settings.max_mib), "--points", str(settings.points),
             "--iters", str(settings.iters), "--warmup", str(settings.warmup),
-            "--threads", str(settings.threads), "--dtype", settings.dtype]
+            "--threads", str(settings.threads), "--dtype", settings.dtype,
+            *(["--inline"] if settings.inline else [])]
     for repeat in range(1, settings.repeats + 1):
         tagged = args + (["--repeat", str(repeat)] if settings.repeats > 1 else [])
         launch(torchrun_command("perfmodel.bench.comm_worker", tagged, nproc=nproc,

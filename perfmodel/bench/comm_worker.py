@@ -4,6 +4,8 @@
 --out DATA.csv ...` — normally launched by `shardmeter bench comm`. Every timed repetition starts
 after a barrier; each rank times its own call and the per-repetition maximum over ranks is kept;
 rank 0 writes median and IQR per (op, payload) and skips rows already in the file.
+`--inline` times each collective as tensor parallelism issues it instead (`time_inline`: no
+barrier inside a round, the mean of the rounds; `perfmodel.costs.comm` module doc).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import logging
 import os
 import time
 from collections.abc import Callable, Sequence
+from typing import Any, cast
 
 import torch
 import torch.distributed as dist
@@ -40,6 +43,8 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--dtype", default="float32")
     p.add_argument("--repeat", type=int, default=0,
                    help="which launch of a repeated sweep (1..R) writes the rows; 0: not repeated")
+    p.add_argument("--inline", action="store_true",
+                   help="time each collective as tensor parallelism issues it (time_inline)")
     return p.parse_args(argv)
 
 
@@ -59,6 +64,71 @@ def collective(op: str, payload_elems: int, world: int, device: torch.device,
         return lambda: scatter(out, inp)
     buf = torch.ones(payload_elems, device=device, dtype=dtype)
     return lambda: dist.all_reduce(buf)
+
+
+def functional_collective(op: str, payload_elems: int, world: int, device: torch.device,
+                          dtype: torch.dtype) -> Callable[[], None]:
+    """A closure issuing one collective the way DTensor does (torch's functional collectives,
+    then `wait_tensor`), on buffers of the full payload size."""
+    # lazy: a private-named torch module, needed only by the inline sweep
+    import torch.distributed._functional_collectives as funcol
+
+    group: Any = dist.group.WORLD
+    wait = cast(Callable[[torch.Tensor], torch.Tensor], funcol.wait_tensor)   # untyped in torch
+    shard = torch.ones(payload_elems // world, device=device, dtype=dtype)
+    full = torch.ones(payload_elems, device=device, dtype=dtype)
+    def run() -> None:
+        if op == "all_gather":
+            wait(funcol.all_gather_tensor(shard, 0, group))
+        elif op == "reduce_scatter":
+            wait(funcol.reduce_scatter_tensor(full, "sum", 0, group))
+        else:
+            wait(funcol.all_reduce(full, "sum", group))
+    return run
+
+
+INLINE_FILLER_SIDES = (128, 256, 384, 512)
+"""Sides of the fp32 matmuls an inline repetition starts with (0.1 to a few ms on one CPU
+thread: the compute a tensor-parallel collective follows), each a configuration of its own."""
+INLINE_BLOCK = 5
+"""Repetitions per timed block of an inline round (filler alone, then filler + collective)."""
+
+
+def time_inline(run: Callable[[], None], *, filler_side: int, iters: int, warmup: int,
+                device: torch.device) -> tuple[list[float], list[float]]:
+    """Per-round cost of one collective issued inline, and per-round time of the filler alone
+    (both max over ranks): each round times INLINE_BLOCK repetitions of a `filler_side` matmul
+    alone, then INLINE_BLOCK of the filler followed by the collective, with no barrier inside
+    the round; the round's cost is the difference per repetition. So it holds what an inline
+    collective adds to a step after that much compute: its transfer, the ranks' skew and the
+    compute slowed beside the library's threads, which the barrier of `time_collective`
+    removes."""
+    sync: Callable[[], None] = (torch.cuda.synchronize if device.type == "cuda"
+                                else (lambda: None))
+    a = torch.randn(filler_side, filler_side, device=device)
+    b = torch.randn(filler_side, filler_side, device=device)
+
+    def block(with_collective: bool) -> float:
+        sync()
+        t0 = time.perf_counter()
+        for _ in range(INLINE_BLOCK):
+            torch.mm(a, b)
+            if with_collective:
+                run()
+        sync()
+        return time.perf_counter() - t0
+
+    excess, filler = [], []
+    for i in range(warmup + iters):
+        dist.barrier()   # between rounds only: a round's collectives meet whatever skew builds
+        alone, both = block(False), block(True)
+        if i >= warmup:
+            excess.append((both - alone) / INLINE_BLOCK)
+            filler.append(alone / INLINE_BLOCK)
+    slowest = torch.tensor([excess, filler], dtype=torch.float64, device=device)
+    dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+    rows = slowest.cpu().tolist()
+    return rows[0], rows[1]
 
 
 def point_to_point(payload_elems: int, world: int, device: torch.device,
@@ -125,14 +195,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     rank, world = dist.get_rank(), dist.get_world_size()
     dtype = resolve_dtype(args.dtype)
     elem = torch.tensor([], dtype=dtype).element_size()
-    log = CsvLog(args.out, *dataset_columns(2 if args.repeat else 1))
+    log = CsvLog(args.out, *dataset_columns(2 if args.repeat else 1, inline=args.inline))
     tag = {REPEAT_COLUMN: args.repeat} if args.repeat else {}
     done = done_keys_rank0(log)
     if rank == 0:
         append_environment(args.out, environment_record(
             device=device.type, threads=args.threads,
             extra={"benchmark": "comm", "backend": args.backend, "world_size": world,
-                   "link": args.link, **tag}))
+                   "link": args.link, **tag,
+                   **({"issue": "inline", "block": INLINE_BLOCK} if args.inline else {})}))
     for op in args.ops.split(","):
         p2p = op in P2P_OPS
         for size in payload_sizes(args.min_mib, args.max_mib, args.points, 1 if p2p else world,
@@ -140,6 +211,23 @@ def main(argv: Sequence[str] | None = None) -> None:
             row = {"backend": args.backend, "op": op, "link": args.link,
                    "world_size": 2 if p2p else world, "payload_bytes": size, "iters": args.iters,
                    **tag}
+            if args.inline:
+                for side in INLINE_FILLER_SIDES:
+                    inline_row = row | {"filler_side": side}
+                    if log.key_of(inline_row) in done:
+                        continue
+                    run = functional_collective(op, size // elem, world, device, dtype)
+                    times, filler = time_inline(run, filler_side=side, iters=args.iters,
+                                                warmup=args.warmup, device=device)
+                    # the mean: a step pays every repetition's cost, its tail included
+                    time_s = sum(times) / len(times)
+                    if rank == 0:
+                        log.append([inline_row | {
+                            "time_s": time_s, "time_iqr_s": median_iqr(times).iqr_s,
+                            "compute_s": sum(filler) / len(filler)}])
+                        logger.info("%s %d ranks %.3f MiB after %d-matmul: %.6f s inline", op,
+                                    world, size / 2**20, side, time_s)
+                continue
             if log.key_of(row) in done:
                 continue
             run = (point_to_point(size // elem, world, device, dtype) if p2p

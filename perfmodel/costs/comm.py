@@ -32,6 +32,20 @@ all_gather coefficients time it and the provenance says so (`all_to_all_provenan
 payload per rank is `all_to_all_payload_bytes` (tokens · k · h · bytes · (P − 1)/P). Checked by
 tests/test_moe_step.py (payload formula; the time equals the all_gather fit's).
 
+Inline collectives (a tensor- or context-parallel collective on the compute stream,
+`perfmodel.sim.fsdp.inline_collectives`): the isolated sweep times each repetition after a barrier
+and keeps the median, which is what an FSDP collective overlapped with compute sees. A collective
+issued inline, right after compute and waited on before the next op, also pays the ranks' skew
+and the collective library's wake-up; on the CPU (gloo's threads share the cores) that is
+1.5-6.6x the isolated time (issue 23's TP diagnosis, scripts/profile_tp_step.py). A profile may
+therefore carry a second table, `inline_coefficients`, fitted on `shardmeter bench comm --inline`
+(each repetition a fixed matmul then the functional collective DTensor issues, then its wait; no
+barrier; the mean excess over the matmul alone). `group_time_s(..., inline=True)` uses it where
+it covers every link of the group, else the isolated coefficients (a GPU profile has none: NCCL
+kernels queue on the stream without host wake-up, so its isolated fit stands for both).
+Checked by tests/test_comm_inline.py (the table is used only inline and only where it covers the
+group; the worker's rows fit back through `fit_link`).
+
 The ring formula itself lives in `perfmodel.spec.formulas` (one home, shared with the planner):
 `ring_time_s` times a collective, `ring_terms` is its linear form the fit uses.
 """
@@ -68,8 +82,10 @@ link. A profile without send_recv coefficients for a link times it with the link
 BACKENDS = ("nccl", "gloo", "rccl")
 COMM_COLUMNS = ("backend", "op", "link", "world_size", "payload_bytes", "time_s")
 """Required columns of a communication dataset (optional: nics_per_node)."""
-COMM_KEY = ("backend", "op", "link", "world_size", "payload_bytes", "nics_per_node")
-"""Columns naming one configuration of a collective: rows equal on them are repeats."""
+COMM_KEY = ("backend", "op", "link", "world_size", "payload_bytes", "nics_per_node",
+            "filler_side")
+"""Columns naming one configuration of a collective: rows equal on them are repeats
+(filler_side: the matmul an inline row's collective follows; 0 in an isolated dataset)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -89,8 +105,14 @@ class LinkCoefficients:
     (repeats of one configuration enter as their median, on one side of each split)."""
     rows: int = 0
     """Measurements the fit used (every repeat counted)."""
+    wait_per_compute: float = 0.0
+    """s: seconds an inline collective adds per second of compute since the ranks last
+    synchronised (their skew, and compute slowed beside the collective library's threads);
+    fitted on inline rows (module doc), 0 for isolated coefficients."""
 
     def __post_init__(self) -> None:
+        if not self.wait_per_compute >= 0:
+            raise ValueError(f"need wait_per_compute >= 0, got {self.wait_per_compute}")
         if not self.latency_s >= 0 or not self.bandwidth_bytes_per_s > 0:
             raise ValueError(f"need latency_s >= 0 and bandwidth_bytes_per_s > 0, got "
                              f"{self.latency_s}, {self.bandwidth_bytes_per_s}")
@@ -112,6 +134,21 @@ class CommModel:
     """Collective library: nccl, gloo or rccl."""
     coefficients: Mapping[tuple[str, str], LinkCoefficients] = field(default_factory=dict)
     """(op, link name) -> coefficients."""
+    inline_coefficients: Mapping[tuple[str, str], LinkCoefficients] = field(
+        default_factory=dict)
+    """(op, link name) -> coefficients of a collective issued inline on the compute stream
+    (module doc); empty: the isolated coefficients time inline collectives too."""
+
+    def _inline_covers(self, op: str, links: Sequence[str]) -> bool:
+        """Whether the inline table has (op, link) for every link of a ring."""
+        table = self.inline_coefficients
+        return bool(links) and all((op, n) in table or (op, n.lower()) in table for n in links)
+
+    def _inline(self, op: str, links: Sequence[str]) -> CommModel:
+        """The model that times an inline collective of `op` over `links` (module doc)."""
+        if not self._inline_covers(op, links):
+            return self
+        return CommModel(backend=self.backend, coefficients=self.inline_coefficients)
 
     def resolve(self, op: str, link: str) -> LinkCoefficients:
         """Coefficients of (op, link): the profile's own, else the catalog prior."""
@@ -142,15 +179,25 @@ class CommModel:
         bw = min(c.bandwidth_bytes_per_s * (share if c.per_nic else 1.0) for c in coefs)
         return lat, bw
 
-    def group_time_s(self, op: str, group: CommGroup, payload_bytes: Any) -> Any:
+    def group_time_s(self, op: str, group: CommGroup, payload_bytes: Any, *,
+                     inline: bool = False, compute_s: Any = 0.0) -> Any:
         """One collective over a parallel group as placed on the nodes (`perfmodel.spec.layout`):
         a ring over its links with its NIC share; an all_reduce across nodes as NCCL's tree when
         that is faster (latency 2·(members per node − 1 + ⌈log2 nodes⌉)·α instead of the ring's
         2·(P − 1)·α, the same bus bandwidth): NCCL picks the faster algorithm per size, and a
-        16k-rank ring's latency would otherwise dominate every large layout."""
+        16k-rank ring's latency would otherwise dominate every large layout. `inline`: issued on
+        the compute stream after `compute_s` of compute since the ranks last synchronised (the
+        inline table where it covers the group, plus its wait_per_compute · compute_s; module
+        doc)."""
         if group.size <= 1:
             zero = np.zeros(np.shape(payload_bytes))
             return float(zero) if zero.ndim == 0 else zero
+        if inline and self._inline_covers(op, group.links):
+            table = self._inline(op, group.links)
+            wait = max(table.resolve(op, name).wait_per_compute for name in group.links)
+            out = (table.group_time_s(op, group, payload_bytes)
+                   + wait * np.asarray(compute_s, dtype=float))
+            return float(out) if np.ndim(out) == 0 else out
         lat, bw = self.effective(op, group.links, group.nics)
         ring = ring_time_s(op, group.size, payload_bytes, lat, bw)
         if op != "all_reduce" or not group.crosses_nodes:
@@ -198,8 +245,11 @@ class CommModel:
         lat, bw = self.effective(op, links, nics_per_node)
         return ring_time_s(op, world_size, payload_bytes, lat, bw)
 
-    def provenance(self, op: str, links: Sequence[str]) -> str:
-        """'measured', 'prior' or 'mixed' for the coefficients a prediction over `links` uses."""
+    def provenance(self, op: str, links: Sequence[str], *, inline: bool = False) -> str:
+        """'measured', 'prior' or 'mixed' for the coefficients a prediction over `links` uses
+        (`inline`: of a collective issued on the compute stream)."""
+        if inline and self._inline_covers(op, links):
+            return self._inline(op, links).provenance(op, links)
         kinds = {self.resolve(op, name).provenance for name in links}
         if not kinds:
             return "none"
@@ -236,6 +286,11 @@ def load_comm_dataset(path: str) -> pd.DataFrame:
     frame = read_dataset_csv(path, COMM_COLUMNS, positive_int=("world_size",),
                              positive_float=("payload_bytes", "time_s"),
                              choices={"backend": BACKENDS, "op": OPS})
+    for column in ("filler_side", "compute_s"):   # inline rows only; 0 elsewhere
+        if column not in frame.columns or (frame[column].str.strip() == "").all():
+            frame[column] = 0
+        else:
+            frame[column] = numeric_column(frame, column, path, integer=column == "filler_side")
     if "nics_per_node" not in frame.columns:
         frame["nics_per_node"] = "1"
     frame["nics_per_node"] = frame["nics_per_node"].replace("", "1")
@@ -250,27 +305,34 @@ def load_comm_dataset(path: str) -> pd.DataFrame:
     return frame
 
 
-def _design(op: str, world: np.ndarray, payload: np.ndarray, nics: np.ndarray) -> np.ndarray:
+def _design(op: str, world: np.ndarray, payload: np.ndarray, nics: np.ndarray,
+            compute: np.ndarray | None = None) -> np.ndarray:
     """Columns multiplying α and 1/B (`formulas.ring_terms`); a per-NIC link's bandwidth is the
-    node's NICs x B, so its bytes divide by the NICs."""
+    node's NICs x B, so its bytes divide by the NICs; inline rows add the compute before each
+    collective, which multiplies wait_per_compute."""
     steps, moved = ring_terms(op, world, payload)
-    return np.column_stack([steps, moved / nics])
+    columns = [steps, moved / nics] + ([] if compute is None else [compute])
+    return np.column_stack(columns)
 
 
 def fit_link(op: str, frame: pd.DataFrame, *, per_nic: bool = False, n_splits: int = 5,
              seed: int = 0) -> tuple[LinkCoefficients, np.ndarray]:
-    """Fit α, β (= 1/B) of one (op, link) by relative-error NNLS. Returns the coefficients and
-    out-of-fold predictions (k-fold, seeded) of the rows."""
+    """Fit α, β (= 1/B) of one (op, link) by relative-error NNLS, and wait_per_compute on inline
+    rows (a `compute_s` column > 0). Returns the coefficients and out-of-fold predictions
+    (k-fold, seeded) of the rows."""
     from sklearn.model_selection import KFold  # lazy: see load_comm_dataset
 
     from perfmodel.costs.datasets import mape_pct  # lazy: see load_comm_dataset
     from perfmodel.costs.nnls import relative_nnls  # lazy: see load_comm_dataset
 
     world = frame["world_size"].to_numpy(float)
+    inline = "compute_s" in frame.columns and bool((frame["compute_s"] > 0).any())
     X = _design(op, world, frame["payload_bytes"].to_numpy(float),
-                frame["nics_per_node"].to_numpy(float) if per_nic else np.ones(len(frame)))
+                frame["nics_per_node"].to_numpy(float) if per_nic else np.ones(len(frame)),
+                frame["compute_s"].to_numpy(float) if inline else None)
     y = frame["time_s"].to_numpy(float)
-    alpha, beta = relative_nnls(X, y)
+    weights = relative_nnls(X, y)
+    alpha, beta = weights[0], weights[1]
     oof = np.full(len(y), np.nan)
     k = min(n_splits, len(y))
     if k >= 2:
@@ -278,7 +340,7 @@ def fit_link(op: str, frame: pd.DataFrame, *, per_nic: bool = False, n_splits: i
         for train, test in KFold(n_splits=k, shuffle=True, random_state=seed).split(X):
             oof[test] = X[test] @ relative_nnls(X[train], y[train])
     else:
-        oof = X @ np.array([alpha, beta])
+        oof = X @ weights
     if beta <= 0:
         logger.warning("%s: fitted bandwidth term is zero (time independent of payload); "
                        "bandwidth set to infinity", op)
@@ -286,7 +348,8 @@ def fit_link(op: str, frame: pd.DataFrame, *, per_nic: bool = False, n_splits: i
     coefs = LinkCoefficients(latency_s=float(alpha),
                              bandwidth_bytes_per_s=float(1.0 / beta) if beta > 0 else float("inf"),
                              per_nic=per_nic, provenance="measured",
-                             cv_mape_pct=mape_pct(y, oof), rows=len(y))
+                             cv_mape_pct=mape_pct(y, oof), rows=len(y),
+                             wait_per_compute=float(weights[2]) if inline else 0.0)
     return coefs, oof
 
 

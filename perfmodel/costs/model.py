@@ -11,7 +11,7 @@ and expert-parallel collectives, point-to-point) join this Protocol, not ad-hoc 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from perfmodel.costs.features import RankShard
@@ -41,6 +41,12 @@ class CostModel(Protocol):
         """Seconds per byte of FSDP2's copies around each collective (>= 0; 0 = not modelled)."""
         ...
 
+    @property
+    def tp_dispatch_s(self) -> Mapping[str, Mapping[str, float]]:
+        """DTensor's host dispatch per pass under tensor parallelism, by layout and place
+        (`perfmodel.profiles.profile.HardwareProfile.tp_dispatch_s`; empty: not modelled)."""
+        ...
+
     def compute_time_s(self, phase: str, model: ModelSpec, seq_len: int, micro_batch: Any,
                        unit: str = "model", num_shards: Any = 1,
                        shard: RankShard | None = None) -> Any:
@@ -58,9 +64,11 @@ class CostModel(Protocol):
         """A collective over every GPU of an island."""
         ...
 
-    def group_comm_time_s(self, op: str, group: CommGroup, payload_bytes: Any) -> Any:
+    def group_comm_time_s(self, op: str, group: CommGroup, payload_bytes: Any, *,
+                          inline: bool = False, compute_s: Any = 0.0) -> Any:
         """A collective over one parallel group as placed on the island's nodes
-        (`perfmodel.spec.layout.CommGroup`)."""
+        (`perfmodel.spec.layout.CommGroup`); `inline`: issued on the compute stream after
+        `compute_s` of compute since the ranks last synchronised."""
         ...
 
     def all_to_all_time_s(self, group: CommGroup, send_bytes: Any) -> Any:

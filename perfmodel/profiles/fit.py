@@ -166,31 +166,42 @@ class _Contention(TypedDict, total=False):
     overlap_slowdown: float
     recompute_factor: float
     fsdp_copy_s_per_byte: float
+    tp_dispatch_s: Mapping[str, Mapping[str, float]]
 
 
 def _contention(base: HardwareProfile | None) -> _Contention:
-    """The base's overlap_slowdown, recompute_factor and fsdp_copy_s_per_byte (kept by a refit of
-    other parts)."""
+    """The base's overlap_slowdown, recompute_factor, fsdp_copy_s_per_byte and tp_dispatch_s (kept
+    by a refit of other parts)."""
     if base is None:
         return {}
     return {"overlap_slowdown": base.overlap_slowdown, "recompute_factor": base.recompute_factor,
-            "fsdp_copy_s_per_byte": base.fsdp_copy_s_per_byte}
+            "fsdp_copy_s_per_byte": base.fsdp_copy_s_per_byte,
+            "tp_dispatch_s": base.tp_dispatch_s}
 
 
 def with_comm_fit(base: HardwareProfile | None, *, name: str, hardware: str, backend: str,
                   coefficients: Mapping[tuple[str, str], LinkCoefficients], dataset: dict[str, Any],
                   command: str, fit_date: str, at_bound: Iterable[Mapping[str, Any]] = (),
-                  repeats: Mapping[str, Any] | None = None) -> HardwareProfile:
+                  repeats: Mapping[str, Any] | None = None, inline: bool = False
+                  ) -> HardwareProfile:
     """`base` with the fitted (op, link) coefficients added or replaced and measured provenance.
-    Measured coefficients of a base with another backend are dropped (priors are kept)."""
+    Measured coefficients of a base with another backend are dropped (priors are kept).
+    `inline`: the coefficients are of collectives issued on the compute stream
+    (`CommModel.inline_coefficients`); their provenance keys read "inline:op/link"."""
+    same = base is not None and base.backend == backend
     old = {} if base is None else {k: v for k, v in base.comm.coefficients.items()
-                                   if base.backend == backend or v.provenance == "prior"}
-    cv = {f"{op}/{link}": c.cv_mape_pct for (op, link), c in coefficients.items()
+                                   if same or v.provenance == "prior"}
+    old_inline = dict(base.comm.inline_coefficients) if base is not None and same else {}
+    tag = "inline:" if inline else ""
+    cv = {f"{tag}{op}/{link}": c.cv_mape_pct for (op, link), c in coefficients.items()
           if c.cv_mape_pct is not None}
+    isolated, inline_table = ((old, {**old_inline, **coefficients}) if inline
+                              else ({**old, **coefficients}, old_inline))
     return HardwareProfile(
         name=name, hardware=hardware, backend=backend, provenance="measured",
         provenance_detail=_measured_detail(base, dataset, command, fit_date, None,
                                            cv_mape_pct=cv, at_bound=at_bound, repeats=repeats,
-                                           fitted=[f"{op}/{link}" for op, link in coefficients]),
+                                           fitted=[f"{tag}{op}/{link}"
+                                                   for op, link in coefficients]),
         compute=dict(base.compute) if base else {}, **_contention(base),
-        comm=CommModel(backend=backend, coefficients={**old, **coefficients}))
+        comm=CommModel(backend=backend, coefficients=isolated, inline_coefficients=inline_table))

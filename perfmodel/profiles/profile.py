@@ -120,6 +120,11 @@ class HardwareProfile:
     result), added to the collective's time; bytes = payload x (1 + 1/ranks). 0 = not modelled
     (on a GPU they run at HBM bandwidth, well under 1 % of a step); on the CPU they are the
     training thread's memory traffic into fresh buffers. >= 0."""
+    tp_dispatch_s: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    """DTensor's host dispatch under the tensor-parallel plan, seconds per pass:
+    {"sequence_parallel" | "no_sequence_parallel": {"block_forward", "block_backward",
+    "root_forward", "root_backward": s}} (`perfmodel.bench.dispatch`), added to a tp > 1 rank's
+    compute. Empty = not modelled: on a GPU the host runs ahead of the kernels it queues."""
     schema_version: int = SCHEMA_VERSION
     """YAML schema version."""
     _cache: dict[Any, tuple[Any, Any]] = field(default_factory=dict, init=False, compare=False,
@@ -135,6 +140,9 @@ class HardwareProfile:
         if not (math.isfinite(self.recompute_factor) and self.recompute_factor > 0.0):
             raise ValueError(f"recompute_factor must be finite and > 0, "
                              f"got {self.recompute_factor}")
+        problem = _dispatch_problem(self.tp_dispatch_s)
+        if problem:
+            raise ValueError(problem)
         if not (math.isfinite(self.fsdp_copy_s_per_byte) and self.fsdp_copy_s_per_byte >= 0.0):
             raise ValueError(f"fsdp_copy_s_per_byte must be finite and >= 0, "
                              f"got {self.fsdp_copy_s_per_byte}")
@@ -202,10 +210,12 @@ class HardwareProfile:
         return self.comm.time_s(op, island.ring_links, island.num_gpus, payload_bytes,
                                 island_nics(island))
 
-    def group_comm_time_s(self, op: str, group: CommGroup, payload_bytes: Any) -> Any:
-        """A collective over one parallel group as placed on the nodes
-        (`CommModel.group_time_s`)."""
-        return self.comm.group_time_s(op, group, payload_bytes)
+    def group_comm_time_s(self, op: str, group: CommGroup, payload_bytes: Any, *,
+                          inline: bool = False, compute_s: Any = 0.0) -> Any:
+        """A collective over one parallel group as placed on the nodes; `inline`: issued on the
+        compute stream after `compute_s` of compute (`CommModel.group_time_s`)."""
+        return self.comm.group_time_s(op, group, payload_bytes, inline=inline,
+                                      compute_s=compute_s)
 
     def all_to_all_time_s(self, group: CommGroup, send_bytes: Any) -> Any:
         """One all-to-all over an expert-parallel group (`CommModel.all_to_all_time_s`)."""
@@ -246,6 +256,9 @@ class HardwareProfile:
                 "at_bound": list(self.provenance_detail.get("at_bound", [])),
                 "comm": {f"{op}/{link}": c.provenance
                          for (op, link), c in self.comm.coefficients.items()},
+                **({"comm_inline": {f"{op}/{link}": c.provenance
+                                    for (op, link), c in self.comm.inline_coefficients.items()}}
+                   if self.comm.inline_coefficients else {}),
                 "comm_fallback": "catalog prior (catalogs/links.csv) for links not listed"}
 
     # -- serialisation --------------------------------------------------------------------
@@ -257,18 +270,54 @@ class HardwareProfile:
             "recompute_factor": float(self.recompute_factor),
             **({"fsdp_copy_s_per_byte": float(self.fsdp_copy_s_per_byte)}
                if self.fsdp_copy_s_per_byte else {}),
+            **({"tp_dispatch_s": {k: {p: float(v) for p, v in places.items()}
+                                  for k, places in self.tp_dispatch_s.items()}}
+               if self.tp_dispatch_s else {}),
             "compute": {phase: {"provenance": c.provenance,
                                 "selection_cv_mape_pct": c.selection_cv_mape_pct,
                                 "nested_cv_mape_pct": c.nested_cv_mape_pct,
                                 "cv_scheme": c.cv_scheme,
                                 "coefficients_s": {k: float(v) for k, v in c.coefficients.items()}}
                         for phase, c in self.compute.items()},
-            "comm": [{"op": op, "link": link, "latency_s": c.latency_s,
-                      "bandwidth_bytes_per_s": c.bandwidth_bytes_per_s, "per_nic": c.per_nic,
-                      "provenance": c.provenance, "cv_mape_pct": c.cv_mape_pct, "rows": c.rows}
-                     for (op, link), c in self.comm.coefficients.items()],
+            "comm": [_comm_entry(op, link, c) for (op, link), c in self.comm.coefficients.items()]
+            + [_comm_entry(op, link, c, issue="inline")
+               for (op, link), c in self.comm.inline_coefficients.items()],
             "provenance_detail": self.provenance_detail,
         }
+
+
+TP_DISPATCH_LAYOUTS = ("sequence_parallel", "no_sequence_parallel")
+TP_DISPATCH_PLACES = ("block_forward", "block_backward", "root_forward", "root_backward")
+
+
+def _dispatch_problem(table: Mapping[str, Mapping[str, float]]) -> str | None:
+    """What is wrong with a tp_dispatch_s table, in words (None: nothing)."""
+    for layout, places in table.items():
+        if layout not in TP_DISPATCH_LAYOUTS or set(places) != set(TP_DISPATCH_PLACES) \
+                or not all(math.isfinite(v) and v >= 0 for v in places.values()):
+            return (f"field 'tp_dispatch_s.{layout}' = {dict(places)!r}: need one of "
+                    f"{', '.join(TP_DISPATCH_LAYOUTS)} with seconds >= 0 for each of "
+                    f"{', '.join(TP_DISPATCH_PLACES)}")
+    return None
+
+
+def _dispatch(doc: dict[str, dict[str, float]], source: str) -> dict[str, dict[str, float]]:
+    """The YAML's tp_dispatch_s, checked (ProfileError naming the field)."""
+    problem = _dispatch_problem(doc)
+    if problem:
+        raise ProfileError(f"{source}: {problem}",
+                           hint="refit it with `shardmeter fit dispatch`, or drop the field.")
+    return doc
+
+
+def _comm_entry(op: str, link: str, c: LinkCoefficients, issue: str = "isolated"
+                ) -> dict[str, Any]:
+    """One `comm:` entry of the YAML file (`issue` written only for inline coefficients)."""
+    return {"op": op, "link": link, **({"issue": issue} if issue != "isolated" else {}),
+            "latency_s": c.latency_s, "bandwidth_bytes_per_s": c.bandwidth_bytes_per_s,
+            "per_nic": c.per_nic, "provenance": c.provenance, "cv_mape_pct": c.cv_mape_pct,
+            "rows": c.rows,
+            **({"wait_per_compute": c.wait_per_compute} if c.wait_per_compute else {})}
 
 
 # ---- YAML schema ---------------------------------------------------------------------------
@@ -303,12 +352,17 @@ class _PhaseDoc(_Strict):
 class _CommDoc(_Strict):
     op: str = Field(pattern="^(" + "|".join(OPS) + ")$")
     link: str = Field(min_length=1)
+    issue: str = Field(default="isolated", pattern="^(isolated|inline)$")
+    """How the collective is issued: isolated (after a barrier, FSDP's overlapped collectives)
+    or inline (on the compute stream; `perfmodel.costs.comm` module doc)."""
     latency_s: float = Field(ge=0)
     bandwidth_bytes_per_s: float = Field(gt=0)
     per_nic: bool = False
     provenance: str = Field(pattern="^(measured|prior)$")
     cv_mape_pct: float | None = None
     rows: int = Field(default=0, ge=0)
+    wait_per_compute: float = Field(default=0.0, ge=0)
+    """Inline entries: seconds added per second of compute before the collective."""
 
 
 class _ProfileDoc(_Strict):
@@ -321,6 +375,7 @@ class _ProfileDoc(_Strict):
     overlap_slowdown: float = Field(default=1.0, ge=1.0, allow_inf_nan=False)
     recompute_factor: float = Field(default=1.0, gt=0.0, allow_inf_nan=False)
     fsdp_copy_s_per_byte: float = Field(default=0.0, ge=0.0, allow_inf_nan=False)
+    tp_dispatch_s: dict[str, dict[str, float]] = Field(default_factory=dict)
     compute: dict[str, _PhaseDoc] = Field(default_factory=dict)
     comm: list[_CommDoc] = Field(default_factory=list)
     provenance_detail: dict[str, Any] = Field(default_factory=dict)
@@ -363,15 +418,21 @@ def profile_from_dict(data: Any, *, source: str = "<profile>") -> HardwareProfil
                                            provenance=ph.provenance,
                                            selection_cv_mape_pct=selection,
                                            nested_cv_mape_pct=nested, cv_scheme=ph.cv_scheme)
-    comm = {(c.op, c.link): LinkCoefficients(
-        latency_s=c.latency_s, bandwidth_bytes_per_s=c.bandwidth_bytes_per_s, per_nic=c.per_nic,
-        provenance=c.provenance, cv_mape_pct=c.cv_mape_pct, rows=c.rows) for c in doc.comm}
+    tables: dict[str, dict[tuple[str, str], LinkCoefficients]] = {"isolated": {}, "inline": {}}
+    for c in doc.comm:
+        tables[c.issue][(c.op, c.link)] = LinkCoefficients(
+            latency_s=c.latency_s, bandwidth_bytes_per_s=c.bandwidth_bytes_per_s,
+            per_nic=c.per_nic, provenance=c.provenance, cv_mape_pct=c.cv_mape_pct, rows=c.rows,
+            wait_per_compute=c.wait_per_compute)
     return HardwareProfile(name=doc.name, hardware=doc.hardware, backend=doc.backend,
                            provenance=doc.provenance, provenance_detail=doc.provenance_detail,
-                           compute=compute, comm=CommModel(backend=doc.backend, coefficients=comm),
+                           compute=compute,
+                           comm=CommModel(backend=doc.backend, coefficients=tables["isolated"],
+                                          inline_coefficients=tables["inline"]),
                            overlap_slowdown=doc.overlap_slowdown,
                            recompute_factor=doc.recompute_factor,
-                           fsdp_copy_s_per_byte=doc.fsdp_copy_s_per_byte)
+                           fsdp_copy_s_per_byte=doc.fsdp_copy_s_per_byte,
+                           tp_dispatch_s=_dispatch(doc.tp_dispatch_s, source))
 
 
 @functools.lru_cache(maxsize=256)

@@ -852,10 +852,16 @@ def layout_unit_durations(model: ModelSpec, profile: CostModel, island: IslandSp
         gpus_per_node=island.gpus_per_node, intra_link=island.intra_link,
         inter_link=island.inter_link, nics_per_node=island.nics_per_node)
 
+    dispatch = (profile.tp_dispatch_s.get("sequence_parallel" if layout.sequence_parallel
+                                          else "no_sequence_parallel", {})
+                if layout.tp > 1 else {})
+
     def compute(phase: str, unit: str) -> Any:
         time_s = profile.compute_time_s(phase, model, seq_len, micro_batch, unit=unit,
                                         shard=shard)
-        return time_s * moe_scale if unit == "block" else time_s
+        # DTensor's host work on the rank's thread (a CPU profile's; none on a GPU)
+        return (time_s * moe_scale if unit == "block" else time_s) \
+            + dispatch.get(f"{unit}_{phase}", 0.0)
 
     def fsdp_comm(op: str, payload_bytes: float, group: CommGroup = fsdp) -> float:
         if group.size == 1:
@@ -873,19 +879,28 @@ def layout_unit_durations(model: ModelSpec, profile: CostModel, island: IslandSp
                 + fsdp_comm(op, experts / layout.ep * element_bytes, expert_fsdp))
 
 
-    def timed(op: str, group: str, payload: Any) -> Any:
+    def timed(op: str, group: str, payload: Any, compute_s: Any) -> Any:
         if op == "all_to_all":   # s all-to-alls per block (module doc)
             return local.moe_layer_share * profile.all_to_all_time_s(groups[group], payload)
-        return profile.group_comm_time_s(op, groups[group], payload)
+        # tp / cp collectives wait on the compute stream: the profile's inline coefficients
+        return profile.group_comm_time_s(op, groups[group], payload, inline=True,
+                                         compute_s=compute_s)
 
     payloads = inline_payload_bytes(model, recipe, seq_len=seq_len, micro_batch=micro_batch)
     norms = model.num_layers * model.norms_per_block + 1
+    place_compute = inline_place_compute_s(
+        block_forward_s=compute("forward", "block"), block_backward_s=compute("backward", "block"),
+        root_forward_s=compute("forward", "root"), root_backward_s=compute("backward", "root"),
+        recompute_fraction=frac, whole_recompute_fraction=whole_frac)
     inline = {}
     for where in INLINE_PLACES:
-        inline[where] = tuple(
-            timed(op, group, payloads[kind])
-            for op, group, kind in inline_collectives(recipe, where, model.norms_per_block,
-                                                      norms))
+        entries = inline_collectives(recipe, where, model.norms_per_block, norms)
+        synced = sum(group in ("tp", "cp") for _, group, _ in entries)
+        # the place's compute splits between its tp / cp collectives: each waits on the skew
+        # of the compute since the one before (module doc of perfmodel.costs.comm)
+        share = place_compute.get(where, 0.0) / synced if synced else 0.0
+        inline[where] = tuple(timed(op, group, payloads[kind], share)
+                              for op, group, kind in entries)
     if layout.async_tp:
         forward_s, backward_s = compute("forward", "block"), compute("backward", "block")
         for where in ("block_forward", "block_backward", "block_backward_whole"):
@@ -919,6 +934,28 @@ def layout_unit_durations(model: ModelSpec, profile: CostModel, island: IslandSp
         root_reduce_scatter_s=fsdp_comm("reduce_scatter", root_params * grad_bytes),
         recipe=recipe, overlap_slowdown=float(slowdown), inline=inline,
         block_replicate_s=replicate(block_params), root_replicate_s=replicate(root_params))
+
+
+def inline_place_compute_s(*, block_forward_s: Any, block_backward_s: Any, root_forward_s: Any,
+                           root_backward_s: Any, recompute_fraction: Any,
+                           whole_recompute_fraction: Any) -> dict[str, Any]:
+    """The compute each place of `inline_collectives` runs between the ranks' synchronisations,
+    which its tp / cp collectives split (`CommModel.group_time_s`' compute_s).
+
+    Claim: a block's forward compute is split by its forward collectives, its backward (with
+    what its checkpointing recomputes) by its backward ones, the root's forward (final norm, LM
+    head, loss) and backward by theirs; the embedding's lookup, FSDP2's post-backward and the
+    optimizer's norm-weight reductions follow no compute worth counting (0).
+    Why: on every layout the plan issues a tp collective at each end of a block half (and the
+    root's), so every second of a pass's compute ends at one of them: the sum over a pass's
+    collectives is the pass's compute, however it splits.
+    Checked by tests/test_comm_inline.py (the inline waits of a step add wait_per_compute times
+    its compute).
+    """
+    return {"block_forward": block_forward_s,
+            "block_backward": block_backward_s + recompute_fraction * block_forward_s,
+            "block_backward_whole": block_backward_s + whole_recompute_fraction * block_forward_s,
+            "root_forward": root_forward_s, "root_backward": root_backward_s}
 
 
 def async_tp_exposed_s(local: ModelSpec, seq_len: int, recipe: TrainingRecipe, where: str,

@@ -136,9 +136,12 @@ def _comm_link(backend: str, link: str | None) -> str:
 @click.option("--torchrun-args", default=None,
               help='torchrun rendezvous flags replacing --standalone (multi-node), e.g. '
                    '"--nnodes 2 --node-rank 0 --rdzv-backend c10d --rdzv-endpoint host0:29500".')
+@click.option("--inline", is_flag=True, default=False,
+              help="Time each collective as tensor parallelism issues it: right after a matmul, "
+                   "no barrier, the mean (fit the rows with fit comm --inline).")
 def comm_cmd(out: Path, nproc: int, backend: str, link: str | None, ops: str, min_mib: float,
              max_mib: float, points: int, iters: int, warmup: int, threads: int, dtype: str,
-             repeats: int, torchrun_args: str | None) -> None:
+             repeats: int, torchrun_args: str | None, inline: bool) -> None:
     """Time all_gather / reduce_scatter / all_reduce (and send_recv) over log-spaced payloads
     (torchrun)."""
     require_torch()
@@ -149,9 +152,29 @@ def comm_cmd(out: Path, nproc: int, backend: str, link: str | None, ops: str, mi
     settings = CommSettings(backend=backend, link=_comm_link(backend, link),
                             ops=tuple(ops.split(",")), min_mib=min_mib, max_mib=max_mib,
                             points=points, iters=iters, warmup=warmup, threads=threads, dtype=dtype,
-                            repeats=repeats)
+                            repeats=repeats, inline=inline)
     run_comm(out, settings, nproc=nproc, torchrun_args=torchrun_args)
-    click.echo(f"{out}: {len(CsvLog(out, *comm_bench.dataset_columns(repeats)).rows())} rows")
+    columns = comm_bench.dataset_columns(repeats, inline=inline)
+    click.echo(f"{out}: {len(CsvLog(out, *columns).rows())} rows")
+
+
+@bench.command("dispatch")
+@click.option("-o", "--out", "out", type=click.Path(dir_okay=False, path_type=Path), required=True,
+              help="Output CSV (appended; rerun to resume).")
+@click.option("--iters", type=int, default=20, show_default=True,
+              help="Timed repetitions per round (5 rounds per row).")
+@click.option("--warmup", type=int, default=5, show_default=True)
+def dispatch_cmd(out: Path, iters: int, warmup: int) -> None:
+    """Time DTensor's host dispatch under the tensor-parallel plan (one rank: the planned tiny
+    Llama beside the plain one, 1-6 blocks, forward and forward + backward); fit the rows with
+    `shardmeter fit dispatch`."""
+    require_torch()
+    verbose_bench_logs()
+    # lazy: the module's worker half imports torch
+    from perfmodel.bench.dispatch import COLUMNS, KEY_COLUMNS, run_dispatch
+
+    run_dispatch(str(out), iters=iters, warmup=warmup)
+    click.echo(f"{out}: {len(CsvLog(out, COLUMNS, KEY_COLUMNS).rows())} rows")
 
 
 @bench.command("fsdp")

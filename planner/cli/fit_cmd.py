@@ -132,14 +132,17 @@ def fit_calibrate_cmd(runs: str, gpu: str, output: str, name: str | None, fmt: s
 @_common_options
 @click.option("--backend", type=click.Choice(BACKENDS), default=None,
               help="Use only rows of this backend (needed when the dataset has several).")
+@click.option("--inline", is_flag=True, default=False,
+              help="The dataset times collectives issued inline (bench comm --inline): fit the "
+                   "profile's inline table, used by tensor- and context-parallel collectives.")
 @format_option()
 @wide_option()
 def fit_comm_cmd(data: str, output: str, hardware: str | None, base: str | None, name: str | None,
-                 backend: str | None, fmt: str, wide: bool) -> None:
+                 backend: str | None, inline: bool, fmt: str, wide: bool) -> None:
     """Fit latency/bandwidth coefficients per (op, link) from a communication dataset."""
     result = api_fit.fit_comm(api_fit.CommFitRequest(
         data_path=data, output_path=output, hardware=hardware, base=base, name=name,
-        backend=backend))
+        backend=backend, inline=inline))
     click.echo(f"wrote {output} (provenance: measured comm, backend {result.profile.backend})",
                err=True)
     _emit_fit(result.records, fmt, wide=wide, title=f"comm fit -> {output}",
@@ -164,6 +167,21 @@ def fit_overlap(data: str, output: str, fmt: str, wide: bool) -> None:
     _emit_fit(result.records, fmt, wide=wide, title=f"overlap fit -> {output}",
               answer=f"fitted overlap_slowdown {format_number(result.profile.overlap_slowdown)} "
                      f"into {output}")
+
+
+@fit.command("dispatch")
+@click.argument("data", type=click.Path(exists=True, dir_okay=False))
+@click.option("-o", "--output", required=True, type=click.Path(exists=True, dir_okay=False),
+              help="Measured profile YAML to update (everything else in it is kept).")
+@format_option()
+@wide_option()
+def fit_dispatch_cmd(data: str, output: str, fmt: str, wide: bool) -> None:
+    """Fit the profile's tp_dispatch_s (DTensor's host dispatch per block and root pass under
+    tensor parallelism) from `shardmeter bench dispatch` rows."""
+    result = api_fit.fit_dispatch(api_fit.DispatchFitRequest(data_path=data, output_path=output))
+    click.echo(f"wrote {output} (tp_dispatch_s)", err=True)
+    _emit_fit(result.records, fmt, wide=wide, title=f"dispatch fit -> {output}",
+              answer=f"fitted DTensor's host dispatch per pass into {output}")
 
 
 def _emit_fit(records: list[dict[str, Any]], fmt: str, *, wide: bool, title: str,
