@@ -91,6 +91,22 @@ def test_shipped_inline_dataset_loads_and_the_profile_round_trips() -> None:
         profile_from_dict(doc)
 
 
+def test_fit_comm_refuses_a_dataset_of_the_other_kind(tmp_path: Path) -> None:
+    from perfmodel.api.fit import CommFitRequest
+    from perfmodel.api.fit import fit_comm as api_fit_comm
+    from perfmodel.spec.errors import UserInputError
+
+    data = catalog_dir() / "profiles" / "data"
+    out = tmp_path / "p.yaml"
+    with pytest.raises(UserInputError, match="--inline is set"):
+        api_fit_comm(CommFitRequest(data_path=str(data / "cpu-comm.csv"), output_path=str(out),
+                                    hardware="CPU-x86-2core", inline=True))
+    with pytest.raises(UserInputError, match="--inline is not set"):
+        api_fit_comm(CommFitRequest(data_path=str(data / "cpu-comm-inline.csv"),
+                                    output_path=str(out), hardware="CPU-x86-2core"))
+    assert not out.exists()
+
+
 def test_inline_waits_add_wait_per_compute_times_each_pass_compute() -> None:
     """`inline_place_compute_s`' claim: a pass's tp collectives split its compute, so with zero
     latency and unbounded bandwidth their inline times sum to wait_per_compute x that compute."""

@@ -7,8 +7,8 @@ from dataclasses import replace
 
 import pytest
 
-from perfmodel.bench.common import CsvLog
-from perfmodel.bench.dispatch import COLUMNS, KEY_COLUMNS, LAYERS, dispatch_coefficients
+from perfmodel.bench.dispatch import LAYERS
+from perfmodel.profiles.dispatch import dispatch_coefficients, load_dispatch_dataset
 from perfmodel.profiles.profile import load_profile, profile_from_dict
 from perfmodel.sim.fsdp import layout_unit_durations
 from perfmodel.spec.catalog import get_gpu, get_model
@@ -54,12 +54,11 @@ def test_fit_clips_a_negative_cost_and_refuses_one_layer_count() -> None:
 
 
 def test_shipped_rows_fit_into_the_shipped_profile() -> None:
-    rows = CsvLog(catalog_dir() / "profiles" / "data" / "cpu-tp-dispatch.csv", COLUMNS,
-                  KEY_COLUMNS).rows()
+    rows = load_dispatch_dataset(str(catalog_dir() / "profiles" / "data" / "cpu-tp-dispatch.csv"))
     profile = load_profile("cpu-x86-2core")
     assert profile.tp_dispatch_s == dispatch_coefficients(rows)
     # the planned model is the slower one on every shipped row: the excess is real host work
-    assert all(float(r["excess_s"]) > 0 for r in rows)
+    assert len(rows) == 20 and all(float(r["excess_s"]) > 0 for r in rows)
     assert profile_from_dict(profile.to_dict()).tp_dispatch_s == profile.tp_dispatch_s
     bad = profile.to_dict()
     bad["tp_dispatch_s"] = {"sequence_parallel": {"block_forward": 1e-3}}

@@ -51,6 +51,7 @@ from perfmodel.costs.compute import (
 from perfmodel.costs.datasets import configurations, mape_pct, repeat_spread
 from perfmodel.profiles.bounds import BoundFlag, bound_flags, flag_records, flag_text
 from perfmodel.profiles.cache import ResultCache, cache_key
+from perfmodel.profiles.dispatch import dispatch_coefficients, load_dispatch_dataset
 from perfmodel.profiles.fit import (
     dataset_record,
     merge_flags,
@@ -365,6 +366,14 @@ def fit_comm(request: CommFitRequest) -> FitResult:
 
     r = request
     frame = one_backend(load_comm_dataset(r.data_path), r.backend, r.data_path)
+    inline_rows = bool((frame["compute_s"] > 0).any())
+    if r.inline != inline_rows:
+        raise UserInputError(
+            f"{r.data_path}: {'no' if r.inline else 'its'} rows time collectives issued inline "
+            f"(column compute_s {'absent or 0' if r.inline else '> 0'}), but --inline is "
+            f"{'set' if r.inline else 'not set'}",
+            hint="fit `shardmeter bench comm --inline` rows with --inline, and isolated rows "
+                 "(bench comm) without it.")
     base_profile, hw = _base_and_hardware(r.base, r.output_path, r.hardware)
     coefs, _ = fit_links(frame)
     if not coefs:
@@ -438,15 +447,8 @@ class DispatchFitRequest:
 def fit_dispatch(request: DispatchFitRequest) -> FitResult:
     """Fit DTensor's host dispatch per pass (`perfmodel.bench.dispatch.dispatch_coefficients`)
     into the profile, record the dataset and command, return one row per layout and place."""
-    # lazy: the bench module's fit half needs numpy only (no torch at import)
-    from perfmodel.bench.common import CsvLog
-    from perfmodel.bench.dispatch import COLUMNS, KEY_COLUMNS, dispatch_coefficients
-
     data, output = request.data_path, request.output_path
-    if not Path(data).is_file():
-        raise UserInputError(f"{data}: no such dispatch dataset",
-                             hint="measure it with `shardmeter bench dispatch -o FILE`.")
-    rows = CsvLog(data, COLUMNS, KEY_COLUMNS).rows()
+    rows = load_dispatch_dataset(data)
     table = dispatch_coefficients(rows)
     profile = load_profile(output)
     detail = dict(profile.provenance_detail)

@@ -13,8 +13,8 @@ redistribution bookkeeping and local/DTensor conversions around each op of the p
 one-rank collectives it still issues. Each row times both at `layers` blocks of a tiny Llama
 (widths a few dozen, so compute is a small part of either), forward alone (`pass` forward) and
 forward then backward (`pass` step), the two models alternating in rounds so drift hits both;
-`dispatch_coefficients` regresses the median excess on the layers: root + layers · block per pass
-(backward = step − forward).
+`perfmodel.profiles.dispatch.dispatch_coefficients` regresses the median excess on the layers:
+root + layers · block per pass (backward = step − forward).
 Why: the compute model is fitted on plain modules, so this per-op host cost is absent from it;
 it does not scale with widths (per op, not per FLOP), hence a tiny model. On a CPU it runs on the
 rank's only thread and adds to the step; on a GPU the host runs ahead of the kernels it queues,
@@ -26,6 +26,7 @@ of the worker writes rows whose planned model is the slower).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import statistics
 import time
@@ -33,15 +34,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
-import numpy as np
-
+from perfmodel.bench.comm import WORKER_LOG_SUFFIX, launch, torchrun_command
+from perfmodel.bench.common import CsvLog, check_run_inputs
+from perfmodel.bench.environment import append_environment, environment_record
+from perfmodel.profiles.dispatch import COLUMNS, KEY_COLUMNS, PASSES
+from perfmodel.spec.catalog import get_model
 from perfmodel.spec.errors import UserInputError
 
 logger = logging.getLogger("perfmodel.bench.dispatch")
 
-COLUMNS = ("sequence_parallel", "layers", "pass", "plain_s", "tp_s", "excess_s", "iters")
-KEY_COLUMNS = ("sequence_parallel", "layers", "pass")
-PASSES = ("forward", "step")
 LAYERS = (1, 2, 3, 4, 6)
 """Blocks of the measured models (the fit's regressor)."""
 TINY_HIDDEN, TINY_HEADS, TINY_KV_HEADS, TINY_FFN, TINY_VOCAB = 64, 4, 2, 128, 512
@@ -49,45 +50,10 @@ TINY_HIDDEN, TINY_HEADS, TINY_KV_HEADS, TINY_FFN, TINY_VOCAB = 64, 4, 2, 128, 51
 SEQ_LEN = 32
 ROUNDS = 5
 """Rounds of alternating timed blocks (plain, planned) per row."""
-PLACES = ("block_forward", "block_backward", "root_forward", "root_backward")
-"""The passes a profile's tp_dispatch_s prices (per block, and once for the root)."""
-
-
-def dispatch_coefficients(rows: Sequence[dict[str, Any]]) -> dict[str, dict[str, float]]:
-    """{"sequence_parallel" | "no_sequence_parallel": {place: seconds}} from measured rows:
-    per layout and pass, least squares of the excess on the layers (intercept = root, slope =
-    block), backward = step − forward, each clipped at 0 (a negative host cost is noise).
-    UserInputError when a layout or pass lacks two distinct layer counts."""
-    out: dict[str, dict[str, float]] = {}
-    for sp in (True, False):
-        fitted: dict[str, tuple[float, float]] = {}
-        for kind in PASSES:
-            pts = [(float(r["layers"]), float(r["excess_s"])) for r in rows
-                   if _truthy(r["sequence_parallel"]) == sp and r["pass"] == kind]
-            if len({x for x, _ in pts}) < 2:
-                raise UserInputError(
-                    f"dispatch rows: {kind} pass with sequence_parallel {sp} has "
-                    f"{len(pts)} row(s) over fewer than two layer counts",
-                    hint="measure at least two layer counts (shardmeter bench dispatch).")
-            x, y = np.array(pts).T
-            slope, intercept = np.polyfit(x, y, 1)
-            fitted[kind] = (float(slope), float(intercept))
-        (fwd_block, fwd_root), (step_block, step_root) = fitted["forward"], fitted["step"]
-        values = {"block_forward": fwd_block, "block_backward": step_block - fwd_block,
-                  "root_forward": fwd_root, "root_backward": step_root - fwd_root}
-        out["sequence_parallel" if sp else "no_sequence_parallel"] = {
-            k: max(0.0, v) for k, v in values.items()}
-    return out
-
-
-def _truthy(value: Any) -> bool:
-    return str(value).strip().lower() in ("true", "1")
 
 
 def run_dispatch(out_path: str, *, iters: int = 20, warmup: int = 5) -> None:
     """Launch the worker on one rank under torchrun (resumable: rows in `out_path` are kept)."""
-    from perfmodel.bench.comm import WORKER_LOG_SUFFIX, launch, torchrun_command
-    from perfmodel.bench.common import check_run_inputs
 
     check_run_inputs(out=out_path, columns=COLUMNS, key_columns=KEY_COLUMNS, dtype="float32",
                      threads=1, nproc=1, iters=iters, warmup=warmup)
@@ -119,8 +85,7 @@ def _plain_and_planned_s(plain: Any, planned: Any, tokens: Any, *, sequence_para
     """Median per-repetition seconds of the plain and the planned model over ROUNDS alternating
     rounds (forward, with its backward when `backward`; the planned one's loss under
     `loss_parallel()` with sequence parallelism, as the plan's vocabulary-sharded logits need)."""
-    import contextlib
-
+    # lazy: torch, the optional [bench] extra (the launcher half runs without it)
     from torch.distributed.tensor.parallel import loss_parallel
 
     def run(model: Any, context: Callable[[], Any]) -> None:
@@ -149,12 +114,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
 
+    # lazy: the bench's modules that import torch at their top
     from perfmodel.bench.comm_worker import setup
-    from perfmodel.bench.common import CsvLog
-    from perfmodel.bench.environment import append_environment, environment_record
     from perfmodel.bench.model import build_model, random_tokens
     from perfmodel.bench.parallel import apply_tensor_parallel
-    from perfmodel.spec.catalog import get_model
 
     device = setup("gloo", 1)
     if dist.get_world_size() != 1:

@@ -19,9 +19,12 @@ from perfmodel.bench import api_bench
 from perfmodel.bench import comm as comm_bench
 from perfmodel.bench.comm import CommSettings, run_comm
 from perfmodel.bench.common import CsvLog
+from perfmodel.bench.dispatch import run_dispatch
 from perfmodel.bench.environment import warn_small_pages
 from perfmodel.bench.fsdp import FsdpSettings, load_cases, run_fsdp
 from perfmodel.profiles import fsdp_compare
+from perfmodel.profiles.dispatch import COLUMNS as DISPATCH_COLUMNS
+from perfmodel.profiles.dispatch import KEY_COLUMNS as DISPATCH_KEY
 from perfmodel.profiles.fsdp_compare import compare_fsdp
 from perfmodel.spec.paths import catalog_dir
 from planner.cli.bench_memory_cmd import memory_cmd
@@ -170,11 +173,8 @@ def dispatch_cmd(out: Path, iters: int, warmup: int) -> None:
     `shardmeter fit dispatch`."""
     require_torch()
     verbose_bench_logs()
-    # lazy: the module's worker half imports torch
-    from perfmodel.bench.dispatch import COLUMNS, KEY_COLUMNS, run_dispatch
-
     run_dispatch(str(out), iters=iters, warmup=warmup)
-    click.echo(f"{out}: {len(CsvLog(out, COLUMNS, KEY_COLUMNS).rows())} rows")
+    click.echo(f"{out}: {len(CsvLog(out, DISPATCH_COLUMNS, DISPATCH_KEY).rows())} rows")
 
 
 @bench.command("fsdp")
