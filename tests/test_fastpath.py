@@ -51,7 +51,8 @@ class LinearProfile:
     def island_comm_time_s(self, op: str, island: IslandSpec, payload_bytes: Any) -> Any:
         return payload_bytes / self.bw
 
-    def group_comm_time_s(self, op: str, group: Any, payload_bytes: Any) -> Any:
+    def group_comm_time_s(self, op: str, group: Any, payload_bytes: Any, *, inline: bool = False,
+                          compute_s: Any = 0.0) -> Any:
         return 1e-5 * (group.size - 1) + payload_bytes / self.bw
 
 

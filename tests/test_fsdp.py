@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from hypothesis import given, settings
@@ -207,7 +207,7 @@ class LinearProfile:
     overlap_slowdown = 1.0
     recompute_factor = 1.0
     fsdp_copy_s_per_byte = 0.0
-    tp_dispatch_s: dict[str, dict[str, float]] = {}
+    tp_dispatch_s: ClassVar[dict[str, dict[str, float]]] = {}
 
     block_s: float = 0.01
     bw: float = 1e9
