@@ -34,7 +34,7 @@ if [[ -z "$JEMALLOC" || ! -e "$JEMALLOC" ]]; then
 fi
 export LD_PRELOAD="$JEMALLOC" MALLOC_CONF=dirty_decay_ms:-1,muzzy_decay_ms:-1
 export GLIBC_TUNABLES=glibc.malloc.hugetlb=1  # for what still goes through glibc (ld.so, gloo)
-STEPS=${STEPS:-compute named aligned width comm p2p inline dispatch fsdp memory holdout fsdp-ac pipeline layouts layouts-fresh repeats}
+STEPS=${STEPS:-compute named aligned width comm p2p inline dispatch fsdp memory holdout fsdp-ac pipeline layouts layouts-fresh layouts-fresh2 repeats}
 # step NAME COMMAND...: run COMMAND when NAME is among $STEPS
 step() {
     local name=$1; shift
@@ -60,7 +60,8 @@ step comm "$SM" -v bench comm -o "$DATA/cpu-comm.csv" --iters 200 --warmup 10
 step p2p "$SM" -v bench comm -o "$DATA/cpu-p2p.csv" --ops send_recv --min-mib 0.015625 \
     --max-mib 64 --points 12 --iters 200 --warmup 10
 # Collectives issued inline, as tensor parallelism issues them (issue 23): each after a matmul of
-# side 128-512, no barrier, the mean of the rounds; 4 KiB to 32 MiB spans the TP activations,
+# side 128-1024 (0.1-50 ms of compute: the segments between a TP step's collectives), no barrier,
+# the mean of the rounds; 4 KiB to 32 MiB spans the TP activations,
 # loss rows and gathered logits of the layout cases below. `shardmeter fit comm
 # "$DATA/cpu-comm-inline.csv" --inline -o catalogs/profiles/cpu-x86-2core.yaml` fits the
 # profile's inline table (tensor- and context-parallel collectives; FSDP's keep cpu-comm.csv's).
@@ -109,12 +110,20 @@ step layouts "$SM" -v "${LAYOUTS[@]}" --nproc 2 --no-sequence-parallel
 step layouts "$SM" -v "${LAYOUTS[@]}" --nproc 4 --sequence-parallel
 # A fresh TP = 2 holdout (issue 23; catalogs/spaces/fsdp-cpu-layouts-fresh.yaml says why): three
 # shapes no benchmark has measured, with and without sequence parallelism, predicted by the
-# profile with its inline-collective and dispatch terms. Measured once (2026-12-03).
+# profile with its inline-collective and dispatch terms. Measured once (2026-12-03); it judged
+# those terms once, then the inline sweep was extended, so it is reported, not judged.
 FRESH=(bench fsdp --space catalogs/spaces/fsdp-cpu-layouts-fresh.yaml
        -o "$DATA/cpu-fsdp-layouts-fresh.csv" --iters 10 --warmup 3 --recipe torchtitan
        --param-dtype fp32 --reduce-dtype fp32 --ac none --tp 2 --nproc 2)
 step layouts-fresh "$SM" -v "${FRESH[@]}" --sequence-parallel
 step layouts-fresh "$SM" -v "${FRESH[@]}" --no-sequence-parallel
+# A second fresh TP = 2 holdout (catalogs/spaces/fsdp-cpu-layouts-fresh2.yaml says why), frozen
+# before the inline sweep was extended to longer compute; it judges that refit. Measured once.
+FRESH2=(bench fsdp --space catalogs/spaces/fsdp-cpu-layouts-fresh2.yaml
+        -o "$DATA/cpu-fsdp-layouts-fresh2.csv" --iters 10 --warmup 3 --recipe torchtitan
+        --param-dtype fp32 --reduce-dtype fp32 --ac none --tp 2 --nproc 2)
+step layouts-fresh2 "$SM" -v "${FRESH2[@]}" --sequence-parallel
+step layouts-fresh2 "$SM" -v "${FRESH2[@]}" --no-sequence-parallel
 # Launch-to-launch noise (issue 27 item 6; VALIDATION ONLY, docs/VALIDATION.md part (d)): the same
 # gloo collectives in three separate torchrun launches (a `repeat` column), so their spread across
 # launches can be set beside the within-run IQR. First measured 2026-12-02 on the AMD EPYC VM.

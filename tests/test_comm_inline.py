@@ -145,6 +145,8 @@ def test_inline_waits_add_wait_per_compute_times_each_pass_compute() -> None:
 def test_inline_sweep_writes_rows_from_real_gloo_ranks(tmp_path: Path) -> None:
     """The worker on 2 real gloo ranks (torchrun): every filler side a row, its compute timed."""
     pytest.importorskip("torch")
+    from perfmodel.bench.comm_worker import INLINE_FILLER_SIDES
+
     out = tmp_path / "inline.csv"
     shardmeter = shutil.which("shardmeter", path=str(Path(sys.executable).parent))
     cmd = ([shardmeter] if shardmeter else [sys.executable, "-m", "planner.cli"]) + [
@@ -153,7 +155,7 @@ def test_inline_sweep_writes_rows_from_real_gloo_ranks(tmp_path: Path) -> None:
     subprocess.run(cmd, check=True, cwd=REPO_ROOT, capture_output=True, timeout=300)
     with out.open() as f:
         rows = list(csv.DictReader(f))
-    assert [int(r["filler_side"]) for r in rows] == [128, 256, 384, 512]
+    assert [int(r["filler_side"]) for r in rows] == list(INLINE_FILLER_SIDES)
     assert all(float(r["compute_s"]) > 0 for r in rows)
     # a larger matmul takes longer: the compute column measures the filler
     computes = [float(r["compute_s"]) for r in rows]

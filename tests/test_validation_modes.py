@@ -81,7 +81,7 @@ def test_end_to_end_sections_before_measurement(section: Callable[..., str],
     text = section(data_path=ROOT / "catalogs/profiles/data/absent.csv")
     assert "Not measured yet" in text and step in text
     absent = vh.layouts_section(fresh_path=ROOT / "catalogs/profiles/data/absent.csv")
-    assert "STEPS=layouts-fresh" in absent
+    assert "STEPS=layouts-fresh2" in absent
 
 
 def test_layouts_section_judges_two_rank_rows_only() -> None:
@@ -91,15 +91,15 @@ def test_layouts_section_judges_two_rank_rows_only() -> None:
     records = compare_fsdp(data, str(ROOT / vh.PROFILE))
     errors = np.array([r["step_error_pct"] for r in records if r["world_size"] == 2])
     absent = ROOT / "catalogs/profiles/data/absent.csv"
-    text = vh.layouts_section(data_path=absent, fresh_path=data)
+    text = vh.layouts_section(data_path=absent, fresh_path=data, seen_fresh_path=absent)
     within = int(np.sum(np.abs(errors) <= vh.GOAL_PCT))
     verdict = "met" if within == len(errors) else "missed"
-    assert (f"TP = 2 on 2 ranks, fresh holdout (judged): {len(errors)} rows, MAPE "
+    assert (f"TP = 2 on 2 ranks, second fresh holdout (judged): {len(errors)} rows, MAPE "
             f"{np.mean(np.abs(errors)):.1f} %") in text
     assert f"{within} of {len(errors)} within 15 % (goal: every row): {verdict}." in text
     assert text.count("\n| ") - 1 == len(records)  # header excluded, separator has no space
     # the seen set: reported without a verdict
-    seen = vh.layouts_section(data_path=data, fresh_path=absent)
+    seen = vh.layouts_section(data_path=data, fresh_path=absent, seen_fresh_path=absent)
     assert "first set, seen while diagnosing (reported)" in seen and "(goal:" not in seen
 
 

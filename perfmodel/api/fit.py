@@ -394,6 +394,7 @@ def fit_comm(request: CommFitRequest) -> FitResult:
     rows = [{"op": op, "link": link, "rows": c.rows,
              "configurations": int(per_link.get((op, link), 0)), "latency_s": c.latency_s,
              "bandwidth_bytes_per_s": c.bandwidth_bytes_per_s, "per_nic": c.per_nic,
+             **({"wait_per_compute": c.wait_per_compute} if r.inline else {}),
              "cv_mape_pct": c.cv_mape_pct} for (op, link), c in coefs.items()]
     return FitResult(profile=profile, fitted=tuple(f"{op}/{link}" for op, link in coefs),
                      records=rows)

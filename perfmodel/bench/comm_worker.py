@@ -87,9 +87,10 @@ def functional_collective(op: str, payload_elems: int, world: int, device: torch
     return run
 
 
-INLINE_FILLER_SIDES = (128, 256, 384, 512)
-"""Sides of the fp32 matmuls an inline repetition starts with (0.1 to a few ms on one CPU
-thread: the compute a tensor-parallel collective follows), each a configuration of its own."""
+INLINE_FILLER_SIDES = (128, 256, 384, 512, 768, 1024)
+"""Sides of the fp32 matmuls an inline repetition starts with (0.1 to about 50 ms on one CPU
+thread: the compute segments between a tensor-parallel step's collectives, which on the CPU
+profile's TP steps reach tens of ms), each a configuration of its own."""
 INLINE_BLOCK = 5
 """Repetitions per timed block of an inline round (filler alone, then filler + collective)."""
 
