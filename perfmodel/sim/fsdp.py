@@ -888,10 +888,12 @@ def layout_unit_durations(model: ModelSpec, profile: CostModel, island: IslandSp
 
     payloads = inline_payload_bytes(model, recipe, seq_len=seq_len, micro_batch=micro_batch)
     norms = model.num_layers * model.norms_per_block + 1
+    # each pass's compute once: the inline waits and the unit durations below both read it
+    block_fwd, block_bwd = compute("forward", "block"), compute("backward", "block")
+    root_fwd, root_bwd = compute("forward", "root"), compute("backward", "root")
     place_compute = inline_place_compute_s(
-        block_forward_s=compute("forward", "block"), block_backward_s=compute("backward", "block"),
-        root_forward_s=compute("forward", "root"), root_backward_s=compute("backward", "root"),
-        recompute_fraction=frac, whole_recompute_fraction=whole_frac)
+        block_forward_s=block_fwd, block_backward_s=block_bwd, root_forward_s=root_fwd,
+        root_backward_s=root_bwd, recompute_fraction=frac, whole_recompute_fraction=whole_frac)
     inline = {}
     for where in INLINE_PLACES:
         entries = inline_collectives(recipe, where, model.norms_per_block, norms)
@@ -902,10 +904,9 @@ def layout_unit_durations(model: ModelSpec, profile: CostModel, island: IslandSp
         inline[where] = tuple(timed(op, group, payloads[kind], share)
                               for op, group, kind in entries)
     if layout.async_tp:
-        forward_s, backward_s = compute("forward", "block"), compute("backward", "block")
         for where in ("block_forward", "block_backward", "block_backward_whole"):
             inline[where] = async_tp_exposed_s(local, seq_len, recipe, where, inline[where],
-                                               forward_s, backward_s,
+                                               block_fwd, block_bwd,
                                                block_norms=model.norms_per_block)
     units = local.fsdp_units(seq_len)
     block_params, root_params = units[0].params, units[-1].params
@@ -919,11 +920,10 @@ def layout_unit_durations(model: ModelSpec, profile: CostModel, island: IslandSp
         payload = params / layout.fsdp_degree * grad_bytes
         return float(profile.group_comm_time_s("all_reduce", groups["dp_replicate"], payload))
 
-    block_fwd = compute("forward", "block")
     return UnitDurations(
-        block_forward_s=block_fwd, block_backward_s=compute("backward", "block") + frac * block_fwd,
-        whole_backward_s=compute("backward", "block") + whole_frac * block_fwd,
-        root_forward_s=compute("forward", "root"), root_backward_s=compute("backward", "root"),
+        block_forward_s=block_fwd, block_backward_s=block_bwd + frac * block_fwd,
+        whole_backward_s=block_bwd + whole_frac * block_fwd,
+        root_forward_s=root_fwd, root_backward_s=root_bwd,
         optimizer_s=profile.compute_time_s("optimizer", model, seq_len, micro_batch,
                                            unit="model", num_shards=layout.fsdp_degree,
                                            shard=shard),
