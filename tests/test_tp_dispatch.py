@@ -4,8 +4,10 @@ of its rows, the profile field, and where the step adds it."""
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 from perfmodel.bench.dispatch import LAYERS
 from perfmodel.profiles.dispatch import dispatch_coefficients, load_dispatch_dataset
@@ -17,6 +19,7 @@ from perfmodel.spec.hardware import IslandSpec
 from perfmodel.spec.layout import ParallelLayout
 from perfmodel.spec.paths import catalog_dir
 from perfmodel.spec.recipe import TrainingRecipe
+from planner.cli import cli
 
 TRUE = {True: {"forward": (3e-3, 2e-3), "step": (8e-3, 5e-3)},     # (per block, root)
         False: {"forward": (2e-3, 1e-4), "step": (6e-3, 3e-3)}}
@@ -86,3 +89,18 @@ def test_the_step_adds_dispatch_to_tensor_parallel_ranks_only() -> None:
                              ("root_backward_s", "root_backward")):
             added = getattr(with_, field) - getattr(without, field)
             assert added == pytest.approx(table[key][place] if tp == 2 else 0.0), (tp, sp, field)
+
+
+def test_fit_dispatch_command_updates_a_profile_and_refuses_another_dataset(
+        tmp_path: Path) -> None:
+    data = catalog_dir() / "profiles" / "data"
+    out = tmp_path / "cpu.yaml"
+    out.write_text((catalog_dir() / "profiles" / "cpu-x86-2core.yaml").read_text())
+    done = CliRunner().invoke(cli, ["fit", "dispatch", str(data / "cpu-tp-dispatch.csv"),
+                                    "-o", str(out), "--format", "json"])
+    assert done.exit_code == 0, done.output
+    assert load_profile(str(out)).tp_dispatch_s == load_profile("cpu-x86-2core").tp_dispatch_s
+    refused = CliRunner().invoke(cli, ["fit", "dispatch", str(data / "cpu-comm.csv"),
+                                       "-o", str(out)])
+    assert refused.exit_code == 2 and "To fix:" in refused.output
+    assert "sequence_parallel" in refused.output   # names the missing columns

@@ -2,6 +2,9 @@
 
     shardmeter fit compute DATA.csv -o PROFILE.yaml [--hardware GPU] [--base PROFILE]
     shardmeter fit comm    DATA.csv -o PROFILE.yaml [--hardware GPU] [--base PROFILE] [--backend B]
+                           [--inline]   (rows of `bench comm --inline`: the profile's inline table)
+    shardmeter fit overlap  DATA.csv -o PROFILE.yaml   (FSDP2 steps: overlap_slowdown, copies)
+    shardmeter fit dispatch DATA.csv -o PROFILE.yaml   (`bench dispatch`: tp_dispatch_s)
     shardmeter fit calibrate --runs RUNS.csv --gpu GPU -o PROFILE.yaml   (perfmodel.api.user_runs)
     shardmeter validate PROFILE [DATA.csv] [--comm COMM.csv] [--format table|json|csv]
 
@@ -25,12 +28,15 @@ Datasets (CSV, extra columns allowed; a malformed file exits 2 naming file, line
   intermediate_size, vocab_size, seq_len, micro_batch, phase (forward|backward|optimizer), time_s;
   optional head_dim, tie_word_embeddings, family, num_shards (optimizer), unit (model|block|root).
 - comm: backend (nccl|gloo|rccl), op, link (the slowest link of the ring), world_size,
-  payload_bytes (full unsharded payload), time_s; optional nics_per_node (per-NIC links).
+  payload_bytes (full unsharded payload), time_s; optional nics_per_node (per-NIC links); inline
+  rows add filler_side and compute_s (the compute before each collective, seconds).
+- dispatch: sequence_parallel, layers, pass (forward|step), plain_s, tp_s, excess_s, iters.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import click
 import pandas as pd
@@ -150,12 +156,25 @@ def fit_comm_cmd(data: str, output: str, hardware: str | None, base: str | None,
                      f"{result.profile.backend}) into {output}")
 
 
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _update_options(output_help: str) -> Callable[[F], F]:
+    """DATA, -o/--output (an existing profile the fit updates), --format and --wide: the options
+    of the fits that refine one part of a measured profile."""
+    def wrap(func: F) -> F:
+        for decorate in reversed((
+                click.argument("data", type=click.Path(exists=True, dir_okay=False)),
+                click.option("-o", "--output", required=True,
+                             type=click.Path(exists=True, dir_okay=False), help=output_help),
+                format_option(), wide_option())):
+            func = decorate(func)
+        return func
+    return wrap
+
+
 @fit.command("overlap")
-@click.argument("data", type=click.Path(exists=True, dir_okay=False))
-@click.option("-o", "--output", required=True, type=click.Path(exists=True, dir_okay=False),
-              help="Measured profile YAML to update (its compute and comm are used as they are).")
-@format_option()
-@wide_option()
+@_update_options("Measured profile YAML to update (its compute and comm are used as they are).")
 def fit_overlap(data: str, output: str, fmt: str, wide: bool) -> None:
     """Fit the profile's overlap_slowdown (compute slowed while a collective runs) and
     fsdp_copy_s_per_byte (FSDP2's copies around each collective) from measured FSDP2 steps
@@ -170,11 +189,7 @@ def fit_overlap(data: str, output: str, fmt: str, wide: bool) -> None:
 
 
 @fit.command("dispatch")
-@click.argument("data", type=click.Path(exists=True, dir_okay=False))
-@click.option("-o", "--output", required=True, type=click.Path(exists=True, dir_okay=False),
-              help="Measured profile YAML to update (everything else in it is kept).")
-@format_option()
-@wide_option()
+@_update_options("Measured profile YAML to update (everything else in it is kept).")
 def fit_dispatch_cmd(data: str, output: str, fmt: str, wide: bool) -> None:
     """Fit the profile's tp_dispatch_s (DTensor's host dispatch per block and root pass under
     tensor parallelism) from `shardmeter bench dispatch` rows."""
