@@ -271,15 +271,20 @@ def compare_pipeline(data: str | Path, profile: str, *,
     return out
 
 
+STEP_GOAL_PCT = 15.0
+"""Issues 23 and 24's goal for a held-out CPU step: predicted within this many percent."""
+
+
 def pipeline_summary(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """MAPE and the worst row of a comparison (the issue's goal: every row within 15 %)."""
+    """MAPE and the worst row of a comparison, and the rows within STEP_GOAL_PCT (the issues'
+    goal: every row; the key keeps its name, within_15_pct, for existing readers)."""
     errors = [abs(float(r["step_error_pct"])) for r in rows]
     if not errors:
         return {"rows": 0, "mape_pct": math.nan, "max_abs_error_pct": math.nan,
                 "within_15_pct": 0}
     return {"rows": len(errors), "mape_pct": sum(errors) / len(errors),
             "max_abs_error_pct": max(errors),
-            "within_15_pct": sum(e <= 15.0 for e in errors)}
+            "within_15_pct": sum(e <= STEP_GOAL_PCT for e in errors)}
 
 
 def row_key(case: PipelineCase, pp: int, backend: str, dtype: str,
