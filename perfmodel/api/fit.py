@@ -446,7 +446,7 @@ class DispatchFitRequest:
 
 
 def fit_dispatch(request: DispatchFitRequest) -> FitResult:
-    """Fit DTensor's host dispatch per pass (`perfmodel.bench.dispatch.dispatch_coefficients`)
+    """Fit DTensor's host dispatch per pass (`perfmodel.profiles.dispatch.dispatch_coefficients`)
     into the profile, record the dataset and command, return one row per layout and place."""
     data, output = request.data_path, request.output_path
     rows = load_dispatch_dataset(data)

@@ -104,8 +104,7 @@ def time_inline(run: Callable[[], None], *, filler_side: int, iters: int, warmup
     collective adds to a step after that much compute: its transfer, the ranks' skew and the
     compute slowed beside the library's threads, which the barrier of `time_collective`
     removes."""
-    sync: Callable[[], None] = (torch.cuda.synchronize if device.type == "cuda"
-                                else (lambda: None))
+    sync = device_sync(device)
     a = torch.randn(filler_side, filler_side, device=device)
     b = torch.randn(filler_side, filler_side, device=device)
 
@@ -149,11 +148,15 @@ def point_to_point(payload_elems: int, world: int, device: torch.device,
     return lambda: None
 
 
+def device_sync(device: torch.device) -> Callable[[], None]:
+    """What waits for the device's queued work before a clock is read (nothing on the CPU)."""
+    return torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+
+
 def time_collective(run: Callable[[], None], *, iters: int, warmup: int,
                     device: torch.device) -> list[float]:
     """Per-repetition times (max over ranks) of `run`, each started after a barrier."""
-    sync: Callable[[], None] = (torch.cuda.synchronize if device.type == "cuda"
-                                else (lambda: None))
+    sync = device_sync(device)
     times = []
     for i in range(warmup + iters):
         dist.barrier()

@@ -139,16 +139,14 @@ class CommModel:
     """(op, link name) -> coefficients of a collective issued inline on the compute stream
     (module doc); empty: the isolated coefficients time inline collectives too."""
 
-    def _inline_covers(self, op: str, links: Sequence[str]) -> bool:
-        """Whether the inline table has (op, link) for every link of a ring."""
+    def _inline(self, op: str, links: Sequence[str]) -> CommModel | None:
+        """The model that times an inline collective of `op` over `links`: the inline table as
+        a model of its own where it has (op, link) for every link of the ring, else None (the
+        isolated coefficients time it; module doc)."""
         table = self.inline_coefficients
-        return bool(links) and all((op, n) in table or (op, n.lower()) in table for n in links)
-
-    def _inline(self, op: str, links: Sequence[str]) -> CommModel:
-        """The model that times an inline collective of `op` over `links` (module doc)."""
-        if not self._inline_covers(op, links):
-            return self
-        return CommModel(backend=self.backend, coefficients=self.inline_coefficients)
+        if not links or not all((op, n) in table or (op, n.lower()) in table for n in links):
+            return None
+        return CommModel(backend=self.backend, coefficients=table)
 
     def resolve(self, op: str, link: str) -> LinkCoefficients:
         """Coefficients of (op, link): the profile's own, else the catalog prior."""
@@ -192,8 +190,8 @@ class CommModel:
         if group.size <= 1:
             zero = np.zeros(np.shape(payload_bytes))
             return float(zero) if zero.ndim == 0 else zero
-        if inline and self._inline_covers(op, group.links):
-            table = self._inline(op, group.links)
+        table = self._inline(op, group.links) if inline else None
+        if table is not None:
             wait = max(table.resolve(op, name).wait_per_compute for name in group.links)
             out = (table.group_time_s(op, group, payload_bytes)
                    + wait * np.asarray(compute_s, dtype=float))
@@ -248,8 +246,9 @@ class CommModel:
     def provenance(self, op: str, links: Sequence[str], *, inline: bool = False) -> str:
         """'measured', 'prior' or 'mixed' for the coefficients a prediction over `links` uses
         (`inline`: of a collective issued on the compute stream)."""
-        if inline and self._inline_covers(op, links):
-            return self._inline(op, links).provenance(op, links)
+        table = self._inline(op, links) if inline else None
+        if table is not None:
+            return table.provenance(op, links)
         kinds = {self.resolve(op, name).provenance for name in links}
         if not kinds:
             return "none"

@@ -56,14 +56,15 @@ def load_dispatch_dataset(path: str) -> list[dict[str, Any]]:
 
 
 def dispatch_coefficients(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, float]]:
-    """{"sequence_parallel" | "no_sequence_parallel": {place: seconds}} from measured rows
-    (module doc). UserInputError when a layout or pass lacks two distinct layer counts."""
+    """{"sequence_parallel" | "no_sequence_parallel": {place: seconds}} from measured rows as
+    `load_dispatch_dataset` returns them (sequence_parallel a bool; module doc).
+    UserInputError when a layout or pass lacks two distinct layer counts."""
     out: dict[str, dict[str, float]] = {}
     for sp in (True, False):
         fitted: dict[str, tuple[float, float]] = {}
         for kind in PASSES:
             pts = [(float(r["layers"]), float(r["excess_s"])) for r in rows
-                   if _truthy(r["sequence_parallel"]) == sp and r["pass"] == kind]
+                   if r["sequence_parallel"] is sp and r["pass"] == kind]
             if len({x for x, _ in pts}) < 2:
                 raise UserInputError(
                     f"dispatch rows: {kind} pass with sequence_parallel {sp} has "
@@ -78,7 +79,3 @@ def dispatch_coefficients(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[s
         out["sequence_parallel" if sp else "no_sequence_parallel"] = {
             k: max(0.0, v) for k, v in values.items()}
     return out
-
-
-def _truthy(value: Any) -> bool:
-    return str(value).strip().lower() in ("true", "1")

@@ -891,9 +891,11 @@ def layout_unit_durations(model: ModelSpec, profile: CostModel, island: IslandSp
     # each pass's compute once: the inline waits and the unit durations below both read it
     block_fwd, block_bwd = compute("forward", "block"), compute("backward", "block")
     root_fwd, root_bwd = compute("forward", "root"), compute("backward", "root")
+    backward_s = block_bwd + frac * block_fwd          # with what checkpointing recomputes
+    whole_backward_s = block_bwd + whole_frac * block_fwd
     place_compute = inline_place_compute_s(
-        block_forward_s=block_fwd, block_backward_s=block_bwd, root_forward_s=root_fwd,
-        root_backward_s=root_bwd, recompute_fraction=frac, whole_recompute_fraction=whole_frac)
+        block_forward_s=block_fwd, block_backward_s=backward_s,
+        whole_backward_s=whole_backward_s, root_forward_s=root_fwd, root_backward_s=root_bwd)
     inline = {}
     for where in INLINE_PLACES:
         entries = inline_collectives(recipe, where, model.norms_per_block, norms)
@@ -921,9 +923,8 @@ def layout_unit_durations(model: ModelSpec, profile: CostModel, island: IslandSp
         return float(profile.group_comm_time_s("all_reduce", groups["dp_replicate"], payload))
 
     return UnitDurations(
-        block_forward_s=block_fwd, block_backward_s=block_bwd + frac * block_fwd,
-        whole_backward_s=block_bwd + whole_frac * block_fwd,
-        root_forward_s=root_fwd, root_backward_s=root_bwd,
+        block_forward_s=block_fwd, block_backward_s=backward_s,
+        whole_backward_s=whole_backward_s, root_forward_s=root_fwd, root_backward_s=root_bwd,
         optimizer_s=profile.compute_time_s("optimizer", model, seq_len, micro_batch,
                                            unit="model", num_shards=layout.fsdp_degree,
                                            shard=shard),
@@ -936,26 +937,27 @@ def layout_unit_durations(model: ModelSpec, profile: CostModel, island: IslandSp
         block_replicate_s=replicate(block_params), root_replicate_s=replicate(root_params))
 
 
-def inline_place_compute_s(*, block_forward_s: Any, block_backward_s: Any, root_forward_s: Any,
-                           root_backward_s: Any, recompute_fraction: Any,
-                           whole_recompute_fraction: Any) -> dict[str, Any]:
+def inline_place_compute_s(*, block_forward_s: Any, block_backward_s: Any,
+                           whole_backward_s: Any, root_forward_s: Any,
+                           root_backward_s: Any) -> dict[str, Any]:
     """The compute each place of `inline_collectives` runs between the ranks' synchronisations,
     which its tp / cp collectives split (`CommModel.group_time_s`' compute_s).
 
     Claim: a block's forward compute is split by its forward collectives, its backward (with
-    what its checkpointing recomputes) by its backward ones, the root's forward (final norm, LM
-    head, loss) and backward by theirs; the embedding's lookup, FSDP2's post-backward and the
-    optimizer's norm-weight reductions follow no compute worth counting (0).
+    what its checkpointing recomputes: `block_backward_s`, or `whole_backward_s` for a block
+    checkpointed whole, the unit durations' own) by its backward ones, the root's forward
+    (final norm, LM head, loss) and backward by theirs; the embedding's lookup, FSDP2's
+    post-backward and the optimizer's norm-weight reductions follow no compute worth counting
+    (0).
     Why: on every layout the plan issues a tp collective at each end of a block half (and the
     root's), so every second of a pass's compute ends at one of them: the sum over a pass's
     collectives is the pass's compute, however it splits.
     Checked by tests/test_comm_inline.py (the inline waits of a step add wait_per_compute times
     its compute).
     """
-    return {"block_forward": block_forward_s,
-            "block_backward": block_backward_s + recompute_fraction * block_forward_s,
-            "block_backward_whole": block_backward_s + whole_recompute_fraction * block_forward_s,
-            "root_forward": root_forward_s, "root_backward": root_backward_s}
+    return {"block_forward": block_forward_s, "block_backward": block_backward_s,
+            "block_backward_whole": whole_backward_s, "root_forward": root_forward_s,
+            "root_backward": root_backward_s}
 
 
 def async_tp_exposed_s(local: ModelSpec, seq_len: int, recipe: TrainingRecipe, where: str,
