@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from perfmodel.api.layout import parse_named_layout
 from perfmodel.costs.features import PASS_FEATURES, RankShard, local_model, unit_feature_affine
 from perfmodel.profiles.profile import default_profile
 from perfmodel.sim.fastpath import fast_step, model_fast_costs
@@ -23,7 +24,7 @@ from perfmodel.sim.fsdp import (
 from perfmodel.spec.catalog import get_gpu, get_model
 from perfmodel.spec.errors import UserInputError
 from perfmodel.spec.hardware import IslandSpec
-from perfmodel.spec.layout import DIMENSIONS, ParallelLayout, place_group
+from perfmodel.spec.layout import DIMENSIONS, ParallelLayout, place_group, with_layout_fields
 from perfmodel.spec.recipe import TrainingRecipe, recipe_from_mapping
 
 # ---- validation -------------------------------------------------------------------------------
@@ -33,11 +34,37 @@ from perfmodel.spec.recipe import TrainingRecipe, recipe_from_mapping
     {"dp_shard": -2}, {"pp_schedule": "zero-bubble"}, {"sequence_parallel": "yes"},
     {"virtual_stages": 2}, {"pp_schedule": "interleaved-1f1b"},
     {"async_tp": True}, {"tp": 2, "sequence_parallel": False, "async_tp": True},
+    {"virtual_stages": 2, "pp_schedule": "interleaved-1f1b"},
 ])
 def test_bad_layouts_are_user_errors_with_a_fix(fields_: dict[str, object]) -> None:
     with pytest.raises(UserInputError) as err:
         ParallelLayout(**fields_)  # type: ignore[arg-type]
     assert err.value.hint
+
+
+@pytest.mark.parametrize(("base", "given", "schedule"), [
+    ({}, {"pp": 4, "virtual_stages": 3}, "interleaved-1f1b"),
+    ({"pp": 4, "virtual_stages": 3, "pp_schedule": "interleaved-1f1b"}, {"virtual_stages": 1},
+     "1f1b"),
+    ({}, {"pp": 4, "pp_schedule": "gpipe"}, "gpipe"),
+    ({"pp": 4}, {"tp": 2}, "1f1b"),
+])
+def test_the_schedule_follows_the_virtual_stages_unless_given(
+        base: dict[str, Any], given: dict[str, Any], schedule: str) -> None:
+    layout = with_layout_fields(ParallelLayout(**base), **given)
+    assert layout.pp_schedule == schedule
+    # the same rule on the other roads in: CLI flags over a recipe, a recipe's parallel block
+    flagged = recipe_from_mapping({"parallel": base}).with_overrides(**given)
+    assert flagged.parallel == layout
+    if not base:
+        assert recipe_from_mapping({"parallel": given}).parallel == layout
+
+
+def test_a_given_schedule_is_kept_and_checked_not_replaced() -> None:
+    with pytest.raises(UserInputError, match="virtual_stages 4 with pp_schedule 'gpipe'"):
+        with_layout_fields(ParallelLayout(), pp=4, virtual_stages=4, pp_schedule="gpipe")
+    layout, _ = parse_named_layout("tp=8,pp=16,dp_shard=128,v=4")
+    assert (layout.pp_schedule, layout.virtual_stages) == ("interleaved-1f1b", 4)
 
 
 def test_dp_shard_is_what_the_other_degrees_leave() -> None:
@@ -54,6 +81,22 @@ def test_a_layout_that_cannot_split_the_gpus_names_the_nearest_valid_one() -> No
     with pytest.raises(UserInputError) as err:
         ParallelLayout(tp=2, dp_shard=3).resolve(8)
     assert "8" in str(err.value)
+
+
+@pytest.mark.parametrize(("layout", "hint"), [
+    (ParallelLayout(pp=16, virtual_stages=100, pp_schedule="interleaved-1f1b"),
+     "--virtual-stages 7 (pp 16 x 7 = 112 stages)"),
+    (ParallelLayout(pp=100, virtual_stages=2, pp_schedule="interleaved-1f1b"),
+     "--virtual-stages 1"),
+    (ParallelLayout(pp=200), "use pp 126 or less"),
+])
+def test_too_many_stages_name_the_nearest_that_fit(layout: ParallelLayout, hint: str) -> None:
+    model = get_model("Llama-3.1-405B")          # 126 blocks
+    with pytest.raises(UserInputError) as err:
+        layout.check_model(num_layers=model.num_layers, num_heads=model.num_heads,
+                           num_kv_heads=model.num_kv_heads,
+                           intermediate_size=model.intermediate_size, seq_len=8192)
+    assert hint in err.value.hint
 
 
 @pytest.mark.parametrize(("layout", "message"), [
@@ -324,7 +367,7 @@ def test_sweep_and_predict_agree_on_throughput_under_a_layout(run_cli: Any) -> N
 
 @pytest.mark.parametrize("args", [
     ("--tp", "3"), ("--tp", "64"), ("--cp", "3"), ("--async-tp",), ("--tp", "0"),
-    ("--virtual-stages", "2"),
+    ("--virtual-stages", "2"), ("--pp", "2", "--virtual-stages", "2", "--pp-schedule", "gpipe"),
 ])
 def test_layouts_that_cannot_run_exit_2_with_a_fix(args: tuple[str, ...],
                                                   run_cli: Any) -> None:
@@ -332,6 +375,15 @@ def test_layouts_that_cannot_run_exit_2_with_a_fix(args: tuple[str, ...],
                      "--seq-len", "4096", *args)
     assert code == 2, out
     assert "To fix:" in err and "Traceback" not in err
+
+
+def test_virtual_stages_alone_pick_the_interleaved_schedule(run_cli: Any) -> None:
+    code, out, err = run_cli("predict", "Llama-3.1-8B", "--gpu", "H100-SXM5-80GB", "--nodes", "2",
+                             "--seq-len", "4096", "--pp", "2", "--virtual-stages", "4",
+                             "--accum", "4", "--format", "json")
+    assert code == 0, err
+    layout = json.loads(out)["layout"]
+    assert (layout["pp_schedule"], layout["virtual_stages"]) == ("interleaved-1f1b", 4)
 
 
 def test_pipeline_degrees_are_refused_until_pipelines_are_modelled(run_cli: Any) -> None:

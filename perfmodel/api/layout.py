@@ -26,7 +26,7 @@ from perfmodel.api.predict import predict
 from perfmodel.api.workload import OuterSpec, WorkloadSpec, positive, resolve_workload
 from perfmodel.sim.layouts import IslandLayouts, Rejected, island_layout_rows
 from perfmodel.spec.errors import InfeasibleError, UserInputError
-from perfmodel.spec.layout import PP_SCHEDULES, ParallelLayout
+from perfmodel.spec.layout import PP_SCHEDULES, ParallelLayout, with_layout_fields
 from perfmodel.spec.layout_space import LayoutSpace
 from perfmodel.spec.recipe import TrainingRecipe, canonical_ac
 
@@ -267,9 +267,7 @@ def parse_named_layout(text: str) -> tuple[ParallelLayout, str | None]:
             raise UserInputError(f"--explain: unknown key {key!r}",
                                  hint="use tp, pp, cp, dp_shard, dp_replicate, ep, v, schedule, "
                                       "sp, async_tp, ac.")
-    if fields.get("virtual_stages", 1) > 1 and "pp_schedule" not in fields:
-        fields["pp_schedule"] = "interleaved-1f1b"
-    return ParallelLayout(**fields), ac
+    return with_layout_fields(ParallelLayout(), **fields), ac
 
 
 def explain(request: LayoutRequest, named: str) -> Explanation:

@@ -18,6 +18,7 @@ from perfmodel.api.verdict import does_not_fit, memory_answer, prediction_answer
 from perfmodel.api.workload import (
     DILOCO_DEFAULT_INNER_STEPS,
     MAX_PLOTTED_SPANS,
+    SIMULATED_ACCUM_MAX,
     OuterSpec,
     Workload,
     WorkloadSpec,
@@ -462,6 +463,11 @@ def simulate(workload: WorkloadSpec, outer: OuterSpec | None = None, *,
         if pipe is not None:  # one trace process per pipeline rank (and one for its sends)
             summary.update(worst_stage=pipe.worst_stage, bubble_s=pipe.bubble_s,
                            bubble_fraction=pipe.bubble_s / pipe.step_time_s)
+        # past the simulated micro-steps the times are closed-form, the trace is not: say so
+        traced = (pipe.simulated_micro_batches if pipe is not None
+                  else min(w.accum, SIMULATED_ACCUM_MAX))
+        if traced < w.accum:
+            summary["traced_micro_batches"] = traced
     elif spec.strategy == "diloco":
         spans, summary = _diloco_spans(w, step, link,
                                        settings.inner_steps if steps is None else steps)

@@ -40,12 +40,14 @@ NODE_DOUBLINGS = 6
 DEGREE_DOUBLINGS = 2
 """The tp and pp fixes try 2x and 4x the current degree (tp within one node)."""
 FIX_ORDER = ("micro-batch", "checkpointing", "tensor parallel", "pipeline parallel", "nodes",
-             "gpu", "nodes and layout")
+             "gpu", "smaller batch", "nodes and layout")
 """The kinds of fix from the smallest change to the largest: the same GPUs and batch first (a
 smaller micro-batch with more accumulation, more recomputation, more model parallelism), then
-more GPUs, then different hardware; only when no single change fits, the fewest nodes (2x ... 64x)
-with one layout change (a checkpointing mode, tp or pp 2x or 4x, or tp 4x with full checkpointing).
-The first fix found is the one `To fix:` names."""
+more GPUs, then different hardware, then (pipelines) fewer micro-batches per step, which changes
+the batch: torch's pipeline runtime holds receive buffers for every micro-batch of the step, so
+a pipeline's peak grows with k whatever carries the batch; only when no single change fits, the
+fewest nodes (2x ... 64x) with one layout change (a checkpointing mode, tp or pp 2x or 4x, or tp
+4x with full checkpointing). The first fix found is the one `To fix:` names."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -162,6 +164,9 @@ def _candidates(spec: WorkloadSpec) -> Iterator[tuple[str, tuple[str, ...], Work
         flags = ("--gpu", other.name) + (("--gpus-per-node", str(per_node))
                                          if per_node != spec.gpus_per_node else ())
         yield ("gpu", flags, replace(spec, gpu_name=other.name, gpus_per_node=per_node))
+    if layout.pp > 1:   # a pipeline rank holds every micro-batch's receive buffers (FIX_ORDER)
+        for fewer in (k >> i for i in range(1, k.bit_length())):
+            yield ("smaller batch", ("--accum", str(fewer)), replace(spec, accum=fewer))
 
 
 def _combined(spec: WorkloadSpec) -> Iterator[tuple[str, tuple[str, ...], WorkloadSpec]]:

@@ -20,8 +20,9 @@ from perfmodel.costs.precision import check_compute_dtype
 from perfmodel.diloco.graph import outer_optimizer_s
 from perfmodel.diloco.tuner import WanLink, fabric_link
 from perfmodel.profiles.profile import default_profile, load_profile
+from perfmodel.sim import pipeline as pipeline_sim
 from perfmodel.sim.fsdp import resolve_recipe, simulate_step, step_costs
-from perfmodel.sim.pipeline import PipelineResult, pipeline_costs, simulate_pipeline, step_result
+from perfmodel.sim.pipeline import PipelineResult, pipeline_costs, step_result
 from perfmodel.spec import catalog
 from perfmodel.spec.errors import UserInputError
 from perfmodel.spec.hardware import IslandSpec
@@ -142,10 +143,11 @@ def resolve_placement(model_name: str, *, gpu_name: str, nodes: int, gpus_per_no
 
 
 def simulate_pipeline_step(w: Workload) -> PipelineResult:
-    """The graph simulation of one pipeline step of `w` (pp > 1): k = --accum micro-batches."""
+    """The graph simulation of one pipeline step of `w` (pp > 1): k = --accum micro-batches (in
+    closed form past K + 3s: `perfmodel.sim.pipeline.simulate_pipeline_step`)."""
     costs = pipeline_costs(w.model, w.profile, w.island, seq_len=w.seq_len,
                            micro_batch=w.micro_batch, recipe=w.recipe)
-    return simulate_pipeline(costs, micro_batches=w.accum)
+    return pipeline_sim.simulate_pipeline_step(costs, micro_batches=w.accum)
 
 
 def simulate_inner_step(w: Workload) -> StepResult:

@@ -148,9 +148,10 @@ def point_to_point(payload_elems: int, world: int, device: torch.device,
     return lambda: None
 
 
-def device_sync(device: torch.device) -> Callable[[], None]:
-    """What waits for the device's queued work before a clock is read (nothing on the CPU)."""
-    return torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+def device_sync(device: torch.device | str) -> Callable[[], None]:
+    """What waits for the device's queued work before a clock is read (nothing on the CPU); the
+    one home of that rule for every benchmark worker."""
+    return torch.cuda.synchronize if torch.device(device).type == "cuda" else (lambda: None)
 
 
 def time_collective(run: Callable[[], None], *, iters: int, warmup: int,

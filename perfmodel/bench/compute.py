@@ -267,14 +267,12 @@ def measure_micro_batch(model: Any, optimizer: Any, spec: ModelSpec, seq_len: in
                         *, iters: int, warmup: int, device: str) -> dict[str, Any]:
     """Warm up, then profile `iters` steps; median and IQR per phase (Spread objects)."""
     # lazy: torch, the optional [bench] extra
-    import torch
-
-    # lazy: torch, the optional [bench] extra
+    from perfmodel.bench.comm_worker import device_sync
     from perfmodel.bench.model import random_tokens
 
     global _profiler_warm
     tokens = random_tokens(spec, micro_batch, seq_len, device=device, seed=micro_batch)
-    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    sync = device_sync(device)
 
     def step() -> None:
         _train_step(model, tokens, optimizer, sync)

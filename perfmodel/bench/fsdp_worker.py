@@ -39,7 +39,7 @@ import torch
 import torch.distributed as dist
 
 from perfmodel.bench.alloc_trace import window_peaks
-from perfmodel.bench.comm_worker import done_keys_rank0, setup
+from perfmodel.bench.comm_worker import device_sync, done_keys_rank0, setup
 from perfmodel.bench.common import CsvLog, dtype_name, median_iqr, resolve_dtype
 from perfmodel.bench.environment import append_environment, environment_record
 from perfmodel.bench.fsdp import FsdpCase
@@ -200,7 +200,7 @@ def run_case(case: FsdpCase, args: argparse.Namespace, device: torch.device,
     optimizer = make_optimizer(model, recipe)
     tokens = random_tokens(case.spec, case.micro_batch, case.seq_len, device=device,
                            seed=1000 * data_rank(recipe) + case.micro_batch)
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    sync = device_sync(device)
     step = make_step(model, optimizer, tokens, case.grad_accum, sync, recipe)
     for _ in range(args.warmup):
         step()

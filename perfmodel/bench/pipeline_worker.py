@@ -12,14 +12,14 @@ import argparse
 import gc
 import json
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
-from perfmodel.bench.comm_worker import done_keys_rank0, setup
+from perfmodel.bench.comm_worker import device_sync, done_keys_rank0, setup
 from perfmodel.bench.common import CsvLog, dtype_name, median_iqr, resolve_dtype
 from perfmodel.bench.environment import append_environment, environment_record
 from perfmodel.bench.fsdp_worker import parse_worker_args, recipe_argument, timed_steps
@@ -51,8 +51,7 @@ def run_case(case: PipelineCase, args: argparse.Namespace, device: torch.device)
     # every rank draws the same batch: only stage 0 reads the tokens, the last stage the labels
     tokens = random_tokens(case.spec, case.micro_batch * case.grad_accum, case.seq_len,
                            device=device, seed=case.micro_batch)
-    sync: Callable[[], None] = (torch.cuda.synchronize if device.type == "cuda"
-                                else (lambda: None))
+    sync = device_sync(device)
 
     def step() -> None:
         train_step(run, optimizer, tokens)

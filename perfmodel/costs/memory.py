@@ -137,8 +137,9 @@ import functools
 import itertools
 import logging
 import math
+import re
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Generic, TypeVar
 
@@ -2089,24 +2090,31 @@ def _pipeline_memory(model: ModelSpec, num_gpus: int, seq_len: int, micro_batch:
         return PipelineMemory(layout=layout, ranks=(RankMemory(
             rank=0, stages=(0,), blocks=((0, model.num_layers),), num_stages=1, in_flight=(1,),
             breakdown=single),))
-    layout, world, tokens_per_seq, ranks = _pipeline_ranks(model, num_gpus, seq_len, recipe,
-                                                           accum_steps, config, outer_states)
-    tokens = micro_batch * tokens_per_seq
+    layout = recipe.parallel.resolve(num_gpus)
+    points = pipeline.closed_form_accums(layout.pp_schedule, layout.pp, layout.virtual_stages,
+                                         accum_steps)
+    peaks = None
+    if points is not None:
+        peaks = _extended_rank_peaks(
+            [_rank_peaks(model, num_gpus, seq_len, micro_batch, recipe, k, outer_states, config)
+             for k in points], points, accum_steps)
+    if peaks is None:
+        pipeline.check_exact_accum(accum_steps, layout.pp_schedule, "pipeline memory")
+        peaks = _rank_peaks(model, num_gpus, seq_len, micro_batch, recipe, accum_steps,
+                            outer_states, config)
+    world, tokens_per_seq, ranks = peaks
     out = []
-    for rank, (phases, held, local) in enumerate(ranks):
-        totals = [sum(_component_bytes(p, tokens).values()) for p in phases]
-        peak = phases[int(np.argmax(totals))]
-        parts = {f"{c}_bytes": int(v) for c, v in _component_bytes(peak, tokens).items()}
+    for rank, peak in enumerate(ranks):
+        parts = {f"{c}_bytes": int(v) for c, v in peak.parts.items()}
         tracked = sum(parts.values())
         breakdown = MemoryBreakdown(
             num_gpus=world, seq_len=tokens_per_seq, micro_batch=micro_batch,
-            accum_steps=accum_steps, ac=recipe.ac, accum_mode="no_sync", phase=peak.name,
+            accum_steps=accum_steps, ac=recipe.ac, accum_mode="no_sync", phase=peak.phase,
             **parts, reserve_bytes=config.reserve_bytes + int(config.reserve_fraction * tracked))
         out.append(RankMemory(
-            rank=rank, stages=tuple(st.index for st in local),
-            blocks=tuple((st.first_block, st.first_block + st.blocks) for st in local),
-            num_stages=layout.pp * layout.virtual_stages,
-            in_flight=tuple(held[st.index] for st in local), breakdown=breakdown))
+            rank=rank, stages=peak.stages, blocks=peak.blocks,
+            num_stages=layout.pp * layout.virtual_stages, in_flight=peak.in_flight,
+            breakdown=breakdown))
     result = PipelineMemory(layout=layout, ranks=tuple(out))
     logger.debug("%s %s S=%d m=%d k=%d: worst %s, %.3f GiB at %s", model.name, layout.describe(),
                  seq_len, micro_batch, accum_steps, result.ranks[result.worst_rank].describe(),
@@ -2114,15 +2122,130 @@ def _pipeline_memory(model: ModelSpec, num_gpus: int, seq_len: int, micro_batch:
     return result
 
 
+@dataclass(frozen=True, slots=True)
+class _RankPeak:
+    """One pipeline rank's peak moment, before the breakdown rounds it to bytes."""
+
+    phase: str
+    parts: dict[str, float]          # bytes per component (COMPONENTS) at the peak
+    in_flight: tuple[int, ...]       # per local stage, the most micro-batches held
+    stages: tuple[int, ...]
+    blocks: tuple[tuple[int, int], ...]
+
+
+def _rank_peaks(model: ModelSpec, num_gpus: int, seq_len: int, micro_batch: int,
+                recipe: TrainingRecipe, accum_steps: int, outer_states: bool,
+                config: MemoryConfig) -> tuple[int, int, list[_RankPeak]]:
+    """(FSDP ranks, tokens per sequence, each pipeline rank's peak) from the walk at k =
+    `accum_steps`."""
+    _, world, tokens_per_seq, ranks = _pipeline_ranks(model, num_gpus, seq_len, recipe,
+                                                      accum_steps, config, outer_states)
+    tokens = micro_batch * tokens_per_seq
+    out = []
+    for phases, held, local in ranks:
+        totals = [sum(_component_bytes(p, tokens).values()) for p in phases]
+        peak = phases[int(np.argmax(totals))]
+        out.append(_RankPeak(
+            phase=peak.name, parts=_component_bytes(peak, tokens),
+            in_flight=tuple(held[st.index] for st in local),
+            stages=tuple(st.index for st in local),
+            blocks=tuple((st.first_block, st.first_block + st.blocks) for st in local)))
+    return world, tokens_per_seq, out
+
+
+def _extended_rank_peaks(walks: Sequence[tuple[int, int, list[_RankPeak]]],
+                         points: tuple[int, ...], accum_steps: int
+                         ) -> tuple[int, int, list[_RankPeak]] | None:
+    """Each rank's peak at k = `accum_steps` from its walks at the `points`
+    (`perfmodel.spec.pipeline.closed_form_accums`), or None where a rank's peak moment, a
+    component or an in-flight count is not on one line (the caller walks k itself)."""
+    world, tokens_per_seq, _ = walks[-1]
+    out = []
+    for peaks in zip(*(ranks for _, _, ranks in walks), strict=True):
+        phase = _extended_phase([p.phase for p in peaks], points, accum_steps)
+        if phase is None:
+            return None
+        parts: dict[str, float] = {}
+        for component in peaks[-1].parts:
+            values = [p.parts[component] for p in peaks]
+            if not pipeline.on_line(values, points):
+                return None
+            parts[component] = pipeline.extend_line(values, points, accum_steps)
+        in_flight = []
+        for counts in zip(*(p.in_flight for p in peaks), strict=True):
+            grown, rest = divmod((accum_steps - points[-1]) * (counts[-1] - counts[-2]),
+                                 points[-1] - points[-2])
+            if rest or not pipeline.on_line(counts, points):
+                return None
+            in_flight.append(counts[-1] + grown)
+        out.append(replace(peaks[-1], phase=phase, parts=parts, in_flight=tuple(in_flight)))
+    logger.info("pipeline memory at k = %d: walked at k = %s, the rest in closed form",
+                accum_steps, ", ".join(map(str, points)))
+    return world, tokens_per_seq, out
+
+
 def _pipeline_coefficients(model: ModelSpec, num_gpus: int, seq_len: int,
                            recipe: TrainingRecipe, accum_steps: int, config: MemoryConfig,
                            outer_states: bool) -> MemoryCoefficients:
     """Every moment of every pipeline rank as an affine function of the micro-batch: their
-    maximum is the worst rank's peak."""
+    maximum is the worst rank's peak. Past K + 3s (`perfmodel.spec.pipeline.closed_form_accums`)
+    each moment is extended in k from the walks at its points where those list the same
+    moments on one line (1F1B and interleaved 1F1B: `perfmodel.sim.layouts._AccumLine`'s
+    claim; GPipe's kept moments too, checked), else k is walked."""
+    layout = recipe.parallel.resolve(num_gpus)
+    points = pipeline.closed_form_accums(layout.pp_schedule, layout.pp, layout.virtual_stages,
+                                         accum_steps)
+    if points is not None:
+        sets = [_pipeline_walk(model, num_gpus, seq_len, recipe, k, config, outer_states)
+                for k in points]
+        extended = _extended_coefficients(sets, points, accum_steps)
+        if extended is not None:
+            return extended
+    pipeline.check_exact_accum(accum_steps, layout.pp_schedule, "pipeline memory")
     found = _pipeline_walk(model, num_gpus, seq_len, recipe, accum_steps, config, outer_states)
     if found is None:   # without a memory to exceed the walk always completes
         raise RuntimeError("pipeline memory walk stopped without a memory bound")
     return found
+
+
+_MICRO_BATCH = re.compile(r"micro-batch (\d+)")
+
+
+def _extended_phase(phases: Sequence[str], points: Sequence[int], accum_steps: int) -> str | None:
+    """The peak moment's name at k = `accum_steps` from its names at `points`: the same moment
+    at the same micro-batch (an early one), or at the same distance from the last micro-batch
+    (a late one, e.g. the last backward); None when the walks peak at different moments."""
+    if len(set(phases)) == 1:
+        return phases[0]
+    found = [_MICRO_BATCH.search(p) for p in phases]
+    if any(f is None for f in found):
+        return None
+    tails = {k - int(f.group(1)) for k, f in zip(points, found, strict=True) if f is not None}
+    shapes = {_MICRO_BATCH.sub("micro-batch #", p) for p in phases}
+    if len(tails) != 1 or len(shapes) != 1:
+        return None
+    return _MICRO_BATCH.sub(f"micro-batch {accum_steps - tails.pop()}", phases[-1], count=1)
+
+
+def _extended_coefficients(sets: Sequence[MemoryCoefficients | None],
+                           points: tuple[int, ...],
+                           accum_steps: int) -> MemoryCoefficients | None:
+    """The coefficient set at k = `accum_steps` from those at the `points`, moment by
+    moment (None: the walks list different moments, or one is off its line)."""
+    if any(c is None for c in sets):
+        return None
+    walks = [c for c in sets if c is not None]
+    if len({len(c.fixed_bytes) for c in walks}) != 1:
+        return None
+    columns = []
+    for name in ("fixed_bytes", "per_sequence_bytes"):
+        extended = []
+        for values in zip(*(getattr(c, name) for c in walks), strict=True):
+            if not pipeline.on_line(values, points):
+                return None
+            extended.append(pipeline.extend_line(values, points, accum_steps))
+        columns.append(tuple(extended))
+    return replace(walks[-1], fixed_bytes=columns[0], per_sequence_bytes=columns[1])
 
 
 def _pipeline_walk(model: ModelSpec, num_gpus: int, seq_len: int,

@@ -13,8 +13,14 @@ Claim and why, per kind of layout:
     memory: `perfmodel.costs.memory.memory_coefficients` at k = 1 and at k >= 2 (the same for
     every k >= 2), so k is unbounded unless the k >= 2 peak does not fit (then k = 1 only);
   * pp > 1: the pipeline graph (`perfmodel.sim.pipeline`) read at its two affine points, exact
-    for every admissible k (tests/test_pipeline.py); min_accum = pp (1F1B, interleaved: a
-    multiple of pp), GPipe any k >= 1; the memory of the worst pipeline rank at k = min_accum;
+    for every admissible k where the step grows by the same time every micro-batch
+    (tests/test_pipeline.py); a step that repeats only every pp micro-batches (a max-plus
+    cyclicity above 1: `perfmodel.spec.pipeline.closed_form_accums`) is off by its within-turn
+    spread (+0.74 % at k = 50 for uniform stages with transfers of 5 % of a forward at pp 4,
+    tests/test_pipeline_closed_form.py; `predict`, which extends a turn at a time, is exact
+    there); min_accum = pp
+    (1F1B, interleaved: a multiple of pp), GPipe any k >= 1; the memory of the worst pipeline
+    rank at k = min_accum;
     max_accum = the largest admissible k that fits, for every schedule: a pipeline rank holds
     the token ids, labels and receive buffers of all k micro-batches for the whole step
     (`perfmodel.costs.memory._rank_phases`, checked against torch's tracker), so its peak
@@ -59,6 +65,7 @@ from perfmodel.costs.precision import supports
 from perfmodel.sim.analysis import classify_regime
 from perfmodel.sim.fastpath import fast_step, model_fast_costs
 from perfmodel.sim.pipeline import pipeline_costs, pipeline_decomposition
+from perfmodel.spec import pipeline
 from perfmodel.spec.arch import ModelSpec
 from perfmodel.spec.formulas import GIB
 from perfmodel.spec.hardware import IslandSpec
@@ -376,15 +383,13 @@ def saturated_accum(layout: ParallelLayout, min_accum: int, multiple: int) -> in
     period one (forward, backward) pair; interleaved 1F1B (k a multiple of pp, so its rounds
     hold pp micro-batches) warms up with at most (V-1)·pp + 2·(pp-1) forwards and its period is
     V·pp (forward, backward) pairs, V·k operations in all."""
-    pp, v = layout.pp, layout.virtual_stages
-    if layout.pp_schedule == "1f1b":
-        k = (pp - 1) + 3
-    elif layout.pp_schedule == "interleaved-1f1b" and multiple % pp == 0 and min_accum % pp == 0:
-        warm = (v - 1) * pp + 2 * (pp - 1)
-        k = 3 * pp + -(-warm // v)   # V·k - warm >= 3·V·pp
-    else:
+    pp = layout.pp
+    if layout.pp_schedule == "interleaved-1f1b" and (multiple % pp or min_accum % pp):
         return None
-    k = max(k, min_accum)
+    steady = pipeline.steady_accum(layout.pp_schedule, pp, layout.virtual_stages)
+    if steady is None:
+        return None
+    k = max(steady, min_accum)
     return min_accum + -(-(k - min_accum) // multiple) * multiple
 
 

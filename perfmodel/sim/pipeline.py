@@ -73,6 +73,14 @@ granularity) and tests/test_pipeline.py checks T(k) against the graph for k up t
 rounding where the slowest stage paces the steady state for every k >= k0, which holds for
 GPipe, 1F1B and interleaved 1F1B on the tested layouts; where it does not (a p2p link slower
 than a stage's compute can leave a transient), the test's tolerance names it.
+Many micro-batches: `simulate_pipeline_step` simulates the graph at four micro-batch counts a
+turn of the pipeline apart past the steady point and extends the step in closed form to any
+larger k on their line (a step of 100,000 micro-batches costs four small graphs); the memory
+model does the same at consecutive counts (`perfmodel.spec.pipeline.closed_form_accums`; checked
+by tests/test_pipeline_closed_form.py). The two-point affine form below assumes cyclicity 1; a
+layout whose step repeats every pp micro-batches instead is off by its within-turn spread (0.2 %
+at k = 96 for a 145.6B dp_replicate 24 x pp 8 x tp 8 layout: the docstring of
+`closed_form_accums`).
 Checked by: tests/test_pipeline.py (graph order == rank_order per rank; bubble of uniform stages
 == (pp - 1)·(F + B) for GPipe and 1F1B without communication; fast path == graph; affine form,
 dense and MoE; per-kind stage costs; worst stage; 405B at pp 16), tests/test_pp_moe_order.py
@@ -81,6 +89,7 @@ dense and MoE; per-kind stage costs; worst stage; 405B at pp 16), tests/test_pp_
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
@@ -100,6 +109,7 @@ from perfmodel.sim.fsdp import (
     resolve_recipe,
 )
 from perfmodel.sim.graph import COMPUTE_KINDS, Schedule, TaskGraph, contention_delay
+from perfmodel.spec import pipeline
 from perfmodel.spec.arch import ModelSpec
 from perfmodel.spec.errors import UserInputError
 from perfmodel.spec.formulas import dtype_bytes
@@ -113,6 +123,8 @@ from perfmodel.spec.pipeline import (
     stage_of_rank,
 )
 from perfmodel.spec.recipe import TrainingRecipe
+
+logger = logging.getLogger(__name__)
 
 STREAMS = ("compute", "comm", "p2p")
 """Streams of one pipeline rank."""
@@ -711,6 +723,9 @@ class PipelineResult:
     """The whole graph's schedule (every rank)."""
     accum_steps: int
     """Micro-batches k of the step."""
+    simulated_micro_batches: int
+    """Micro-batches of `schedule` (k, or b + 3P where `simulate_pipeline_step` extends the
+    step in closed form: the trace and critical path are that step's)."""
     step_time_s: float
     """Makespan: the last rank's optimizer end."""
     worst_rank: int
@@ -751,11 +766,64 @@ def simulate_pipeline(costs: PipelineCosts, *, micro_batches: int) -> PipelineRe
     idle = schedule.compute_idle_s(island)
     exposed = schedule.exposed_comm_s(island)
     return PipelineResult(schedule=schedule, accum_steps=micro_batches,
+                          simulated_micro_batches=micro_batches,
                           step_time_s=schedule.makespan_s, worst_rank=rank,
                           worst_stage=costs.worst_label(), bubble_s=max(0.0, idle - exposed),
                           compute_busy_s=schedule.busy_s(comm=False, island=island),
                           comm_busy_s=schedule.busy_s(comm=True, island=island),
                           exposed_comm_s=exposed, compute_idle_s=idle)
+
+
+def compute_paces(costs: PipelineCosts) -> bool:
+    """Whether every pipeline rank computes longer per micro-batch than it sends: its stages'
+    forward and backward passes (inline collectives included) against one transfer per stage
+    boundary it sends across in each direction. Where a rank's transfers take longer, they pace
+    the pipeline and the step can grow by increments that alternate with k (the module doc's
+    transient), which `simulate_pipeline_step` does not extend."""
+    pp = costs.pp
+    p2p = float(np.max(costs.p2p_s))
+    for rank in range(pp):
+        local = [st for st in costs.stages if st.stage % pp == rank]
+        last = len(costs.stages) - 1
+        compute = sum(float(np.min(st.forward_s + st.backward_s + st.forward_inline_s
+                                   + st.backward_inline_s)) for st in local)
+        sends = p2p * sum((st.stage < last) + (st.stage > 0) for st in local)
+        if sends >= compute:
+            return False
+    return True
+
+
+EXTENDED_FIELDS = ("step_time_s", "bubble_s", "compute_busy_s", "comm_busy_s", "exposed_comm_s",
+                   "compute_idle_s")
+"""The PipelineResult times `simulate_pipeline_step` extends in closed form."""
+
+
+def simulate_pipeline_step(costs: PipelineCosts, *, micro_batches: int) -> PipelineResult:
+    """One pipeline step of k micro-batches: the graph itself up to b + 3P
+    (`perfmodel.spec.pipeline.closed_form_accums`, timed: P a turn of the pipeline, b = k mod
+    P past the steady point); beyond it, where every rank's compute paces the pipeline
+    (`compute_paces`), the graph at the four points and the rest in closed form where their
+    times lie on one line (to rounding); else the graph at k (UserInputError past
+    `pipeline.EXACT_ACCUM_MAX`). The schedule (and trace) is then the one simulated at b + 3P;
+    every time of the result is k's.
+    Claim: exact to rounding (`closed_form_accums`' claim: past K every rank repeats whole
+    periods of the same actions, and compute-paced periods take the same time). Checked by:
+    tests/test_pipeline_closed_form.py (extended == the graph at k for GPipe, 1F1B and
+    interleaved 1F1B; a transfer-paced pipeline, whose step is periodic in k, is simulated)."""
+    layout = costs.layout
+    points = pipeline.closed_form_accums(layout.pp_schedule, layout.pp, layout.virtual_stages,
+                                         micro_batches, timed=True)
+    if points is not None and compute_paces(costs):
+        runs = [simulate_pipeline(costs, micro_batches=k) for k in points]
+        series = {name: [getattr(r, name) for r in runs] for name in EXTENDED_FIELDS}
+        if all(pipeline.on_line(v, points) for v in series.values()):
+            logger.info("pipeline step of %d micro-batches: simulated at %s, the rest in closed "
+                        "form (exact)", micro_batches, ", ".join(map(str, points)))
+            extended: dict[str, Any] = {name: pipeline.extend_line(v, points, micro_batches)
+                                        for name, v in series.items()}
+            return replace(runs[-1], accum_steps=micro_batches, **extended)
+    pipeline.check_exact_accum(micro_batches, layout.pp_schedule, "pipeline step")
+    return simulate_pipeline(costs, micro_batches=micro_batches)
 
 
 # ---- fast path ---------------------------------------------------------------------------------

@@ -102,6 +102,11 @@ class ParallelLayout:
                 f"{self.sequence_parallel}",
                 hint="async TP overlaps sequence-parallel collectives: give tp >= 2 with "
                      "sequence_parallel true, or set async_tp false.")
+        if self.virtual_stages > 1 and self.pp == 1:
+            raise UserInputError(
+                f"ParallelLayout: virtual_stages {self.virtual_stages} with pp 1",
+                hint="virtual stages split a pipeline rank's blocks: give pp >= 2 (e.g. pp 2, "
+                     f"virtual_stages {self.virtual_stages}), or set virtual_stages 1.")
         if self.virtual_stages > 1 and self.pp_schedule != "interleaved-1f1b":
             raise UserInputError(
                 f"ParallelLayout: virtual_stages {self.virtual_stages} with pp_schedule "
@@ -243,7 +248,7 @@ class ParallelLayout:
             raise UserInputError(
                 f"{stages} pipeline stages (pp {self.pp} x virtual_stages "
                 f"{self.virtual_stages}) for {num_layers} blocks: a stage would hold none",
-                hint=f"use at most {num_layers} stages in all.")
+                hint=_fewer_stages_hint(num_layers, self.pp))
 
     def check_experts(self, num_experts: int) -> None:
         """ConfigError unless ep is 1 or divides the `num_experts` routed experts of an MoE
@@ -312,6 +317,33 @@ class ParallelLayout:
     def to_dict(self) -> dict[str, Any]:
         """The fields by name (the JSON `layout` object)."""
         return {f: getattr(self, f) for f in self.__dataclass_fields__}
+
+
+def _fewer_stages_hint(num_layers: int, pp: int) -> str:
+    """The nearest layouts whose pp · virtual_stages stages each hold a block."""
+    if pp > num_layers:
+        return (f"use pp {num_layers} or less (each stage holds at least one of the "
+                f"{num_layers} blocks).")
+    most = num_layers // pp
+    fix = (f"--virtual-stages {most} (pp {pp} x {most} = {pp * most} stages)" if most > 1
+           else "--virtual-stages 1 (plain 1f1b)")
+    return f"use {fix}, or a smaller pp: at most {num_layers} stages in all."
+
+
+def with_layout_fields(base: ParallelLayout, **given: Any) -> ParallelLayout:
+    """`base` with the given fields replaced, the schedule following the virtual stages when
+    it is not given itself: virtual_stages > 1 picks interleaved-1f1b (the only schedule that
+    runs them), virtual_stages 1 on an interleaved base falls back to 1f1b. So `--virtual-stages
+    4` alone, a recipe's `parallel: {virtual_stages: 4}` and `--explain v=4` all mean the
+    interleaved schedule; a schedule that is given is kept (and validated as given)."""
+    stages = given.get("virtual_stages")
+    # a non-integer is left for ParallelLayout's own check to name
+    if isinstance(stages, int) and not isinstance(stages, bool) and "pp_schedule" not in given:
+        if stages > 1:
+            given["pp_schedule"] = "interleaved-1f1b"
+        elif base.pp_schedule == "interleaved-1f1b":
+            given["pp_schedule"] = "1f1b"
+    return replace(base, **given) if given else base
 
 
 def _largest_divisor(n: int, below: int) -> int:

@@ -57,6 +57,8 @@ group, catalogs/profiles/data/pp-order.csv, and one live re-recording).
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -194,6 +196,109 @@ def in_flight(schedule: str, pp: int, virtual_stages: int, micro_batches: int,
         held[action.stage] = held.get(action.stage, 0) + (1 if action.pass_ == "F" else -1)
         peak[action.stage] = max(peak.get(action.stage, 0), held[action.stage])
     return peak
+
+
+# ---- many micro-batches: the steady state in closed form --------------------------------------
+
+GPIPE_STEADY_ACCUM = 32
+"""GPipe's first closed-form point: it has no steady phase of (forward, backward) pairs, so
+`closed_form_accums` starts its three verified points here (module doc of that function)."""
+EXACT_ACCUM_MAX = 4096
+"""The most micro-batches a pipeline step is walked (simulated, its memory tracked) one by one
+where the closed form does not hold; beyond, a UserInputError names the rule (every walk is
+O(k), about 3 s per 1,000 micro-batches of an 8-rank pipeline on a 2-core machine)."""
+
+
+def steady_accum(schedule: str, pp: int, virtual_stages: int) -> int | None:
+    """The smallest admissible k from which every rank's schedule (`rank_order`) runs at least
+    three whole periods of its steady phase (None: GPipe, which has none): 1F1B warms up with
+    at most pp - 1 forwards and its period is one (forward, backward) pair; interleaved 1F1B
+    (k a multiple of pp, so each round holds pp micro-batches) warms up with at most
+    (V-1)·pp + 2·(pp-1) forwards and its period is V·pp pairs, V·k operations in all."""
+    if schedule == "1f1b":
+        return pp + 2
+    if schedule == "interleaved-1f1b":
+        warm = (virtual_stages - 1) * pp + 2 * (pp - 1)
+        k = 3 * pp + -(-warm // virtual_stages)   # V·k - warm >= 3·V·pp
+        return -(-k // pp) * pp
+    return None
+
+
+def closed_form_accums(schedule: str, pp: int, virtual_stages: int, micro_batches: int, *,
+                       timed: bool = False) -> tuple[int, int, int, int] | None:
+    """The micro-batch counts (b, b + P, b + 2P, b + 3P) a step of k = `micro_batches` is
+    extended from in closed form, or None: walk k itself (k <= b + 3P, or an interleaved k off
+    its line). For memory (`timed` False) b = K and P = s, the schedule's step in k (pp for
+    interleaved 1F1B, else 1); for step times (`timed`) P = pp·V, a whole turn of the pipeline,
+    and b = K + ((k - K) mod P), so that k lies on the points' line in steps of P.
+
+    Claim: for admissible k >= K a pipeline rank's schedule repeats whole periods of the same
+    actions, so what depends only on the order (each rank's peak memory by component, its
+    in-flight counts) is affine in k, and the step's times grow by the same amount every P
+    micro-batches; callers extend only where the values at the four points lie on one line (to
+    rounding) and walk k otherwise.
+    Why: past K = `steady_accum` every rank runs a fixed warm-up, whole periods that each add
+    the same actions, and a fixed cool-down (`perfmodel.sim.layouts._AccumLine` gives the
+    memory argument: the set of distinct moments is the same for every such k, and only the
+    step-long token ids, labels and receive buffers move, by the same bytes per micro-batch in
+    every moment). Times are a max-plus (longest-path) system of the same structure, which after
+    a transient repeats with some cyclicity c: T(k + c) = T(k) + c·λ. It need not be 1: a
+    Megatron-like 145.6B layout (dp_replicate 24 x pp 8 x tp 8, 1F1B) grows by 0.240584,
+    0.238146 and six times 0.240117 s per micro-batch, period pp, so four consecutive points
+    can lie on a line that misses k = 96 by 0.2 %; points a turn apart step over every period
+    that divides pp·V, and a cyclicity that does not shows as points off one line.
+    Interleaved 1F1B's line holds for multiples of pp (rounds of pp micro-batches; every
+    admissible k >= pp² is one). GPipe has no periods (every forward, then every backward):
+    its peak is the moment that holds all k micro-batches, which the check confirms from K =
+    GPIPE_STEADY_ACCUM on instead of a proof.
+    Checked by: tests/test_pipeline_closed_form.py (the extended step and memory equal the walk
+    at k for every schedule, that 145.6B layout included; a transfer-paced pipeline is
+    walked)."""
+    steady = steady_accum(schedule, pp, virtual_stages)
+    k0 = GPIPE_STEADY_ACCUM if steady is None else steady
+    step = pp if schedule == "interleaved-1f1b" else 1
+    if micro_batches % step:
+        return None
+    spacing = pp * virtual_stages if timed else step
+    base = k0 + (micro_batches - k0) % spacing
+    if micro_batches <= base + 3 * spacing:
+        return None
+    return base, base + spacing, base + 2 * spacing, base + 3 * spacing
+
+
+LINE_RTOL = 1e-9
+"""Relative tolerance of `on_line`: a walk's floating-point sums of thousands of terms round by
+about 1e-15 of the value per term, differently at each point."""
+
+
+def on_line(values: Sequence[float], points: Sequence[int]) -> bool:
+    """Whether finite values at `points` lie on one line, to rounding: the slope of each later
+    interval equals the first one's."""
+    v = [float(x) for x in values]
+    scale = max(max(abs(x) for x in v), 1e-12)
+    if not math.isfinite(sum(v)):
+        return False
+    slope = (v[1] - v[0]) / (points[1] - points[0])
+    return all(abs((v[i + 1] - v[i]) - slope * (points[i + 1] - points[i])) <= LINE_RTOL * scale
+               for i in range(1, len(v) - 1))
+
+
+def extend_line(values: Sequence[float], points: Sequence[int], micro_batches: int) -> float:
+    """The value at k = `micro_batches` on the line through `values` at `points` (read from
+    the last two)."""
+    return float(values[-1] + (micro_batches - points[-1]) * (values[-1] - values[-2])
+                 / (points[-1] - points[-2]))
+
+
+def check_exact_accum(micro_batches: int, schedule: str, what: str) -> None:
+    """UserInputError when `micro_batches` would be walked one by one beyond EXACT_ACCUM_MAX."""
+    if micro_batches > EXACT_ACCUM_MAX:
+        raise UserInputError(
+            f"{what}: {micro_batches} micro-batches per step of a {schedule} pipeline, with no "
+            f"closed form past {EXACT_ACCUM_MAX} for this layout",
+            hint=f"use --accum {EXACT_ACCUM_MAX} or fewer (a larger micro-batch carries the same "
+                 "batch); an interleaved schedule needs a multiple of pp for its closed form, and "
+                 "a pipeline paced by its transfers has none (a faster link between stages).")
 
 
 # ---- point-to-point ----------------------------------------------------------------------------

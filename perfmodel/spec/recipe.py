@@ -32,7 +32,7 @@ from typing import Any
 
 from perfmodel.spec.errors import UserInputError
 from perfmodel.spec.inputs import LIMITS, short_repr
-from perfmodel.spec.layout import ParallelLayout
+from perfmodel.spec.layout import ParallelLayout, with_layout_fields
 
 logger = logging.getLogger(__name__)
 
@@ -350,7 +350,7 @@ class TrainingRecipe:
         if outer:
             recipe = replace(recipe, outer=replace(recipe.outer, **outer))
         if layout:
-            recipe = replace(recipe, parallel=replace(recipe.parallel, **layout))
+            recipe = replace(recipe, parallel=with_layout_fields(recipe.parallel, **layout))
         return recipe
 
     @property
@@ -443,7 +443,7 @@ def recipe_from_mapping(data: Mapping[str, Any], *, source: str = "<recipe>") ->
             raise UserInputError(f"{source}: unknown recipe.parallel field(s) {sorted(unknown)}",
                                  hint=f"use {', '.join(f.name for f in fields(ParallelLayout))}.")
         try:
-            data["parallel"] = replace(base.parallel, **parallel)
+            data["parallel"] = with_layout_fields(base.parallel, **parallel)
         except UserInputError as exc:
             raise UserInputError(f"{source}: {exc.message}", hint=exc.hint) from None
     outer = data.pop("outer", None) or {}
