@@ -2188,19 +2188,28 @@ def _pipeline_coefficients(model: ModelSpec, num_gpus: int, seq_len: int,
                            recipe: TrainingRecipe, accum_steps: int, config: MemoryConfig,
                            outer_states: bool) -> MemoryCoefficients:
     """Every moment of every pipeline rank as an affine function of the micro-batch: their
-    maximum is the worst rank's peak. Past K + 3s (`perfmodel.spec.pipeline.closed_form_accums`)
-    each moment is extended in k from the walks at its points where those list the same
+    maximum is the worst rank's peak. Past `perfmodel.spec.pipeline.closed_form_accums`' points
+    each rank's moments are extended in k from its walks there where those list the same
     moments on one line (1F1B and interleaved 1F1B: `perfmodel.sim.layouts._AccumLine`'s
     claim; GPipe's kept moments too, checked), else k is walked."""
     layout = recipe.parallel.resolve(num_gpus)
     points = pipeline.closed_form_accums(layout.pp_schedule, layout.pp, layout.virtual_stages,
                                          accum_steps)
     if points is not None:
-        sets = [_pipeline_walk(model, num_gpus, seq_len, recipe, k, config, outer_states)
-                for k in points]
-        extended = _extended_coefficients(sets, points, accum_steps)
-        if extended is not None:
-            return extended
+        # rank by rank: a rank's moments all move by the same bytes per micro-batch, so which of
+        # them another dominates does not change with k; across ranks it does (the end ranks'
+        # token ids and labels grow faster)
+        ranks = []
+        for rank in range(layout.pp):
+            walks = [_rank_coefficients(model, num_gpus, seq_len, recipe, k, outer_states,
+                                        config, rank) for k in points]
+            ranks.append(_extended_coefficients(walks, points, accum_steps))
+        if all(r is not None for r in ranks):
+            fixed = tuple(f for r in ranks if r is not None for f in r.fixed_bytes)
+            per_seq = tuple(v for r in ranks if r is not None for v in r.per_sequence_bytes)
+            logger.info("pipeline memory coefficients at k = %d: walked at k = %s, the rest in "
+                        "closed form", accum_steps, ", ".join(map(str, points)))
+            return _coefficients_of(fixed, per_seq, config)
     pipeline.check_exact_accum(accum_steps, layout.pp_schedule, "pipeline memory")
     found = _pipeline_walk(model, num_gpus, seq_len, recipe, accum_steps, config, outer_states)
     if found is None:   # without a memory to exceed the walk always completes

@@ -15,10 +15,9 @@ Claim and why, per kind of layout:
   * pp > 1: the pipeline graph (`perfmodel.sim.pipeline`) read at its two affine points, exact
     for every admissible k where the step grows by the same time every micro-batch
     (tests/test_pipeline.py); a step that repeats only every pp micro-batches (a max-plus
-    cyclicity above 1: `perfmodel.spec.pipeline.closed_form_accums`) is off by its within-turn
-    spread (+0.74 % at k = 50 for uniform stages with transfers of 5 % of a forward at pp 4,
-    tests/test_pipeline_closed_form.py; `predict`, which extends a turn at a time, is exact
-    there); min_accum = pp
+    cyclicity pp: `perfmodel.spec.pipeline.closed_form_accums`) is exact at every multiple of
+    pp, where the form is read, and within the repetition's spread between them
+    (`perfmodel.sim.pipeline.affine_points`; tests/test_pipeline_closed_form.py); min_accum = pp
     (1F1B, interleaved: a multiple of pp), GPipe any k >= 1; the memory of the worst pipeline
     rank at k = min_accum;
     max_accum = the largest admissible k that fits, for every schedule: a pipeline rank holds

@@ -77,10 +77,10 @@ Many micro-batches: `simulate_pipeline_step` simulates the graph at four micro-b
 turn of the pipeline apart past the steady point and extends the step in closed form to any
 larger k on their line (a step of 100,000 micro-batches costs four small graphs); the memory
 model does the same at consecutive counts (`perfmodel.spec.pipeline.closed_form_accums`; checked
-by tests/test_pipeline_closed_form.py). The two-point affine form below assumes cyclicity 1; a
-layout whose step repeats every pp micro-batches instead is off by its within-turn spread (0.2 %
-at k = 96 for a 145.6B dp_replicate 24 x pp 8 x tp 8 layout: the docstring of
-`closed_form_accums`).
+by tests/test_pipeline_closed_form.py). The two-point affine form below is read a round of pp
+micro-batches apart (`affine_points`): exact where every micro-batch adds the same time, and at
+every multiple of pp where the step repeats every pp micro-batches instead (elsewhere within
+that repetition's spread).
 Checked by: tests/test_pipeline.py (graph order == rank_order per rank; bubble of uniform stages
 == (pp - 1)·(F + B) for GPipe and 1F1B without communication; fast path == graph; affine form,
 dense and MoE; per-kind stage costs; worst stage; 405B at pp 16), tests/test_pp_moe_order.py
@@ -830,9 +830,17 @@ def simulate_pipeline_step(costs: PipelineCosts, *, micro_batches: int) -> Pipel
 
 def affine_points(layout: ParallelLayout) -> tuple[int, int]:
     """(k0, k1): the two micro-batch counts the affine form is read from (module doc): pp and
-    pp + 1, or pp and 2·pp for interleaved 1F1B (k a multiple of pp)."""
+    2·pp, a round of pp micro-batches apart. Why a round and not the next admissible k (pp + 1
+    under 1F1B and GPipe): a step whose increments repeat every pp micro-batches (max-plus
+    cyclicity pp, `perfmodel.spec.pipeline.closed_form_accums`) grows by its mean slope over a
+    round, so the form is exact at every k ≡ 0 (mod pp) and within the round's spread
+    elsewhere, where the slope of one micro-batch drifts from the mean by a spread per round,
+    unboundedly in k (tests/test_pipeline_closed_form.py); where every micro-batch adds the
+    same time both are the same line, and interleaved 1F1B read its form a round apart already
+    (its k are multiples of pp). A cyclicity that does not divide pp is not seen here (`predict`
+    checks four points instead)."""
     k0 = layout.pp
-    return k0, k0 + _accum_multiple(layout)
+    return k0, 2 * k0
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

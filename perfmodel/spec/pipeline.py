@@ -227,10 +227,11 @@ def steady_accum(schedule: str, pp: int, virtual_stages: int) -> int | None:
 def closed_form_accums(schedule: str, pp: int, virtual_stages: int, micro_batches: int, *,
                        timed: bool = False) -> tuple[int, int, int, int] | None:
     """The micro-batch counts (b, b + P, b + 2P, b + 3P) a step of k = `micro_batches` is
-    extended from in closed form, or None: walk k itself (k <= b + 3P, or an interleaved k off
-    its line). For memory (`timed` False) b = K and P = s, the schedule's step in k (pp for
-    interleaved 1F1B, else 1); for step times (`timed`) P = pp·V, a whole turn of the pipeline,
-    and b = K + ((k - K) mod P), so that k lies on the points' line in steps of P.
+    extended from in closed form, or None: walk k itself (k at most the four points' sum, a
+    walk no dearer than the four, or an interleaved k off its line). For memory (`timed`
+    False) b = K and P = s, the schedule's step in k (pp for interleaved 1F1B, else 1); for
+    step times (`timed`) P = pp·V, a whole turn of the pipeline, and b = K + ((k - K) mod P),
+    so that k lies on the points' line in steps of P.
 
     Claim: for admissible k >= K a pipeline rank's schedule repeats whole periods of the same
     actions, so what depends only on the order (each rank's peak memory by component, its
@@ -261,9 +262,11 @@ def closed_form_accums(schedule: str, pp: int, virtual_stages: int, micro_batche
         return None
     spacing = pp * virtual_stages if timed else step
     base = k0 + (micro_batches - k0) % spacing
-    if micro_batches <= base + 3 * spacing:
+    points = (base, base + spacing, base + 2 * spacing, base + 3 * spacing)
+    # four walks cost about as much as one of their summed length: below that, walk k itself
+    if micro_batches <= sum(points):
         return None
-    return base, base + spacing, base + 2 * spacing, base + 3 * spacing
+    return points
 
 
 LINE_RTOL = 1e-9
