@@ -144,7 +144,7 @@ def resolve_placement(model_name: str, *, gpu_name: str, nodes: int, gpus_per_no
 
 def simulate_pipeline_step(w: Workload) -> PipelineResult:
     """The graph simulation of one pipeline step of `w` (pp > 1): k = --accum micro-batches (in
-    closed form past K + 3s: `perfmodel.sim.pipeline.simulate_pipeline_step`)."""
+    closed form for many: `perfmodel.sim.pipeline.simulate_pipeline_step`)."""
     costs = pipeline_costs(w.model, w.profile, w.island, seq_len=w.seq_len,
                            micro_batch=w.micro_batch, recipe=w.recipe)
     return pipeline_sim.simulate_pipeline_step(costs, micro_batches=w.accum)

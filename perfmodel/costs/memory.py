@@ -2199,14 +2199,17 @@ def _pipeline_coefficients(model: ModelSpec, num_gpus: int, seq_len: int,
         # rank by rank: a rank's moments all move by the same bytes per micro-batch, so which of
         # them another dominates does not change with k; across ranks it does (the end ranks'
         # token ids and labels grow faster)
-        ranks = []
+        ranks: list[MemoryCoefficients] = []
         for rank in range(layout.pp):
             walks = [_rank_coefficients(model, num_gpus, seq_len, recipe, k, outer_states,
                                         config, rank) for k in points]
-            ranks.append(_extended_coefficients(walks, points, accum_steps))
-        if all(r is not None for r in ranks):
-            fixed = tuple(f for r in ranks if r is not None for f in r.fixed_bytes)
-            per_seq = tuple(v for r in ranks if r is not None for v in r.per_sequence_bytes)
+            extended = _extended_coefficients(walks, points, accum_steps)
+            if extended is None:   # off its line: the other ranks need not be walked
+                break
+            ranks.append(extended)
+        else:
+            fixed = tuple(f for r in ranks for f in r.fixed_bytes)
+            per_seq = tuple(v for r in ranks for v in r.per_sequence_bytes)
             logger.info("pipeline memory coefficients at k = %d: walked at k = %s, the rest in "
                         "closed form", accum_steps, ", ".join(map(str, points)))
             return _coefficients_of(fixed, per_seq, config)

@@ -68,11 +68,11 @@ graph takes the real dependency structure, and its worst stage is reported by na
 
 Affine form: for k >= pp (1F1B) the per-rank orders repeat a steady (F, B) pattern, so T(k) =
 fixed + k·per_micro_batch once the pipeline is full; `pipeline_decomposition` takes the two from
-the graph at k = k0 and k0 + step (k0 the smallest k the schedule accepts at or above pp, step its
-granularity) and tests/test_pipeline.py checks T(k) against the graph for k up to 8·pp: exact to
-rounding where the slowest stage paces the steady state for every k >= k0, which holds for
-GPipe, 1F1B and interleaved 1F1B on the tested layouts; where it does not (a p2p link slower
-than a stage's compute can leave a transient), the test's tolerance names it.
+the graph at k = pp and 2·pp (`affine_points`) and tests/test_pipeline.py checks T(k) against the
+graph for k up to 8·pp: exact to rounding where the slowest stage paces the steady state and
+every micro-batch adds the same time, which holds for GPipe, 1F1B and interleaved 1F1B on the
+tested layouts; where it does not (a p2p link slower than a stage's compute can leave a
+transient), the test's tolerance names it.
 Many micro-batches: `simulate_pipeline_step` simulates the graph at four micro-batch counts a
 turn of the pipeline apart past the steady point and extends the step in closed form to any
 larger k on their line (a step of 100,000 micro-batches costs four small graphs); the memory

@@ -202,7 +202,7 @@ def in_flight(schedule: str, pp: int, virtual_stages: int, micro_batches: int,
 
 GPIPE_STEADY_ACCUM = 32
 """GPipe's first closed-form point: it has no steady phase of (forward, backward) pairs, so
-`closed_form_accums` starts its three verified points here (module doc of that function)."""
+`closed_form_accums` starts its four checked points here (module doc of that function)."""
 EXACT_ACCUM_MAX = 4096
 """The most micro-batches a pipeline step is walked (simulated, its memory tracked) one by one
 where the closed form does not hold; beyond, a UserInputError names the rule (every walk is
@@ -253,7 +253,8 @@ def closed_form_accums(schedule: str, pp: int, virtual_stages: int, micro_batche
     its peak is the moment that holds all k micro-batches, which the check confirms from K =
     GPIPE_STEADY_ACCUM on instead of a proof.
     Checked by: tests/test_pipeline_closed_form.py (the extended step and memory equal the walk
-    at k for every schedule, that 145.6B layout included; a transfer-paced pipeline is
+    at k for every schedule; uniform stages with transfers at 5 % of a forward, whose step
+    repeats every pp micro-batches, are extended a turn at a time; a transfer-paced pipeline is
     walked)."""
     steady = steady_accum(schedule, pp, virtual_stages)
     k0 = GPIPE_STEADY_ACCUM if steady is None else steady
