@@ -8,6 +8,7 @@ the shipped instances against the code before: benchmarks/compare_layout_tables.
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -17,6 +18,7 @@ from perfmodel.costs import memory as mem
 from perfmodel.profiles.profile import default_profile
 from perfmodel.sim import pipeline as pipe
 from perfmodel.sim.fsdp import resolve_recipe
+from perfmodel.sim.graph import COMPUTE_KINDS
 from perfmodel.sim.layouts import island_layout_rows
 from perfmodel.spec.catalog import get_gpu, get_model
 from perfmodel.spec.hardware import ClusterSpec, IslandSpec
@@ -216,3 +218,58 @@ def test_dp_convolution_of_many_changes_equals_one_at_a_time() -> None:
         fast = table.copy()
         dp._convolve_changes(fast, rest, g, rows, cols)
         assert np.array_equal(np.minimum(slow, dp.INF), np.minimum(fast, dp.INF))
+
+
+@pytest.mark.parametrize("ac", ["none", "full"])
+def test_repeated_pipeline_actions_skipped_keep_every_moment(ac: str) -> None:
+    """A rank's walk with repeated actions and states skipped gives the phases (names, terms,
+    order) and in-flight counts of the walk that repeats them, both as phases and as totals, on
+    every schedule, over k at and well past the steady state."""
+    model = get_model(MODEL)
+    layouts = [*PIPELINES, dict(pp=4)]
+    for layout in layouts:
+        recipe = mem.resolve_memory_recipe(_recipe(ac, **layout), None, None)  # type: ignore
+        pp = int(layout["pp"])  # type: ignore
+        for k in (pp, 3 * pp, 8 * pp):
+            spec, _, tokens, _, z, boundary, resolved, stages = mem._pipeline_setup(
+                model, 8, SEQ, recipe, k, mem.DEFAULT_CONFIG)
+            for rank in range(pp):
+                for totals in (False, True):
+                    walks = [mem._rank_phases(stages, rank, spec, tokens, resolved, k, z,
+                                              boundary, False, mem.DEFAULT_CONFIG,
+                                              totals=totals, skip_repeats=skip)
+                             for skip in (True, False)]
+                    assert walks[0] == walks[1], (layout, k, rank, totals)
+
+
+def _overlaps_by_scan(layout: ParallelLayout, k: int, replicate: bool,
+                      blocks: tuple[int, ...]) -> tuple[Any, ...]:
+    """The compiled overlaps as found before the speed-up: for each compute task, every
+    collective (not a transfer) of its rank issued before it that is not among its ancestors."""
+    plan = pipe.pipeline_plan(layout, k, replicate=replicate, blocks=blocks)
+    compiled = pipe._compile_shape.__wrapped__(layout, k, replicate, blocks)  # type: ignore
+    ancestors: list[set[int]] = []
+    for pred in compiled.preds:
+        ancestors.append(set().union(*(ancestors[p] | {p} for p in pred)))
+    return tuple(
+        tuple(j for j in range(i) if plan[j].rank == t.rank and plan[j].kind not in
+              COMPUTE_KINDS and plan[j].stream != "p2p" and j not in ancestors[i])
+        if t.kind in COMPUTE_KINDS else () for i, t in enumerate(plan))
+
+
+@pytest.mark.parametrize(("schedule", "pp", "v"), [("gpipe", 2, 1), ("1f1b", 4, 1),
+                                                   ("interleaved-1f1b", 2, 2),
+                                                   ("interleaved-1f1b", 4, 2)])
+def test_compiled_overlaps_equal_a_scan_of_every_collective(schedule: str, pp: int,
+                                                            v: int) -> None:
+    """The compiler keeps per compute stream only the collectives not yet its ancestors; the
+    overlaps equal a scan of every earlier collective of the rank (FSDP and HSDP, blocks
+    gathered one by one)."""
+    layout = ParallelLayout(pp=pp, virtual_stages=v, pp_schedule=schedule)
+    blocks = (2,) * (pp * v)
+    for k in (pp, 2 * pp):
+        for replicate in (False, True):
+            compiled = pipe._compile_shape.__wrapped__(layout, k, replicate,  # type: ignore
+                                                       blocks)
+            assert any(compiled.overlaps)   # the case checks something
+            assert compiled.overlaps == _overlaps_by_scan(layout, k, replicate, blocks)

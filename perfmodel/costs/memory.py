@@ -1718,8 +1718,17 @@ def _pipeline_stages(spec: ModelSpec, world: int, seq_len: int, recipe: Training
 
 def _rank_phases(stages: list[_Stage], rank: int, spec: ModelSpec, seq_len: int,
                  recipe: TrainingRecipe, k: int, z: _Sizes, boundary: float, outer: bool,
-                 config: MemoryConfig, totals: bool = False) -> tuple[list[Any], dict[int, int]]:
+                 config: MemoryConfig, totals: bool = False, skip_repeats: bool = True
+                 ) -> tuple[list[Any], dict[int, int]]:
     """Every candidate peak moment of pipeline rank `rank` over one step (section comment).
+
+    `skip_repeats`: an action met again in a state already walked is skipped whole and a
+    state's sums are computed once. Claim: the same phases, in the same order, as without
+    (False: every action walked and every state summed afresh). Why: a moment is kept once per
+    (its key, the state), its key is fixed by the action's stage, block and whether it is the
+    stage's first backward, and an action's moments all see one state; a state's sums read
+    nothing but the state and the stage of a stale output, the sums' key. Checked by:
+    tests/test_layout_speed.py (both ways on every schedule, equal).
 
     `totals`: each moment as (fixed bytes, bytes per token) only, the sums of its components
     (what `_pipeline_coefficients` needs) instead of a `_Phase`. Claim: the same two numbers
@@ -1780,10 +1789,18 @@ def _rank_phases(stages: list[_Stage], rank: int, spec: ModelSpec, seq_len: int,
     snapshot: list[tuple[int, dict[str, float], float, float | None, float, list[float]]] = []
     state_ids: dict[Any, int] = {}
 
+    # A state's sums by its key and the stage of its stale output (1F1B's steady state
+    # returns to a few states thousands of times).
+    known: dict[Any, tuple[int, dict[str, float], float, float | None, float, list[float]]] = {}
+
     def state() -> tuple[int, dict[str, float], float, float | None, float, list[float]]:
         if not snapshot:
             now = (tuple(sorted(held.items())), frozenset(gathered), frozenset(accumulated),
                    frozenset(reduced), stale)
+            cache_key = (now, last_forward[0] if stale and last_forward is not None else None)
+            if skip_repeats and cache_key in known:
+                snapshot.append(known[cache_key])
+                return snapshot[0]
             base = {"unsharded_params": b * sum(by_index[s].padded for s in gathered),
                     "sharded_grads": FP32 * sum(by_index[s].shard for s in reduced),
                     "activations": rope}
@@ -1797,6 +1814,7 @@ def _rank_phases(stages: list[_Stage], rank: int, spec: ModelSpec, seq_len: int,
                 # the previous backward's input gradient, referenced by its send ops
                 boundary * sum(1 for s in accumulated if keeps_dx and not by_index[s].first),
                 [state_fixed.get(c, 0.0) for c in COMPONENTS] if totals else []))
+            known[cache_key] = snapshot[0]
         return snapshot[0]
 
     def add(name: str, key: Any, fixed: dict[str, float], per_token: dict[str, float],
@@ -1835,6 +1853,36 @@ def _rank_phases(stages: list[_Stage], rank: int, spec: ModelSpec, seq_len: int,
             per[c] = per.get(c, 0.0) + v
         phases.append(_Phase(name, tot_fixed, per))
 
+    def _end_backward(s: int, i: int) -> None:
+        """After stage `s`'s backward of micro-batch `i`: one micro-batch fewer held, the
+        stage's gradients accumulated, and after its last micro-batch the reduce-scatter."""
+        nonlocal stale
+        held[s] -= 1
+        accumulated.add(s)
+        stale = stale or last_forward == (s, i)
+        snapshot.clear()
+        if i == k - 1:
+            st = by_index[s]
+            where = f"stage {s}, micro-batch {i}"
+            # REDUCE_GRAD: the units reduce-scatter in forward order. The first one's parameters
+            # are resharded, its reduce-scatter input is filled from its accumulated gradients,
+            # which are then freed but for the last parameter's: over more than one rank torch
+            # 2.13's foreach_reduce still references it from a loop variable when it allocates
+            # the reduce-scatter output.
+            u = st.units[0]
+            kept = u.order[-1] if u.padded > u.shard else 0
+            dx_last = {"temporaries": boundary} if (
+                dx_at_reduce and not keeps_dx and not st.first) else {}
+            add(f"reduce({where})", ("R", s),
+                {"reduce_scatter": r * u.padded, "unsharded_params": -b * u.padded}, dx_last)
+            add(f"reduce_output({where})", ("RO", s),
+                {"reduce_scatter": r * u.padded + r * u.shard, "unsharded_params": -b * u.padded,
+                 "temporaries": -r * (u.params - kept)}, dx_last)
+            gathered.discard(s)
+            accumulated.discard(s)
+            reduced.add(s)
+            snapshot.clear()
+
     for action in pipeline.rank_order(layout.pp_schedule, layout.pp, layout.virtual_stages, k,
                                       rank):
         st = by_index[action.stage]
@@ -1847,6 +1895,12 @@ def _rank_phases(stages: list[_Stage], rank: int, spec: ModelSpec, seq_len: int,
             held[s] += 1
             peak_held[s] = max(peak_held[s], held[s])
             snapshot.clear()
+            # as for a backward action below: a forward met again in a state already walked
+            # adds nothing
+            action_key = ("F", s, gathering, state()[0])
+            if skip_repeats and action_key in seen:
+                continue
+            seen.add(action_key)
             add(f"forward_end({where})", ("F", s, gathering),
                 {"all_gather": b * st.units[-1].padded if gathering else 0.0},
                 {"temporaries": loss_transient if st.last else 0.0})
@@ -1858,6 +1912,15 @@ def _rank_phases(stages: list[_Stage], rank: int, spec: ModelSpec, seq_len: int,
                     minus_held=st.held)
             continue
         first_bwd = s not in accumulated
+        # Every moment of a backward action is keyed by (its tag, s, its block, first_bwd) and
+        # the state, which the action's moments share: an action met again in a state already
+        # walked (1F1B's steady state returns to one) adds only moments `seen` would drop, so
+        # it is skipped whole — the same phases, in the same order.
+        action_key = ("B", s, first_bwd, state()[0])
+        if skip_repeats and action_key in seen:
+            _end_backward(s, i)
+            continue
+        seen.add(action_key)
         block_units = _block_units(st)
         # The stage output stays referenced through its backward (the boundary activation, or
         # on the last stage the logits); the rest of the micro-batch is freed block by block.
@@ -1924,29 +1987,8 @@ def _rank_phases(stages: list[_Stage], rank: int, spec: ModelSpec, seq_len: int,
                 {"unsharded_grads": st.units[0].post_backward_bytes(b, r, first_bwd),
                  "temporaries": r * (st.params - embed) if first_bwd else 0.0},
                 {"temporaries": boundary}, minus_held=st.held)
-        held[s] -= 1
-        accumulated.add(s)
-        stale = stale or last_forward == (s, i)
-        snapshot.clear()
-        if i == k - 1:
-            # REDUCE_GRAD: the units reduce-scatter in forward order. The first one's parameters
-            # are resharded, its reduce-scatter input is filled from its accumulated gradients,
-            # which are then freed but for the last parameter's: over more than one rank torch
-            # 2.13's foreach_reduce still references it from a loop variable when it allocates
-            # the reduce-scatter output.
-            u = st.units[0]
-            kept = u.order[-1] if u.padded > u.shard else 0
-            dx_last = {"temporaries": boundary} if (
-                dx_at_reduce and not keeps_dx and not st.first) else {}
-            add(f"reduce({where})", ("R", s),
-                {"reduce_scatter": r * u.padded, "unsharded_params": -b * u.padded}, dx_last)
-            add(f"reduce_output({where})", ("RO", s),
-                {"reduce_scatter": r * u.padded + r * u.shard, "unsharded_params": -b * u.padded,
-                 "temporaries": -r * (u.params - kept)}, dx_last)
-            gathered.discard(s)
-            accumulated.discard(s)
-            reduced.add(s)
-            snapshot.clear()
+        _end_backward(s, i)
+
     add("optimizer_step", ("O",), {}, {})
     return phases, peak_held
 

@@ -877,7 +877,13 @@ def _compile_shape(layout: ParallelLayout, micro_batches: int, replicate: bool,
     preds: list[tuple[int, ...]] = []
     ancestors: list[int] = []
     overlaps: list[tuple[int, ...]] = []
+    # A compute task may overlap the collectives of its rank that are not its ancestors. Tasks
+    # of one stream chain (each depends on the stream's previous task), so a collective that is
+    # an ancestor of one compute task is one of every later task of that stream: each compute
+    # stream keeps only the collectives not yet among its ancestors (the same tuples, in the
+    # same order, as scanning every collective of the rank, which was quadratic in the step).
     comm_so_far: dict[int, list[int]] = {}
+    pending: dict[int, dict[str, list[int]]] = {}   # rank -> compute stream -> collectives
     for i, t in enumerate(plan):
         key = (t.rank, t.stream)
         pred = tuple(sorted(set(t.deps) | ({last[key]} if key in last else set())))
@@ -888,10 +894,20 @@ def _compile_shape(layout: ParallelLayout, micro_batches: int, replicate: bool,
         ancestors.append(anc)
         preds.append(pred)
         compute = t.kind in COMPUTE_KINDS
-        mine = comm_so_far.setdefault(t.rank, [])
-        overlaps.append(tuple(j for j in mine if not anc >> j & 1) if compute else ())
-        if not compute and t.stream != "p2p":   # transfers do not contend (module doc)
-            mine.append(i)
+        if compute:
+            streams = pending.setdefault(t.rank, {})
+            mine = streams.get(t.stream)
+            if mine is None:
+                mine = comm_so_far.get(t.rank, [])
+            mine = [j for j in mine if not anc >> j & 1]
+            streams[t.stream] = mine
+            overlaps.append(tuple(mine))
+        else:
+            overlaps.append(())
+            if t.stream != "p2p":   # transfers do not contend (module doc)
+                comm_so_far.setdefault(t.rank, []).append(i)
+                for waiting in pending.get(t.rank, {}).values():
+                    waiting.append(i)
     waited = {p for pred in preds for p in pred}
     return CompiledPipeline(preds=tuple(preds), costs=tuple(t.cost for t in plan),
                             is_compute=tuple(t.kind in COMPUTE_KINDS for t in plan),
@@ -936,14 +952,16 @@ def evaluate_pipeline(costs: PipelineCosts, micro_batches: int) -> PipelineEvalu
     # such a span is dropped once for the rest of the step. Only where every duration is finite
     # and >= 0 (else every span is applied as before).
     durations = [np.asarray(_duration(costs, c), dtype=float) for c in compiled.costs]
-    sources = [np.asarray(v, dtype=float) for v in (
-        costs.p2p_s, *costs.optimizer_s, *(getattr(st, name) for st in costs.stages
-                                           for name in STAGE_COSTS),
-        *(st.part_s(name, j) for st in costs.stages for name in PART_TOTALS
-          for j in range(st.num_blocks)))]
-    # (a task's duration is one of these)
-    prune = slow != 1.0 and all(bool(np.all(np.isfinite(v)) and np.all(v >= 0.0))
-                                for v in sources)
+    prune = False
+    if slow != 1.0:
+        # (a task's duration is one of these; one array, one check: the per-source checks
+        # were a tenth of a layout table's time)
+        sources = np.concatenate([np.ravel(np.asarray(v, dtype=float)) for v in (
+            costs.p2p_s, *costs.optimizer_s, *(getattr(st, name) for st in costs.stages
+                                               for name in STAGE_COSTS),
+            *(st.part_s(name, j) for st in costs.stages for name in PART_TOTALS
+              for j in range(st.num_blocks)))])
+        prune = bool(np.isfinite(sources).all() and (sources >= 0.0).all())
     finished: set[int] = set()
     for i, pred in enumerate(compiled.preds):
         start = zero if not pred else ends[pred[0]]
