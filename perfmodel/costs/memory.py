@@ -1797,7 +1797,8 @@ def _rank_phases(stages: list[_Stage], rank: int, spec: ModelSpec, seq_len: int,
         if not snapshot:
             now = (tuple(sorted(held.items())), frozenset(gathered), frozenset(accumulated),
                    frozenset(reduced), stale)
-            cache_key = (now, last_forward[0] if stale and last_forward is not None else None)
+            stale_stage = last_forward[0] if stale and last_forward is not None else None
+            cache_key = (now, stale_stage)
             if skip_repeats and cache_key in known:
                 snapshot.append(known[cache_key])
                 return snapshot[0]
@@ -1809,8 +1810,7 @@ def _rank_phases(stages: list[_Stage], rank: int, spec: ModelSpec, seq_len: int,
             snapshot.append((
                 state_ids.setdefault(now, len(state_ids)), state_fixed,
                 sum(n * by_index[s].held for s, n in held.items()),
-                output_bytes(by_index[last_forward[0]]) if stale and last_forward is not None
-                else None,
+                output_bytes(by_index[stale_stage]) if stale_stage is not None else None,
                 # the previous backward's input gradient, referenced by its send ops
                 boundary * sum(1 for s in accumulated if keeps_dx and not by_index[s].first),
                 [state_fixed.get(c, 0.0) for c in COMPONENTS] if totals else []))
