@@ -53,6 +53,7 @@ from perfmodel.spec.layout import ParallelLayout
 from perfmodel.spec.paths import catalog_dir
 from perfmodel.spec.pipeline import check_schedule
 from perfmodel.spec.recipe import DEFAULT_RECIPE, TrainingRecipe
+from perfmodel.uncertainty.coverage import PrintedCase
 
 RUNS_CSV = catalog_dir() / "published" / "layout-runs.csv"
 """The published runs (python -m scripts.build_layout_runs writes it)."""
@@ -584,6 +585,15 @@ class RowResult:
     layout: str = ""
     profile: str = ""
     command: tuple[str, ...] = ()
+    p10_tokens_per_s_per_gpu: float | None = None
+    """The 80 % interval's lower end that `shardmeter predict` prints (its record's
+    `tokens_per_s_per_gpu_p10`, widened where the query lies beyond the residuals)."""
+    p90_tokens_per_s_per_gpu: float | None = None
+    """The printed 80 % interval's upper end."""
+    interval_group: str = ""
+    """The residual group that formed the interval (`interval_group`)."""
+    interval_widened: tuple[str, ...] = ()
+    """Why the printed interval was widened (`interval_widened`; empty: not widened)."""
 
     @property
     def error_pct(self) -> float | None:
@@ -591,6 +601,19 @@ class RowResult:
             return None
         return 100.0 * (self.predicted_tokens_per_s_per_gpu
                         / self.plan.published_tokens_per_s_per_gpu - 1.0)
+
+    def printed_case(self) -> PrintedCase | None:
+        """This run against the interval ShardMeter printed for it (None: not predicted)."""
+        if self.predicted_tokens_per_s_per_gpu is None or self.p10_tokens_per_s_per_gpu is None \
+                or self.p90_tokens_per_s_per_gpu is None:
+            return None
+        return PrintedCase(group=self.interval_group, source=self.plan.source_id,
+                           case=self.plan.run_id,
+                           measured=self.plan.published_tokens_per_s_per_gpu,
+                           lower=self.p10_tokens_per_s_per_gpu,
+                           upper=self.p90_tokens_per_s_per_gpu,
+                           point=self.predicted_tokens_per_s_per_gpu,
+                           widened=bool(self.interval_widened))
 
     @property
     def compute_only_error_pct(self) -> float | None:
@@ -616,6 +639,10 @@ def evaluate(plan: RowPlan, inputs: Path) -> RowResult:
     return RowResult(plan=plan, predicted_tokens_per_s_per_gpu=float(
         p.record["tokens_per_s_per_gpu"]), step_time_s=p.step_time_s, compute_busy_s=busy,
                      bound=p.bound,
+                     p10_tokens_per_s_per_gpu=float(p.record["tokens_per_s_per_gpu_p10"]),
+                     p90_tokens_per_s_per_gpu=float(p.record["tokens_per_s_per_gpu_p90"]),
+                     interval_group=str(p.record["interval_group"]),
+                     interval_widened=tuple(p.record["interval_widened"]),
                      layout=p.workload.recipe.parallel.describe(), profile=p.workload.profile.name,
                      command=("shardmeter", *cli_args(plan, spec, recipe_path),
                               # a run the memory model says does not fit: predict exits 1
@@ -721,6 +748,10 @@ def records(results: Sequence[RowResult], inputs: str = "") -> list[dict[str, An
                     "metric_basis": p.metric_basis,
                     "predicted_tokens_per_s_per_gpu": r.predicted_tokens_per_s_per_gpu,
                     "error_pct": r.error_pct, "compute_only_error_pct": r.compute_only_error_pct,
+                    "p10_tokens_per_s_per_gpu": r.p10_tokens_per_s_per_gpu,
+                    "p90_tokens_per_s_per_gpu": r.p90_tokens_per_s_per_gpu,
+                    "interval_group": r.interval_group,
+                    "interval_widened": "; ".join(r.interval_widened),
                     "step_time_s": r.step_time_s, "compute_busy_s": r.compute_busy_s,
                     "bound": r.bound,
                     "profile": r.profile, "rules_applied": "; ".join(p.assumptions),

@@ -1,7 +1,8 @@
 """Part (d) of docs/VALIDATION.md (imported by python -m scripts.make_validation): how often the
 80 % prediction intervals hold on held-out data, per residual group and holdout source, from
-catalogs/uncertainty/residuals.csv (python -m scripts.make_residuals); every figure is computed
-here by `perfmodel.uncertainty.coverage`, none typed.
+catalogs/uncertainty/residuals.csv (python -m scripts.make_residuals), and on the published GPU
+runs of part (e) against the interval each prediction prints; every figure is computed here by
+`perfmodel.uncertainty.coverage`, none typed.
 """
 
 from __future__ import annotations
@@ -22,9 +23,11 @@ from perfmodel.uncertainty.coverage import (
     GOAL_MIN_CASES,
     coverage,
     leave_one_source_out,
+    printed_coverage,
     rotating_gpu_coverage,
 )
 from perfmodel.uncertainty.residuals import HELD_OUT_GPU, NAMED_MODELS
+from scripts.validation_published import published_results
 
 ROOT = Path(__file__).resolve().parent.parent
 RESIDUALS = ROOT / "catalogs" / "uncertainty" / "residuals.csv"
@@ -101,8 +104,15 @@ def part_intervals() -> str:
     rotating = rotating_gpu_coverage(RESIDUALS, level=LEVEL)
     rotated = [[r.source, r.calibration_rows, r.holdout_rows, _pct(r.covered),
                 _band(r.lower, r.upper), _pct(r.width)] for r in rotating]
-    scored = [r for r in rows if r.holdout_rows >= GOAL_MIN_CASES]
-    met = [r for r in scored if r.verdict == "met"]
+    published = printed_coverage(published_results().printed_cases())
+    printed = [[r.group, r.source, r.cases, _pct(r.covered),
+                "-".join(_pct(x, 0) for x in r.covered_ci()), r.below, r.above, r.widened,
+                _pct(r.median_width, 2), r.verdict] for r in published]
+    scored = [(f"{r.group}/{r.source}", r.verdict) for r in rows
+              if r.holdout_rows >= GOAL_MIN_CASES]
+    scored += [(f"{r.group}/published {r.source}", r.verdict) for r in published
+               if r.cases >= GOAL_MIN_CASES]
+    met = [name for name, verdict in scored if verdict == "met"]
     return "\n\n".join([
         "## (d) Prediction intervals: coverage on held-out data",
         "Every prediction carries an 80 % interval (`*_p10`, `*_p90`): the point times the "
@@ -128,7 +138,7 @@ def part_intervals() -> str:
                        body),
         f"Goal: {_pct(GOAL_LOW, 0)}-{_pct(GOAL_HIGH, 0)} % of holdout cases inside the 80 % "
         f"interval for a row with at least {GOAL_MIN_CASES} cases: met for {len(met)} of "
-        f"{len(scored)} such rows ({', '.join(f'{r.group}/{r.source}' for r in met) or 'none'}"
+        f"{len(scored)} such rows of this table and the next ({', '.join(met) or 'none'}"
         "). The goal is judged on the measured share; the 95 % CI column is its exact "
         "(Clopper-Pearson) binomial interval, how far a row of few cases can stray from the "
         "level by chance alone. The width is relative (the interval scales with the point), "
@@ -137,6 +147,16 @@ def part_intervals() -> str:
         "what a group's calibration rows cover (`catalogs/uncertainty/ranges.json`; the rule is "
         "in `perfmodel/uncertainty/intervals.py`); the holdout rows here are scored against the "
         "unwidened band (residuals.csv does not carry where each case lies).",
+        "Published GPU runs against the interval ShardMeter prints for each (part (e)'s "
+        "predicted layout, FP8 and MoE rows; no fit reads them): the published tokens/s/GPU "
+        "scored against that prediction's `tokens_per_s_per_gpu_p10`-`_p90`, widened where "
+        "the query lies beyond its group's residuals (layout kind, model size, GPU count, "
+        "sequence length), as `shardmeter predict` prints it "
+        "(`perfmodel.uncertainty.coverage.printed_coverage`). Below = the published run was "
+        "slower than the interval's low end; above = faster than its high end.",
+        markdown_table(["group", "published source", "runs scored", "inside 80 % interval %",
+                        "95 % CI of that %", "below", "above", "widened",
+                        "median width % of point", "goal 70-90 %"], printed),
         "The cross-conformal groups' sources need not be exchangeable (other ground truths, "
         "layouts and shapes), so folds that mix them can be kinder than a "
         "source unlike every other: below, each source scored against the interval its "

@@ -163,6 +163,12 @@ def test_a_row_is_what_the_cli_predicts(results: list[RowResult], run_id: str,
     record = json.loads(out.out)
     assert record["tokens_per_s_per_gpu"] == result.predicted_tokens_per_s_per_gpu
     assert record["layout"] == result.plan.recipe.parallel.to_dict()
+    # the band part (d) of VALIDATION.md scores is the one the command prints
+    case = result.printed_case()
+    assert case is not None
+    assert (case.lower, case.upper, case.group, case.widened) == (
+        record["tokens_per_s_per_gpu_p10"], record["tokens_per_s_per_gpu_p90"],
+        record["interval_group"], bool(record["interval_widened"]))
 
 
 def test_derived_throughputs_agree_with_the_other_published_figures(

@@ -264,6 +264,42 @@ def test_coverage_ci_is_the_exact_binomial_interval() -> None:
     assert low == pytest.approx(1 - high) and 0.25 < low < 0.3  # symmetric about one half
 
 
+def _printed(case: str, source: str, measured: float, *, group: str = "calibrated",
+             widened: bool = False) -> coverage_module.PrintedCase:
+    return coverage_module.PrintedCase(group=group, source=source, case=case, measured=measured,
+                                       lower=90.0, upper=110.0, point=100.0, widened=widened)
+
+
+def test_printed_coverage_scores_each_run_on_its_own_band() -> None:
+    """Inside, below and above counted apart, per group with an 'all' row only where the group
+    has several sources, widths relative to each run's own point."""
+    cases = [_printed("a1", "A", 100.0), _printed("a2", "A", 80.0, widened=True),
+             _printed("a3", "A", 120.0), _printed("b1", "B", 110.0),
+             _printed("p1", "P", 95.0, group="prior"),
+             coverage_module.PrintedCase(group="prior", source="P", case="p2", measured=1.0,
+                                         lower=1.0, upper=3.0, point=2.0, widened=False)]
+    rows = {(r.group, r.source): r for r in coverage_module.printed_coverage(cases)}
+    assert list(rows) == [("calibrated", "all"), ("calibrated", "A"), ("calibrated", "B"),
+                          ("prior", "P")]
+    every, a = rows[("calibrated", "all")], rows[("calibrated", "A")]
+    assert (every.cases, every.covered, every.below, every.above, every.widened) == (
+        4, 0.5, 1, 1, 1)
+    assert (a.cases, a.covered, a.below, a.above) == (3, pytest.approx(1 / 3), 1, 1)
+    assert rows[("calibrated", "B")].covered == 1.0  # the upper end itself is inside
+    assert rows[("prior", "P")].median_width == pytest.approx((0.2 + 1.0) / 2)
+    assert every.verdict.startswith("n/a") and every.covered_ci()[0] < 0.5 < every.covered_ci()[1]
+
+
+@pytest.mark.parametrize("lower, point, upper, measured",
+                         [(110.0, 100.0, 120.0, 100.0), (90.0, 100.0, 95.0, 100.0),
+                          (0.0, 100.0, 110.0, 100.0), (90.0, 100.0, 110.0, float("nan"))])
+def test_a_printed_case_refuses_a_band_that_is_not_one(lower: float, point: float, upper: float,
+                                                       measured: float) -> None:
+    with pytest.raises(ValueError, match="To fix"):
+        coverage_module.PrintedCase(group="g", source="s", case="c", measured=measured,
+                                    lower=lower, upper=upper, point=point, widened=False)
+
+
 def test_a_moe_peak_uses_the_moe_memory_group() -> None:
     from perfmodel.uncertainty.intervals import memory_group
 

@@ -13,9 +13,13 @@ by the sha256 of their case id, and each row is scored against the interval the 
 rows form (Vovk 2015, "Cross-conformal predictors"; the estimate of how often the interval
 formed from all of them holds for a new exchangeable row). `leave_one_source_out` scores each
 source against the others alone: what a source unlike every calibration source would see.
+`printed_coverage` scores published GPU runs (docs/VALIDATION.md part (e), no fit reads them)
+against the interval each prediction prints, widening included: the band a user reads, not the
+group's unwidened one (the rows of residuals.csv carry no query, so they cannot be widened).
 Checked by: tests/test_uncertainty.py (a holdout pair inside / outside the band counts as such;
 the goal's verdict follows the 70-90 % rule only for >= GOAL_MIN_CASES cases; a cross-conformal
-row is never inside the interval of its own fold).
+row is never inside the interval of its own fold; a published run is scored against its own
+printed band, below / inside / above counted apart).
 """
 
 from __future__ import annotations
@@ -72,26 +76,120 @@ class CoverageRow:
         return self.upper - self.lower
 
     def covered_ci(self, confidence: float = 0.95) -> tuple[float, float]:
-        """The exact (Clopper-Pearson) `confidence` interval of the true coverage given
-        `covered` of `holdout_rows` (NaN, NaN without rows): how far a small row's share can
-        stray from the level by chance alone (10 of 10 inside is consistent with 80 %)."""
-        n = self.holdout_rows
-        if n == 0:
-            return float("nan"), float("nan")
-        from scipy.stats import beta  # lazy: scipy is heavy and only the coverage doc needs it
-
-        k = round(self.covered * n)
-        alpha = 1.0 - confidence
-        low = float(beta.ppf(alpha / 2, k, n - k + 1)) if k > 0 else 0.0
-        high = float(beta.ppf(1 - alpha / 2, k + 1, n - k)) if k < n else 1.0
-        return low, high
+        """`binomial_ci` of this row's share (NaN, NaN without rows)."""
+        return binomial_ci(self.covered, self.holdout_rows, confidence)
 
     @property
     def verdict(self) -> str:
-        """met / missed against the 70-90 % goal, or why it does not apply."""
-        if self.holdout_rows < GOAL_MIN_CASES:
-            return f"n/a (< {GOAL_MIN_CASES} cases)"
-        return "met" if GOAL_LOW <= self.covered <= GOAL_HIGH else "missed"
+        """`goal_verdict` of this row's share."""
+        return goal_verdict(self.covered, self.holdout_rows)
+
+
+def binomial_ci(covered: float, cases: int, confidence: float = 0.95) -> tuple[float, float]:
+    """The exact (Clopper-Pearson) `confidence` interval of the true coverage given a share
+    `covered` of `cases` (NaN, NaN without cases): how far a small row's share can stray from
+    the level by chance alone (10 of 10 inside is consistent with 80 %)."""
+    if cases == 0:
+        return float("nan"), float("nan")
+    from scipy.stats import beta  # lazy: scipy is heavy and only the coverage doc needs it
+
+    k = round(covered * cases)
+    alpha = 1.0 - confidence
+    low = float(beta.ppf(alpha / 2, k, cases - k + 1)) if k > 0 else 0.0
+    high = float(beta.ppf(1 - alpha / 2, k + 1, cases - k)) if k < cases else 1.0
+    return low, high
+
+
+def goal_verdict(covered: float, cases: int) -> str:
+    """met / missed against the 70-90 % goal, or why it does not apply (< GOAL_MIN_CASES)."""
+    if cases < GOAL_MIN_CASES:
+        return f"n/a (< {GOAL_MIN_CASES} cases)"
+    return "met" if GOAL_LOW <= covered <= GOAL_HIGH else "missed"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PrintedCase:
+    """A published run against the interval ShardMeter prints for it: the band of its
+    prediction's record (`*_p10`, `*_p90`), widened where the query lies beyond its group's
+    residuals, exactly as `shardmeter predict` shows it."""
+
+    group: str
+    """The prediction's residual group (`interval_group` of its record)."""
+    source: str
+    """Where the published figure comes from (its source id)."""
+    case: str
+    """The run's id."""
+    measured: float
+    """The published figure (tokens/s per GPU)."""
+    lower: float
+    """The printed interval's lower end, same unit."""
+    upper: float
+    """The printed interval's upper end, same unit."""
+    point: float
+    """The point prediction, same unit."""
+    widened: bool
+    """Whether the printed interval was widened (the query outside the group's residuals)."""
+
+    def __post_init__(self) -> None:
+        values = (self.measured, self.lower, self.upper, self.point)
+        if not all(np.isfinite(values)) or not 0 < self.lower <= self.point <= self.upper:
+            raise ValueError(f"case {self.case}: need finite 0 < lower <= point <= upper and a "
+                             f"finite measured figure, got {values}. To fix: pass the record's "
+                             "*_p10 / point / *_p90 of one quantity.")
+
+    @property
+    def inside(self) -> bool:
+        return self.lower <= self.measured <= self.upper
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PrintedCoverageRow:
+    """One group (and source) of published runs scored on their printed intervals."""
+
+    group: str
+    """Residual group."""
+    source: str
+    """Source id ('all' for every source of the group)."""
+    cases: int
+    """Runs scored."""
+    covered: float
+    """Share of runs whose published figure lies inside the printed interval."""
+    widened: int
+    """Runs whose printed interval was widened."""
+    median_width: float
+    """Median printed width (upper - lower) as a fraction of the point."""
+    below: int
+    """Runs whose published figure lies below the interval (for a throughput: slower than
+    its pessimistic end)."""
+    above: int
+    """Runs whose published figure lies above the interval."""
+
+    def covered_ci(self, confidence: float = 0.95) -> tuple[float, float]:
+        return binomial_ci(self.covered, self.cases, confidence)
+
+    @property
+    def verdict(self) -> str:
+        return goal_verdict(self.covered, self.cases)
+
+
+def printed_coverage(cases: Sequence[PrintedCase]) -> list[PrintedCoverageRow]:
+    """Per group: every case together ('all', when it has several sources), then each source
+    apart, in order of first appearance. Unlike `coverage`, each case is scored against its own
+    printed interval (its widening included), which is the band a user reads."""
+    rows = []
+    for group in dict.fromkeys(c.group for c in cases):
+        mine = [c for c in cases if c.group == group]
+        sources = list(dict.fromkeys(c.source for c in mine))
+        parts = ([("all", mine)] if len(sources) > 1 else []) + \
+            [(s, [c for c in mine if c.source == s]) for s in sources]
+        rows += [PrintedCoverageRow(
+            group=group, source=source, cases=len(part),
+            covered=float(np.mean([c.inside for c in part])),
+            widened=sum(c.widened for c in part),
+            median_width=float(np.median([(c.upper - c.lower) / c.point for c in part])),
+            below=sum(c.measured < c.lower for c in part),
+            above=sum(c.measured > c.upper for c in part)) for source, part in parts]
+    return rows
 
 
 Pairs = dict[tuple[str, str], list[tuple[str, str, float]]]
