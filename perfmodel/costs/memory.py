@@ -1727,7 +1727,7 @@ def _rank_phases(stages: list[_Stage], rank: int, spec: ModelSpec, seq_len: int,
     (False: every action walked and every state summed afresh). Why: a moment is kept once per
     (its key, the state), its key is fixed by the action's stage, block and whether it is the
     stage's first backward, and an action's moments all see one state; a state's sums read
-    nothing but the state and the stage of a stale output, the sums' key. Checked by:
+    nothing but the state, which names the stage of a stale output. Checked by:
     tests/test_layout_speed.py (both ways on every schedule, equal).
 
     `totals`: each moment as (fixed bytes, bytes per token) only, the sums of its components
@@ -1789,18 +1789,19 @@ def _rank_phases(stages: list[_Stage], rank: int, spec: ModelSpec, seq_len: int,
     snapshot: list[tuple[int, dict[str, float], float, float | None, float, list[float]]] = []
     state_ids: dict[Any, int] = {}
 
-    # A state's sums by its key and the stage of its stale output (1F1B's steady state
-    # returns to a few states thousands of times).
+    # A state's sums by its key (1F1B's steady state returns to a few states thousands of
+    # times).
     known: dict[Any, tuple[int, dict[str, float], float, float | None, float, list[float]]] = {}
 
     def state() -> tuple[int, dict[str, float], float, float | None, float, list[float]]:
         if not snapshot:
-            now = (tuple(sorted(held.items())), frozenset(gathered), frozenset(accumulated),
-                   frozenset(reduced), stale)
+            # the stale output's stage is part of the state: its size (a boundary activation,
+            # or the logits on the last stage) is in every moment's sum
             stale_stage = last_forward[0] if stale and last_forward is not None else None
-            cache_key = (now, stale_stage)
-            if skip_repeats and cache_key in known:
-                snapshot.append(known[cache_key])
+            now = (tuple(sorted(held.items())), frozenset(gathered), frozenset(accumulated),
+                   frozenset(reduced), stale_stage)
+            if skip_repeats and now in known:
+                snapshot.append(known[now])
                 return snapshot[0]
             base = {"unsharded_params": b * sum(by_index[s].padded for s in gathered),
                     "sharded_grads": FP32 * sum(by_index[s].shard for s in reduced),
@@ -1814,7 +1815,7 @@ def _rank_phases(stages: list[_Stage], rank: int, spec: ModelSpec, seq_len: int,
                 # the previous backward's input gradient, referenced by its send ops
                 boundary * sum(1 for s in accumulated if keeps_dx and not by_index[s].first),
                 [state_fixed.get(c, 0.0) for c in COMPONENTS] if totals else []))
-            known[cache_key] = snapshot[0]
+            known[now] = snapshot[0]
         return snapshot[0]
 
     def add(name: str, key: Any, fixed: dict[str, float], per_token: dict[str, float],
