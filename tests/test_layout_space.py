@@ -42,7 +42,8 @@ def test_every_candidate_is_a_valid_layout_of_the_island() -> None:
 def test_free_defaults_on_a_16_gpu_island() -> None:
     """tp: powers of two up to a node's 8 GPUs; pp: 1 and powers of two up to the 4 blocks; cp 1;
     dp_replicate 1 and the HSDP layout sharding within a node; pipelines as 1f1b and as
-    interleaved-1f1b with 2 virtual stages where pp·2 <= blocks; sequence parallel on."""
+    interleaved-1f1b with 2 or 4 virtual stages where pp·V <= blocks (here only pp 2 x 2);
+    sequence parallel on."""
     found = LayoutSpace.parse({}).candidates(**MODEL, **ISLAND)
     assert {c.tp for c in found} == {1, 2, 4, 8}
     assert {c.pp for c in found} == {1, 2, 4}
@@ -54,3 +55,20 @@ def test_free_defaults_on_a_16_gpu_island() -> None:
     pipelines = {(c.pp, c.pp_schedule, c.virtual_stages) for c in found if c.pp > 1}
     assert pipelines == {(2, "1f1b", 1), (2, "interleaved-1f1b", 2), (4, "1f1b", 1)}
     assert len(found) == len({c.describe() for c in found})  # no layout twice
+
+
+@pytest.mark.parametrize(("section", "expected"), [
+    ({}, {2, 4}),                                   # the default: 2 up to 4
+    ({"max_virtual_stages": 8}, {2, 4, 8}),         # a deeper search
+    ({"max_virtual_stages": 16}, {2, 4, 8}),        # 16 x pp 2 > the 16 blocks
+    ({"max_virtual_stages": 3}, {2}),               # powers of two only
+    ({"max_virtual_stages": 1}, set()),             # no interleaving
+    ({"virtual_stages": [3, 8]}, {3, 8}),           # a list is taken as given
+    ({"virtual_stages": [2, 8], "max_virtual_stages": 4}, {2}),   # ... and capped
+])
+def test_virtual_stages_tried(section: dict[str, object], expected: set[int]) -> None:
+    """Interleaved 1F1B on a 16-block model at pp 2: powers of two from 2 up to
+    max_virtual_stages (default DEFAULT_MAX_VIRTUAL_STAGES = 4), never more stages than blocks."""
+    found = LayoutSpace.parse({"pp": 2, "tp": 8, **section}).candidates(
+        **{**MODEL, "num_layers": 16}, **ISLAND)
+    assert {c.virtual_stages for c in found if c.pp_schedule == "interleaved-1f1b"} == expected

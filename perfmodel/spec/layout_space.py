@@ -13,8 +13,13 @@ What is enumerated when a field is left free (the defaults), and why:
   * cp: 1 (context parallelism runs only on CUDA and is a prior here; list values to enable it);
   * dp_replicate: 1 and the HSDP layout that shards within one node (dp_shard = the node's GPUs
     left by tp), the one torchtitan and OLMo use; list values for others;
-  * schedules: 1f1b and interleaved-1f1b with 2 virtual stages (GPipe holds all k micro-batches
-    in flight and is never faster than 1F1B at equal k: list it to compare);
+  * schedules: 1f1b and interleaved-1f1b (GPipe holds all k micro-batches in flight and is never
+    faster than 1F1B at equal k: list it to compare);
+  * virtual stages (interleaved-1f1b): powers of two from 2 up to `max_virtual_stages`, default
+    DEFAULT_MAX_VIRTUAL_STAGES (4), and at most the blocks per pipeline rank. V stages per rank
+    divide the bubble by about V and multiply the stage-boundary sends by V; the table walks each
+    rank's schedule for its memory, which costs about V times more per V, so the default stops
+    at 4 (a deeper search: `max_virtual_stages: 8`, `shardmeter layout --max-virtual-stages 8`);
   * sequence_parallel: on (it moves the bytes of tensor parallelism's all-reduces as an
     all-gather and a reduce-scatter and divides norm activations by tp);
   * async_tp: off (CUDA only, a prior);
@@ -47,6 +52,10 @@ _KEYS = (*_DEGREES, *(f"max_{d}" for d in _DEGREES), "schedules", "sequence_para
          "async_tp", "compute_dtype")
 
 
+DEFAULT_MAX_VIRTUAL_STAGES = 4
+"""The most virtual stages per pipeline rank the default space tries (module doc)."""
+
+
 def _powers_of_two(limit: int) -> tuple[int, ...]:
     out, p = [], 1
     while p <= limit:
@@ -67,8 +76,9 @@ class LayoutSpace:
     """Context-parallel degrees allowed."""
     dp_replicate: tuple[int, ...] | None = None
     """HSDP replica counts allowed (None: 1 and the shard-within-a-node layout)."""
-    virtual_stages: tuple[int, ...] = (2,)
-    """Virtual stages tried with interleaved-1f1b."""
+    virtual_stages: tuple[int, ...] | None = None
+    """Virtual stages tried with interleaved-1f1b (None: powers of two from 2 up to
+    max_virtual_stages, default DEFAULT_MAX_VIRTUAL_STAGES)."""
     ep: tuple[int, ...] | None = None
     """Expert-parallel degrees allowed (None: for an MoE model every divisor of dp_shard · cp
     that divides its routed experts; 1 for a dense model)."""
@@ -213,7 +223,8 @@ class LayoutSpace:
             if schedule != "interleaved-1f1b":
                 out.append({"pp_schedule": schedule})
                 continue
-            for v in self._allowed("virtual_stages", self.virtual_stages, (2,)):
+            most = self.maxima.get("max_virtual_stages", DEFAULT_MAX_VIRTUAL_STAGES)
+            for v in self._allowed("virtual_stages", self.virtual_stages, _powers_of_two(most)):
                 if v >= 2 and pp * v <= num_layers:
                     out.append({"pp_schedule": schedule, "virtual_stages": v})
         return out

@@ -87,6 +87,9 @@ def _compact_row(entry: dict[str, Any]) -> dict[str, str]:
 @click.option("--max-pp", type=int, default=None, help="Largest pipeline degree.")
 @click.option("--max-ep", type=int, default=None,
               help="Largest expert-parallel degree (mixture-of-experts models).")
+@click.option("--max-virtual-stages", type=int, default=None,
+              help="Interleaved 1F1B is tried with 2, 4, ... up to this many virtual stages per "
+                   "pipeline rank (default 4; more search deeper, at more time).")
 @click.option("--explain", "named", default=None, metavar="LAYOUT",
               help="Where a layout ranks and what beating the best takes, e.g. "
                    "tp=8,pp=16,dp_shard=128,v=4,ac=none.")
@@ -96,7 +99,8 @@ def _compact_row(entry: dict[str, Any]) -> dict[str, str]:
 @format_option()
 def layout(model_name: str, gpu_name: str, nodes: int, gpus_per_node: int, seq_len: int,
            global_batch: int, top: int, ac_modes: tuple[str, ...], max_tp: int | None,
-           max_pp: int | None, max_ep: int | None, named: str | None,
+           max_pp: int | None, max_ep: int | None, max_virtual_stages: int | None,
+           named: str | None,
            profile_name: str | None, wide: bool, fmt: str, recipe_name: str, **flags: Any) -> None:
     """Rank the layouts (tp, pp, cp, HSDP, ep, schedule, checkpointing, micro-batch) of one
     island of MODEL for a global batch, by throughput."""
@@ -104,6 +108,7 @@ def layout(model_name: str, gpu_name: str, nodes: int, gpus_per_node: int, seq_l
                              gpus_per_node=gpus_per_node, seq_len=seq_len,
                              global_batch=global_batch, top=top, ac_modes=ac_modes,
                              max_tp=max_tp, max_pp=max_pp, max_ep=max_ep,
+                             max_virtual_stages=max_virtual_stages,
                              profile_name=profile_name, recipe_name=recipe_name, **flags)
     if named is not None:
         result = explain(request, named)
@@ -122,10 +127,10 @@ def layout_request(*, model_name: str, gpu_name: str, nodes: int, gpus_per_node:
                    seq_len: int, global_batch: int, top: int, ac_modes: tuple[str, ...],
                    max_tp: int | None, max_pp: int | None, max_ep: int | None,
                    profile_name: str | None, recipe_name: str,
-                   **flags: Any) -> LayoutRequest:
+                   max_virtual_stages: int | None = None, **flags: Any) -> LayoutRequest:
     """The `LayoutRequest` of the command's options (the recipe flags in `flags`)."""
-    parallel = {k: v for k, v in (("max_tp", max_tp), ("max_pp", max_pp), ("max_ep", max_ep))
-                if v is not None}
+    parallel = {k: v for k, v in (("max_tp", max_tp), ("max_pp", max_pp), ("max_ep", max_ep),
+                                  ("max_virtual_stages", max_virtual_stages)) if v is not None}
     return LayoutRequest(
         workload=api.WorkloadSpec(model_name=model_name, gpu_name=gpu_name, nodes=nodes,
                                   gpus_per_node=gpus_per_node, seq_len=seq_len,

@@ -164,8 +164,10 @@ class Training(_Strict):
     wins."""
     parallel: dict[str, Any] | None = None
     """Parallel layouts the island tables may use: pinned degrees (`tp: 8`), limits (`max_tp`,
-    `max_pp`), schedules (`schedules: [1f1b]`), `compute_dtype`, ...; passed through untouched to
-    the performance model, which validates it (None: its default, plain FSDP)."""
+    `max_pp`; `max_virtual_stages`, default 4, sets how deep interleaved 1F1B is searched),
+    schedules (`schedules: [1f1b]`), `compute_dtype`, ...; passed through untouched to the
+    performance model, which validates it (None: its default, plain FSDP; `{}`: every layout,
+    `perfmodel.spec.layout_space`)."""
     compute_dtype: str | list[str] | None = None
     """The block linears' matmul dtype (bf16, fp8-tensorwise, fp8-rowwise, mxfp8): one value
     pins it (as `recipe: {compute_dtype: ...}` would), a list lets the planner choose per island
