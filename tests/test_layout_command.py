@@ -103,3 +103,13 @@ def test_the_commands_view_of_a_shorter_top_is_the_rankings_head(request_, ranki
             emit_ranking(req, ranked, fmt=fmt, wide=False)
         assert buffer.getvalue() == result.output, fmt
         assert len(result.output.splitlines()) > 5
+
+
+@pytest.mark.parametrize("flag", ["--max-tp", "--max-pp", "--max-ep", "--max-virtual-stages"])
+def test_a_bad_limit_flag_is_named_as_typed(run_cli, flag: str) -> None:  # type: ignore[no-untyped-def]
+    """A limit of 0 is refused before any table is built, naming the flag (not the layout
+    space's field it becomes), exit 2."""
+    result = run_cli("layout", MODEL, "--gpu", GPU, "--seq-len", str(SEQ), "--global-batch",
+                     str(BATCH), flag, "0")
+    assert result.code == 2
+    assert f"{flag} 0: must be > 0" in result.err and "To fix:" in result.err

@@ -17,6 +17,7 @@ from perfmodel.api.layout import (
     rank_layouts,
     require_a_layout,
 )
+from perfmodel.api.workload import positive
 from perfmodel.numbers import format_number, format_percent
 from planner.cli.common import (
     SCHEMA_VERSION,
@@ -131,6 +132,8 @@ def layout_request(*, model_name: str, gpu_name: str, nodes: int, gpus_per_node:
     """The `LayoutRequest` of the command's options (the recipe flags in `flags`)."""
     parallel = {k: v for k, v in (("max_tp", max_tp), ("max_pp", max_pp), ("max_ep", max_ep),
                                   ("max_virtual_stages", max_virtual_stages)) if v is not None}
+    for key, value in parallel.items():  # named by its flag, not as the space's field
+        positive("--" + key.replace("_", "-"), value, limit="flag_int")
     return LayoutRequest(
         workload=api.WorkloadSpec(model_name=model_name, gpu_name=gpu_name, nodes=nodes,
                                   gpus_per_node=gpus_per_node, seq_len=seq_len,
