@@ -17,9 +17,9 @@ What is enumerated when a field is left free (the defaults), and why:
     faster than 1F1B at equal k: list it to compare);
   * virtual stages (interleaved-1f1b): powers of two from 2 up to `max_virtual_stages`, default
     DEFAULT_MAX_VIRTUAL_STAGES (4), and at most the blocks per pipeline rank. V stages per rank
-    divide the bubble by about V and multiply the stage-boundary sends by V; the table walks each
-    rank's schedule for its memory, which costs about V times more per V, so the default stops
-    at 4 (a deeper search: `max_virtual_stages: 8`, `shardmeter layout --max-virtual-stages 8`);
+    divide the bubble by about V and multiply the stage-boundary sends by V. The table walks each
+    rank's schedule for its memory, a walk V times as long at V stages, so the default stops at 4
+    (a deeper search: `max_virtual_stages: 8`, `shardmeter layout --max-virtual-stages 8`);
   * sequence_parallel: on (it moves the bytes of tensor parallelism's all-reduces as an
     all-gather and a reduce-scatter and divides norm activations by tp);
   * async_tp: off (CUDA only, a prior);
