@@ -7,12 +7,12 @@ Run: python -m benchmarks.bench_ci [--log PATH] [--keep]
 What it does: `git clone` of HEAD (committed work only: a dirty working tree is not what CI
 sees, so it is named in the output and not measured) into a temporary folder, then `bash
 .ci/run` there with nothing but the clone: its own venv, install, ruff, mypy and the whole test
-suite, as CI runs it. stdout and stderr go to `--log` as they come (default: ci.log in the
-clone's parent; `tail -f` it to follow the run, which takes minutes). The wall seconds of the
-command, the seconds `.ci/run` itself reports at its end (`done at N s`) and pytest's own summary
-(tests passed, seconds) are parsed from the log; a run that fails (nonzero exit, or no `done at`
-line) writes nothing to the doc and exits 1 naming the log. Each rerun replaces the block, so
-the doc holds the latest measurement and the commit it measured.
+suite, as CI runs it. Its stdout and stderr go to `--log` as they come (default: ci.log in the
+clone's parent) and to this command's stderr (pytest's progress: the run takes minutes). The
+wall seconds of the command, the seconds `.ci/run` itself reports at its end (`done at N s`)
+and pytest's own summary (tests passed, seconds) are parsed from the log; a run that fails
+(nonzero exit, or no `done at` line) writes nothing to the doc and exits 1 naming the log. Each
+rerun replaces the block, so the doc holds the latest measurement and the commit it measured.
 """
 
 from __future__ import annotations
@@ -78,9 +78,15 @@ def run_ci(clone: Path, log: Path) -> CiRun:
     subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
     logger.info("cloned %s into %s; running .ci/run (log: %s)", commit[:10], clone, log)
     start = time.perf_counter()
-    with log.open("w") as handle:
-        code = subprocess.run(["bash", ".ci/run"], cwd=clone, stdout=handle,
-                              stderr=subprocess.STDOUT, check=False).returncode
+    with log.open("w") as handle, subprocess.Popen(
+            ["bash", ".ci/run"], cwd=clone, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            text=True, errors="replace") as proc:
+        assert proc.stdout is not None  # piped above
+        for line in proc.stdout:  # the log as it comes, and the run's progress on stderr
+            handle.write(line)
+            handle.flush()
+            sys.stderr.write(line)
+        code = proc.wait()
     wall_s = time.perf_counter() - start
     inside_s, pytest_s, summary = parse_log(log.read_text(errors="replace"))
     if code != 0 or inside_s is None:
