@@ -177,12 +177,54 @@ def test_single_island_plan_band_is_predicts_step_band_times_the_steps(tmp_path:
         micro_batch=island.micro_batch, accum=island.accum_steps)).record
     assert prediction["step_time_s"] == pytest.approx(island.step_time_s, rel=1e-12)
     assert prediction["interval_widened"] == []
+    assert "interval_extrapolation" not in record  # inside its residuals, as predict says
     group = record["interval_groups"][island.cluster]
     assert prediction["interval_group"] == group
     assert (len(ratios(group, "step_time_s")) + 1) % 10 != 0
     for suffix in ("p10", "p90"):
         assert record[f"wall_time_s_{suffix}"] == pytest.approx(
             steps * prediction[f"step_time_s_{suffix}"], rel=1e-12), suffix
+
+
+def test_a_plan_beyond_its_residuals_names_why_as_predict_does(run_cli) -> None:
+    """The 405B instance's one island (16,384 H100, a pipeline layout) lies beyond the calibrated
+    residuals: the plan names the island and exactly the reasons `predict` widens its band for
+    the same configuration, the note says this band is not widened, the table says so, and
+    the JSON validates. The case study's two DiLoCo islands are named together, with the outer
+    step as the reason."""
+    from perfmodel.api import WorkloadSpec, predict
+    from perfmodel.spec.layout import ParallelLayout
+    from perfmodel.spec.recipe import DEFAULT_RECIPE
+
+    answer = api.query(api.QueryRequest(
+        instance_paths=(ROOT / "instances" / "llama-405b-h100.yaml",), objective="time"))
+    assert isinstance(answer, api.PlanAnswer)
+    record, (island,) = answer.record, answer.plan.islands
+    row = dict(island.variant)
+    layout = ParallelLayout(tp=int(row["tp"]), pp=int(row["pp"]), cp=int(row["cp"]),
+                            dp_replicate=int(row["dp_replicate"]),
+                            virtual_stages=int(row["virtual_stages"]),
+                            pp_schedule=row["pp_schedule"],
+                            sequence_parallel=row["sequence_parallel"] == "true")
+    training = answer.solved.instance.training
+    prediction = predict(WorkloadSpec(
+        model_name=answer.solved.instance.model, gpu_name=island.gpu_type, nodes=island.nodes,
+        gpus_per_node=island.gpus_per_node, seq_len=training.seq_len,
+        micro_batch=island.micro_batch, accum=island.accum_steps,
+        recipe=DEFAULT_RECIPE.with_overrides(ac=row["ac"], parallel=layout))).record
+    assert prediction["step_time_s"] == pytest.approx(island.step_time_s, rel=1e-9)
+    assert len(prediction["interval_widened"]) == 3
+    assert record["interval_extrapolation"] == (
+        f"{island.cluster} {island.nodes}x{island.gpus_per_node}: "
+        + ", ".join(prediction["interval_widened"]))
+    assert "NOT widened" in record["interval_note"]
+    shown = run_cli("plan", str(ROOT / "instances" / "llama-405b-h100.yaml")).out
+    assert "band not widened beyond its residuals: h100-16k 2048x8" in " ".join(shown.split())
+    document = json.loads(run_cli("plan", str(CASE), "--format", "json").out)
+    assert list(jsonschema.Draft202012Validator(load_schema("plan")).iter_errors(document)) == []
+    text = document["interval_extrapolation"]
+    assert text.count("strategy diloco") == 1  # one reason, both islands named before it
+    assert all(f"{cluster} " in text.split(":")[0] for cluster in document["interval_groups"])
 
 
 def test_plan_json_and_csv_carry_the_band(run_cli, mixed_path: Path) -> None:

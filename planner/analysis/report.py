@@ -413,12 +413,13 @@ def groups_cell(groups: Mapping[str, str]) -> str:
 def group_rows(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """Plan and frontier CSV: one row per island group of every plan record, the plan's figures
     (with the p10/p90 band of time, cost and tokens/s, and its residual groups as
-    `interval_groups` "A=prior;B=calibrated", where the record has them) repeated on each of its
-    rows, then the group's (`group_` summed tokens/s, USD/h, cost)."""
+    `interval_groups` "A=prior;B=calibrated", and `interval_extrapolation` where the record has
+    them) repeated on each of its rows, then the group's (`group_` summed tokens/s, USD/h,
+    cost)."""
     plan_keys = ("point", "wall_time_h", "wall_time_s", *_band_keys("wall_time_s"), "cost_usd",
                  *_band_keys("cost_usd"), "usd_per_hour_saved", "near_duplicate", "tokens_per_s",
                  *_band_keys("tokens_per_s"), "num_gpus", "usd_per_hour", "goodput",
-                 "interval_level")
+                 "interval_level", "interval_extrapolation")
     rows = []
     for record in records:
         head = {k: record[k] for k in plan_keys if k in record}

@@ -410,6 +410,9 @@ def _band_line(record: dict[str, Any]) -> None:
                  f"{format_duration(record['wall_time_s_p90'])}, "
                  f"{format_usd(record['cost_usd_p10'])} – {format_usd(record['cost_usd_p90'])} "
                  f"(residual groups {groups})", indent="  ")
+    if record.get("interval_extrapolation"):  # the band is not widened there: say so here
+        echo_wrapped(f"band not widened beyond its residuals: {record['interval_extrapolation']}",
+                     indent="  ")
 
 
 def _solve_line(meta: dict[str, Any]) -> str:

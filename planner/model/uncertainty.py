@@ -73,7 +73,12 @@ wall_time_s equal to its own wall_time_s_p90. No band (and `interval_note` says 
 failure model is on (its figures are expectations over failures, not quantiles of this model,
 as --quantile refuses it), where the island table has no provenance column, or where a group has
 too few calibration ratios. No widening by extrapolation applies (unlike `predict`'s bands): the
-planner's model is the one --quantile plans are solved under. Hence the relation to `predict`:
+planner's model is the one --quantile plans are solved under. It is said instead: where a plan's
+island lies beyond what its group's calibration rows cover (`perfmodel.uncertainty.intervals.
+extrapolation` of the island's GPUs, the instance's sequence length and model size, the row's
+layout kind and, for a plan of several islands, DiLoCo's outer step), the record's
+`interval_extrapolation` names the island and why, and `interval_note` says the band is not
+widened there. Hence the relation to `predict`:
 a single-island plan (σ = 0) has W = steps·r·t, so its wall_time_s_p10/_p90 are `predict`'s
 step_time_s_p10/_p90 of the same configuration times the step count D/(B·S) wherever `predict`
 does not widen (same ratios, same F_g⁻¹ at 0.1/0.9); where it widens (the configuration lies
@@ -115,7 +120,9 @@ from perfmodel.facts import (
     quantile_function,
     read_text,
 )
-from perfmodel.spec.errors import ConfigError, InstanceError, UserInputError
+from perfmodel.spec.catalog import get_model
+from perfmodel.spec.errors import ConfigError, InstanceError, ShardMeterError, UserInputError
+from perfmodel.uncertainty.intervals import Query, extrapolation, layout_kind
 from planner.model.evaluate import build_problem, cost_usd, evaluate, wall_time_s
 from planner.model.instance import Instance
 from planner.model.problem import Plan, Problem
@@ -319,6 +326,10 @@ BAND_NOTE = ("80 % band (p10/p90) of the comonotone step-time error model, {sour
              "CO2 bands are the time band through the power model's point (the power model's own "
              "error is not included: no energy measurement validates it)")
 """`interval_note` of a plan with a band."""
+EXTRAPOLATION_NOTE = ("; NOT widened where the plan's islands lie beyond their group's residuals "
+                      "(interval_extrapolation names them): `shardmeter predict` widens its band "
+                      "there, so read this one as narrower than the evidence supports")
+"""Added to `interval_note` when a plan's island extrapolates (module docstring)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -334,6 +345,32 @@ class PlanBands:
     """The two-sided level of `*_lo`/`*_hi` (--interval); None: the 80 % band only."""
     note: str
     """What the band covers, or why a plan has none."""
+    seq_len: int = 0
+    """The instance's sequence length (with `params`: where its islands lie, to compare with
+    what each group's residuals cover)."""
+    params: int = 0
+    """The model's total parameters (0: not known, nothing compared)."""
+
+    def extrapolation(self, plan: Plan) -> str:
+        """Each island of `plan` beyond its group's calibration rows and why ('': none; module
+        docstring, "The band of every plan")."""
+        if not self.params:
+            return ""
+        strategy = "diloco" if len(plan.islands) > 1 else "fsdp"
+        by_reasons: dict[str, list[str]] = {}   # reasons -> the islands they apply to
+        for island in plan.islands:
+            group = self.groups.get(island.cluster, "")
+            variant = dict(island.variant)
+            query = Query(num_gpus=island.nodes * island.gpus_per_node, seq_len=self.seq_len,
+                          params=self.params, strategy=strategy,
+                          layout=layout_kind(int(variant.get("tp", 1)), int(variant.get("pp", 1))))
+            reasons = [r for g in group.split("+") if g for r in extrapolation(g, query)]
+            if reasons:
+                names = by_reasons.setdefault(", ".join(dict.fromkeys(reasons)), [])
+                label = f"{island.cluster} {island.nodes}x{island.gpus_per_node}"
+                if label not in names:
+                    names.append(label)
+        return "; ".join(f"{', '.join(names)}: {why}" for why, names in by_reasons.items())
 
     def suffixes(self) -> dict[str, float]:
         """Key suffix -> U of a rising figure: p10, p90 (and lo, hi at `level`)."""
@@ -359,6 +396,10 @@ class PlanBands:
             "interval_groups": {c: self.groups[c] for c in sorted({i.cluster
                                                                    for i in plan.islands})},
             "interval_note": self.note}
+        beyond = self.extrapolation(plan)
+        if beyond:
+            stated["interval_extrapolation"] = beyond
+            stated["interval_note"] = self.note + EXTRAPOLATION_NOTE
         if self.level is not None:
             stated["interval_level"] = self.level
         return extra, stated
@@ -419,7 +460,17 @@ def _plan_bands(instance: Instance, table: pd.DataFrame, reference: Problem,
     named = table.groupby("cluster")[GROUP_COLUMN].unique()
     groups = {str(c): "+".join(sorted(str(g) for g in v)) for c, v in named.items()}
     return PlanBands(problems=problems, groups=groups, level=level,
-                     note=BAND_NOTE.format(source=model.source))
+                     note=BAND_NOTE.format(source=model.source),
+                     seq_len=instance.training.seq_len, params=_parameters(instance))
+
+
+def _parameters(instance: Instance) -> int:
+    """The instance model's total parameters (0 when it cannot be read: then no island is
+    compared with the residuals' ranges, and nothing is claimed about them)."""
+    try:
+        return int(get_model(instance.model_ref).total_params)
+    except ShardMeterError:
+        return 0
 
 
 def _pair_key(pair: Any) -> tuple[Any, ...]:
