@@ -12,7 +12,9 @@ limits every user file goes through (`perfmodel.spec.inputs`; an interval level'
 (`perfmodel.uncertainty.conformal.conformal_quantile`, its level's check `check_quantile` and
 its vectorised `quantile_function`),
 which the planner's error model reads as `predict`'s bands do, with the residuals file's contract
-(`perfmodel.uncertainty.contract`). Every name here has its home in
+(`perfmodel.uncertainty.contract`) and the rule that says where a configuration lies beyond what
+a group's residuals cover (`perfmodel.uncertainty.intervals.extrapolation`, with its `Query` and
+`layout_kind`), which a plan's band states as `predict`'s does. Every name here has its home in
 `perfmodel.spec` (the provenances in `perfmodel.profiles.profile`);
 this module only names the ones the planner may use, so the planner never reaches into
 `perfmodel.spec.catalog` and a change of the catalogs' internals stays inside the performance
@@ -76,9 +78,12 @@ from perfmodel.uncertainty.conformal import (
 from perfmodel.uncertainty.contract import COLUMNS as RESIDUAL_COLUMNS
 from perfmodel.uncertainty.contract import GROUPS as RESIDUAL_GROUPS
 from perfmodel.uncertainty.contract import ROLES as RESIDUAL_ROLES
-from perfmodel.uncertainty.intervals import check_level
+from perfmodel.uncertainty.intervals import Query, check_level, extrapolation, layout_kind
 
 __all__ = [
+    "Query",
+    "extrapolation",
+    "layout_kind",
     "RESIDUAL_COLUMNS",
     "RESIDUAL_GROUPS",
     "RESIDUAL_ROLES",

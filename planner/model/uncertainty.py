@@ -114,15 +114,17 @@ from perfmodel.facts import (
     RESIDUAL_COLUMNS,
     RESIDUAL_GROUPS,
     RESIDUAL_ROLES,
+    Query,
     catalog_dir,
     check_quantile,
     conformal_quantile,
+    extrapolation,
+    layout_kind,
+    model_parameters,
     quantile_function,
     read_text,
 )
-from perfmodel.spec.catalog import get_model
 from perfmodel.spec.errors import ConfigError, InstanceError, ShardMeterError, UserInputError
-from perfmodel.uncertainty.intervals import Query, extrapolation, layout_kind
 from planner.model.evaluate import build_problem, cost_usd, evaluate, wall_time_s
 from planner.model.instance import Instance
 from planner.model.problem import Plan, Problem
@@ -468,7 +470,7 @@ def _parameters(instance: Instance) -> int:
     """The instance model's total parameters (0 when it cannot be read: then no island is
     compared with the residuals' ranges, and nothing is claimed about them)."""
     try:
-        return int(get_model(instance.model_ref).total_params)
+        return model_parameters(instance.model_ref)
     except ShardMeterError:
         return 0
 
