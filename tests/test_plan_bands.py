@@ -258,10 +258,14 @@ def test_no_band_is_said_not_dropped(run_cli) -> None:
 
 
 def test_html_report_shows_the_band_of_a_real_plan(tmp_path: Path) -> None:
-    """The HTML report prints 'p10–p90 a – b' for the chosen plan of a real instance."""
+    """The HTML report prints 'p10–p90 a – b' for the chosen plan of a real instance, and that
+    the band is not widened where the plan's islands lie beyond their residuals (the case
+    study's two DiLoCo islands)."""
     page = tmp_path / "plan.html"
     api.query(api.QueryRequest(instance_paths=(CASE,), objective="time", html_path=page))
-    assert "p10–p90" in page.read_text(encoding="utf-8")
+    text = page.read_text(encoding="utf-8")
+    assert "p10–p90" in text
+    assert "Band not widened beyond its residuals: A 8x8, B 8x8: strategy diloco" in text
 
 
 def test_interval_adds_lo_hi_or_is_refused(run_cli, mixed_path: Path) -> None:

@@ -154,7 +154,10 @@ def _answer_block(name: str, record: dict[str, Any], key: str, css: str) -> str:
             f"{_e(format_number(record['num_gpus']))} GPUs, "
             f"{_e(format_number(record['tokens_per_s']))} tok/s")
     groups = "".join(f"<li>{_e(g['description'])}</li>" for g in record["island_groups"])
-    return f"<div class=\"answer {css}\"><p>{head}</p><ul>{groups}</ul></div>"
+    beyond = record.get("interval_extrapolation")  # the band is not widened there: say so
+    note = (f"<p class=\"note\">Band not widened beyond its residuals: {_e(beyond)}</p>"
+            if beyond else "")
+    return f"<div class=\"answer {css}\"><p>{head}</p><ul>{groups}</ul>{note}</div>"
 
 
 def _chart(records: Sequence[dict[str, Any]], key: str, metric: str,
