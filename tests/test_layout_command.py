@@ -55,6 +55,15 @@ def test_the_best_layout_explained_is_rank_one_with_no_gap(request_, ranking) ->
         named += f",v={layout['virtual_stages']},schedule={layout['pp_schedule']}"
     result = explain(request_, named)
     assert result.rank == 1 and result.gap_pct == pytest.approx(0.0, abs=1e-9)
+    assert not any("outside the layouts searched" in line for line in result.lines)
+
+
+def test_a_named_layout_outside_the_search_says_so(request_) -> None:  # type: ignore[no-untyped-def]
+    """tp 4 lies beyond the request's max_tp 2: it is ranked among the searched layouts, and the
+    explanation says that layouts like it were not searched."""
+    result = explain(request_, "tp=4,pp=1,dp_shard=2,ac=full")
+    assert result.rank is not None
+    assert any("outside the layouts searched" in line for line in result.lines)
 
 
 def test_a_named_layout_that_cannot_run_says_why(request_) -> None:  # type: ignore[no-untyped-def]

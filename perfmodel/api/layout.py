@@ -316,6 +316,11 @@ def explain(request: LayoutRequest, named: str) -> Explanation:
     lines = [f"{text} with ac {mode} ranks {rank} of {len(ranked)}: "
              f"{entry['tokens_per_s_per_gpu']:.0f} tokens/s/GPU, MFU {entry['mfu']:.1%} "
              f"(m {entry['micro_batch']}, k {entry['accum']}; {entry['why']})."]
+    searched = set(rows.rows["layout"]) | {r.layout.describe() for r in rows.rejected}
+    if text not in searched:  # ranked among the searched layouts, which hold none like it
+        lines.append("It lies outside the layouts searched (the default space or the limits "
+                     "given), so layouts like it were not ranked: widen the search (e.g. "
+                     "--max-virtual-stages, --max-tp, --max-pp) to compare them.")
     if rank == 1:
         lines.append("It is the best layout of the ones considered.")
     else:
