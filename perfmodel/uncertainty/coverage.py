@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import csv
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -179,9 +179,9 @@ def printed_coverage(cases: Sequence[PrintedCase]) -> list[PrintedCoverageRow]:
     rows = []
     for group in dict.fromkeys(c.group for c in cases):
         mine = [c for c in cases if c.group == group]
-        sources = list(dict.fromkeys(c.source for c in mine))
-        parts = ([("all", mine)] if len(sources) > 1 else []) + \
-            [(s, [c for c in mine if c.source == s]) for s in sources]
+        sources = [c.source for c in mine]
+        parts = [(name, [mine[i] for i in index])
+                 for name, index in _source_parts(sources, dict.fromkeys(sources))]
         rows += [PrintedCoverageRow(
             group=group, source=source, cases=len(part),
             covered=float(np.mean([c.inside for c in part])),
@@ -225,14 +225,23 @@ def cross_conformal_inside(pairs: Sequence[tuple[str, str, float]], *,
     return [bool(bounds[f][0] <= r <= bounds[f][1]) for f, r in zip(folds, ratios, strict=True)]
 
 
+def _source_parts(sources: Sequence[str], order: Iterable[str]) -> list[tuple[str, list[int]]]:
+    """The rows a coverage table shows for items whose sources are `sources` (one per item), as
+    (name, item indices): every item together, named by its one source or 'all' when there are
+    several, then, with several, each source apart in `order`."""
+    names = list(order)
+    everything = list(range(len(sources)))
+    if len(names) <= 1:
+        return [(names[0] if names else "all", everything)]
+    return [("all", everything)] + [(n, [i for i, s in enumerate(sources) if s == n])
+                                    for n in names]
+
+
 def _per_source(group: str, quantity: str, pairs: Sequence[tuple[str, str, float]],
                 inside: Sequence[bool], *, calibration_rows: int, lower: float, upper: float,
                 method: str) -> list[CoverageRow]:
-    sources = sorted({s for s, _, _ in pairs})
-    parts = [("all" if len(sources) > 1 else sources[0] if sources else "all",
-              list(range(len(pairs))))]
-    if len(sources) > 1:
-        parts += [(s, [i for i, p in enumerate(pairs) if p[0] == s]) for s in sources]
+    sources = [s for s, _, _ in pairs]
+    parts = _source_parts(sources, sorted(set(sources)))
     return [CoverageRow(group=group, quantity=quantity, source=source,
                         calibration_rows=calibration_rows, holdout_rows=len(index),
                         covered=float(np.mean([inside[i] for i in index])) if index

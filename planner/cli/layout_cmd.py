@@ -133,7 +133,7 @@ def layout_request(*, model_name: str, gpu_name: str, nodes: int, gpus_per_node:
     parallel = {k: v for k, v in (("max_tp", max_tp), ("max_pp", max_pp), ("max_ep", max_ep),
                                   ("max_virtual_stages", max_virtual_stages)) if v is not None}
     for key, value in parallel.items():  # named by its flag, not as the space's field
-        positive("--" + key.replace("_", "-"), value, limit="flag_int")
+        positive("--" + key.replace("_", "-"), value)   # (its size: click's BoundedInt)
     return LayoutRequest(
         workload=api.WorkloadSpec(model_name=model_name, gpu_name=gpu_name, nodes=nodes,
                                   gpus_per_node=gpus_per_node, seq_len=seq_len,
