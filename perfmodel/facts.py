@@ -14,8 +14,9 @@ its vectorised `quantile_function`),
 which the planner's error model reads as `predict`'s bands do, with the residuals file's contract
 (`perfmodel.uncertainty.contract`) and the rule that says where a configuration lies beyond what
 a group's residuals cover (`perfmodel.uncertainty.intervals.extrapolation`, with its `Query` and
-`layout_kind`), which a plan's band states as `predict`'s does. Every name here has its home in
-`perfmodel.spec` (the provenances in `perfmodel.profiles.profile`);
+`layout_kind`), which a plan's band states as `predict`'s does, with each group's record on
+held-out data (`perfmodel.uncertainty.track_record.track_record_line`). Every name here has
+its home in `perfmodel.spec` (the provenances in `perfmodel.profiles.profile`);
 this module only names the ones the planner may use, so the planner never reaches into
 `perfmodel.spec.catalog` and a change of the catalogs' internals stays inside the performance
 model. It also names the one number formatter (`perfmodel.numbers`), the one way a record gains
@@ -79,6 +80,7 @@ from perfmodel.uncertainty.contract import COLUMNS as RESIDUAL_COLUMNS
 from perfmodel.uncertainty.contract import GROUPS as RESIDUAL_GROUPS
 from perfmodel.uncertainty.contract import ROLES as RESIDUAL_ROLES
 from perfmodel.uncertainty.intervals import Query, check_level, extrapolation, layout_kind
+from perfmodel.uncertainty.track_record import track_record_line
 
 __all__ = [
     "Query",
@@ -131,4 +133,5 @@ __all__ = [
     "short_repr",
     "SourcedValue",
     "spot_capacity_wait_s",
+    "track_record_line",
 ]

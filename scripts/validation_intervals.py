@@ -25,8 +25,10 @@ from perfmodel.uncertainty.coverage import (
     leave_one_source_out,
     printed_coverage,
     rotating_gpu_coverage,
+    track_entries,
 )
 from perfmodel.uncertainty.residuals import HELD_OUT_GPU, NAMED_MODELS
+from perfmodel.uncertainty.track_record import TRACK_RECORD_JSON, track_record_text
 from scripts.validation_published import published_results
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -37,6 +39,9 @@ the command is in its .env.json): the one dataset that measures one configuratio
 FITTED_COMM = ROOT / "catalogs" / "profiles" / "data" / "cpu-comm.csv"
 """The collectives the shipped CPU profile is fitted on (their machine is compared above)."""
 LEVEL = 0.8
+TRACK_RECORD = ROOT / "catalogs" / TRACK_RECORD_JSON
+"""Written beside this part: each group's record on the cases this part scores, which every
+printed band states (`perfmodel.uncertainty.track_record`)."""
 
 
 def _pct(x: float, digits: int = 1) -> str:
@@ -89,6 +94,13 @@ def _machine_versus(path: Path, fitted: Path) -> str:
                 f"({', '.join(sorted(cpus))}) but malloc {', '.join(sorted(mallocs))} where "
                 f"those used {', '.join(sorted(fit_mallocs))}")
     return "the same CPU model and malloc as the shipped profile's collectives"
+
+
+def track_record() -> str:
+    """catalogs/uncertainty/track-record.json: the 'all' rows of the two coverage tables below,
+    with the side each miss fell on."""
+    entries = track_entries(RESIDUALS, published_results().printed_cases(), level=LEVEL)
+    return track_record_text(entries, level=LEVEL)
 
 
 def part_intervals() -> str:
@@ -174,4 +186,8 @@ def part_intervals() -> str:
                         "inside 80 % interval %", "multipliers p10-p90",
                         "width % of point"], rotated),
         repeats_text(),
+        "Each group's scored cases together (the 'all' rows of the first two tables, with the "
+        f"side each miss fell on) are written to `{TRACK_RECORD.relative_to(ROOT)}`; every "
+        "printed band states its groups' record from it (`perfmodel.uncertainty.track_record`), "
+        "a report that no band is formed from.",
     ])

@@ -266,6 +266,13 @@ def test_html_report_shows_the_band_of_a_real_plan(tmp_path: Path) -> None:
     text = page.read_text(encoding="utf-8")
     assert "p10–p90" in text
     assert "Band not widened beyond its residuals: A 8x8, B 8x8: strategy diloco" in text
+    assert "Track record: prior band held for" in text  # how far such bands held before
+
+
+def test_plan_table_states_its_groups_track_record(run_cli) -> None:
+    """The plan's band line is followed by its residual groups' record on held-out data."""
+    out = " ".join(run_cli("plan", str(CASE)).out.split())
+    assert "track record: prior band held for" in out and "held-out cases" in out
 
 
 def test_interval_adds_lo_hi_or_is_refused(run_cli, mixed_path: Path) -> None:

@@ -34,6 +34,13 @@ import numpy as np
 
 from perfmodel.uncertainty.conformal import conformal_quantile
 from perfmodel.uncertainty.intervals import calibration_ratios
+from perfmodel.uncertainty.track_record import (
+    CROSS_CONFORMAL,
+    HELD_OUT,
+    PUBLISHED,
+    TrackEntry,
+    entry_from_positions,
+)
 
 GOAL_LOW, GOAL_HIGH = 0.70, 0.90
 """Issue 27's goal for the 80 % intervals on holdout data."""
@@ -211,10 +218,15 @@ def _fold(case: str) -> int:
     return int(hashlib.sha256(case.encode()).hexdigest(), 16) % FOLDS
 
 
-def cross_conformal_inside(pairs: Sequence[tuple[str, str, float]], *,
-                           level: float) -> list[bool]:
-    """Per pair, whether its ratio lies inside the `level` interval formed from the pairs of the
-    other folds (`_fold` of the case id)."""
+def _position(ratio: float, lower: float, upper: float) -> int:
+    """-1 below the interval, 0 inside (ends included), +1 above."""
+    return -1 if ratio < lower else 1 if ratio > upper else 0
+
+
+def cross_conformal_positions(pairs: Sequence[tuple[str, str, float]], *,
+                              level: float) -> list[int]:
+    """Per pair, where its ratio lies against the `level` interval formed from the pairs of the
+    other folds (`_fold` of the case id): `_position`."""
     folds = [_fold(case) for _, case, _ in pairs]
     ratios = np.array([r for _, _, r in pairs])
     bounds = {}
@@ -222,7 +234,14 @@ def cross_conformal_inside(pairs: Sequence[tuple[str, str, float]], *,
         others = ratios[[f != fold for f in folds]]
         bounds[fold] = (conformal_quantile(others, (1 - level) / 2),
                         conformal_quantile(others, (1 + level) / 2))
-    return [bool(bounds[f][0] <= r <= bounds[f][1]) for f, r in zip(folds, ratios, strict=True)]
+    return [_position(float(r), *bounds[f]) for f, r in zip(folds, ratios, strict=True)]
+
+
+def cross_conformal_inside(pairs: Sequence[tuple[str, str, float]], *,
+                           level: float) -> list[bool]:
+    """Per pair, whether its ratio lies inside the `level` interval formed from the pairs of the
+    other folds (`cross_conformal_positions` == 0)."""
+    return [p == 0 for p in cross_conformal_positions(pairs, level=level)]
 
 
 def _source_parts(sources: Sequence[str], order: Iterable[str]) -> list[tuple[str, list[int]]]:
@@ -320,3 +339,35 @@ def rotating_gpu_coverage(path: Path, *, level: float = 0.8) -> list[CoverageRow
             covered=float(np.mean([lower <= r <= upper for r in mine])), lower=lower,
             upper=upper))
     return rows
+
+
+def track_entries(path: Path, printed: Sequence[PrintedCase], *,
+                  level: float = 0.8) -> list[TrackEntry]:
+    """Each group's track record (`perfmodel.uncertainty.track_record`): its every scored case
+    as `coverage` scores it (the 'all' row: SPLIT on holdout rows, else CROSS), then its
+    published runs as `printed_coverage` scores them, with the side each miss fell on."""
+    calibration: Mapping[tuple[str, str], np.ndarray] = calibration_ratios(path)
+    by_role = _pairs(path)
+    holdout, own = by_role.get("holdout", {}), by_role.get("calibration", {})
+    entries = []
+    for (group, quantity), sample in calibration.items():
+        held = holdout.get((group, quantity), [])
+        if held:
+            lower = conformal_quantile(sample, (1 - level) / 2)
+            upper = conformal_quantile(sample, (1 + level) / 2)
+            positions = [_position(r, lower, upper) for _, _, r in held]
+            scored, pairs = HELD_OUT, held
+        else:
+            pairs = own[(group, quantity)]
+            positions = cross_conformal_positions(pairs, level=level)
+            scored = CROSS_CONFORMAL
+        entries.append(entry_from_positions(group=group, scored=scored, quantity=quantity,
+                                            sources=[s for s, _, _ in pairs],
+                                            positions=positions))
+    for group in dict.fromkeys(c.group for c in printed):
+        mine = [c for c in printed if c.group == group]
+        entries.append(entry_from_positions(
+            group=group, scored=PUBLISHED, quantity="tokens_per_s_per_gpu",
+            sources=[c.source for c in mine],
+            positions=[_position(c.measured, c.lower, c.upper) for c in mine]))
+    return entries

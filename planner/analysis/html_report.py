@@ -29,7 +29,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from perfmodel.facts import __version__, format_duration, format_number, format_usd
+from perfmodel.facts import (
+    __version__,
+    format_duration,
+    format_number,
+    format_usd,
+    track_record_line,
+)
 from planner.analysis import report
 from planner.model.instance import Instance
 from planner.model.problem import Problem
@@ -157,6 +163,9 @@ def _answer_block(name: str, record: dict[str, Any], key: str, css: str) -> str:
     beyond = record.get("interval_extrapolation")  # the band is not widened there: say so
     note = (f"<p class=\"note\">Band not widened beyond its residuals: {_e(beyond)}</p>"
             if beyond else "")
+    track = track_record_line(record.get("interval_groups", {}).values())
+    if track and "wall_time_s_p10" in record:  # how far such bands have held before
+        note += f"<p class=\"note\">{_e(track[0].upper() + track[1:])}</p>"
     return f"<div class=\"answer {css}\"><p>{head}</p><ul>{groups}</ul>{note}</div>"
 
 

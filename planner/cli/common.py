@@ -38,6 +38,7 @@ from perfmodel.numbers import (
 from perfmodel.spec.errors import ShardMeterError, UserInputError, did_you_mean
 from perfmodel.spec.inputs import LIMITS
 from perfmodel.spec.recipe import AC_MODES, canonical_ac
+from perfmodel.uncertainty.track_record import track_record_line
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -414,6 +415,9 @@ def emit_interval_table(record: Mapping[str, Any]) -> None:
     widened = [*record.get("interval_widened", []), *record.get("memory_interval_widened", [])]
     if widened:
         echo_wrapped("widened: " + "; ".join(widened))
+    track = track_record_line(groups)
+    if track:  # how far the band has held before: the reader weighs it with this
+        echo_wrapped(track)
     emit_compact(rows, width=terminal_width())
 
 

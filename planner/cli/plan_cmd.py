@@ -14,6 +14,7 @@ from typing import Any
 import click
 
 from perfmodel.numbers import format_duration, format_number, format_percent, format_usd
+from perfmodel.uncertainty.track_record import track_record_line
 from planner import api
 from planner.analysis import report
 from planner.api import DEFAULT_TIME_LIMIT_S
@@ -413,6 +414,9 @@ def _band_line(record: dict[str, Any]) -> None:
     if record.get("interval_extrapolation"):  # the band is not widened there: say so here
         echo_wrapped(f"band not widened beyond its residuals: {record['interval_extrapolation']}",
                      indent="  ")
+    track = track_record_line(record["interval_groups"].values())
+    if track:  # how far such bands have held before
+        echo_wrapped(track, indent="  ")
 
 
 def _solve_line(meta: dict[str, Any]) -> str:
