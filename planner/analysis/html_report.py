@@ -39,6 +39,7 @@ from perfmodel.facts import (
 from planner.analysis import report
 from planner.model.instance import Instance
 from planner.model.problem import Problem
+from planner.model.uncertainty import EXTRAPOLATION_LABEL
 
 CHART_WIDTH_PX = 760
 """Width of the frontier chart (SVG user units = CSS px at 100 % zoom)."""
@@ -151,6 +152,11 @@ def _answer(records: Sequence[dict[str, Any]], meta: dict[str, Any], problem: Pr
     return "\n".join(parts)
 
 
+def _sentence(text: str) -> str:
+    """`text` with its first letter capitalised (a table's lower-case label as a paragraph)."""
+    return text[:1].upper() + text[1:]
+
+
 def _answer_block(name: str, record: dict[str, Any], key: str, css: str) -> str:
     """'Fastest: 2.046 days, $15,020 on 128 GPUs' and one line per island group."""
     extra = "" if key == "cost_usd" else f", {_second_text(key, record.get(key))}"
@@ -161,11 +167,11 @@ def _answer_block(name: str, record: dict[str, Any], key: str, css: str) -> str:
             f"{_e(format_number(record['tokens_per_s']))} tok/s")
     groups = "".join(f"<li>{_e(g['description'])}</li>" for g in record["island_groups"])
     beyond = record.get("interval_extrapolation")  # the band is not widened there: say so
-    note = (f"<p class=\"note\">Band not widened beyond its residuals: {_e(beyond)}</p>"
+    note = (f"<p class=\"note\">{_e(_sentence(EXTRAPOLATION_LABEL))}: {_e(beyond)}</p>"
             if beyond else "")
     track = track_record_line(record.get("interval_groups", {}).values())
     if track and "wall_time_s_p10" in record:  # how far such bands have held before
-        note += f"<p class=\"note\">{_e(track[0].upper() + track[1:])}</p>"
+        note += f"<p class=\"note\">{_e(_sentence(track))}</p>"
     return f"<div class=\"answer {css}\"><p>{head}</p><ul>{groups}</ul>{note}</div>"
 
 

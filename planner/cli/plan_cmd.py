@@ -32,6 +32,7 @@ from planner.cli.common import (
     wide_option,
 )
 from planner.cli.scenario_cmd import emit_study
+from planner.model.uncertainty import EXTRAPOLATION_LABEL
 from planner.requests import DEFAULT_MIN_GAIN
 
 __all__ = ["DEFAULT_TIME_LIMIT_S", "islands", "pareto", "plan"]
@@ -412,7 +413,7 @@ def _band_line(record: dict[str, Any]) -> None:
                  f"{format_usd(record['cost_usd_p10'])} – {format_usd(record['cost_usd_p90'])} "
                  f"(residual groups {groups})", indent="  ")
     if record.get("interval_extrapolation"):  # the band is not widened there: say so here
-        echo_wrapped(f"band not widened beyond its residuals: {record['interval_extrapolation']}",
+        echo_wrapped(f"{EXTRAPOLATION_LABEL}: {record['interval_extrapolation']}",
                      indent="  ")
     track = track_record_line(record["interval_groups"].values())
     if track:  # how far such bands have held before

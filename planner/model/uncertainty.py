@@ -332,6 +332,8 @@ EXTRAPOLATION_NOTE = ("; NOT widened where the plan's islands lie beyond their g
                       "(interval_extrapolation names them): `shardmeter predict` widens its band "
                       "there, so read this one as narrower than the evidence supports")
 """Added to `interval_note` when a plan's island extrapolates (module docstring)."""
+EXTRAPOLATION_LABEL = "band not widened beyond its residuals"
+"""How the plan table and the HTML report introduce `interval_extrapolation`."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
