@@ -38,7 +38,6 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from perfmodel.spec.errors import ConfigError, UserInputError
-from perfmodel.spec.pipeline import check_stage_count
 
 PP_SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b")
 """Pipeline schedules: GPipe, 1F1B and interleaved 1F1B with virtual stages."""
@@ -244,7 +243,12 @@ class ParallelLayout:
                 f"cp {self.cp} cannot split the sequence {seq_len} into {2 * self.cp} equal "
                 "chunks (load-balanced causal context parallelism)",
                 hint=f"use a sequence length that is a multiple of {2 * self.cp}, or another cp.")
-        check_stage_count(num_layers, self.pp, self.virtual_stages)
+        stages = self.pp * self.virtual_stages
+        if stages > num_layers:
+            raise UserInputError(
+                f"{stages} pipeline stages (pp {self.pp} x virtual_stages "
+                f"{self.virtual_stages}) for {num_layers} blocks: a stage would hold none",
+                hint=_fewer_stages_hint(num_layers, self.pp))
 
     def check_experts(self, num_experts: int) -> None:
         """ConfigError unless ep is 1 or divides the `num_experts` routed experts of an MoE
@@ -313,6 +317,17 @@ class ParallelLayout:
     def to_dict(self) -> dict[str, Any]:
         """The fields by name (the JSON `layout` object)."""
         return {f: getattr(self, f) for f in self.__dataclass_fields__}
+
+
+def _fewer_stages_hint(num_layers: int, pp: int) -> str:
+    """The nearest layouts whose pp · virtual_stages stages each hold a block."""
+    if pp > num_layers:
+        return (f"use pp {num_layers} or less (each stage holds at least one of the "
+                f"{num_layers} blocks).")
+    most = num_layers // pp
+    fix = (f"--virtual-stages {most} (pp {pp} x {most} = {pp * most} stages)" if most > 1
+           else "--virtual-stages 1 (plain 1f1b)")
+    return f"use {fix}, or a smaller pp: at most {num_layers} stages in all."
 
 
 def with_layout_fields(base: ParallelLayout, **given: Any) -> ParallelLayout:

@@ -81,34 +81,13 @@ class Action:
         return f"{self.stage}{self.pass_}{self.micro}"
 
 
-def check_stage_count(num_layers: int, pp: int, virtual_stages: int) -> None:
-    """UserInputError unless each of the pp · virtual_stages stages can hold a block, naming the
-    nearest layouts that can."""
-    stages = pp * virtual_stages
-    if pp < 1 or virtual_stages < 1 or stages > num_layers:
-        raise UserInputError(
-            f"{stages} pipeline stages (pp {pp} x virtual_stages {virtual_stages}) for "
-            f"{num_layers} blocks: a stage would hold none",
-            hint=_fewer_stages_hint(num_layers, pp))
-
-
-def _fewer_stages_hint(num_layers: int, pp: int) -> str:
-    """The nearest layouts whose pp · virtual_stages stages each hold a block."""
-    if pp < 1:
-        return "use pp 1 or more (pipeline ranks)."
-    if pp > num_layers:
-        return (f"use pp {num_layers} or less (each stage holds at least one of the "
-                f"{num_layers} blocks).")
-    most = num_layers // pp
-    fix = (f"--virtual-stages {most} (pp {pp} x {most} = {pp * most} stages)" if most > 1
-           else "--virtual-stages 1 (plain 1f1b)")
-    return f"use {fix}, or a smaller pp: at most {num_layers} stages in all."
-
-
 def stage_blocks(num_layers: int, pp: int, virtual_stages: int = 1) -> tuple[int, ...]:
     """Blocks held by each of the pp · virtual_stages stages, in stage order (module doc)."""
-    check_stage_count(num_layers, pp, virtual_stages)
     stages = pp * virtual_stages
+    if stages < 1 or num_layers < stages:
+        raise UserInputError(
+            f"{stages} pipeline stages for {num_layers} blocks: a stage would hold none",
+            hint=f"use at most {num_layers} stages (pp x virtual_stages).")
     base, extra = divmod(num_layers, stages)
     if extra == 0:
         return (base,) * stages
