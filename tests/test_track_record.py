@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from perfmodel.spec.errors import DatasetError
 from perfmodel.uncertainty import coverage as coverage_module
 from perfmodel.uncertainty.contract import COLUMNS
 from perfmodel.uncertainty.track_record import (
@@ -93,6 +94,15 @@ def test_the_file_round_trips_and_a_missing_file_invents_nothing(tmp_path: Path)
     read = read_track_record(path)
     assert read == {"calibrated": tuple(entries[:2]), "memory": (entries[2],)}
     assert read_track_record(tmp_path / "absent.json") == {}
+    for bad in ("{", '{"groups": {"g": [{"cases": 1}]}}', '{"groups": {"g": [{"group": "g", '
+                '"scored": "held-out", "quantity": "q", "sources": [], "cases": 2, "inside": 1, '
+                '"below": 0, "above": 0}]}}', "[]"):
+        broken = tmp_path / "broken.json"
+        broken.write_text(bad)
+        read_track_record.cache_clear()
+        with pytest.raises(DatasetError, match="not a track record") as err:
+            read_track_record(broken)
+        assert "make_validation" in (err.value.hint or "")
 
 
 def test_the_line_names_each_groups_share_cases_and_sides() -> None:

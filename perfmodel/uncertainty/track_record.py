@@ -35,6 +35,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from perfmodel.spec.errors import DatasetError
+from perfmodel.spec.inputs import read_text
 from perfmodel.spec.paths import catalog_dir
 
 TRACK_RECORD_JSON = "uncertainty/track-record.json"
@@ -127,12 +129,19 @@ def track_record_text(entries: Iterable[TrackEntry], *, level: float) -> str:
 @lru_cache(maxsize=4)
 def read_track_record(path: Path) -> dict[str, tuple[TrackEntry, ...]]:
     """Group -> its entries, read from `path` ({} when the file is absent: no record is
-    invented)."""
+    invented; DatasetError naming the file when it is not a track record)."""
     if not path.is_file():
         return {}
-    document = json.loads(path.read_text())
-    return {group: tuple(_entry(row) for row in rows)
-            for group, rows in document["groups"].items()}
+    fix = "regenerate it: python -m scripts.make_validation --part intervals."
+    text = read_text(path, what="track record", error=DatasetError, hint=fix)
+    try:
+        document = json.loads(text)
+        return {str(group): tuple(_entry(row) for row in rows)
+                for group, rows in document["groups"].items()}
+    except (ValueError, TypeError, KeyError, AttributeError) as err:
+        # a hand-edited or truncated catalog file: name it, never a traceback
+        raise DatasetError(f"{path}: not a track record ({type(err).__name__}: {err})",
+                           hint=fix) from None
 
 
 def _entry(row: Mapping[str, Any]) -> TrackEntry:
