@@ -458,3 +458,28 @@ def test_uncertainty_module_reads_a_catalog_copy(tmp_catalogs: Path) -> None:
 
     with pytest.raises(DatasetError, match="residuals are missing"):
         ratios("calibrated", "step_time_s")
+
+
+@pytest.mark.parametrize(("row", "says"), [
+    ("prior,step_time_s,c1,src,1.0,abc,calibration", "line 3: not a residual row"),
+    ("prior,step_time_s,c1,src,0.0,1.0,calibration", "line 3: measured '1.0' / predicted '0.0'"),
+    ("prior,step_time_s,c1,src,nan,1.0,calibration", "not a ratio of two positive finite"),
+])
+def test_a_malformed_residuals_file_is_named_not_a_traceback(tmp_path: Path, row: str,
+                                                             says: str) -> None:
+    """A hand-edited residuals.csv (or ranges.json) under SHARDMETER_CATALOGS is a
+    DatasetError naming the file and line with the regenerating command."""
+    from perfmodel.spec.errors import DatasetError
+    from perfmodel.uncertainty.intervals import _read_ranges, calibration_ratios
+
+    path = tmp_path / "residuals.csv"
+    path.write_text("\n".join([",".join(COLUMNS), "prior,step_time_s,c0,src,1.0,1.1,calibration",
+                               row]) + "\n")
+    with pytest.raises(DatasetError, match=says) as err:
+        calibration_ratios(path)
+    assert "make_residuals" in (err.value.hint or "")
+    for text in ("{", "[1, 2]"):
+        ranges = tmp_path / f"ranges{len(text)}.json"
+        ranges.write_text(text)
+        with pytest.raises(DatasetError, match="ranges"):
+            _read_ranges(ranges)

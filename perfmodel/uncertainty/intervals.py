@@ -42,6 +42,7 @@ the quantile; a query beyond the ranges widens and says why; p_fits < 1 just und
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
 from collections.abc import Callable, Mapping
@@ -54,6 +55,7 @@ import numpy as np
 
 from perfmodel.formatting import insert_after
 from perfmodel.spec.errors import DatasetError, UserInputError
+from perfmodel.spec.inputs import read_text
 from perfmodel.spec.paths import catalog_dir
 from perfmodel.uncertainty.conformal import (
     FloatArray,
@@ -65,6 +67,7 @@ from perfmodel.uncertainty.conformal import (
 
 RESIDUALS_CSV = "uncertainty/residuals.csv"
 """In the catalog folder; written by python -m scripts.make_residuals."""
+_REGENERATE = "regenerate it: python -m scripts.make_residuals."
 RANGES_JSON = "uncertainty/ranges.json"
 """In the catalog folder: what each group's calibration rows cover (the same generator)."""
 DEFAULT_LEVEL = 0.8
@@ -95,11 +98,22 @@ def calibration_ratios(path: Path) -> dict[tuple[str, str], FloatArray]:
         raise DatasetError(f"{path}: the residuals are missing",
                            hint="run `python -m scripts.make_residuals`.")
     found: dict[tuple[str, str], list[float]] = {}
-    with path.open(newline="") as handle:
-        for row in csv.DictReader(handle):
-            if row["role"] == "calibration":
-                ratio = float(row["measured"]) / float(row["predicted"])
-                found.setdefault((row["group"], row["quantity"]), []).append(ratio)
+    text = read_text(path, what="residuals file", error=DatasetError, hint=_REGENERATE)
+    for line, row in enumerate(csv.DictReader(io.StringIO(text)), start=2):
+        try:
+            if row["role"] != "calibration":
+                continue
+            measured, predicted = float(row["measured"]), float(row["predicted"])
+            key = (str(row["group"]), str(row["quantity"]))
+        except (KeyError, TypeError, ValueError) as err:
+            raise DatasetError(f"{path} line {line}: not a residual row ({type(err).__name__}: "
+                               f"{err})", hint=_REGENERATE) from None
+        if not (math.isfinite(measured) and math.isfinite(predicted)
+                and measured > 0 and predicted > 0):
+            raise DatasetError(f"{path} line {line}: measured {row['measured']!r} / predicted "
+                               f"{row['predicted']!r} is not a ratio of two positive finite "
+                               "numbers", hint=_REGENERATE)
+        found.setdefault(key, []).append(measured / predicted)
     return {k: np.sort(np.array(v, dtype=float)) for k, v in found.items()}
 
 
@@ -112,7 +126,13 @@ def _read_ranges(path: Path) -> dict[str, Any]:
     if not path.is_file():
         raise DatasetError(f"{path}: the residual ranges are missing",
                            hint="run `python -m scripts.make_residuals`.")
-    data: dict[str, Any] = json.loads(path.read_text())
+    text = read_text(path, what="residual ranges", error=DatasetError, hint=_REGENERATE)
+    try:
+        data = json.loads(text)
+    except ValueError as err:
+        raise DatasetError(f"{path}: not JSON ({err})", hint=_REGENERATE) from None
+    if not isinstance(data, dict):
+        raise DatasetError(f"{path}: not a mapping of residual groups", hint=_REGENERATE)
     return data
 
 
