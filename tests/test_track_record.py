@@ -20,6 +20,7 @@ from perfmodel.uncertainty.track_record import (
     PUBLISHED,
     TRACK_RECORD_JSON,
     TrackEntry,
+    misses_clause,
     read_track_record,
     shipped_track_record,
     track_record_line,
@@ -116,6 +117,18 @@ def test_the_line_names_each_groups_share_cases_and_sides() -> None:
     assert "88 % of 8 held-out cases (1 slower than the band)" in line
     assert "memory band has no record on held-out data" in line
     assert track_record_line([], record) is None
+    clause = misses_clause("calibrated", record)
+    assert clause == ("on 76 published GPU runs, 47 such estimates fell outside their 80 % band "
+                      "(33 faster, 14 slower)")
+    assert misses_clause("memory", record) is None
+
+
+def test_a_prior_warning_says_how_far_priors_missed(run_cli: Callable[..., Any]) -> None:
+    """A plan on datasheet priors warns with the prior group's shipped record."""
+    prior = max(shipped_track_record()["prior"], key=lambda e: e.cases)
+    out = " ".join(run_cli("pareto", str(ROOT / "instances" / "paper-case-study.yaml")).out.split())
+    assert "are datasheet priors: times are estimates; on" in out
+    assert f"{prior.cases - prior.inside} such estimates fell outside their 80 % band" in out
 
 
 def test_the_shipped_file_is_what_the_line_reads(run_cli: Callable[..., Any],

@@ -178,3 +178,20 @@ def track_record_line(groups: Iterable[str],
         return None
     return (f"track record: {'; '.join(parts)}. An 80 % band should hold for 70-90 % "
             f"({DOC}).")
+
+
+def misses_clause(group: str,
+                  record: Mapping[str, tuple[TrackEntry, ...]] | None = None) -> str | None:
+    """'on N held-out cases, K such estimates fell outside their 80 % band (K slower, 0
+    faster)', from the group's largest scoring set: for a warning that names the group without
+    printing its band (None without a record)."""
+    known = shipped_track_record() if record is None else record
+    entries = [e for e in known.get(group, ()) if e.cases]
+    if not entries:
+        return None
+    largest = max(entries, key=lambda e: e.cases)
+    sides = ", ".join(f"{n} {word}" for word, n in sorted(largest.outside_words().items(),
+                                                           key=lambda item: -item[1]))
+    return (f"on {largest.cases} {SCORED_WORDS[largest.scored]}, "
+            f"{largest.cases - largest.inside} such estimates fell outside their 80 % band "
+            f"({sides})")

@@ -38,7 +38,7 @@ from perfmodel.numbers import (
 from perfmodel.spec.errors import ShardMeterError, UserInputError, did_you_mean
 from perfmodel.spec.inputs import LIMITS
 from perfmodel.spec.recipe import AC_MODES, canonical_ac
-from perfmodel.uncertainty.track_record import track_record_line
+from perfmodel.uncertainty.track_record import misses_clause, track_record_line
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -563,9 +563,13 @@ def provenance_lines(record: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def prior_warning(gpu_name: str) -> str:
-    """The one-line warning of a result that rests on a GPU's prior profile."""
-    return f"warning: {gpu_name}'s profile is a datasheet prior: times are estimates"
+def prior_warning(*gpu_names: str) -> str:
+    """The warning of a result that rests on prior profiles, with how far such estimates have
+    missed on held-out data (`perfmodel.uncertainty.track_record.misses_clause`)."""
+    head = (f"{gpu_names[0]}'s profile is a datasheet prior" if len(gpu_names) == 1 else
+            f"the profiles of {', '.join(gpu_names)} are datasheet priors")
+    misses = misses_clause("prior")
+    return f"warning: {head}: times are estimates" + (f"; {misses}" if misses else "")
 
 
 def require_torch() -> None:

@@ -387,11 +387,8 @@ def _profile_lines(profiles: list[dict[str, str]]) -> None:
     echo_wrapped("profiles: " + ", ".join(f"{p['gpu_type']} {p['provenance']}"
                                           for p in profiles))
     priors = [p["gpu_type"] for p in profiles if p["provenance"] == "prior"]
-    if len(priors) == 1:
-        echo_wrapped(prior_warning(priors[0]))
-    elif priors:
-        echo_wrapped(f"warning: the profiles of {', '.join(priors)} are datasheet priors: times "
-                     "are estimates")
+    if priors:
+        echo_wrapped(prior_warning(*priors))
 
 
 def _quantile_line(record: dict[str, Any]) -> None:
