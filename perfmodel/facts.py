@@ -15,7 +15,7 @@ which the planner's error model reads as `predict`'s bands do, with the residual
 (`perfmodel.uncertainty.contract`) and the rule that says where a configuration lies beyond what
 a group's residuals cover (`perfmodel.uncertainty.intervals.extrapolation`, with its `Query` and
 `layout_kind`), which a plan's band states as `predict`'s does, with each group's record on
-held-out data (`perfmodel.uncertainty.track_record.track_record_line`). Every name here has
+held-out data (`perfmodel.uncertainty.track_record`). Every name here has
 its home in `perfmodel.spec` (the provenances in `perfmodel.profiles.profile`);
 this module only names the ones the planner may use, so the planner never reaches into
 `perfmodel.spec.catalog` and a change of the catalogs' internals stays inside the performance
@@ -80,7 +80,7 @@ from perfmodel.uncertainty.contract import COLUMNS as RESIDUAL_COLUMNS
 from perfmodel.uncertainty.contract import GROUPS as RESIDUAL_GROUPS
 from perfmodel.uncertainty.contract import ROLES as RESIDUAL_ROLES
 from perfmodel.uncertainty.intervals import Query, check_level, extrapolation, layout_kind
-from perfmodel.uncertainty.track_record import track_record_line
+from perfmodel.uncertainty.track_record import misses_clause, track_record_line
 
 __all__ = [
     "Query",
@@ -134,4 +134,5 @@ __all__ = [
     "SourcedValue",
     "spot_capacity_wait_s",
     "track_record_line",
+    "misses_clause",
 ]

@@ -146,6 +146,7 @@ def test_pareto_page_structure(case_page) -> None:
     assert "Fastest:" in answer and "Cheapest:" in answer
     assert format_usd(records[0]["cost_usd"]) in answer
     assert "datasheet priors" in answer  # both GPUs of the case study rest on priors
+    assert "such estimates fell outside their 80 % band" in answer  # and how far they missed
     assumptions = _text(page.by_id("assumptions"))
     for fact in ("Llama-3-8B", "256 sequences", "diloco", "RunPod 2026-09-25", "$3.59",
                  "$1.19", "us-state/texas"):

@@ -34,6 +34,7 @@ from perfmodel.facts import (
     format_duration,
     format_number,
     format_usd,
+    misses_clause,
     track_record_line,
 )
 from planner.analysis import report
@@ -143,8 +144,9 @@ def _answer(records: Sequence[dict[str, Any]], meta: dict[str, Any], problem: Pr
         which = (f"the profile of {priors[0]} is a datasheet prior, not a measurement"
                  if len(priors) == 1 else
                  f"the profiles of {', '.join(priors)} are datasheet priors, not measurements")
-        parts.append(f"<p class=\"warning\">Warning: {_e(which)}: the times are estimates "
-                     "(see Provenance).</p>")
+        misses = misses_clause("prior")  # how far such estimates have missed before
+        parts.append(f"<p class=\"warning\">Warning: {_e(which)}: the times are estimates"
+                     + (f"; {_e(misses)}" if misses else "") + " (see Provenance).</p>")
     if meta.get("proven_exact") is False:
         parts.append("<p class=\"warning\">Warning: the solve stopped before proving the "
                      f"frontier exact: {_e(meta.get('not_exact_because', ''))}</p>")
