@@ -122,3 +122,42 @@ def test_a_bad_limit_flag_is_named_as_typed(run_cli, flag: str) -> None:  # type
                      str(BATCH), flag, "0")
     assert result.code == 2
     assert f"{flag} 0: must be > 0" in result.err and "To fix:" in result.err
+
+
+def _lay(**given: object) -> dict[str, object]:
+    base: dict[str, object] = {"tp": 1, "pp": 1, "cp": 1, "dp_shard": 1, "dp_replicate": 1,
+                               "virtual_stages": 1, "pp_schedule": "1f1b",
+                               "sequence_parallel": False, "ep": 1}
+    return {**base, **given}
+
+
+@pytest.mark.parametrize(("layout", "text"), [
+    (_lay(dp_shard=64), "dp64"),
+    (_lay(tp=8, pp=16, virtual_stages=4, pp_schedule="interleaved-1f1b", dp_shard=128,
+          sequence_parallel=True), "tp8 pp16v4 dp128 +sp"),           # interleaved: implied
+    (_lay(pp=4, dp_shard=2), "pp4 dp2"),                               # 1F1B: implied
+    (_lay(pp=4, pp_schedule="gpipe", dp_shard=2), "pp4 gpipe dp2"),    # any other: written
+    (_lay(tp=8, pp=16, virtual_stages=4, pp_schedule="interleaved-1f1b", dp_replicate=128,
+          sequence_parallel=True), "tp8 pp16v4 rep128 +sp"),          # pure replication
+    (_lay(dp_replicate=2, dp_shard=4, ep=4), "rep2 dp4 ep4"),
+    (_lay(tp=2), "tp2 dp1"),
+])
+def test_short_layout_leaves_out_only_what_is_implied(layout: dict[str, object],
+                                                      text: str) -> None:
+    from planner.cli.layout_cmd import short_layout
+
+    assert short_layout(layout) == text
+
+
+def test_the_405b_ranking_fits_80_columns_with_its_legend(run_cli, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The issue-25 query's compact ranking is a table within 80 columns (not the record
+    fallback), and the legend names the tokens it shows."""
+    monkeypatch.setenv("COLUMNS", "80")
+    result = run_cli("layout", "Llama-3.1-405B", "--gpu", GPU, "--nodes", "2048",
+                     "--gpus-per-node", "8", "--seq-len", "8192", "--global-batch", "2048")
+    assert result.code == 0, result.err
+    lines = result.out.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    assert any(line.split()[:2] == ["1", "tp8"] for line in lines if line.strip())  # a table row
+    text = " ".join(result.out.split())
+    assert "ppNvV V virtual stages per rank" in text and "+sp sequence parallel" in text
