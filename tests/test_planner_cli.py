@@ -118,3 +118,43 @@ def test_islands_copies_the_validated_table(tmp_path: Path, run_cli) -> None:
     written = pd.read_csv(out_csv)
     original = pd.read_csv(ROOT / "instances" / "tables" / "small-two-clusters.csv")
     pd.testing.assert_frame_equal(written, original, check_dtype=False)
+
+
+def test_islands_view_is_a_table_per_cluster_within_80_columns(run_cli, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """`islands` without -o prints, per cluster, its GPU, one price per GPU-hour (when every row
+    has the same) and its rows in the compact view, each a table line within 80 columns;
+    --wide keeps every column of the table, and -o refuses --wide (the file has them all)."""
+    monkeypatch.setenv("COLUMNS", "80")
+    table = pd.read_csv(ROOT / "instances" / "tables" / "small-two-clusters.csv")
+    code, out, err = run_cli("islands", str(TWO))
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0] == f"island table: {len(table)} rows over {table['cluster'].nunique()} clusters"
+    assert max(len(line) for line in lines) <= 80
+    for cluster, rows in table.groupby("cluster"):
+        rate = rows["usd_per_hour"] / (rows["nodes"] * rows["gpus_per_node"])
+        heading = next(line for line in lines if line.startswith(f"{cluster}: "))
+        assert rows["gpu_type"].iloc[0] in heading and f"{len(rows)} row" in heading
+        assert ("/GPU-h" in heading) == (rate.round(9).nunique() == 1)
+    body = [line for line in lines if line[:1].isdigit()]
+    assert len(body) == len(table)  # one table line per row, not one line per cell
+    code, wide, err = run_cli("islands", str(TWO), "--wide")
+    assert code == 0, err
+    assert "microstep_s" in wide and "usd_per_hour" in wide  # every column, by its name
+    code, _, err = run_cli("islands", str(TWO), "-o", "x.csv", "--wide")
+    assert code == 2 and "--wide" in err
+
+
+def test_a_table_too_wide_to_fold_prints_records(capsys, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """`emit_table` of more columns than 80 columns can hold (each at its longest word) prints
+    one 'header  value' line per cell instead of folding every column to a character."""
+    from planner.cli.common import emit_table
+
+    monkeypatch.setenv("COLUMNS", "80")
+    frame = pd.DataFrame([{f"column_{i:02d}": f"value-{i}" for i in range(12)}] * 2)
+    emit_table(frame, title="wide")
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "wide" and out[1].split() == ["column_00", "value-0"]
+    assert max(len(line) for line in out) <= 80 and out.count("") == 1  # two records
+    emit_table(frame.iloc[:, :3], title="narrow")  # fits: rich's own table
+    assert "┃" in capsys.readouterr().out

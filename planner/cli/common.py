@@ -338,15 +338,29 @@ def _console() -> Any:
 
 
 def emit_table(frame: pd.DataFrame, *, title: str | None = None, float_digits: int = 4) -> None:
-    """Print a DataFrame as a rich terminal table (cells wrap rather than being cut)."""
-
+    """Print a DataFrame as a rich terminal table (cells wrap rather than being cut); when even
+    its narrowest rendering (every column at its longest word) is wider than the console, as
+    `emit_compact` does: one 'header  value' line per cell, rows apart (rich would otherwise
+    fold every column to a character or two)."""
     table = Table(title=title, show_lines=False)
     columns = [str(c) for c in frame.columns]
     for column in columns:
         table.add_column(column, overflow="fold")
-    for row in frame.itertuples(index=False):
-        table.add_row(*(human_cell(c, v, float_digits) for c, v in zip(columns, row, strict=True)))
-    _console().print(table)
+    cells = [[human_cell(c, v, float_digits) for c, v in zip(columns, row, strict=True)]
+             for row in frame.itertuples(index=False)]
+    for row in cells:
+        table.add_row(*row)
+    console = _console()
+    # the narrowest readable rendering: each column as wide as its longest word, plus rich's
+    # padding and rule (3 cells) and the closing rule; folding inside words reads as noise
+    narrowest = 1 + sum(3 + max(cell_len(word) for text in (column, *(r[i] for r in cells))
+                                for word in (text.split() or [""]))
+                        for i, column in enumerate(columns))
+    if narrowest <= console.width:
+        console.print(table)
+        return
+    _emit_records_view([dict(zip(columns, row, strict=True)) for row in cells],
+                       width=console.width, title=title)
 
 
 def emit_mapping(payload: dict[str, Any], fmt: str, *, title: str | None = None) -> None:
@@ -502,7 +516,6 @@ def emit_compact(rows: Sequence[Mapping[str, str]], *, width: int | None = None,
     limit = width or terminal_width()
     if not rows:
         return
-    headers = list(rows[0])
     lines = _compact_lines(rows)
     if title:
         click.echo(title)
@@ -510,13 +523,23 @@ def emit_compact(rows: Sequence[Mapping[str, str]], *, width: int | None = None,
         for line in lines:
             click.echo(line)
         return
-    label = max(cell_len(h) for h in headers)
+    _emit_records_view(rows, width=limit)
+
+
+def _emit_records_view(rows: Sequence[Mapping[str, str]], *, width: int,
+                       title: str | None = None) -> None:
+    """A table too wide for `width` columns as records: one 'header  value' line per cell (a
+    long value continued under itself), a blank line between rows."""
+    if title:
+        click.echo(title)
+    headers = list(rows[0]) if rows else []
+    label = max((cell_len(h) for h in headers), default=0)
     for i, row in enumerate(rows):
         if i:
             click.echo("")
         for header in headers:
             text = f"{header.ljust(label)}  {row.get(header, '')}"
-            for line in wrap_phrases(text, width=limit, indent=" " * (label + 2)):
+            for line in wrap_phrases(text, width=width, indent=" " * (label + 2)):
                 click.echo(line)
 
 

@@ -29,8 +29,10 @@ from planner.cli.common import (
     format_option,
     prior_warning,
     refuse_unused,
+    terminal_width,
     wide_option,
 )
+from planner.cli.layout_cmd import short_layout
 from planner.cli.scenario_cmd import emit_study
 from planner.model.uncertainty import EXTRAPOLATION_LABEL
 from planner.requests import DEFAULT_MIN_GAIN
@@ -105,16 +107,20 @@ def _solver_options(func: Callable[..., Any]) -> Callable[..., Any]:
 @click.argument("instance_path", metavar="INSTANCE", type=_INSTANCE)
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write the island table here (JSON if the name ends in .json, else CSV).")
+@wide_option()
 @format_option()
-def islands(instance_path: Path, output: Path | None, fmt: str) -> None:
+def islands(instance_path: Path, output: Path | None, wide: bool, fmt: str) -> None:
     """Validate (or build) the island table of INSTANCE and write it."""
     if output is not None:
-        refuse_unused(("fmt",), why="with -o (the file's extension sets its format: .json, "
-                      "else CSV)", fix="drop --format, or drop -o to print the table.")
+        refuse_unused(("fmt", "wide"), why="with -o (the file's extension sets its format: "
+                      ".json, else CSV; the file holds every column)",
+                      fix="drop --format / --wide, or drop -o to print the table.")
     result = api.islands(api.IslandsRequest(instance_path=instance_path, output_path=output),
                          notify=_stderr)
-    if result.written is None:
+    if result.written is None and (fmt != "table" or wide):
         emit_records(result.table, fmt, title="island table")
+    elif result.written is None:
+        _emit_island_rows(result.table)
     # the table (JSON: its rows) keeps its shape; what it leaves out follows it or goes to stderr
     _emit_excluded(list(result.excluded), "table" if result.written is None and fmt == "table"
                    else "stderr")
@@ -509,6 +515,56 @@ SOLVE_DETAIL_KEYS = ("num_solves", "price_resolution_usd_per_hour", "max_cost_ro
 
 MAX_EXCLUDED_SHOWN = 20
 """Exclusions a table section or stderr lists before counting the rest (JSON lists all)."""
+
+
+_BOUND_WORDS = {"compute": "comp", "communication": "comm"}
+"""The compact island view's short bound names."""
+
+
+def _island_row(row: dict[str, Any]) -> dict[str, str]:
+    """One island-table row in the compact view: the option, its layout and checkpointing where
+    the table has them, the micro-batch and the figures the planner reads."""
+    out = {"n×g": f"{_cell(row['nodes'])}×{_cell(row['gpus_per_node'])}"}
+    if "dp" in row:  # a layout table: the layout command's short label (dp there is dp_shard)
+        layout = {k: row.get(k, 1) for k in ("tp", "pp", "cp", "virtual_stages", "ep")}
+        layout = {k: int(v) if v == v else 1 for k, v in layout.items()}  # NaN: not a column
+        replicas = int(row.get("dp_replicate", 1) or 1)
+        out["layout"] = short_layout({
+            **layout, "dp_replicate": replicas, "dp_shard": int(row["dp"]) // replicas,
+            "pp_schedule": row.get("pp_schedule") or "1f1b",
+            "sequence_parallel": bool(row.get("sequence_parallel", False))})
+    if "ac" in row:
+        out["ac"] = str(row["ac"])
+    out |= {"m": _cell(row["micro_batch"]), "micro s": format_number(row["microstep_s"]),
+            "fixed s": format_number(row["step_fixed_s"]),
+            "$/h": format_usd(row["usd_per_hour"]), "GiB": format_number(row["memory_gib"]),
+            "bound": _BOUND_WORDS.get(str(row["bound"]), str(row["bound"]))}
+    return out
+
+
+def _emit_island_rows(table: Any) -> None:
+    """The island table's answer line, then per cluster (its GPU and row count) its rows in the
+    compact view; every column: --wide or --format csv/json."""
+    records = table.to_dict(orient="records")
+    clusters = dict.fromkeys(str(r["cluster"]) for r in records)
+    echo_wrapped(f"island table: {len(records)} rows over {len(clusters)} cluster"
+                 f"{'s' if len(clusters) != 1 else ''}")
+    for cluster in clusters:
+        mine = [r for r in records if str(r["cluster"]) == cluster]
+        rows = [_island_row(r) for r in mine]
+        rates = {round(float(r["usd_per_hour"]) / (r["nodes"] * r["gpus_per_node"]), 9)
+                 for r in mine}
+        price = ""
+        if len(rates) == 1:  # one price per GPU-hour: said once, not per row
+            price = f" at {format_usd(rates.pop())}/GPU-h"
+            rows = [{k: v for k, v in row.items() if k != "$/h"} for row in rows]
+        click.echo("")
+        echo_wrapped(f"{cluster}: {mine[0]['gpu_type']}{price}, {len(mine)} row"
+                     f"{'s' if len(mine) != 1 else ''}")
+        emit_compact(rows, width=terminal_width())
+    click.echo("")
+    echo_wrapped("micro s: per micro-batch; fixed s: per step; bound: comp(ute), "
+                 "comm(unication) or mixed; every column: --wide or --format csv/json")
 
 
 def _emit_excluded(records: list[dict[str, Any]], where: str) -> None:
