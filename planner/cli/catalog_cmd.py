@@ -288,16 +288,16 @@ def _emit_memory(payload: dict[str, Any], fmt: str, *, wide: bool = False) -> No
              f"({payload['nodes']} node(s) x {payload['gpus_per_node']}), S={payload['seq_len']}, "
              f"m={payload['micro_batch']}, k={payload['accum_steps']} ({payload['accum_mode']}), "
              f"ac={payload['ac']}, recipe {payload['recipe']}; peak at {payload['peak_phase']}")
-    click.echo(title)
+    echo_wrapped(title)
     if not layout.is_default:
-        click.echo(f"layout: {layout.describe()}")
-    click.echo(f"{payload['model_family']} layout: {payload['total_params']:,} parameters "
+        echo_wrapped(f"layout: {layout.describe()}")
+    echo_wrapped(f"{payload['model_family']} layout: {payload['total_params']:,} parameters "
                f"({payload['active_params']:,} active)"
                + (f", the text model of a {payload['text_model_of']} checkpoint"
                   if payload.get("text_model_of") else ""))
     emit_table(pd.DataFrame(rows))
     verdict = "fits" if payload["fits"] else "does NOT fit"
-    click.echo(f"peak {payload['peak_gib']:.2f} GiB {verdict} in "
+    echo_wrapped(f"peak {payload['peak_gib']:.2f} GiB {verdict} in "
                f"{payload['usable_memory_gib']:.2f} GiB usable; "
                f"largest micro-batch that fits: {payload['max_micro_batch']}")
 

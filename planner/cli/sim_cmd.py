@@ -491,7 +491,7 @@ def sweep(model_names: tuple[str, ...], models: str | None, gpu_name: str, nodes
             echo_wrapped(f"wrote {path}")
     else:
         emit_table(table.drop(columns=["nodes", "gpus_per_node"]), title="micro-batch sweep")
-        click.echo(f"recipe: {recipe.summary()}")
+        echo_wrapped(f"recipe: {recipe.summary()}")
         import pandas as pd  # lazy: `predict` starts without pandas (issue 29)
 
         emit_table(pd.DataFrame(result.summary), title="regime transitions")

@@ -235,14 +235,14 @@ def _emit_streaming(records: list[dict[str, Any]], fmt: str, outputs: list[str],
         "tuned_sync_every",
     )
     emit_records([{k: r[k] for k in keys} for r in flat], "table", title="Streaming DiLoCo")
-    click.echo(f"recipe {records[0]['recipe']}")
+    echo_wrapped(f"recipe {records[0]['recipe']}")
     for r in records:
-        click.echo(f"{r['case']}: {r['outer']}")
+        echo_wrapped(f"{r['case']}: {r['outer']}")
         if r["note"]:
-            click.echo(f"{r['case']}: {r['note']}")
-        click.echo(f"{r['case']}: tuner — {r['tuner']}")
+            echo_wrapped(f"{r['case']}: {r['note']}")
+        echo_wrapped(f"{r['case']}: tuner — {r['tuner']}")
         for remedy in r["remedies"]:
-            click.echo(f"{r['case']}: remedy — {remedy}")
+            echo_wrapped(f"{r['case']}: remedy — {remedy}")
     for path in outputs:
         click.echo(f"wrote {path}")
 
@@ -314,6 +314,6 @@ def _emit_bandwidth(table: api.BandwidthTable, fmt: str) -> None:
                  title=f"{'Fabric' if table.link_kind == 'fabric' else 'WAN'} bandwidth for "
                        f"compute utilisation, {table.header['model']}, "
                        f"step {table.step_time_s:.3g} s")
-    click.echo(f"recipe {table.header['recipe']}")
-    click.echo(table.header["outer"])
-    click.echo(f"outer optimizer: {table.header['outer_optimizer']}")
+    echo_wrapped(f"recipe {table.header['recipe']}")
+    echo_wrapped(str(table.header["outer"]))
+    echo_wrapped(f"outer optimizer: {table.header['outer_optimizer']}")
