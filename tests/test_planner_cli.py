@@ -158,3 +158,18 @@ def test_a_table_too_wide_to_fold_prints_records(capsys, monkeypatch) -> None:  
     assert max(len(line) for line in out) <= 80 and out.count("") == 1  # two records
     emit_table(frame.iloc[:, :3], title="narrow")  # fits: rich's own table
     assert "┃" in capsys.readouterr().out
+
+
+def test_long_headers_fold_but_values_stay_whole(capsys, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A table whose headers, not values, overflow 80 columns stays a table within 80 columns:
+    headers fold, every value stands whole on one line."""
+    from planner.cli.common import emit_table
+
+    monkeypatch.setenv("COLUMNS", "80")
+    values = {f"a_rather_long_header_{i}": f"{i + 1}.234" for i in range(7)}
+    values["model"] = "Mistral-7B-v0.1"
+    emit_table(pd.DataFrame([values]), title="t")
+    lines = capsys.readouterr().out.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    row = next(line for line in lines if "Mistral-7B-v0.1" in line)
+    assert all(v in row for v in values.values())

@@ -338,29 +338,46 @@ def _console() -> Any:
 
 
 def emit_table(frame: pd.DataFrame, *, title: str | None = None, float_digits: int = 4) -> None:
-    """Print a DataFrame as a rich terminal table (cells wrap rather than being cut); when even
-    its narrowest rendering (every column at its longest word) is wider than the console, as
-    `emit_compact` does: one 'header  value' line per cell, rows apart (rich would otherwise
-    fold every column to a character or two)."""
-    table = Table(title=title, show_lines=False)
+    """Print a DataFrame as a rich terminal table: a header may fold, a value is never cut
+    inside a word (each column at least as wide as its values' longest word: a number cut in
+    two reads as noise). When even that is wider than the console, print as `emit_compact`
+    does: one 'header  value' line per cell, rows apart (rich would otherwise fold every column
+    to a character or two)."""
     columns = [str(c) for c in frame.columns]
-    for column in columns:
-        table.add_column(column, overflow="fold")
     cells = [[human_cell(c, v, float_digits) for c, v in zip(columns, row, strict=True)]
              for row in frame.itertuples(index=False)]
+    widest = [max((cell_len(word) for r in cells for word in r[i].split()), default=1)
+              for i in range(len(columns))]
+    console = _console()
+    # rich's padding and rule take 3 cells a column, and the closing rule one
+    if 1 + sum(3 + w for w in widest) > console.width:
+        _emit_records_view([dict(zip(columns, row, strict=True)) for row in cells],
+                           width=console.width, title=title)
+        return
+    table = Table(title=title, show_lines=False)
+    for column, width in zip(columns, _column_widths(columns, cells, widest, console.width),
+                             strict=True):
+        table.add_column(column, overflow="fold", width=width)
     for row in cells:
         table.add_row(*row)
-    console = _console()
-    # the narrowest readable rendering: each column as wide as its longest word, plus rich's
-    # padding and rule (3 cells) and the closing rule; folding inside words reads as noise
-    narrowest = 1 + sum(3 + max(cell_len(word) for text in (column, *(r[i] for r in cells))
-                                for word in (text.split() or [""]))
-                        for i, column in enumerate(columns))
-    if narrowest <= console.width:
-        console.print(table)
-        return
-    _emit_records_view([dict(zip(columns, row, strict=True)) for row in cells],
-                       width=console.width, title=title)
+    console.print(table)
+
+
+def _column_widths(columns: Sequence[str], cells: Sequence[Sequence[str]], widest: list[int],
+                   console_width: int) -> list[int]:
+    """Each column's width: its values' longest word, then the room left given to the columns
+    nearest to showing their whole header and values on one line first (the most columns
+    unfolded). Set explicitly: rich's own shrinking cuts values before it folds headers."""
+    widths = list(widest)
+    wanted = [max([cell_len(column)] + [cell_len(r[i]) for r in cells])
+              for i, column in enumerate(columns)]
+    room = console_width - (1 + sum(3 + w for w in widths))
+    for i in sorted(range(len(columns)), key=lambda i: wanted[i] - widths[i]):
+        grow = min(room, wanted[i] - widths[i])
+        if grow > 0:
+            widths[i] += grow
+            room -= grow
+    return widths
 
 
 def emit_mapping(payload: dict[str, Any], fmt: str, *, title: str | None = None) -> None:
