@@ -24,7 +24,6 @@ printed band, below / inside / above counted apart).
 
 from __future__ import annotations
 
-import csv
 import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -33,7 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from perfmodel.uncertainty.conformal import conformal_quantile
-from perfmodel.uncertainty.intervals import calibration_ratios
+from perfmodel.uncertainty.intervals import calibration_ratios, residual_rows
 from perfmodel.uncertainty.track_record import (
     CROSS_CONFORMAL,
     HELD_OUT,
@@ -145,8 +144,13 @@ class PrintedCase:
                              "*_p10 / point / *_p90 of one quantity.")
 
     @property
+    def position(self) -> int:
+        """`_position` of the published figure against the printed interval."""
+        return _position(self.measured, self.lower, self.upper)
+
+    @property
     def inside(self) -> bool:
-        return self.lower <= self.measured <= self.upper
+        return self.position == 0
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -194,8 +198,8 @@ def printed_coverage(cases: Sequence[PrintedCase]) -> list[PrintedCoverageRow]:
             covered=float(np.mean([c.inside for c in part])),
             widened=sum(c.widened for c in part),
             median_width=float(np.median([(c.upper - c.lower) / c.point for c in part])),
-            below=sum(c.measured < c.lower for c in part),
-            above=sum(c.measured > c.upper for c in part)) for source, part in parts]
+            below=sum(c.position < 0 for c in part),
+            above=sum(c.position > 0 for c in part)) for source, part in parts]
     return rows
 
 
@@ -204,13 +208,11 @@ Pairs = dict[tuple[str, str], list[tuple[str, str, float]]]
 
 
 def _pairs(path: Path) -> dict[str, Pairs]:
-    """`path`'s rows by role (one read of the file)."""
+    """`path`'s rows by role (one read of the file, each row checked by `residual_rows`)."""
     out: dict[str, Pairs] = {}
-    with path.open(newline="") as handle:
-        for row in csv.DictReader(handle):
-            ratio = float(row["measured"]) / float(row["predicted"])
-            out.setdefault(row["role"], {}).setdefault((row["group"], row["quantity"]), []).append(
-                (row["source"], row["case"], ratio))
+    for row in residual_rows(path):
+        out.setdefault(row.role, {}).setdefault((row.group, row.quantity), []).append(
+            (row.source, row.case, row.ratio))
     return out
 
 
@@ -268,28 +270,54 @@ def _per_source(group: str, quantity: str, pairs: Sequence[tuple[str, str, float
             for source, index in parts]
 
 
-def coverage(path: Path, *, level: float = 0.8) -> list[CoverageRow]:
-    """Per group with calibration rows: every scored row together, then each source apart (when
-    the group has several) — holdout rows against the calibration rows' interval (SPLIT), or,
-    for a group without holdout rows, every calibration row by cross-conformal folds (CROSS)."""
+@dataclass(frozen=True, slots=True)
+class _Scored:
+    """One (group, quantity) as the coverage table scores it (`_scored`)."""
+
+    group: str
+    quantity: str
+    calibration_rows: int
+    lower: float
+    upper: float
+    method: str
+    pairs: list[tuple[str, str, float]]
+    """The scored pairs: its holdout rows (SPLIT), else its calibration rows (CROSS)."""
+    positions: list[int]
+    """Each pair's `_position` against its interval."""
+
+
+def _scored(path: Path, level: float) -> list[_Scored]:
+    """Per group with calibration rows: holdout rows against the calibration rows' interval
+    (SPLIT), or, for a group without holdout rows, every calibration row by cross-conformal
+    folds (CROSS). The one scoring both `coverage` and `track_entries` report."""
     calibration: Mapping[tuple[str, str], np.ndarray] = calibration_ratios(path)
     by_role = _pairs(path)
     holdout, own = by_role.get("holdout", {}), by_role.get("calibration", {})
-    rows = []
+    out = []
     for (group, quantity), sample in calibration.items():
         lower = conformal_quantile(sample, (1 - level) / 2)
         upper = conformal_quantile(sample, (1 + level) / 2)
         held = holdout.get((group, quantity), [])
         if held:
-            inside = [lower <= r <= upper for _, _, r in held]
-            rows += _per_source(group, quantity, held, inside, calibration_rows=int(sample.size),
-                                lower=lower, upper=upper, method=SPLIT)
+            method, pairs = SPLIT, held
+            positions = [_position(r, lower, upper) for _, _, r in held]
         else:
-            pairs = own[(group, quantity)]
-            rows += _per_source(group, quantity, pairs,
-                                cross_conformal_inside(pairs, level=level),
-                                calibration_rows=int(sample.size), lower=lower, upper=upper,
-                                method=CROSS)
+            method, pairs = CROSS, own[(group, quantity)]
+            positions = cross_conformal_positions(pairs, level=level)
+        out.append(_Scored(group, quantity, int(sample.size), lower, upper, method, pairs,
+                           positions))
+    return out
+
+
+def coverage(path: Path, *, level: float = 0.8) -> list[CoverageRow]:
+    """Per group with calibration rows: every scored row together, then each source apart (when
+    the group has several) — holdout rows against the calibration rows' interval (SPLIT), or,
+    for a group without holdout rows, every calibration row by cross-conformal folds (CROSS)."""
+    rows = []
+    for g in _scored(path, level):
+        rows += _per_source(g.group, g.quantity, g.pairs, [p == 0 for p in g.positions],
+                            calibration_rows=g.calibration_rows, lower=g.lower, upper=g.upper,
+                            method=g.method)
     return rows
 
 
@@ -321,12 +349,9 @@ def rotating_gpu_coverage(path: Path, *, level: float = 0.8) -> list[CoverageRow
     GPUs' runs predicted from the held-out GPU's calibrated profile stay in: no measurement of
     the held-out GPU is a ratio forming the interval, though its runs shaped that profile. A
     diagnostic of the doc only: the shipped multipliers use the fixed split of `residuals.py`."""
-    pairs: list[tuple[str, float]] = []
-    with path.open(newline="") as handle:
-        for row in csv.DictReader(handle):
-            if row["group"] == "prior" and row["case"].startswith("from-"):
-                target = row["case"].split(":", 1)[1].split("/", 1)[0]
-                pairs.append((target, float(row["measured"]) / float(row["predicted"])))
+    pairs = [(row.case.split(":", 1)[1].split("/", 1)[0], row.ratio)
+             for row in residual_rows(path)
+             if row.group == "prior" and row.case.startswith("from-")]
     rows = []
     for target in sorted({t for t, _ in pairs}):
         others = np.array([r for t, r in pairs if t != target])
@@ -346,28 +371,14 @@ def track_entries(path: Path, printed: Sequence[PrintedCase], *,
     """Each group's track record (`perfmodel.uncertainty.track_record`): its every scored case
     as `coverage` scores it (the 'all' row: SPLIT on holdout rows, else CROSS), then its
     published runs as `printed_coverage` scores them, with the side each miss fell on."""
-    calibration: Mapping[tuple[str, str], np.ndarray] = calibration_ratios(path)
-    by_role = _pairs(path)
-    holdout, own = by_role.get("holdout", {}), by_role.get("calibration", {})
-    entries = []
-    for (group, quantity), sample in calibration.items():
-        held = holdout.get((group, quantity), [])
-        if held:
-            lower = conformal_quantile(sample, (1 - level) / 2)
-            upper = conformal_quantile(sample, (1 + level) / 2)
-            positions = [_position(r, lower, upper) for _, _, r in held]
-            scored, pairs = HELD_OUT, held
-        else:
-            pairs = own[(group, quantity)]
-            positions = cross_conformal_positions(pairs, level=level)
-            scored = CROSS_CONFORMAL
-        entries.append(entry_from_positions(group=group, scored=scored, quantity=quantity,
-                                            sources=[s for s, _, _ in pairs],
-                                            positions=positions))
+    entries = [entry_from_positions(group=g.group,
+                                    scored=HELD_OUT if g.method == SPLIT else CROSS_CONFORMAL,
+                                    quantity=g.quantity, sources=[s for s, _, _ in g.pairs],
+                                    positions=g.positions)
+               for g in _scored(path, level)]
     for group in dict.fromkeys(c.group for c in printed):
         mine = [c for c in printed if c.group == group]
         entries.append(entry_from_positions(
             group=group, scored=PUBLISHED, quantity="tokens_per_s_per_gpu",
-            sources=[c.source for c in mine],
-            positions=[_position(c.measured, c.lower, c.upper) for c in mine]))
+            sources=[c.source for c in mine], positions=[c.position for c in mine]))
     return entries

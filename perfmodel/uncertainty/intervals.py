@@ -90,21 +90,32 @@ def _calibration() -> dict[tuple[str, str], FloatArray]:
     return calibration_ratios(catalog_dir() / RESIDUALS_CSV)
 
 
-@lru_cache(maxsize=4)
-def calibration_ratios(path: Path) -> dict[tuple[str, str], FloatArray]:
-    """(group, quantity) -> the ratios measured / predicted of `path`'s calibration rows (its
-    holdout rows are never read)."""
+@dataclass(frozen=True, slots=True)
+class ResidualRow:
+    """One row of a residuals file, its ratio checked (`residual_rows`)."""
+
+    role: str
+    group: str
+    quantity: str
+    source: str
+    case: str
+    ratio: float
+    """measured / predicted: two positive finite numbers."""
+
+
+def residual_rows(path: Path) -> list[ResidualRow]:
+    """Every row of the residuals file `path`, each checked: DatasetError naming the file, the
+    line and what is wrong (with the command that regenerates it), never a traceback."""
     if not path.is_file():
         raise DatasetError(f"{path}: the residuals are missing",
                            hint="run `python -m scripts.make_residuals`.")
-    found: dict[tuple[str, str], list[float]] = {}
     text = read_text(path, what="residuals file", error=DatasetError, hint=_REGENERATE)
+    rows = []
     for line, row in enumerate(csv.DictReader(io.StringIO(text)), start=2):
         try:
-            if row["role"] != "calibration":
-                continue
             measured, predicted = float(row["measured"]), float(row["predicted"])
-            key = (str(row["group"]), str(row["quantity"]))
+            role, group, quantity, source, case = (
+                str(row[k]) for k in ("role", "group", "quantity", "source", "case"))
         except (KeyError, TypeError, ValueError) as err:
             raise DatasetError(f"{path} line {line}: not a residual row ({type(err).__name__}: "
                                f"{err})", hint=_REGENERATE) from None
@@ -113,7 +124,19 @@ def calibration_ratios(path: Path) -> dict[tuple[str, str], FloatArray]:
             raise DatasetError(f"{path} line {line}: measured {row['measured']!r} / predicted "
                                f"{row['predicted']!r} is not a ratio of two positive finite "
                                "numbers", hint=_REGENERATE)
-        found.setdefault(key, []).append(measured / predicted)
+        rows.append(ResidualRow(role=role, group=group, quantity=quantity, source=source,
+                                case=case, ratio=measured / predicted))
+    return rows
+
+
+@lru_cache(maxsize=4)
+def calibration_ratios(path: Path) -> dict[tuple[str, str], FloatArray]:
+    """(group, quantity) -> the ratios measured / predicted of `path`'s calibration rows (its
+    holdout rows are never used)."""
+    found: dict[tuple[str, str], list[float]] = {}
+    for row in residual_rows(path):
+        if row.role == "calibration":
+            found.setdefault((row.group, row.quantity), []).append(row.ratio)
     return {k: np.sort(np.array(v, dtype=float)) for k, v in found.items()}
 
 
