@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import click
@@ -31,54 +30,12 @@ from planner.cli.common import (
     terminal_width,
     wide_option,
 )
+from planner.cli.layout_labels import layout_legend, short_layout
 from planner.cli.recipe_opts import recipe_from_options, recipe_option_list
 
 _TABLE_COLUMNS = ("rank", "layout_text", "ac", "micro_batch", "accum", "tokens_per_s_per_gpu",
                   "mfu", "peak_gib", "bubble_fraction", "why")
 """Columns of the full table (`--wide`)."""
-_IMPLIED_SCHEDULE = {1: "1f1b", 2: "interleaved-1f1b"}
-"""The schedule a pipeline token leaves unsaid: 1F1B without virtual stages (v = 1, index 1),
-interleaved 1F1B with them (index 2 for v > 1); any other is written out."""
-
-
-def short_layout(layout: dict[str, Any]) -> str:
-    """A layout in a few characters for the compact table (`_legend` explains the tokens):
-    degrees > 1 only (dp = dp_shard, left out under pure replication; rep = dp_replicate), the
-    pipeline's virtual stages with its schedule only where it is not the implied one, +sp under
-    tensor parallelism. Short, so the ranking fits 80 columns instead of turning into records."""
-    parts = [f"tp{layout['tp']}"] if layout["tp"] > 1 else []
-    if layout["pp"] > 1:
-        v = layout["virtual_stages"]
-        implied = _IMPLIED_SCHEDULE[min(v, 2)]
-        parts.append(f"pp{layout['pp']}" + (f"v{v}" if v > 1 else "")
-                     + ("" if layout["pp_schedule"] == implied else f" {layout['pp_schedule']}"))
-    if layout["cp"] > 1:
-        parts.append(f"cp{layout['cp']}")
-    if layout["dp_replicate"] > 1:
-        parts.append(f"rep{layout['dp_replicate']}")
-    if layout["dp_shard"] > 1 or layout["dp_replicate"] == 1:
-        parts.append(f"dp{layout['dp_shard']}")
-    if layout.get("ep", 1) > 1:
-        parts.append(f"ep{layout['ep']}")
-    if layout["tp"] > 1 and layout["sequence_parallel"]:
-        parts.append("+sp")
-    return " ".join(parts)
-
-
-_LEGEND: tuple[tuple[Callable[[dict[str, Any]], bool], str], ...] = (
-    (lambda lay: lay["pp"] > 1,
-     "ppN N pipeline ranks (1F1B), ppNvV V virtual stages per rank (interleaved 1F1B)"),
-    (lambda lay: lay["dp_replicate"] > 1, "repN N data-parallel replicas (HSDP; DDP without dp)"),
-    (lambda lay: lay["tp"] > 1 and lay["sequence_parallel"], "+sp sequence parallel"))
-"""The compact table's tokens that need a word, and when they appear."""
-
-
-def _legend(entries: list[dict[str, Any]]) -> str | None:
-    """What the tokens of the shown layouts mean (only those that appear)."""
-    words = [text for shown, text in _LEGEND if any(shown(e["layout"]) for e in entries)]
-    return "; ".join(words) if words else None
-
-
 def _compact_row(entry: dict[str, Any]) -> dict[str, str]:
     row = {"#": str(entry["rank"]), "layout": short_layout(entry["layout"]), "ac": entry["ac"],
            "m": str(entry["micro_batch"]), "k": str(entry["accum"]),
@@ -197,7 +154,7 @@ def emit_ranking(request: LayoutRequest, ranking: LayoutRanking, *, fmt: str,
             emit_compact([_compact_row(e) for e in ranking.entries], width=terminal_width(),
                          title=title + (f" (top {len(ranking.entries)})"
                                         if ranking.total > len(ranking.entries) else ""))
-            legend = _legend(ranking.entries)
+            legend = layout_legend([e["layout"] for e in ranking.entries])
             if legend:
                 echo_wrapped(legend)
     if ranking.rejected:

@@ -32,7 +32,7 @@ from planner.cli.common import (
     terminal_width,
     wide_option,
 )
-from planner.cli.layout_cmd import short_layout
+from planner.cli.layout_labels import short_layout
 from planner.cli.scenario_cmd import emit_study
 from planner.model.uncertainty import EXTRAPOLATION_LABEL
 from planner.requests import DEFAULT_MIN_GAIN
