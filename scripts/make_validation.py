@@ -708,17 +708,17 @@ def main(argv: list[str] | None = None) -> int:
     except ShardMeterError as err:  # a stale cache under --check: say what changed, no traceback
         print(f"error: {err}", file=sys.stderr)
         return err.exit_code
-    artifacts = {path: text() for name, (path, text) in ARTIFACTS.items() if name in bodies}
+    artifacts = {name: (path, text()) for name, (path, text) in ARTIFACTS.items()
+                 if name in bodies}
     if args.check:
         stale = [(n, args.out) for n, body in bodies.items() if _section(current, n) != body]
-        stale += [(name, str(path.relative_to(ROOT))) for name, (path, _) in ARTIFACTS.items()
-                  if path in artifacts
-                  and (not path.is_file() or path.read_text() != artifacts[path])]
+        stale += [(name, str(path.relative_to(ROOT))) for name, (path, text) in artifacts.items()
+                  if not path.is_file() or path.read_text() != text]
         for name, where in stale:
             print(f"stale: {where}, part {name!r} (rerun python -m scripts.make_validation "
                   f"--part {name})", file=sys.stderr)
         return 1 if stale else 0
-    for path, text in artifacts.items():
+    for path, text in artifacts.values():
         path.write_text(text)
         print(f"wrote {path}", file=sys.stderr)
     kept = {n: _section(current, n) for n in PARTS}
